@@ -1,0 +1,36 @@
+// dice/generator/templates.h — parametric CUDA templates (always available).
+//
+// TemplateGenerator emits device-form candidates (candidate.h calling
+// convention) for a fusion group by lowering it to primitive ops and picking
+// a schedule family:
+//   * elementwise: pure elementwise DAGs with broadcasting and scalar
+//     constants; variants over block size, vector width (16-byte loads when
+//     contiguous and aligned) and elements per thread; grid-stride loops,
+//     64-bit indexing when any tensor has >= 2^31 elements.
+//   * row: groups whose reductions/normalisations all reduce the same axes
+//     (sum/mean/amax/amin/logsumexp/norm, softmax/log_softmax, layer_norm,
+//     group_norm, e.g. RMSNorm written as x / sqrt(mean(x^2)+eps)) with
+//     elementwise prologue/epilogue; variants warp-per-row vs block-per-row,
+//     block size, two-pass vs online softmax, row cached in shared memory.
+// Shapes are baked into the source as constants (a task key fixes them).
+// Computation is in float32 for every dtype; loads/stores convert.
+// Thread-compatible; stateless apart from options.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dice/generator/generator.h"
+
+namespace dice {
+
+class TemplateGenerator : public KernelGenerator {
+ public:
+  TemplateGenerator() = default;
+  std::string name() const override { return "templates"; }
+  /// Errors: kUnsupported naming the op or the pattern (e.g. two reductions
+  /// over different axes) when no family applies.
+  Expected<std::vector<Candidate>> Generate(const Task& task, int max_candidates) override;
+};
+
+}  // namespace dice

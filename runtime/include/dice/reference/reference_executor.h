@@ -1,0 +1,35 @@
+// dice/reference/reference_executor.h — runs a fusion group with ATen ops.
+//
+// The baseline and the correctness oracle (DESIGN.md "Verification",
+// "Timing"): each IR op maps to the ATen call PyTorch eager would make for it
+// (add -> at::add, gelu -> at::gelu(approximate), softmax -> at::softmax, ...),
+// so timing it is timing "PyTorch running the same subgraph". Shared by the
+// TorchScript frontend, the worker and (later) the FX frontend. Links LibTorch.
+// Thread-compatible; no global state.
+#pragma once
+
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "dice/runtime/ir.h"
+#include "dice/runtime/status.h"
+
+namespace dice::reference {
+
+/// Evaluates `graph` on `inputs` (any device, dtypes per the graph's input
+/// declarations) and returns the group outputs in graph.outputs order.
+/// `upcast` computes in float64 (for an extra-precise oracle).
+/// Errors: kInvalidArgument when inputs do not match the declarations;
+/// kUnsupported for an op without an ATen mapping (names the op).
+Expected<std::vector<at::Tensor>> Run(const ir::Graph& graph, const std::vector<at::Tensor>& inputs,
+                                      bool upcast = false);
+
+/// ScalarType for an IR dtype and back (kUnsupported for other dtypes).
+at::ScalarType ToScalarType(ir::DType dtype);
+Expected<ir::DType> FromScalarType(at::ScalarType type);
+
+/// TensorSpec of a tensor (dtype, sizes, strides, pointer alignment).
+Expected<ir::TensorSpec> SpecOf(const at::Tensor& t);
+
+}  // namespace dice::reference

@@ -1,0 +1,67 @@
+// dice/runtime/cuda_driver.h — the CUDA driver API, loaded with dlopen.
+//
+// Binaries never link libcuda at link time (DESIGN.md "Build and machines"):
+// CudaDriver::Get() dlopens libcuda.so.1 once and resolves the entry points
+// the runtime uses. On a machine without a driver or without a device it
+// returns kNoDevice with a message saying which ("libcuda.so.1 not found",
+// "cuInit failed: CUDA_ERROR_NO_DEVICE"), so every binary starts and says so.
+// Thread-safe: Get() is initialised once; the function pointers are plain.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "dice/runtime/status.h"
+
+namespace dice {
+
+// Opaque driver handles (ABI-compatible with cuda.h's typedefs).
+using CUresult_t = int;
+using CUdevice_t = int;
+using CUcontext_t = struct CUctx_st*;
+using CUmodule_t = struct CUmod_st*;
+using CUfunction_t = struct CUfunc_st*;
+using CUstream_t = struct CUstream_st*;
+using CUdeviceptr_t = unsigned long long;
+
+/// Entry points resolved from libcuda.so.1 (the _v2 variants where they exist).
+struct CudaDriver {
+  CUresult_t (*cuInit)(unsigned int);
+  CUresult_t (*cuDriverGetVersion)(int*);
+  CUresult_t (*cuDeviceGetCount)(int*);
+  CUresult_t (*cuDeviceGet)(CUdevice_t*, int);
+  CUresult_t (*cuDeviceGetName)(char*, int, CUdevice_t);
+  CUresult_t (*cuDeviceGetAttribute)(int*, int, CUdevice_t);
+  CUresult_t (*cuDevicePrimaryCtxRetain)(CUcontext_t*, CUdevice_t);
+  CUresult_t (*cuCtxGetCurrent)(CUcontext_t*);
+  CUresult_t (*cuCtxSetCurrent)(CUcontext_t);
+  CUresult_t (*cuCtxSynchronize)();
+  CUresult_t (*cuModuleLoadData)(CUmodule_t*, const void*);
+  CUresult_t (*cuModuleUnload)(CUmodule_t);
+  CUresult_t (*cuModuleGetFunction)(CUfunction_t*, CUmodule_t, const char*);
+  CUresult_t (*cuFuncSetAttribute)(CUfunction_t, int, int);
+  CUresult_t (*cuLaunchKernel)(CUfunction_t, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               unsigned, CUstream_t, void**, void**);
+  CUresult_t (*cuGetErrorName)(CUresult_t, const char**);
+  CUresult_t (*cuGetErrorString)(CUresult_t, const char**);
+
+  /// The process-wide driver, loaded and cuInit'ed on first use.
+  /// Errors: kNoDevice (no libcuda, cuInit failed, zero devices).
+  static Expected<const CudaDriver*> Get();
+
+  /// "cuLaunchKernel: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access...)".
+  std::string ErrorText(const char* call, CUresult_t rc) const;
+};
+
+/// Facts about device `ordinal` used in the task key.
+struct DeviceInfo {
+  std::string arch;       ///< "sm_90"
+  std::string name;       ///< "NVIDIA H200"
+  int driver_major = 0;   ///< 13 for driver API 13.0
+  int sm_count = 0;
+  int max_smem_per_block_optin = 0;  ///< bytes
+};
+/// Errors: kNoDevice, kCudaError.
+Expected<DeviceInfo> QueryDevice(int ordinal);
+
+}  // namespace dice

@@ -1,0 +1,78 @@
+// dice/runtime/tuner.h — task -> candidates -> compile -> verify -> time -> winner.
+//
+// The Tuner asks its generators for candidates, skips those already
+// attempted (cache attempts table), and hands the rest to a worker process
+// (worker_pool.h) that compiles them with NVRTC, verifies them against the
+// reference executor and times them against PyTorch running the same
+// subgraph (DESIGN.md "Verification", "Timing"). A winner must beat the
+// baseline by `margin`; it is stored in the cache with its cubin. A crashing
+// or hanging candidate kills only the worker (recorded as an attempt).
+// Torch-free. Thread-compatible: one Tune at a time per Tuner.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dice/cache/store.h"
+#include "dice/generator/generator.h"
+#include "dice/runtime/task.h"
+
+namespace dice {
+
+struct TuneOptions {
+  int max_candidates = 16;      ///< per generator
+  double budget_s = 60;         ///< wall-clock budget per task, seconds
+  double margin = 0.05;         ///< a winner must be < baseline * (1 - margin)
+  int trials = 5;               ///< random-input verification trials (plus captured inputs)
+  double candidate_timeout_s = 20;  ///< per candidate in the worker, seconds
+  bool allow_reduced_precision = false;  ///< precision policy (TF32 etc.)
+  bool compile_only = false;    ///< no GPU: generate + NVRTC compile, never store a winner
+  std::string worker_path;      ///< dice-worker binary ("" = next to this library / build path)
+  int device = 0;               ///< CUDA ordinal the worker uses
+};
+
+/// What happened to one candidate.
+struct CandidateOutcome {
+  std::string origin;
+  std::string hash;
+  std::string outcome;     ///< "compiled" (compile-only) | "compile_error" | "verify_failed" | "crashed" | "timeout" | "slower" | "winner" | "verified" | "skipped"
+  std::string error;       ///< reason, first lines
+  double compile_ms = 0;
+  double time_us = 0;      ///< median µs when timed
+};
+
+/// Result of tuning one task.
+struct TuneReport {
+  std::string task_key;
+  std::string description;     ///< Task::Describe
+  double baseline_us = 0;      ///< PyTorch on the same subgraph, median µs (0 in compile-only)
+  double best_us = 0;          ///< winner's median µs (0 when none)
+  double speedup = 0;          ///< baseline_us / best_us (0 when none)
+  std::string winner_origin;   ///< "" when no candidate won
+  int tried = 0, compiled = 0, verified = 0;
+  bool from_cache = false;     ///< the winner was already cached; nothing compiled
+  double tune_seconds = 0;
+  std::vector<CandidateOutcome> outcomes;
+};
+
+class Tuner {
+ public:
+  /// `store` may be null (nothing persisted). Generators are asked in order.
+  Tuner(cache::Store* store, std::vector<std::shared_ptr<KernelGenerator>> generators, TuneOptions options);
+  ~Tuner();
+  Tuner(const Tuner&) = delete;
+  Tuner& operator=(const Tuner&) = delete;
+
+  /// Tunes one task. `captured_inputs` (optional) are the real input bytes
+  /// (host memory, one per task input, contiguous, exactly TensorSpec::nbytes)
+  /// added to the random verification trials. Errors: kNoDevice when not
+  /// compile_only and no GPU; generator errors are folded into the report.
+  Expected<TuneReport> Tune(const Task& task, const std::vector<std::string>* captured_inputs = nullptr);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dice

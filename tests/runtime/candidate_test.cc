@@ -1,0 +1,55 @@
+// Launch-plan JSON and candidate identity.
+#include <gtest/gtest.h>
+
+#include "dice/runtime/candidate.h"
+
+namespace dice {
+namespace {
+
+LaunchPlan TwoKernelPlan() {
+  LaunchPlan p;
+  p.launches.push_back({"partial", {132, 1, 1}, {256, 1, 1}, 1024});
+  p.launches.push_back({"finish", {16, 1, 1}, {1024, 1, 1}, 0});
+  p.workspace_bytes = 4096;
+  return p;
+}
+
+TEST(LaunchPlanTest, JsonRoundTrips) {
+  auto back = LaunchPlan::FromJson(TwoKernelPlan().ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, TwoKernelPlan());
+}
+
+TEST(LaunchPlanTest, RejectsCorruptPlans) {
+  for (const char* bad : {"", "[]", "{\"launches\":[]}", "{\"launches\":[{\"kernel\":\"k\"}]}",
+                          "{\"launches\":[{\"kernel\":\"k\",\"grid\":[0,1,1],\"block\":[1,1,1]}]}",
+                          "{\"launches\":[{\"kernel\":\"k\",\"grid\":[1,1,1],\"block\":[2048,1,1]}]}",
+                          "{\"launches\":[{\"kernel\":\"k\",\"grid\":[1,1],\"block\":[1,1,1]}]}",
+                          "{\"launches\":[{\"kernel\":7,\"grid\":[1,1,1],\"block\":[1,1,1]}]}"}) {
+    auto r = LaunchPlan::FromJson(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << bad;
+  }
+}
+
+TEST(CandidateTest, HashIgnoresOriginButNotSourceOrPlan) {
+  Candidate a;
+  a.origin = "template:x";
+  a.source = "extern \"C\" __global__ void partial() {}";
+  a.plan = TwoKernelPlan();
+  Candidate b = a;
+  b.origin = "dice:sample0";
+  EXPECT_EQ(a.Hash(), b.Hash());
+  Candidate c = a;
+  c.source += " ";
+  EXPECT_NE(a.Hash(), c.Hash());
+  Candidate d = a;
+  d.plan.launches[0].block[0] = 128;
+  EXPECT_NE(a.Hash(), d.Hash());
+  Candidate e = a;
+  e.extra_flags = {"-DVEC=4"};
+  EXPECT_NE(a.Hash(), e.Hash());
+}
+
+}  // namespace
+}  // namespace dice

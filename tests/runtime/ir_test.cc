@@ -1,0 +1,184 @@
+// IR: canonical form, parser, hashing, type/shape inference, task keys.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "dice/runtime/ir.h"
+#include "dice/runtime/task.h"
+
+namespace dice::ir {
+namespace {
+
+// x:[B,N] f32, b:[N] f32 -> gelu(x*0.5 + b) and its row sum.
+Graph BiasGeluSum() {
+  Graph g;
+  g.inputs = {{DType::kFloat32, 2}, {DType::kFloat32, 1}};
+  Op c; c.kind = OpKind::kConstant; c.scalars = {0.5};
+  Op mul; mul.kind = OpKind::kMul; mul.args = {0, 2};
+  Op add; add.kind = OpKind::kAdd; add.args = {3, 1};
+  Op gelu; gelu.kind = OpKind::kGelu; gelu.args = {4}; gelu.ivalue = 1;
+  Op sum; sum.kind = OpKind::kSum; sum.args = {5}; sum.dims = {1}; sum.keepdim = true;
+  g.ops = {c, mul, add, gelu, sum};
+  g.outputs = {5, 6};
+  return g;
+}
+
+TEST(IrTest, CanonicalTextRoundTripsThroughParser) {
+  const Graph g = BiasGeluSum();
+  const std::string text = Canonical(g);
+  auto parsed = Parse(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(*parsed, g);
+  EXPECT_EQ(Canonical(*parsed), text);
+}
+
+TEST(IrTest, CanonicalTextIsReadable) {
+  const std::string text = Canonical(BiasGeluSum());
+  EXPECT_NE(text.find("input %0 f32 rank=2"), std::string::npos) << text;
+  EXPECT_NE(text.find("%2 = const(0.5)"), std::string::npos) << text;
+  EXPECT_NE(text.find("%6 = sum(%5) dims=[1] keepdim=1"), std::string::npos) << text;
+  EXPECT_NE(text.find("output %5, %6"), std::string::npos) << text;
+}
+
+TEST(IrTest, DoublesRoundTripExactly) {
+  Graph g;
+  g.inputs = {{DType::kFloat16, 1}};
+  Op c; c.kind = OpKind::kConstant; c.scalars = {0.1};
+  Op clamp; clamp.kind = OpKind::kClamp; clamp.args = {0};
+  clamp.scalars = {-std::numeric_limits<double>::infinity(), 1.0 / 3.0};
+  Op mul; mul.kind = OpKind::kMul; mul.args = {2, 1};
+  g.ops = {c, clamp, mul};
+  g.outputs = {3};
+  auto parsed = Parse(Canonical(g));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->ops[0].scalars[0], 0.1);
+  EXPECT_EQ(parsed->ops[1].scalars[1], 1.0 / 3.0);
+  EXPECT_TRUE(std::isinf(parsed->ops[1].scalars[0]));
+}
+
+// The hash is a cache key: a change here silently invalidates every cache.
+// Update the golden value only together with kRuntimeAbiVersion.
+TEST(IrTest, GraphHashIsStableAcrossBuilds) {
+  EXPECT_EQ(GraphHash(BiasGeluSum()), Sha256Hex(Canonical(BiasGeluSum())));
+  EXPECT_EQ(GraphHash(BiasGeluSum()), "ed18e293010f3761d4d15b25fcad2e6872797352f8f0b196912e4178867f4814");
+}
+
+TEST(IrTest, Sha256MatchesKnownVector) {
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(IrTest, HashChangesWithAnyAttribute) {
+  const Graph base = BiasGeluSum();
+  Graph g1 = base; g1.ops[3].ivalue = 0;           // exact gelu
+  Graph g2 = base; g2.ops[4].keepdim = false;      // no keepdim
+  Graph g3 = base; g3.ops[0].scalars = {0.25};     // other constant
+  Graph g4 = base; g4.inputs[1].dtype = DType::kBFloat16;
+  for (const Graph& g : {g1, g2, g3, g4}) EXPECT_NE(GraphHash(g), GraphHash(base));
+}
+
+TEST(IrTest, ParserRejectsMalformedTextWithLineNumber) {
+  const std::string good = Canonical(BiasGeluSum());
+  struct Case { std::string text; std::string expect; };
+  std::vector<Case> cases = {
+      {"", "empty"},
+      {"dice-ir v2\n", "header"},
+      {"dice-ir v1\ninput %0 f64 rank=2\noutput %0\n", "line 2"},
+      {"dice-ir v1\ninput %0 f32 rank=2\n%1 = frobnicate(%0)\noutput %1\n", "unknown op"},
+      {"dice-ir v1\ninput %0 f32 rank=2\n%1 = relu(%7)\noutput %1\n", "not an earlier value"},
+      {"dice-ir v1\ninput %0 f32 rank=2\n%1 = sum(%0) dims=[5]\noutput %1\n", "dim out of range"},
+      {"dice-ir v1\ninput %0 f32 rank=2\n%1 = relu(%0)\n", "no output"},
+      {"dice-ir v1\ninput %0 f32 rank=2\n%1 = add(%0)\noutput %1\n", "args"},
+      {good + "%9 = relu(%0)\n", "after the output"},
+  };
+  for (const auto& c : cases) {
+    auto r = Parse(c.text);
+    ASSERT_FALSE(r.ok()) << c.text;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(IrTest, InfersBroadcastAndReductionShapes) {
+  const Graph g = BiasGeluSum();
+  auto shapes = InferShapes(g, {TensorSpec::Contiguous(DType::kFloat32, {64, 128}),
+                                TensorSpec::Contiguous(DType::kFloat32, {128})});
+  ASSERT_TRUE(shapes.ok()) << shapes.status().ToString();
+  EXPECT_EQ((*shapes)[5], (std::vector<int64_t>{64, 128}));
+  EXPECT_EQ((*shapes)[6], (std::vector<int64_t>{64, 1}));
+}
+
+TEST(IrTest, RejectsShapesThatDoNotBroadcast) {
+  auto shapes = InferShapes(BiasGeluSum(), {TensorSpec::Contiguous(DType::kFloat32, {64, 128}),
+                                            TensorSpec::Contiguous(DType::kFloat32, {100})});
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_NE(shapes.status().message().find("do not broadcast"), std::string::npos) << shapes.status().message();
+}
+
+TEST(IrTest, RejectsInputOfWrongRankOrDtype) {
+  auto rank = InferShapes(BiasGeluSum(), {TensorSpec::Contiguous(DType::kFloat32, {64}),
+                                          TensorSpec::Contiguous(DType::kFloat32, {64})});
+  ASSERT_FALSE(rank.ok());
+  EXPECT_NE(rank.status().message().find("rank"), std::string::npos);
+  auto dtype = InferShapes(BiasGeluSum(), {TensorSpec::Contiguous(DType::kFloat16, {64, 128}),
+                                           TensorSpec::Contiguous(DType::kFloat32, {128})});
+  ASSERT_FALSE(dtype.ok());
+  EXPECT_NE(dtype.status().message().find("f16"), std::string::npos);
+}
+
+TEST(IrTest, WeakScalarKeepsHalfDtypeAndTensorsPromote) {
+  Graph g;
+  g.inputs = {{DType::kFloat16, 1}, {DType::kBFloat16, 1}};
+  Op c; c.kind = OpKind::kConstant; c.scalars = {2.0};
+  Op m; m.kind = OpKind::kMul; m.args = {0, 2};
+  Op a; a.kind = OpKind::kAdd; a.args = {3, 1};
+  g.ops = {c, m, a};
+  g.outputs = {3, 4};
+  auto types = InferTypes(g);
+  ASSERT_TRUE(types.ok());
+  EXPECT_EQ((*types)[3].dtype, DType::kFloat16);
+  EXPECT_EQ((*types)[4].dtype, DType::kFloat32);
+}
+
+TEST(IrTest, ParsesInputSpecs) {
+  auto s = ParseInputSpec("1024x8192:f32");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->shape, (std::vector<int64_t>{1024, 8192}));
+  EXPECT_EQ(s->strides, (std::vector<int64_t>{8192, 1}));
+  EXPECT_EQ(ParseInputSpec("8x16:bf16")->dtype, DType::kBFloat16);
+  EXPECT_TRUE(ParseInputSpec("scalar:f16")->shape.empty());
+  for (const char* bad : {"1024x8192", "1024xx8:f32", "12xq:f32", "-4:f32", "8:int64", "8x:f32"}) {
+    auto r = ParseInputSpec(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find(bad), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(IrTest, TaskKeyDependsOnShapesArchAndVersions) {
+  const std::vector<TensorSpec> in = {TensorSpec::Contiguous(DType::kFloat32, {64, 128}),
+                                      TensorSpec::Contiguous(DType::kFloat32, {128})};
+  TargetInfo target;
+  auto base = Task::Make(BiasGeluSum(), in, target);
+  ASSERT_TRUE(base.ok());
+  EXPECT_EQ(base->Key(), Task::Make(BiasGeluSum(), in, target)->Key());
+  EXPECT_EQ(base->Key().size(), 64u);
+
+  auto other_shape = in; other_shape[0] = TensorSpec::Contiguous(DType::kFloat32, {32, 128});
+  EXPECT_NE(Task::Make(BiasGeluSum(), other_shape, target)->Key(), base->Key());
+  auto strided = in; strided[0].strides = {256, 1};
+  EXPECT_NE(Task::Make(BiasGeluSum(), strided, target)->Key(), base->Key());
+  auto misaligned = in; misaligned[1].alignment = 4;
+  EXPECT_NE(Task::Make(BiasGeluSum(), misaligned, target)->Key(), base->Key());
+  for (int field = 0; field < 5; ++field) {
+    TargetInfo t = target;
+    if (field == 0) t.arch = "sm_80";
+    if (field == 1) t.driver_major = 99;
+    if (field == 2) t.nvrtc_version = 12080;
+    if (field == 3) t.compile_flags += " -lineinfo";
+    if (field == 4) t.abi_version += 1;
+    EXPECT_NE(Task::Make(BiasGeluSum(), in, t)->Key(), base->Key()) << "field " << field;
+  }
+}
+
+}  // namespace
+}  // namespace dice::ir
