@@ -115,8 +115,9 @@ class Store {
   std::unique_ptr<Impl> impl_;
 };
 
-/// sha256 (64 lowercase hex) of rec.source + rec.cubin + rec.launch_plan_json,
-/// concatenated as bytes: the value PutWinner stores in content_hash and
+/// sha256 (64 lowercase hex) of "<len>:" + field for source, cubin and
+/// launch_plan_json in that order (length-prefixed, so bytes cannot shift
+/// between fields unnoticed): the value PutWinner stores in content_hash and
 /// GetWinner checks. Shared with the HTTP cache so both sides agree.
 std::string ContentHash(const WinnerRecord& rec);
 

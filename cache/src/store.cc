@@ -1,0 +1,606 @@
+// SQLite implementation of dice/cache/store.h. See the header for the
+// contract; notes on the choices made here:
+//  - One connection per Store, opened with SQLITE_OPEN_NOMUTEX: the Store's
+//    own mutex serialises every call, so SQLite's per-connection mutex would
+//    be redundant.
+//  - Every write runs in a BEGIN IMMEDIATE transaction: the write lock is
+//    taken up front, so two processes never deadlock upgrading a read
+//    transaction (which in WAL mode fails with SQLITE_BUSY_SNAPSHOT without
+//    calling the busy handler).
+//  - Open reads the file before writing anything to it: a file that is not a
+//    SQLite database, a SQLite database that is not a DICE cache, or a cache
+//    written by a newer build is reported and left byte-for-byte untouched.
+#include "dice/cache/store.h"
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include "dice/runtime/ir.h"
+
+namespace dice::cache {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kBusyTimeoutMs = 10000;
+
+// Maps a SQLite result code to a StatusCode: damaged/foreign files are
+// kCorrupt, everything else (locks, disk full, permissions) kIoError.
+StatusCode CodeFor(int rc) {
+  switch (rc & 0xff) {
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+    case SQLITE_FORMAT:
+      return StatusCode::kCorrupt;
+    default:
+      return StatusCode::kIoError;
+  }
+}
+
+Status SqliteError(sqlite3* db, int rc, const std::string& path, const std::string& what) {
+  const char* msg = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  return Status(CodeFor(rc), "cache database " + path + ": " + what + ": " + msg);
+}
+
+int64_t NowUnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string ColumnText(sqlite3_stmt* stmt, int col) {
+  const void* p = sqlite3_column_blob(stmt, col);  // works for TEXT and BLOB, keeps NULs
+  int n = sqlite3_column_bytes(stmt, col);
+  if (p == nullptr || n <= 0) return std::string();
+  return std::string(static_cast<const char*>(p), static_cast<size_t>(n));
+}
+
+// Schema v1 (DESIGN.md "Cache"). Kept as a list of migrations so that v2
+// appends one entry; kMigrations[i] takes the schema from version i to i+1.
+const char* const kMigrations[] = {
+    // v0 -> v1: the initial tables.
+    "CREATE TABLE winners ("
+    "  task_key TEXT PRIMARY KEY NOT NULL,"
+    "  graph_canonical TEXT NOT NULL,"
+    "  input_specs TEXT NOT NULL,"
+    "  arch TEXT NOT NULL,"
+    "  gpu_name TEXT NOT NULL,"
+    "  origin TEXT NOT NULL,"
+    "  candidate_hash TEXT NOT NULL,"
+    "  source TEXT NOT NULL,"
+    "  cubin BLOB NOT NULL,"
+    "  launch_plan_json TEXT NOT NULL,"
+    "  baseline_us REAL NOT NULL,"
+    "  best_us REAL NOT NULL,"
+    "  speedup REAL NOT NULL,"
+    "  reduced_precision INTEGER NOT NULL,"
+    "  versions_json TEXT NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  content_hash TEXT NOT NULL);"
+    "CREATE TABLE attempts ("
+    "  task_key TEXT NOT NULL,"
+    "  candidate_hash TEXT NOT NULL,"
+    "  origin TEXT NOT NULL,"
+    "  outcome TEXT NOT NULL,"
+    "  error TEXT NOT NULL,"
+    "  time_us REAL NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  PRIMARY KEY (task_key, candidate_hash));"
+    "CREATE TABLE meta ("
+    "  key TEXT PRIMARY KEY NOT NULL,"
+    "  value TEXT NOT NULL);"
+    "INSERT INTO meta(key, value) VALUES ('created_by', 'dice');",
+};
+static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion,
+              "one migration per schema version");
+
+// Runs SQL text without parameters (PRAGMAs, BEGIN/COMMIT, DDL).
+Status ExecSql(sqlite3* db, const std::string& path, const char* sql) {
+  char* err = nullptr;
+  int rc = sqlite3_exec(db, sql, nullptr, nullptr, &err);
+  if (rc == SQLITE_OK) return Status::Ok();
+  std::string msg = err != nullptr ? err : sqlite3_errstr(rc);
+  sqlite3_free(err);
+  return Status(CodeFor(rc), "cache database " + path + ": '" + sql + "': " + msg);
+}
+
+Status NewerSchemaError(const std::string& path, int64_t version) {
+  return Status(StatusCode::kCorrupt,
+                "cache database " + path + " has schema version " + std::to_string(version) +
+                    ", newer than this build's " + std::to_string(kSchemaVersion) +
+                    " (left untouched; use a newer DICE or another DICE_CACHE_DIR)");
+}
+
+Status ForeignDatabaseError(const std::string& path) {
+  return Status(StatusCode::kCorrupt, "cache database " + path +
+                                          " is a SQLite database but not a DICE cache "
+                                          "(user_version 0 with existing tables); left untouched");
+}
+
+// RAII BEGIN IMMEDIATE ... COMMIT; rolls back unless Commit() succeeded.
+class Transaction {
+ public:
+  Transaction(sqlite3* db, const std::string& path) : db_(db), path_(path) {}
+  ~Transaction() {
+    if (open_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  Status Begin() {
+    DICE_RETURN_IF_ERROR(ExecSql(db_, path_, "BEGIN IMMEDIATE"));
+    open_ = true;
+    return Status::Ok();
+  }
+  Status Commit() {
+    Status st = ExecSql(db_, path_, "COMMIT");
+    if (st.ok()) open_ = false;
+    return st;
+  }
+
+ private:
+  sqlite3* db_;
+  const std::string& path_;
+  bool open_ = false;
+};
+
+// Binding helpers: text/blob with explicit lengths (NUL bytes survive).
+int BindText(sqlite3_stmt* s, int i, const std::string& v) {
+  return sqlite3_bind_text(s, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+}
+int BindBlob(sqlite3_stmt* s, int i, const std::string& v) {
+  return sqlite3_bind_blob(s, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+}
+
+}  // namespace
+
+std::string ContentHash(const WinnerRecord& rec) {
+  // Each field is preceded by its length, so bytes cannot move between
+  // fields without changing the hash.
+  std::string bytes;
+  bytes.reserve(rec.source.size() + rec.cubin.size() + rec.launch_plan_json.size() + 64);
+  for (const std::string* field : {&rec.source, &rec.cubin, &rec.launch_plan_json}) {
+    bytes += std::to_string(field->size());
+    bytes += ':';
+    bytes += *field;
+  }
+  return ir::Sha256Hex(bytes);
+}
+
+// ---------------------------------------------------------------------------
+// Impl: the connection, a prepared-statement cache and the mutex.
+
+struct Store::Impl {
+  sqlite3* db = nullptr;
+  std::string path;
+  std::mutex mu;
+  std::unordered_map<std::string, sqlite3_stmt*> stmts;  // keyed by SQL text
+
+  ~Impl() {
+    for (auto& [sql, stmt] : stmts) sqlite3_finalize(stmt);
+    if (db != nullptr) sqlite3_close_v2(db);
+  }
+
+  Status Error(int rc, const std::string& what) const { return SqliteError(db, rc, path, what); }
+
+  // Prepared statement for `sql`, reset and with bindings cleared. Owned by
+  // the cache; REQUIRES: mu held.
+  Expected<sqlite3_stmt*> Prepare(const std::string& sql) {
+    auto it = stmts.find(sql);
+    if (it != stmts.end()) {
+      sqlite3_reset(it->second);
+      sqlite3_clear_bindings(it->second);
+      return it->second;
+    }
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(db, sql.c_str(), static_cast<int>(sql.size()), &stmt, nullptr);
+    if (rc != SQLITE_OK) return Error(rc, "prepare '" + sql + "'");
+    stmts.emplace(sql, stmt);
+    return stmt;
+  }
+
+  Status Exec(const char* sql) { return ExecSql(db, path, sql); }
+
+  // The schema version (PRAGMA user_version), read together with the table
+  // count in one statement (one snapshot: a concurrent opener's migration is
+  // seen whole or not at all). Errors: kCorrupt for a version newer than
+  // kSchemaVersion, or for version 0 with tables present (a SQLite database
+  // that is not a DICE cache); kCorrupt (SQLITE_NOTADB) for a foreign file.
+  Expected<int64_t> CheckSchemaVersion() {
+    sqlite3_stmt* stmt = nullptr;
+    const char* sql =
+        "SELECT (SELECT user_version FROM pragma_user_version),"
+        " (SELECT count(*) FROM sqlite_master)";
+    int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
+    if (rc != SQLITE_OK) return Error(rc, "read schema version");
+    rc = sqlite3_step(stmt);
+    int64_t version = 0, tables = 0;
+    if (rc == SQLITE_ROW) {
+      version = sqlite3_column_int64(stmt, 0);
+      tables = sqlite3_column_int64(stmt, 1);
+    }
+    sqlite3_finalize(stmt);
+    if (rc != SQLITE_ROW) return Error(rc, "read schema version");
+    if (version > kSchemaVersion) return NewerSchemaError(path, version);
+    if (version == 0 && tables > 0) return ForeignDatabaseError(path);
+    return version;
+  }
+
+  Status Migrate();
+};
+
+// Brings the schema from PRAGMA user_version up to kSchemaVersion inside one
+// IMMEDIATE transaction (so concurrent openers migrate exactly once).
+Status Store::Impl::Migrate() {
+  Transaction txn(db, path);
+  DICE_RETURN_IF_ERROR(txn.Begin());
+  auto version = CheckSchemaVersion();
+  if (!version.ok()) return version.status();
+  if (*version == kSchemaVersion) return Status::Ok();  // rolled back: nothing written
+  for (int64_t v = *version; v < kSchemaVersion; ++v) {
+    DICE_RETURN_IF_ERROR(Exec(kMigrations[v]));
+  }
+  const std::string set_version = "PRAGMA user_version = " + std::to_string(kSchemaVersion);
+  DICE_RETURN_IF_ERROR(Exec(set_version.c_str()));
+  auto stmt = Prepare("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?1)");
+  if (!stmt.ok()) return stmt.status();
+  BindText(*stmt, 1, std::to_string(kSchemaVersion));
+  int rc = sqlite3_step(*stmt);
+  sqlite3_reset(*stmt);
+  if (rc != SQLITE_DONE) return Error(rc, "write meta schema_version");
+  return txn.Commit();
+}
+
+// ---------------------------------------------------------------------------
+// Store
+
+Store::Store(std::string path, std::unique_ptr<Impl> impl)
+    : path_(std::move(path)), impl_(std::move(impl)) {}
+
+Store::~Store() = default;
+
+Expected<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  if (path.empty()) return Status(StatusCode::kInvalidArgument, "cache database path is empty");
+  fs::path file(path);
+  fs::path dir = file.parent_path();
+  if (dir.empty()) dir = ".";
+
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return Status(StatusCode::kIoError, "cannot create cache directory " + dir.string() +
+                                            " for " + path + ": " + ec.message());
+  }
+  if (!fs::is_directory(dir, ec)) {
+    return Status(StatusCode::kIoError,
+                  "cache directory " + dir.string() + " for " + path + " is not a directory");
+  }
+  // WAL needs to create <path>-wal and <path>-shm beside the file.
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return Status(StatusCode::kIoError, "cache directory " + dir.string() + " is not writable: " +
+                                            std::strerror(errno));
+  }
+  bool existed = fs::exists(file, ec);
+  if (existed) {
+    if (fs::is_directory(file, ec)) {
+      return Status(StatusCode::kIoError, "cache database " + path + " is a directory");
+    }
+    if (::access(path.c_str(), R_OK | W_OK) != 0) {
+      return Status(StatusCode::kIoError,
+                    "cache database " + path + " is not readable and writable: " + std::strerror(errno));
+    }
+  }
+
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  int rc = sqlite3_open_v2(path.c_str(), &impl->db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    Status st = SqliteError(impl->db, rc, path, "open");
+    return Status(rc == SQLITE_NOTADB ? StatusCode::kCorrupt : StatusCode::kIoError, st.message());
+  }
+  sqlite3_extended_result_codes(impl->db, 1);
+  sqlite3_busy_timeout(impl->db, kBusyTimeoutMs);
+  if (sqlite3_db_readonly(impl->db, "main") == 1) {
+    return Status(StatusCode::kIoError, "cache database " + path + " could only be opened read-only");
+  }
+
+  // First touch is a read: a foreign file fails here with SQLITE_NOTADB
+  // before anything has been written to it.
+  auto version = impl->CheckSchemaVersion();
+  if (!version.ok()) return version.status();
+
+  // Switching to WAL needs an exclusive lock the first time; a concurrent
+  // opener may hold the file briefly, and this path does not always consult
+  // the busy handler, so retry for up to the busy timeout.
+  {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
+    for (;;) {
+      sqlite3_stmt* stmt = nullptr;
+      rc = sqlite3_prepare_v2(impl->db, "PRAGMA journal_mode=WAL", -1, &stmt, nullptr);
+      if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+      std::string got = rc == SQLITE_ROW ? ColumnText(stmt, 0) : std::string();
+      sqlite3_finalize(stmt);
+      if (rc == SQLITE_ROW && got == "wal") break;
+      if (rc == SQLITE_ROW) {
+        return Status(StatusCode::kIoError, "cache database " + path +
+                                                ": cannot enable WAL journal (mode is " + got + ")");
+      }
+      if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) {
+        return impl->Error(rc, "PRAGMA journal_mode=WAL");
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        return impl->Error(rc, "PRAGMA journal_mode=WAL (timed out)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  // NORMAL is crash-safe in WAL mode (a kill -9 loses nothing committed; a
+  // power loss may drop the last transactions but never corrupts).
+  DICE_RETURN_IF_ERROR(impl->Exec("PRAGMA synchronous=NORMAL"));
+  DICE_RETURN_IF_ERROR(impl->Migrate());
+  return std::unique_ptr<Store>(new Store(path, std::move(impl)));
+}
+
+Expected<std::optional<WinnerRecord>> Store::GetWinner(const std::string& task_key) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto stmt = impl_->Prepare(
+      "SELECT task_key, graph_canonical, input_specs, arch, gpu_name, origin, candidate_hash,"
+      " source, cubin, launch_plan_json, baseline_us, best_us, speedup, reduced_precision,"
+      " versions_json, created_at, content_hash FROM winners WHERE task_key = ?1");
+  if (!stmt.ok()) return stmt.status();
+  sqlite3_stmt* s = *stmt;
+  BindText(s, 1, task_key);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_DONE) {
+    sqlite3_reset(s);
+    return std::optional<WinnerRecord>();
+  }
+  if (rc != SQLITE_ROW) {
+    Status st = impl_->Error(rc, "read winner " + task_key);
+    sqlite3_reset(s);
+    return st;
+  }
+  WinnerRecord r;
+  r.task_key = ColumnText(s, 0);
+  r.graph_canonical = ColumnText(s, 1);
+  r.input_specs = ColumnText(s, 2);
+  r.arch = ColumnText(s, 3);
+  r.gpu_name = ColumnText(s, 4);
+  r.origin = ColumnText(s, 5);
+  r.candidate_hash = ColumnText(s, 6);
+  r.source = ColumnText(s, 7);
+  r.cubin = ColumnText(s, 8);
+  r.launch_plan_json = ColumnText(s, 9);
+  r.baseline_us = sqlite3_column_double(s, 10);
+  r.best_us = sqlite3_column_double(s, 11);
+  r.speedup = sqlite3_column_double(s, 12);
+  r.reduced_precision = sqlite3_column_int(s, 13) != 0;
+  r.versions_json = ColumnText(s, 14);
+  r.created_at = sqlite3_column_int64(s, 15);
+  r.content_hash = ColumnText(s, 16);
+  sqlite3_reset(s);
+  std::string computed = ContentHash(r);
+  if (computed != r.content_hash) {
+    return Status(StatusCode::kCorrupt, "cache database " + impl_->path + ": winner for task key " +
+                                            task_key + " fails its content hash (stored " +
+                                            r.content_hash + ", computed " + computed +
+                                            "); not served");
+  }
+  return std::optional<WinnerRecord>(std::move(r));
+}
+
+Expected<bool> Store::PutWinner(WinnerRecord rec) {
+  if (rec.task_key.empty()) {
+    return Status(StatusCode::kInvalidArgument, "PutWinner: empty task key");
+  }
+  if (rec.created_at == 0) rec.created_at = NowUnixSeconds();
+  rec.content_hash = ContentHash(rec);
+
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Transaction txn(impl_->db, impl_->path);
+  DICE_RETURN_IF_ERROR(txn.Begin());
+  {
+    auto stmt = impl_->Prepare("SELECT speedup FROM winners WHERE task_key = ?1");
+    if (!stmt.ok()) return stmt.status();
+    BindText(*stmt, 1, rec.task_key);
+    int rc = sqlite3_step(*stmt);
+    double existing = rc == SQLITE_ROW ? sqlite3_column_double(*stmt, 0) : 0.0;
+    sqlite3_reset(*stmt);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return impl_->Error(rc, "read winner " + rec.task_key);
+    if (rc == SQLITE_ROW && existing >= rec.speedup) return false;  // keep the earlier / better
+  }
+  auto stmt = impl_->Prepare(
+      "INSERT OR REPLACE INTO winners (task_key, graph_canonical, input_specs, arch, gpu_name,"
+      " origin, candidate_hash, source, cubin, launch_plan_json, baseline_us, best_us, speedup,"
+      " reduced_precision, versions_json, created_at, content_hash)"
+      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)");
+  if (!stmt.ok()) return stmt.status();
+  sqlite3_stmt* s = *stmt;
+  BindText(s, 1, rec.task_key);
+  BindText(s, 2, rec.graph_canonical);
+  BindText(s, 3, rec.input_specs);
+  BindText(s, 4, rec.arch);
+  BindText(s, 5, rec.gpu_name);
+  BindText(s, 6, rec.origin);
+  BindText(s, 7, rec.candidate_hash);
+  BindText(s, 8, rec.source);
+  BindBlob(s, 9, rec.cubin);
+  BindText(s, 10, rec.launch_plan_json);
+  sqlite3_bind_double(s, 11, rec.baseline_us);
+  sqlite3_bind_double(s, 12, rec.best_us);
+  sqlite3_bind_double(s, 13, rec.speedup);
+  sqlite3_bind_int(s, 14, rec.reduced_precision ? 1 : 0);
+  BindText(s, 15, rec.versions_json);
+  sqlite3_bind_int64(s, 16, rec.created_at);
+  BindText(s, 17, rec.content_hash);
+  int rc = sqlite3_step(s);
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "write winner " + rec.task_key);
+  DICE_RETURN_IF_ERROR(txn.Commit());
+  return true;
+}
+
+Expected<bool> Store::RemoveWinner(const std::string& task_key) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Transaction txn(impl_->db, impl_->path);
+  DICE_RETURN_IF_ERROR(txn.Begin());
+  auto del = impl_->Prepare("DELETE FROM winners WHERE task_key = ?1");
+  if (!del.ok()) return del.status();
+  BindText(*del, 1, task_key);
+  int rc = sqlite3_step(*del);
+  sqlite3_reset(*del);
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "remove winner " + task_key);
+  bool removed = sqlite3_changes(impl_->db) > 0;
+  auto del_attempts = impl_->Prepare("DELETE FROM attempts WHERE task_key = ?1");
+  if (!del_attempts.ok()) return del_attempts.status();
+  BindText(*del_attempts, 1, task_key);
+  rc = sqlite3_step(*del_attempts);
+  sqlite3_reset(*del_attempts);
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "remove attempts of " + task_key);
+  DICE_RETURN_IF_ERROR(txn.Commit());
+  return removed;
+}
+
+Expected<std::vector<WinnerRecord>> Store::ListWinners() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto stmt = impl_->Prepare(
+      "SELECT task_key, graph_canonical, input_specs, arch, gpu_name, origin, candidate_hash,"
+      " launch_plan_json, baseline_us, best_us, speedup, reduced_precision, versions_json,"
+      " created_at, content_hash FROM winners ORDER BY created_at DESC, task_key ASC");
+  if (!stmt.ok()) return stmt.status();
+  sqlite3_stmt* s = *stmt;
+  std::vector<WinnerRecord> out;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    WinnerRecord r;
+    r.task_key = ColumnText(s, 0);
+    r.graph_canonical = ColumnText(s, 1);
+    r.input_specs = ColumnText(s, 2);
+    r.arch = ColumnText(s, 3);
+    r.gpu_name = ColumnText(s, 4);
+    r.origin = ColumnText(s, 5);
+    r.candidate_hash = ColumnText(s, 6);
+    r.launch_plan_json = ColumnText(s, 7);
+    r.baseline_us = sqlite3_column_double(s, 8);
+    r.best_us = sqlite3_column_double(s, 9);
+    r.speedup = sqlite3_column_double(s, 10);
+    r.reduced_precision = sqlite3_column_int(s, 11) != 0;
+    r.versions_json = ColumnText(s, 12);
+    r.created_at = sqlite3_column_int64(s, 13);
+    r.content_hash = ColumnText(s, 14);
+    out.push_back(std::move(r));
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "list winners");
+  return out;
+}
+
+Status Store::RecordAttempt(AttemptRecord rec) {
+  if (rec.task_key.empty() || rec.candidate_hash.empty()) {
+    return Status(StatusCode::kInvalidArgument, "RecordAttempt: empty task key or candidate hash");
+  }
+  if (rec.created_at == 0) rec.created_at = NowUnixSeconds();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto stmt = impl_->Prepare(
+      "INSERT OR REPLACE INTO attempts (task_key, candidate_hash, origin, outcome, error, time_us,"
+      " created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  if (!stmt.ok()) return stmt.status();
+  sqlite3_stmt* s = *stmt;
+  BindText(s, 1, rec.task_key);
+  BindText(s, 2, rec.candidate_hash);
+  BindText(s, 3, rec.origin);
+  BindText(s, 4, rec.outcome);
+  BindText(s, 5, rec.error);
+  sqlite3_bind_double(s, 6, rec.time_us);
+  sqlite3_bind_int64(s, 7, rec.created_at);
+  int rc = sqlite3_step(s);  // a single statement is its own (IMMEDIATE-equivalent) transaction
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "record attempt " + rec.task_key + "/" + rec.candidate_hash);
+  return Status::Ok();
+}
+
+Expected<std::vector<AttemptRecord>> Store::ListAttempts(const std::string& task_key) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto stmt = impl_->Prepare(
+      "SELECT task_key, candidate_hash, origin, outcome, error, time_us, created_at FROM attempts"
+      " WHERE task_key = ?1 ORDER BY created_at ASC, candidate_hash ASC");
+  if (!stmt.ok()) return stmt.status();
+  sqlite3_stmt* s = *stmt;
+  BindText(s, 1, task_key);
+  std::vector<AttemptRecord> out;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    AttemptRecord r;
+    r.task_key = ColumnText(s, 0);
+    r.candidate_hash = ColumnText(s, 1);
+    r.origin = ColumnText(s, 2);
+    r.outcome = ColumnText(s, 3);
+    r.error = ColumnText(s, 4);
+    r.time_us = sqlite3_column_double(s, 5);
+    r.created_at = sqlite3_column_int64(s, 6);
+    out.push_back(std::move(r));
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "list attempts of " + task_key);
+  return out;
+}
+
+Expected<bool> Store::WasAttempted(const std::string& task_key, const std::string& candidate_hash) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto stmt = impl_->Prepare("SELECT 1 FROM attempts WHERE task_key = ?1 AND candidate_hash = ?2");
+  if (!stmt.ok()) return stmt.status();
+  BindText(*stmt, 1, task_key);
+  BindText(*stmt, 2, candidate_hash);
+  int rc = sqlite3_step(*stmt);
+  sqlite3_reset(*stmt);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return impl_->Error(rc, "read attempt " + task_key);
+  return rc == SQLITE_ROW;
+}
+
+Expected<std::optional<std::string>> Store::GetMeta(const std::string& key) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto stmt = impl_->Prepare("SELECT value FROM meta WHERE key = ?1");
+  if (!stmt.ok()) return stmt.status();
+  BindText(*stmt, 1, key);
+  int rc = sqlite3_step(*stmt);
+  std::optional<std::string> value;
+  if (rc == SQLITE_ROW) value = ColumnText(*stmt, 0);
+  sqlite3_reset(*stmt);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return impl_->Error(rc, "read meta " + key);
+  return value;
+}
+
+Status Store::SetMeta(const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto stmt = impl_->Prepare("INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)");
+  if (!stmt.ok()) return stmt.status();
+  BindText(*stmt, 1, key);
+  BindText(*stmt, 2, value);
+  int rc = sqlite3_step(*stmt);
+  sqlite3_reset(*stmt);
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "write meta " + key);
+  return Status::Ok();
+}
+
+std::string DefaultCacheDir() {
+  const char* dir = std::getenv("DICE_CACHE_DIR");
+  if (dir != nullptr && dir[0] != '\0') return dir;
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && home[0] != '\0') return (fs::path(home) / ".cache" / "dice").string();
+  // No HOME (daemons, some containers): a per-user directory under /tmp.
+  return "/tmp/dice-cache-" + std::to_string(::getuid());
+}
+
+std::string DatabasePath(const std::string& cache_dir) {
+  return (fs::path(cache_dir) / "kernels.db").string();
+}
+
+}  // namespace dice::cache

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Installs what the build needs and configures + builds into build/.
+#   bash scripts/setup.sh            # CPU machine / CI: Debian packages + torch==2.11.0 from PyPI
+# On the GPU machine (no registry) it uses the preinstalled torch and the
+# Debian packages carried in .deps/ (made here by scripts/gpu_prepare.sh).
+# Env: BUILD_DIR (default build), BUILD_TYPE (default RelWithDebInfo), JOBS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD_DIR=${BUILD_DIR:-build}
+BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
+TORCH_VERSION=2.11.0
+APT_PACKAGES="build-essential cmake ninja-build pkg-config libsqlite3-dev sqlite3 libssl-dev nlohmann-json3-dev
+  libspdlog-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev python3-pip"
+
+log() { echo "[setup] $*"; }
+
+have_headers() {
+  for h in sqlite3.h openssl/evp.h nlohmann/json.hpp spdlog/spdlog.h CLI/CLI.hpp gtest/gtest.h; do
+    [ -e "/usr/include/$h" ] || [ -e "$ROOT/.deps/root/usr/include/$h" ] || return 1
+  done
+}
+
+# 1. System packages.
+if [ -d "$ROOT/.deps" ] && ls "$ROOT"/.deps/*.deb >/dev/null 2>&1; then
+  log "unpacking carried Debian packages from .deps/ (no registry on this machine)"
+  mkdir -p "$ROOT/.deps/root"
+  for deb in "$ROOT"/.deps/*.deb; do dpkg -x "$deb" "$ROOT/.deps/root"; done
+fi
+if ! have_headers; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing Debian packages"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $APT_PACKAGES >/dev/null
+  else
+    log "missing development headers and cannot apt-get (not root?): install: $APT_PACKAGES"
+    exit 1
+  fi
+fi
+[ -x /usr/local/cuda/bin/nvcc ] || [ -e /usr/local/cuda/include/nvrtc.h ] || {
+  log "CUDA toolkit not found at /usr/local/cuda (NVRTC and headers are required)"; exit 1; }
+
+# 2. PyTorch (LibTorch comes with the wheel).
+torch_version() { python3 -c 'import torch,sys;sys.stdout.write(torch.__version__.split("+")[0])' 2>/dev/null || true; }
+if [ "$(torch_version)" != "$TORCH_VERSION" ]; then
+  log "installing torch==$TORCH_VERSION from PyPI"
+  python3 -m pip install -q "torch==$TORCH_VERSION" numpy
+fi
+[ "$(torch_version)" = "$TORCH_VERSION" ] || { log "torch $TORCH_VERSION is not importable by python3"; exit 1; }
+python3 -c 'import numpy' 2>/dev/null || python3 -m pip install -q numpy 2>/dev/null || log "numpy not installed (optional)"
+TORCH_PREFIX=$(python3 -c 'import torch,sys;sys.stdout.write(torch.utils.cmake_prefix_path)' 2>/dev/null)
+
+# 3. Configure and build.
+PREFIX_PATH="$TORCH_PREFIX"
+EXTRA=()
+if [ -d "$ROOT/.deps/root/usr" ]; then
+  PREFIX_PATH="$ROOT/.deps/root/usr;$PREFIX_PATH"
+  EXTRA+=("-DCMAKE_CXX_FLAGS=-isystem $ROOT/.deps/root/usr/include")
+fi
+GEN=()
+command -v ninja >/dev/null && GEN=(-G Ninja)
+log "configuring $BUILD_DIR ($BUILD_TYPE)"
+cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" -DCMAKE_PREFIX_PATH="$PREFIX_PATH" \
+  "${EXTRA[@]}" >"$BUILD_DIR.configure.log" 2>&1 || { cat "$BUILD_DIR.configure.log"; exit 1; }
+log "building (this takes several minutes on 2 cores: LibTorch headers are heavy)"
+cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}"
+log "done: $BUILD_DIR/cli/dice"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs every test. GPU tests (ctest label `gpu`) skip
+# themselves with a reason on machines without a CUDA device.
+#   bash scripts/test.sh            # all tests
+#   bash scripts/test.sh -L gpu     # extra args go to ctest
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+BUILD_DIR=${BUILD_DIR:-build}
+cd "$BUILD_DIR"
+ctest --output-on-failure --timeout 600 -j "${JOBS:-2}" "$@"
