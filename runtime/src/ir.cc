@@ -274,6 +274,11 @@ Expected<std::vector<ValueType>> InferTypes(const Graph& graph) {
           out = {b.dtype, b.rank, false};
         } else if (b.is_scalar_constant) {
           out = {a.dtype, a.rank, false};
+        } else if (a.rank == 0 && b.rank > 0) {
+          // torch: a 0-d tensor does not promote a dimensioned one of the same category.
+          out = {b.dtype, b.rank, false};
+        } else if (b.rank == 0 && a.rank > 0) {
+          out = {a.dtype, a.rank, false};
         } else {
           out = {PromoteTypes(a.dtype, b.dtype), std::max(a.rank, b.rank), false};
         }

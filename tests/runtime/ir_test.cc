@@ -182,3 +182,20 @@ TEST(IrTest, TaskKeyDependsOnShapesArchAndVersions) {
 
 }  // namespace
 }  // namespace dice::ir
+
+namespace dice::ir {
+namespace {
+TEST(IrTest, ZeroDimTensorDoesNotPromoteDimensionedTensor) {
+  Graph g;
+  g.inputs = {{DType::kFloat16, 1}, {DType::kFloat32, 0}};
+  Op a; a.kind = OpKind::kAdd; a.args = {0, 1};
+  Op b; b.kind = OpKind::kMul; b.args = {1, 1};
+  g.ops = {a, b};
+  g.outputs = {2, 3};
+  auto types = InferTypes(g);
+  ASSERT_TRUE(types.ok());
+  EXPECT_EQ((*types)[2].dtype, DType::kFloat16);  // torch: f16[N] + f32[] -> f16
+  EXPECT_EQ((*types)[3].dtype, DType::kFloat32);
+}
+}  // namespace
+}  // namespace dice::ir

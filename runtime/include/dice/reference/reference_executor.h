@@ -19,8 +19,20 @@ namespace dice::reference {
 
 /// Evaluates `graph` on `inputs` (any device, dtypes per the graph's input
 /// declarations) and returns the group outputs in graph.outputs order.
-/// `upcast` computes in float64 (for an extra-precise oracle).
-/// Errors: kInvalidArgument when inputs do not match the declarations;
+/// `upcast` computes in float64 (for an extra-precise oracle): inputs are
+/// converted to double, every output is float64, and a cast op keeps its
+/// rounding (x.to(dtype).to(double)).
+/// Scalar constants stay weak: a binary op with a constant operand calls the
+/// Scalar overload (at::add(t, c); c - t is at::rsub(t, c); c / t is
+/// reciprocal(t) * c, as Tensor.__rtruediv__), maximum/minimum wrap the
+/// constant as a 0-d tensor of the other operand's dtype; ops on constants
+/// only are folded in float64. Outputs may alias inputs when the graph
+/// returns an input. Synchronous only as far as ATen is (CUDA ops are queued
+/// on the current stream).
+/// Errors: kInvalidArgument when the graph is invalid (ir::InferTypes), the
+/// input count differs, or an input's dtype/rank differs from its
+/// declaration ("input 1 (x1): dtype Half, expected f32"), or ATen rejects
+/// an op (shapes that do not broadcast: "op 0 (add): ...");
 /// kUnsupported for an op without an ATen mapping (names the op).
 Expected<std::vector<at::Tensor>> Run(const ir::Graph& graph, const std::vector<at::Tensor>& inputs,
                                       bool upcast = false);

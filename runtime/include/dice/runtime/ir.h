@@ -38,7 +38,9 @@ const char* DTypeName(DType dtype);
 Expected<DType> ParseDType(std::string_view text);
 /// Bytes per element (4, 2, 2).
 int64_t DTypeSize(DType dtype);
-/// PyTorch's promotion between two floating dtypes (f16+bf16 -> f32).
+/// PyTorch's promotion between two floating dtypes of tensors with the same
+/// priority (f16+bf16 -> f32). InferTypes also applies torch's rule that a
+/// 0-d tensor never promotes a dimensioned one (f16[N] + f32[] -> f16).
 DType PromoteTypes(DType a, DType b);
 
 /// A concrete tensor: dtype, shape, strides (in elements) and the byte

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""KernelBench benchmark chunk: eager vs torch.compile vs the model after `dice tune`.
+
+For each task file (KernelBench format: Model, get_inputs, get_init_inputs):
+  1. eager time and torch.compile (default; max-autotune with --max-autotune),
+  2. trace to TorchScript, `dice tune` it (subprocess; winners go to --cache),
+  3. load the traced model in THIS process with libdice_torch_ext loaded and
+     DICE_MODE=cache (the registered TorchScript pass forms fusion groups and
+     serves the cached winners), check its outputs against eager within the
+     per-dtype tolerance, and time it with the same timer.
+All times: CUDA events, warm-up, L2 flushed (256 MB write) before each
+repetition, median of --reps, in µs. One JSON line per task goes to --out;
+bench/report.py turns the lines into the docs/PERF.md table.
+
+Usage (GPU machine): python3 bench/kernelbench_bench.py TASK.py [...] --dice build/cli/dice
+    --lib build/torch_ext/libdice_torch_ext.so --cache /tmp/dice-cache --out results.jsonl
+"""
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+DTYPE_SPEC = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+
+
+def load_task(path):
+    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_flush = None
+
+
+def bench_us(fn, reps):
+    """Median µs of fn() with CUDA events; L2 flushed before each repetition."""
+    global _flush
+    if _flush is None:
+        _flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        _flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def flatten(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in flatten(o)]
+    return []
+
+
+def outputs_match(got, want):
+    g, w = flatten(got), flatten(want)
+    if len(g) != len(w):
+        return False, "output count differs"
+    worst = 0.0
+    for a, b in zip(g, w):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False, "shape/dtype differs"
+        tol = TOL.get(b.dtype, 1e-4)
+        a64, b64 = a.double(), b.double()
+        if not torch.equal(torch.isnan(a64), torch.isnan(b64)):
+            return False, "NaN placement differs"
+        err = (a64 - b64).abs().nan_to_num(0)
+        bad = int((err > tol + tol * b64.abs().nan_to_num(0)).sum())
+        worst = max(worst, float(err.max()) if err.numel() else 0.0)
+        if bad:
+            return False, f"{bad} elements outside tolerance (max abs err {worst:.3g})"
+    return True, f"max abs err {worst:.3g}"
+
+
+def run_task(path, args):
+    name = os.path.basename(path)[:-3]
+    level = os.path.basename(os.path.dirname(path))
+    rec = {"task": f"{level}/{name}", "gpu": torch.cuda.get_device_name(0)}
+    torch.manual_seed(0)
+    mod = load_task(path)
+    model = mod.Model(*mod.get_init_inputs()).cuda().eval()
+    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
+    if not all(isinstance(x, torch.Tensor) and x.dtype in DTYPE_SPEC for x in inputs):
+        rec["error"] = "non-tensor or non-float input; skipped"
+        return rec
+    with torch.no_grad():
+        ref = model(*inputs)
+        rec["eager_us"] = bench_us(lambda: model(*inputs), args.reps)
+        t0 = time.time()
+        compiled = torch.compile(model)
+        compiled(*inputs)
+        rec["compile_s"] = time.time() - t0
+        rec["compile_us"] = bench_us(lambda: compiled(*inputs), args.reps)
+        if args.max_autotune:
+            ma = torch.compile(model, mode="max-autotune-no-cudagraphs")
+            rec["max_autotune_us"] = bench_us(lambda: ma(*inputs), args.reps)
+        traced = torch.jit.trace(model, tuple(inputs), check_trace=False)
+    pt = os.path.join(args.workdir, name + ".pt")
+    traced.save(pt)
+    specs = ["x".join(str(d) for d in x.shape) + ":" + DTYPE_SPEC[x.dtype] for x in inputs]
+    cmd = [args.dice, "tune", pt, "--cache", args.cache, "--budget-s", str(args.budget_s),
+           "--json", pt + ".json"] + [a for s in specs for a in ("--input", s)]
+    t0 = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.task_timeout)
+    rec["tune_s"] = time.time() - t0
+    rec["tune_rc"] = proc.returncode
+    sys.stdout.write(proc.stdout[-3000:])
+    if proc.returncode not in (0, 1):
+        rec["error"] = "dice tune exit %d: %s" % (proc.returncode, proc.stderr[-500:])
+    try:
+        with open(pt + ".json") as f:
+            tune = json.load(f)
+        rec["groups"] = tune["groups"]
+        rec["dice_before_us"], rec["dice_after_us"] = tune["before_us"], tune["after_us"]
+    except (OSError, ValueError, KeyError) as e:
+        rec.setdefault("error", f"no tune report: {e}")
+    # The tuned model served from the cache, in this process, same timer.
+    os.environ["DICE_MODE"] = "cache"
+    os.environ["DICE_CACHE_DIR"] = args.cache
+    with torch.no_grad():
+        dm = torch.jit.load(pt).cuda().eval()
+        for _ in range(3):  # the profiling executor optimizes after a few runs
+            out = dm(*inputs)
+        ok, detail = outputs_match(out, ref)
+        rec["correct"], rec["correct_detail"] = ok, detail
+        rec["dice_us"] = bench_us(lambda: dm(*inputs), args.reps)
+    os.environ["DICE_MODE"] = "off"
+    rec["speedup_vs_eager"] = rec["eager_us"] / rec["dice_us"]
+    rec["speedup_vs_compile"] = rec["compile_us"] / rec["dice_us"]
+    return rec
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("tasks", nargs="+")
+    p.add_argument("--dice", default="build/cli/dice")
+    p.add_argument("--lib", default="build/torch_ext/libdice_torch_ext.so")
+    p.add_argument("--cache", default="/tmp/dice-bench-cache")
+    p.add_argument("--workdir", default="/tmp/dice-bench")
+    p.add_argument("--out", default="bench-results.jsonl")
+    p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--budget-s", type=float, default=30)
+    p.add_argument("--task-timeout", type=float, default=240)
+    p.add_argument("--max-autotune", action="store_true")
+    args = p.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    torch.ops.load_library(args.lib)
+    for path in args.tasks:
+        try:
+            rec = run_task(path, args)
+        except Exception as e:  # one broken task must not end the chunk
+            rec = {"task": path, "error": f"{type(e).__name__}: {e}"[:500]}
+        with open(args.out, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        print(json.dumps({k: v for k, v in rec.items() if k != "groups"}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Turns kernelbench_bench.py JSON lines into the docs/PERF.md markdown table.
+
+fast_p (KernelBench): share of tasks that are correct AND faster than eager by
+more than p (fast_1: speedup > 1, fast_2: speedup > 2). Geomeans are over the
+correct tasks. Group speedup: PyTorch's time for a fusion group's ops (the
+worker's baseline) over the winner kernel's time, per tuned group.
+Usage: python3 bench/report.py results.jsonl [...]
+"""
+import json
+import math
+import sys
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def main(paths):
+    recs = [json.loads(line) for p in paths for line in open(p) if line.strip()]
+    print("| task | eager µs | compile µs | dice µs | vs eager | vs compile | correct | groups (speedup) | tune s |")
+    print("|---|---:|---:|---:|---:|---:|:-:|---|---:|")
+    for r in recs:
+        if "dice_us" not in r:
+            print(f"| {r['task']} | | | | | | error | {r.get('error', '')[:80]} | |")
+            continue
+        groups = ", ".join(f"{g['description'].split(' ')[0]} {g['speedup']:.2f}x" if g.get("speedup") else
+                           f"{g['description'].split(' ')[0]} -" for g in r.get("groups", []))
+        print(f"| {r['task']} | {r['eager_us']:.1f} | {r['compile_us']:.1f} | {r['dice_us']:.1f} | "
+              f"{r['speedup_vs_eager']:.2f}x | {r['speedup_vs_compile']:.2f}x | {'yes' if r['correct'] else 'NO'} | "
+              f"{groups} | {r.get('tune_s', 0):.1f} |")
+    for level in sorted({r["task"].split("/")[0] for r in recs}):
+        rs = [r for r in recs if r["task"].startswith(level)]
+        ok = [r for r in rs if r.get("correct")]
+        n = len(rs)
+        fast1 = sum(1 for r in ok if r["speedup_vs_eager"] > 1.0)
+        fast2 = sum(1 for r in ok if r["speedup_vs_eager"] > 2.0)
+        gs = [g["speedup"] for r in ok for g in r.get("groups", []) if g.get("speedup")]
+        print(f"\n**{level}**: {n} tasks, correct {len(ok)}/{n}, fast_1 {100.0 * fast1 / max(n, 1):.0f}%, "
+              f"fast_2 {100.0 * fast2 / max(n, 1):.0f}%, geomean vs eager {geomean([r['speedup_vs_eager'] for r in ok]):.3f}x, "
+              f"vs torch.compile {geomean([r['speedup_vs_compile'] for r in ok]):.3f}x; compile vs eager "
+              f"{geomean([r['eager_us'] / r['compile_us'] for r in ok]):.3f}x; fused groups vs eager's kernels "
+              f"{geomean(gs):.3f}x over {len(gs)} groups")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

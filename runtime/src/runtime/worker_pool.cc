@@ -1,0 +1,452 @@
+// worker_pool.cc — spawning, talking to, and replacing dice-worker processes
+// (worker_pool.h). posix_spawn only: the user's process may have initialised
+// CUDA, and a forked child of such a process must not touch CUDA.
+#include "dice/runtime/worker_pool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <unordered_map>
+
+extern char** environ;
+
+namespace dice {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    const char* name = strsignal(sig);
+    return "killed by signal " + std::to_string(sig) + " (" + (name ? name : "?") + ")";
+  }
+  return "ended (wait status " + std::to_string(status) + ")";
+}
+
+// waitpid that retries EINTR; returns the pid, 0 (WNOHANG, still running) or -1.
+pid_t WaitPid(pid_t pid, int* status, int flags) {
+  for (;;) {
+    pid_t r = ::waitpid(pid, status, flags);
+    if (r < 0 && errno == EINTR) continue;
+    return r;
+  }
+}
+
+double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+std::string ResolveWorkerPath(const std::string& explicit_path) {
+  if (!explicit_path.empty()) return explicit_path;
+  if (const char* env = std::getenv("DICE_WORKER"); env != nullptr && env[0] != '\0') return env;
+#ifdef DICE_WORKER_BUILD_PATH
+  if (IsExecutableFile(DICE_WORKER_BUILD_PATH)) return DICE_WORKER_BUILD_PATH;
+#endif
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n > 0) {
+    std::string exe(buf, static_cast<size_t>(n));
+    auto slash = exe.rfind('/');
+    if (slash != std::string::npos) return exe.substr(0, slash + 1) + "dice-worker";
+  }
+  return "dice-worker";
+}
+
+// ---------------------------------------------------------------- WorkerProcess
+
+Expected<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(const std::string& path,
+                                                              const std::vector<std::string>& args) {
+  if (!IsExecutableFile(path)) {
+    return Status(StatusCode::kNotFound, "dice-worker binary '" + path +
+                                             "' does not exist or is not executable (set TuneOptions.worker_path "
+                                             "or the DICE_WORKER environment variable)");
+  }
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return Status(StatusCode::kIoError, std::string("socketpair for the worker: ") + strerror(errno));
+  }
+  // Keep the child's end off fds 0-2 so dup2 below always makes a fresh,
+  // non-close-on-exec descriptor.
+  if (sv[1] <= 2) {
+    int moved = ::fcntl(sv[1], F_DUPFD_CLOEXEC, 3);
+    ::close(sv[1]);
+    sv[1] = moved;
+    if (moved < 0) {
+      ::close(sv[0]);
+      return Status(StatusCode::kIoError, std::string("fcntl(F_DUPFD_CLOEXEC): ") + strerror(errno));
+    }
+  }
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, sv[1], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, sv[1], STDOUT_FILENO);
+
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t empty, defaults;
+  sigemptyset(&empty);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
+  posix_spawnattr_setsigmask(&attr, &empty);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setpgroup(&attr, 0);  // own process group
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+
+  std::vector<std::string> argv_store;
+  argv_store.push_back(path);
+  argv_store.insert(argv_store.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_store) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, path.c_str(), &actions, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  ::close(sv[1]);
+  if (rc != 0) {
+    ::close(sv[0]);
+    return Status(rc == ENOENT || rc == EACCES ? StatusCode::kNotFound : StatusCode::kIoError,
+                  "posix_spawn '" + path + "': " + strerror(rc));
+  }
+  std::unique_ptr<WorkerProcess> w(new WorkerProcess());
+  w->pid_ = pid;
+  w->spawned_pid_ = pid;
+  w->fd_ = sv[0];
+  return w;
+}
+
+WorkerProcess::~WorkerProcess() { Kill(); }
+
+void WorkerProcess::Kill() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    if (WaitPid(pid_, &status, 0) == pid_ && end_reason_.empty()) {
+      end_reason_ = "killed by the runtime (" + DescribeWaitStatus(status) + ")";
+    }
+    pid_ = -1;
+  }
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+  if (end_reason_.empty()) end_reason_ = "killed by the runtime";
+}
+
+void WorkerProcess::Shutdown(double grace_s) {
+  if (pid_ <= 0) {
+    Kill();
+    return;
+  }
+  if (worker::WriteFrame(fd_, worker::EncodeShutdownRequest()).ok()) {
+    auto deadline = Clock::now() + std::chrono::duration<double>(grace_s);
+    while (Clock::now() < deadline) {
+      int status = 0;
+      pid_t r = WaitPid(pid_, &status, WNOHANG);
+      if (r == pid_ || r < 0) {
+        end_reason_ = "shut down (" + (r == pid_ ? DescribeWaitStatus(status) : std::string("reaped elsewhere")) + ")";
+        pid_ = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  Kill();
+}
+
+std::string WorkerProcess::ReapAndDescribe() {
+  std::string reason;
+  if (pid_ > 0) {
+    // The stream ended; the process normally follows within milliseconds.
+    auto deadline = Clock::now() + std::chrono::seconds(2);
+    int status = 0;
+    pid_t r = 0;
+    while ((r = WaitPid(pid_, &status, WNOHANG)) == 0 && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (r == pid_) {
+      reason = DescribeWaitStatus(status);
+    } else if (r == 0) {
+      ::kill(pid_, SIGKILL);
+      WaitPid(pid_, &status, 0);
+      reason = "closed its stream and was killed";
+    } else {
+      reason = "ended (not reapable: " + std::string(strerror(errno)) + ")";
+    }
+    pid_ = -1;
+  }
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+  end_reason_ = reason.empty() ? "ended" : reason;
+  return end_reason_;
+}
+
+Status WorkerProcess::Send(const std::string& payload) {
+  if (fd_ < 0) return Status(StatusCode::kCrashed, "worker pid " + std::to_string(spawned_pid_) + " " + end_reason_);
+  Status st = worker::WriteFrame(fd_, payload);
+  if (st.code() == StatusCode::kCrashed) {
+    return Status(StatusCode::kCrashed, "worker pid " + std::to_string(spawned_pid_) + " " + ReapAndDescribe());
+  }
+  return st;
+}
+
+Expected<std::string> WorkerProcess::Receive(double timeout_s) {
+  if (fd_ < 0) return Status(StatusCode::kCrashed, "worker pid " + std::to_string(spawned_pid_) + " " + end_reason_);
+  int64_t ms = timeout_s < 0 ? -1 : static_cast<int64_t>(timeout_s * 1000.0 + 0.5);
+  auto frame = worker::ReadFrame(fd_, ms);
+  if (frame.ok()) return frame;
+  const Status& st = frame.status();
+  if (st.code() == StatusCode::kTimeout) {
+    end_reason_ = "gave no answer within " + std::to_string(timeout_s) + " s and was killed";
+    Kill();
+    return Status(StatusCode::kTimeout, "worker pid " + std::to_string(spawned_pid_) + " " + end_reason_);
+  }
+  if (st.code() == StatusCode::kCrashed) {
+    return Status(StatusCode::kCrashed, "worker pid " + std::to_string(spawned_pid_) + " " + ReapAndDescribe());
+  }
+  // Corrupt or I/O error: the stream can no longer be trusted.
+  Kill();
+  return st;
+}
+
+// ---------------------------------------------------------------- WorkerPool
+
+WorkerPool::WorkerPool(WorkerPoolOptions options)
+    : options_(std::move(options)), path_(ResolveWorkerPath(options_.worker_path)) {
+  if (options_.size < 1) options_.size = 1;
+}
+
+WorkerPool::~WorkerPool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& w : idle_) w->Shutdown();
+  idle_.clear();
+}
+
+Expected<std::unique_ptr<WorkerProcess>> WorkerPool::Acquire() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !idle_.empty() || live_ < options_.size; });
+    while (!idle_.empty()) {
+      std::unique_ptr<WorkerProcess> w = std::move(idle_.back());
+      idle_.pop_back();
+      if (w->alive()) return w;
+      --live_;
+    }
+    ++live_;  // reserve a slot, spawn outside the lock
+  }
+  auto w = WorkerProcess::Spawn(path_, options_.args);
+  if (!w.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    --live_;
+    cv_.notify_one();
+  }
+  return w;
+}
+
+void WorkerPool::Release(std::unique_ptr<WorkerProcess> w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (w && w->alive()) {
+    idle_.push_back(std::move(w));
+  } else {
+    --live_;
+    w.reset();  // a dead worker: already reaped, destructor only closes
+  }
+  cv_.notify_one();
+}
+
+Expected<worker::HelloReply> WorkerPool::Hello() {
+  auto w = Acquire();
+  if (!w.ok()) return w.status();
+  std::unique_ptr<WorkerProcess> proc = std::move(*w);
+  Status st = proc->Send(worker::EncodeHelloRequest());
+  if (!st.ok()) {
+    Release(std::move(proc));
+    return st;
+  }
+  auto frame = proc->Receive(options_.startup_timeout_s);
+  if (!frame.ok()) {
+    Release(std::move(proc));
+    return frame.status();
+  }
+  auto ev = worker::DecodeEvent(*frame);
+  if (!ev.ok() || ev->type != worker::EventType::kHelloReply) {
+    proc->Kill();
+    Release(std::move(proc));
+    return Status(StatusCode::kCorrupt, "worker answered hello with something else" +
+                                            (ev.ok() ? std::string() : ": " + ev.status().message()));
+  }
+  Release(std::move(proc));
+  return ev->hello;
+}
+
+Expected<WorkerTuneResult> WorkerPool::Tune(const worker::TuneRequest& request, double candidate_timeout_s,
+                                            double budget_s) {
+  const auto start = Clock::now();
+  WorkerTuneResult out;
+  const size_t n = request.items.size();
+  std::unordered_map<int, size_t> pos;
+  out.results.resize(n);
+  std::vector<bool> done(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    pos[request.items[i].id] = i;
+    out.results[i].id = request.items[i].id;
+  }
+  size_t remaining = n;
+  auto set_result = [&](size_t i, worker::CandidateResult r) {
+    if (done[i]) return;
+    r.id = request.items[i].id;
+    out.results[i] = std::move(r);
+    done[i] = true;
+    --remaining;
+  };
+  auto finish_rest = [&](const std::string& outcome, const std::string& error) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!done[i]) {
+        worker::CandidateResult r;
+        r.outcome = outcome;
+        r.error = error;
+        set_result(i, std::move(r));
+      }
+    }
+  };
+
+  bool baseline_known = !request.measure_baseline;
+  double baseline_us = request.known_baseline_us;
+  int setup_failures = 0;
+
+  while (remaining > 0) {
+    const double elapsed = SecondsSince(start);
+    if (elapsed >= budget_s) {
+      finish_rest("skipped", "tuning budget exhausted");
+      break;
+    }
+    auto acquired = Acquire();
+    if (!acquired.ok()) {
+      if (acquired.status().code() == StatusCode::kNotFound) return acquired.status();
+      finish_rest("crashed", "could not start a worker: " + acquired.status().ToString());
+      break;
+    }
+    std::unique_ptr<WorkerProcess> w = std::move(*acquired);
+
+    worker::TuneRequest req = request;
+    req.items.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (!done[i]) req.items.push_back(request.items[i]);
+    }
+    req.measure_baseline = request.measure_baseline && !baseline_known;
+    req.known_baseline_us = baseline_us;
+    req.budget_s = budget_s - elapsed;
+
+    int in_flight = -1;
+    bool batch_done = false;
+    bool lost = false;
+    bool fatal_seen = false;
+    Status lost_status;
+    Status st = w->Send(worker::EncodeTuneRequest(req));
+    if (!st.ok()) {
+      lost = true;
+      lost_status = st;
+    }
+    while (!lost && !batch_done) {
+      const double timeout = in_flight >= 0 ? candidate_timeout_s : options_.startup_timeout_s;
+      auto frame = w->Receive(timeout);
+      if (!frame.ok()) {
+        lost = true;
+        lost_status = frame.status();
+        break;
+      }
+      auto ev = worker::DecodeEvent(*frame);
+      if (!ev.ok()) {
+        w->Kill();
+        lost = true;
+        lost_status = ev.status();
+        break;
+      }
+      switch (ev->type) {
+        case worker::EventType::kBegin:
+          in_flight = ev->id;
+          break;
+        case worker::EventType::kResult: {
+          auto it = pos.find(ev->result.id);
+          if (it != pos.end()) set_result(it->second, ev->result);
+          if (in_flight == ev->result.id) in_flight = -1;
+          if (ev->result.fatal) {
+            // The worker's CUDA context is gone; it exits by itself.
+            fatal_seen = true;
+            lost = true;
+            lost_status = Status(StatusCode::kCrashed, "worker exited after a fatal CUDA error");
+            w->Kill();
+          }
+          break;
+        }
+        case worker::EventType::kBaseline:
+          baseline_known = true;
+          baseline_us = ev->baseline_us;
+          out.baseline_error = ev->error;
+          break;
+        case worker::EventType::kDone:
+          batch_done = true;
+          if (!ev->error.empty()) finish_rest("skipped", "worker: " + ev->error);
+          break;
+        case worker::EventType::kHelloReply:
+          break;  // not expected here; harmless
+      }
+    }
+
+    if (lost) {
+      ++out.respawns;
+      if (in_flight >= 0) {
+        auto it = pos.find(in_flight);
+        if (it != pos.end()) {
+          worker::CandidateResult r;
+          if (lost_status.code() == StatusCode::kTimeout) {
+            r.outcome = "timeout";
+            r.error = "candidate exceeded the " + std::to_string(candidate_timeout_s) +
+                      " s timeout (hang or endless loop); " + lost_status.message();
+          } else {
+            r.outcome = "crashed";
+            r.error = "the worker died while running this candidate: " + lost_status.message();
+          }
+          set_result(it->second, std::move(r));
+        }
+      } else if (!fatal_seen) {
+        // Lost outside any candidate (startup, compiles, reference, baseline).
+        if (++setup_failures >= 2) {
+          finish_rest(lost_status.code() == StatusCode::kTimeout ? "timeout" : "crashed",
+                      "the worker failed before running candidates: " + lost_status.ToString());
+        }
+      }
+    } else if (batch_done && remaining > 0) {
+      finish_rest("skipped", "the worker finished the batch without a result for this candidate");
+    }
+    Release(std::move(w));
+    if (batch_done) break;
+  }
+  out.baseline_us = baseline_us;
+  return out;
+}
+
+}  // namespace dice

@@ -1,0 +1,88 @@
+// dice-worker — the process that compiles, verifies and times candidate
+// kernels for the user's process (worker_pool.h spawns it; the protocol is in
+// worker_protocol.h). It reads framed JSON requests on stdin and writes
+// events on stdout until stdin closes or "shutdown" arrives.
+//
+// Exit codes: 0 = stdin closed or shutdown; 2 = protocol error;
+// 3 = a candidate left the CUDA context unusable (a fatal result was sent);
+// the parent then respawns a fresh worker.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <torch/headeronly/version.h>
+
+#include "dice/runtime/compiler.h"
+#include "dice/runtime/cuda_driver.h"
+#include "dice/runtime/worker_protocol.h"
+#include "tune_session.h"
+
+namespace {
+
+dice::worker::HelloReply MakeHello() {
+  dice::worker::HelloReply h;
+  h.pid = static_cast<int>(::getpid());
+  h.nvrtc_version = dice::NvrtcVersion();
+  h.torch_version = TORCH_VERSION;
+  const char* dev_env = std::getenv("DICE_DEVICE");
+  h.device_ordinal = dev_env ? std::atoi(dev_env) : 0;
+  auto info = dice::QueryDevice(h.device_ordinal);
+  if (info.ok()) {
+    h.has_device = true;
+    h.device = *info;
+  } else {
+    h.has_device = false;
+    h.no_device_reason = info.status().ToString();
+  }
+  return h;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--version") {
+    std::printf("dice-worker protocol %d, torch %s\n", dice::worker::kProtocolVersion, TORCH_VERSION);
+    return 0;
+  }
+  // The protocol owns the original stdout; anything else that prints to
+  // stdout (libraries, logs) goes to stderr instead of corrupting frames.
+  const int in_fd = STDIN_FILENO;
+  const int out_fd = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+  if (out_fd < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+    std::perror("dice-worker: redirecting stdout");
+    return 2;
+  }
+  auto send = [out_fd](const std::string& payload) { return dice::worker::WriteFrame(out_fd, payload); };
+
+  for (;;) {
+    auto frame = dice::worker::ReadFrame(in_fd, -1);
+    if (!frame.ok()) {
+      if (frame.status().code() == dice::StatusCode::kCrashed) return 0;  // parent closed the stream
+      std::fprintf(stderr, "dice-worker: %s\n", frame.status().ToString().c_str());
+      return 2;
+    }
+    auto req = dice::worker::DecodeRequest(*frame);
+    if (!req.ok()) {
+      std::fprintf(stderr, "dice-worker: bad request: %s\n", req.status().ToString().c_str());
+      return 2;
+    }
+    switch (req->type) {
+      case dice::worker::RequestType::kHello:
+        if (!send(dice::worker::EncodeHelloReply(MakeHello())).ok()) return 0;
+        break;
+      case dice::worker::RequestType::kShutdown:
+        return 0;
+      case dice::worker::RequestType::kTune:
+        if (dice::worker_impl::RunTuneRequest(req->tune, send)) {
+          // Fatal CUDA error or parent gone: skip destructors that would
+          // touch the broken context.
+          std::fflush(stderr);
+          ::_exit(3);
+        }
+        break;
+    }
+  }
+}

@@ -1,0 +1,511 @@
+// tune_session.cc — compile, verify and time candidates inside dice-worker
+// (tune_session.h; DESIGN.md "Verification", "Timing", "Precision policy").
+#include "tune_session.h"
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "dice/reference/reference_executor.h"
+#include "dice/runtime/comparator.h"
+#include "dice/runtime/compiler.h"
+#include "dice/runtime/cuda_driver.h"
+#include "dice/runtime/ir.h"
+#include "dice/runtime/kernel_launcher.h"
+
+namespace dice::worker_impl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kWarmupReps = 3;
+constexpr int kMinTimedReps = 20;      // DESIGN.md "Timing": median of many
+constexpr int kMaxTimedReps = 200;
+constexpr double kTargetTimingMs = 300;  // aim for this much timed work per measurement
+constexpr int64_t kMinFlushBytes = 256ll << 20;
+constexpr double kReverifySpeedup = 10.0;  // speedups above this are re-verified
+constexpr int kReverifyFactor = 3;         // ... with this many times the trials
+constexpr double kReducedPrecisionToleranceFactor = 10.0;
+constexpr size_t kMaxErrorChars = 4000;
+constexpr uint64_t kSeedBase = 0x5eed0000ull;
+
+double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string Clip(std::string s) {
+  if (s.size() > kMaxErrorChars) {
+    s.resize(kMaxErrorChars);
+    s += "...";
+  }
+  return s;
+}
+
+// One verification trial: inputs on the device in the task's layout and the
+// reference outputs copied to the host.
+struct Trial {
+  std::string label;
+  std::vector<at::Tensor> inputs;
+  std::vector<at::Tensor> ref_host;
+  std::vector<ir::DType> ref_dtypes;
+};
+
+// Output buffers of one candidate: raw bytes (poisoned before every run) and
+// typed views of them in the task's output layout; plus the workspace.
+struct Buffers {
+  std::vector<at::Tensor> bytes;
+  std::vector<at::Tensor> typed;
+  at::Tensor workspace;
+};
+
+// Everything a tune request shares between candidates.
+struct Session {
+  const CudaDriver* driver = nullptr;
+  const worker::TuneRequest* req = nullptr;
+  ir::Graph graph;
+  std::vector<ir::TensorSpec> outputs;
+  std::vector<bool> positive;  // input i feeds log/sqrt/rsqrt/pow: keep it > 0
+  at::Device device{at::kCUDA, 0};
+  at::Tensor flush;            // written between timed repetitions to evict L2
+  std::vector<Trial> trials;   // random + captured
+  std::optional<std::vector<Trial>> extra_trials;  // re-verification (built on demand)
+  double baseline_us = 0;
+};
+
+// Inputs whose values reach the argument of an op with a restricted domain
+// (log, sqrt, rsqrt: x > 0; pow and a non-integer scalar power: base > 0).
+// Such inputs are drawn as |randn * scale| + 0.1 so the trial is not all NaN.
+std::vector<bool> PositiveDomainInputs(const ir::Graph& g) {
+  const size_t n_in = g.inputs.size();
+  std::vector<std::vector<bool>> deps(static_cast<size_t>(g.num_values()), std::vector<bool>(n_in, false));
+  for (size_t i = 0; i < n_in; ++i) deps[i][i] = true;
+  std::vector<bool> positive(n_in, false);
+  for (size_t k = 0; k < g.ops.size(); ++k) {
+    const ir::Op& op = g.ops[k];
+    auto& self = deps[static_cast<size_t>(g.op_value(k))];
+    for (int32_t a : op.args) {
+      for (size_t i = 0; i < n_in; ++i) self[i] = self[i] || deps[static_cast<size_t>(a)][i];
+    }
+    bool restricted = op.kind == ir::OpKind::kLog || op.kind == ir::OpKind::kSqrt ||
+                      op.kind == ir::OpKind::kRsqrt || op.kind == ir::OpKind::kPow;
+    if (op.kind == ir::OpKind::kPowScalar && !op.scalars.empty()) {
+      restricted = std::floor(op.scalars[0]) != op.scalars[0];
+    }
+    if (restricted && !op.args.empty()) {
+      const auto& d = deps[static_cast<size_t>(op.args[0])];
+      for (size_t i = 0; i < n_in; ++i) positive[i] = positive[i] || d[i];
+    }
+  }
+  return positive;
+}
+
+// Elements the strided layout spans (0 for an empty tensor).
+int64_t StorageNumel(const ir::TensorSpec& s) {
+  int64_t n = 1;
+  for (size_t i = 0; i < s.shape.size(); ++i) {
+    if (s.shape[i] == 0) return 0;
+    n += (s.shape[i] - 1) * s.strides[i];
+  }
+  return n;
+}
+
+// Offset (elements) that gives the data pointer the spec's alignment when it
+// is below 16 bytes (allocations themselves are 256-byte aligned).
+int64_t AlignmentOffset(const ir::TensorSpec& s) {
+  const int64_t es = ir::DTypeSize(s.dtype);
+  return (s.alignment < 16 && s.alignment >= es) ? s.alignment / es : 0;
+}
+
+at::Tensor RandomInput(const Session& ss, const ir::TensorSpec& spec, bool positive, double scale) {
+  const int64_t off = AlignmentOffset(spec);
+  at::Tensor buf = at::randn({StorageNumel(spec) + off}, at::TensorOptions().device(ss.device).dtype(at::kFloat));
+  buf.mul_(scale);
+  if (positive) buf = buf.abs_().add_(0.1);
+  buf = buf.to(reference::ToScalarType(spec.dtype));
+  return buf.as_strided(spec.shape, spec.strides, off);
+}
+
+Status FillReference(const Session& ss, Trial* t) {
+  auto ref = reference::Run(ss.graph, t->inputs);
+  if (!ref.ok()) return ref.status().WithContext("reference executor (" + t->label + ")");
+  if (ref->size() != ss.outputs.size()) {
+    return Status(StatusCode::kInternal, "reference executor returned " + std::to_string(ref->size()) +
+                                             " outputs, the task has " + std::to_string(ss.outputs.size()));
+  }
+  for (size_t k = 0; k < ref->size(); ++k) {
+    const at::Tensor& r = (*ref)[k];
+    if (r.sizes().vec() != ss.outputs[k].shape) {
+      return Status(StatusCode::kInternal, "reference output " + std::to_string(k) + " has shape " +
+                                               c10::str(r.sizes()) + ", the task says " + ss.outputs[k].ToString());
+    }
+    auto dt = reference::FromScalarType(r.scalar_type());
+    if (!dt.ok()) return dt.status().WithContext("reference output " + std::to_string(k));
+    t->ref_host.push_back(r.contiguous().cpu());
+    t->ref_dtypes.push_back(*dt);
+  }
+  return Status::Ok();
+}
+
+// Random trial number `index`: randn scaled by 1 (even) or 10 (odd).
+Expected<Trial> MakeRandomTrial(const Session& ss, int index) {
+  Trial t;
+  const double scale = (index % 2 == 0) ? 1.0 : 10.0;
+  t.label = "random trial " + std::to_string(index) + " (randn x" + std::to_string(static_cast<int>(scale)) + ")";
+  at::manual_seed(kSeedBase + static_cast<uint64_t>(index));
+  for (size_t i = 0; i < ss.req->inputs.size(); ++i) {
+    t.inputs.push_back(RandomInput(ss, ss.req->inputs[i], ss.positive[i], scale));
+  }
+  DICE_RETURN_IF_ERROR(FillReference(ss, &t));
+  return t;
+}
+
+// The captured real inputs, read from the request's file.
+Expected<Trial> MakeCapturedTrial(const Session& ss) {
+  const worker::TuneRequest& req = *ss.req;
+  uint64_t expected = 0;
+  for (const auto& s : req.inputs) expected += static_cast<uint64_t>(s.nbytes());
+  if (expected != req.captured_bytes || req.captured_bytes > worker::kMaxCapturedBytes) {
+    return Status(StatusCode::kInvalidArgument, "captured inputs: " + std::to_string(req.captured_bytes) +
+                                                    " bytes, the task's inputs need " + std::to_string(expected));
+  }
+  std::ifstream in(req.captured_path, std::ios::binary);
+  if (!in) return Status(StatusCode::kIoError, "cannot open captured inputs '" + req.captured_path + "'");
+  std::string bytes(static_cast<size_t>(req.captured_bytes), '\0');
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
+    return Status(StatusCode::kIoError, "short read of captured inputs '" + req.captured_path + "'");
+  }
+  Trial t;
+  t.label = "captured inputs";
+  size_t offset = 0;
+  for (const auto& spec : req.inputs) {
+    const auto dtype = reference::ToScalarType(spec.dtype);
+    at::Tensor host = at::from_blob(bytes.data() + offset, spec.shape, at::TensorOptions().dtype(dtype));
+    offset += static_cast<size_t>(spec.nbytes());
+    const int64_t off = AlignmentOffset(spec);
+    at::Tensor buf = at::zeros({StorageNumel(spec) + off}, at::TensorOptions().device(ss.device).dtype(dtype));
+    at::Tensor dev = buf.as_strided(spec.shape, spec.strides, off);
+    dev.copy_(host);  // throws for overlapping (stride-0) layouts; the caller skips the trial
+    t.inputs.push_back(dev);
+  }
+  DICE_RETURN_IF_ERROR(FillReference(ss, &t));
+  return t;
+}
+
+Buffers MakeBuffers(const Session& ss, const LaunchPlan& plan) {
+  Buffers b;
+  for (const auto& spec : ss.outputs) {
+    const int64_t nbytes = spec.nbytes();
+    at::Tensor raw = at::empty({std::max<int64_t>(nbytes, 16)}, at::TensorOptions().device(ss.device).dtype(at::kByte));
+    at::Tensor typed = raw.narrow(0, 0, nbytes).view(reference::ToScalarType(spec.dtype)).view(spec.shape);
+    b.bytes.push_back(raw);
+    b.typed.push_back(typed);
+  }
+  if (plan.workspace_bytes > 0) {
+    b.workspace = at::zeros({static_cast<int64_t>(plan.workspace_bytes)},
+                            at::TensorOptions().device(ss.device).dtype(at::kByte));
+  }
+  return b;
+}
+
+// cuCtxSynchronize: an error here is sticky (illegal address, misaligned
+// access, trap): the context is unusable and the worker must exit.
+Status SyncContext(const Session& ss, const char* what) {
+  CUresult_t rc = ss.driver->cuCtxSynchronize();
+  if (rc != 0) return Status(StatusCode::kCrashed, ss.driver->ErrorText(what, rc));
+  return Status::Ok();
+}
+
+// Launches the candidate once (no synchronisation).
+Status LaunchOnce(const LoadedKernel& k, const Trial& t, Buffers& b, void* stream) {
+  std::vector<void*> ptrs;
+  ptrs.reserve(t.inputs.size() + b.typed.size());
+  for (const auto& x : t.inputs) ptrs.push_back(x.data_ptr());
+  for (const auto& y : b.typed) ptrs.push_back(y.data_ptr());
+  return k.Launch(ptrs.data(), b.workspace.defined() ? b.workspace.data_ptr() : nullptr, stream);
+}
+
+// Poisons the outputs (0xFF: NaN in every dtype), zeroes the workspace,
+// launches, and waits. kCrashed = sticky CUDA error (fatal).
+Status RunOnce(const Session& ss, const LoadedKernel& k, const Trial& t, Buffers& b) {
+  for (auto& raw : b.bytes) raw.fill_(static_cast<int64_t>(kPoisonByte));
+  if (b.workspace.defined()) b.workspace.zero_();
+  Status st = LaunchOnce(k, t, b, at::cuda::getCurrentCUDAStream().stream());
+  DICE_RETURN_IF_ERROR(SyncContext(ss, "kernel execution"));
+  return st;
+}
+
+Tolerance ToleranceFor(const worker::TuneRequest& req, const Candidate& c, ir::DType got, ir::DType ref) {
+  Tolerance tol = Tolerance::ForDTypes(got, ref);
+  if (c.reduced_precision && req.allow_reduced_precision) tol = tol.Scaled(kReducedPrecisionToleranceFactor);
+  return tol;
+}
+
+// Runs the candidate on every trial: every element against the reference,
+// then a repeat run that must agree with the first (races, uninitialised reads).
+Status VerifyOn(const Session& ss, const Candidate& c, const LoadedKernel& k, const std::vector<Trial>& trials,
+                Buffers& b) {
+  for (const Trial& t : trials) {
+    Status st = RunOnce(ss, k, t, b);
+    if (!st.ok()) return st.WithContext(t.label);
+    std::vector<at::Tensor> first;
+    for (size_t o = 0; o < b.typed.size(); ++o) {
+      first.push_back(b.typed[o].cpu());
+      const ir::TensorSpec& spec = ss.outputs[o];
+      CompareResult r = CompareBuffers(first[o].data_ptr(), t.ref_host[o].data_ptr(), spec.numel(), spec.dtype,
+                                       t.ref_dtypes[o], ToleranceFor(*ss.req, c, spec.dtype, t.ref_dtypes[o]));
+      if (!r.ok) {
+        return Status(StatusCode::kVerifyFailed,
+                      t.label + ", output " + std::to_string(o) + " " + spec.ToString() + ": " + r.reason);
+      }
+    }
+    st = RunOnce(ss, k, t, b);
+    if (!st.ok()) return st.WithContext(t.label + " (repeat run)");
+    for (size_t o = 0; o < b.typed.size(); ++o) {
+      at::Tensor second = b.typed[o].cpu();
+      const ir::TensorSpec& spec = ss.outputs[o];
+      CompareResult r = CompareRepeatRun(first[o].data_ptr(), second.data_ptr(), spec.numel(), spec.dtype,
+                                         ToleranceFor(*ss.req, c, spec.dtype, spec.dtype));
+      if (!r.ok) {
+        return Status(StatusCode::kVerifyFailed,
+                      t.label + ", output " + std::to_string(o) + " " + spec.ToString() + ": " + r.reason);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Median time of `fn` in µs: CUDA events around each call on the current
+// stream, warm-up first, the L2 flushed (a write of >= 2x L2) before every
+// repetition, at least kMinTimedReps repetitions.
+Expected<double> MedianMicros(Session& ss, const std::function<Status()>& fn) {
+  auto stream = at::cuda::getCurrentCUDAStream();
+  for (int i = 0; i < kWarmupReps; ++i) DICE_RETURN_IF_ERROR(fn());
+  DICE_RETURN_IF_ERROR(SyncContext(ss, "warm-up"));
+  // One probe repetition sizes the run.
+  at::cuda::CUDAEvent probe_start(cudaEventDefault), probe_end(cudaEventDefault);
+  ss.flush.zero_();
+  probe_start.record(stream);
+  DICE_RETURN_IF_ERROR(fn());
+  probe_end.record(stream);
+  DICE_RETURN_IF_ERROR(SyncContext(ss, "timing probe"));
+  const double probe_ms = std::max<double>(probe_start.elapsed_time(probe_end), 1e-3);
+  const int reps = std::clamp(static_cast<int>(kTargetTimingMs / probe_ms), kMinTimedReps, kMaxTimedReps);
+
+  std::vector<at::cuda::CUDAEvent> starts, ends;
+  starts.reserve(reps);
+  ends.reserve(reps);
+  for (int i = 0; i < reps; ++i) {
+    starts.emplace_back(cudaEventDefault);
+    ends.emplace_back(cudaEventDefault);
+  }
+  for (int i = 0; i < reps; ++i) {
+    ss.flush.zero_();
+    starts[i].record(stream);
+    DICE_RETURN_IF_ERROR(fn());
+    ends[i].record(stream);
+  }
+  DICE_RETURN_IF_ERROR(SyncContext(ss, "timed repetitions"));
+  std::vector<double> us(reps);
+  for (int i = 0; i < reps; ++i) us[i] = 1000.0 * starts[i].elapsed_time(ends[i]);
+  std::nth_element(us.begin(), us.begin() + reps / 2, us.end());
+  return us[reps / 2];
+}
+
+// Verifies and times one compiled candidate.
+worker::CandidateResult Evaluate(Session& ss, const worker::TuneItem& item, const CompileResult& compiled) {
+  worker::CandidateResult r;
+  r.id = item.id;
+  r.compile_ms = compiled.compile_ms;
+  const Candidate& c = item.candidate;
+  auto fail = [&](const Status& st, const std::string& context) {
+    if (st.code() == StatusCode::kCrashed) {
+      r.outcome = "crashed";
+      r.fatal = true;
+    } else {
+      r.outcome = "verify_failed";
+    }
+    r.error = Clip(context.empty() ? st.message() : context + ": " + st.message());
+    return r;
+  };
+  try {
+    auto k = LoadedKernel::Load(compiled.cubin, c.plan, static_cast<int>(ss.req->inputs.size()),
+                                static_cast<int>(ss.outputs.size()));
+    if (!k.ok()) return fail(k.status(), "loading the cubin");
+    Buffers b = MakeBuffers(ss, c.plan);
+    Status st = VerifyOn(ss, c, **k, ss.trials, b);
+    if (!st.ok()) return fail(st, "");
+
+    void* stream = at::cuda::getCurrentCUDAStream().stream();
+    const Trial& t0 = ss.trials.front();
+    auto us = MedianMicros(ss, [&] {
+      if (b.workspace.defined()) b.workspace.zero_();
+      return LaunchOnce(**k, t0, b, stream);
+    });
+    if (!us.ok()) return fail(us.status(), "timing");
+
+    if (ss.baseline_us > 0 && ss.baseline_us / *us > kReverifySpeedup) {
+      if (!ss.extra_trials) {
+        std::vector<Trial> extra;
+        const int first = ss.req->trials, last = kReverifyFactor * ss.req->trials;
+        for (int i = first; i < last; ++i) {
+          auto t = MakeRandomTrial(ss, i);
+          if (!t.ok()) return fail(t.status(), "building re-verification trials");
+          extra.push_back(std::move(*t));
+        }
+        ss.extra_trials = std::move(extra);
+      }
+      st = VerifyOn(ss, c, **k, *ss.extra_trials, b);
+      if (!st.ok()) {
+        return fail(st, "re-verification with " + std::to_string(kReverifyFactor) + "x the trials (speedup " +
+                            std::to_string(ss.baseline_us / *us) + "x > " + std::to_string(kReverifySpeedup) + "x)");
+      }
+    }
+    r.outcome = "verified";
+    r.time_us = *us;
+    r.cubin = compiled.cubin;
+    return r;
+  } catch (const c10::Error& e) {
+    // A torch call failed: after a sticky CUDA error every call does.
+    Status sync = SyncContext(ss, "after a PyTorch error");
+    if (!sync.ok()) return fail(sync, e.what_without_backtrace());
+    return fail(Status(StatusCode::kVerifyFailed, e.what_without_backtrace()), "PyTorch error");
+  } catch (const std::exception& e) {
+    return fail(Status(StatusCode::kVerifyFailed, e.what()), "exception");
+  }
+}
+
+}  // namespace
+
+bool RunTuneRequest(const worker::TuneRequest& req, const SendFn& send) {
+  const auto start = Clock::now();
+  // Returns true (exit) when the parent is gone.
+  auto emit = [&](const std::string& msg) { return !send(msg).ok(); };
+  auto finish = [&](const std::string& error) { return emit(worker::EncodeDone(error)); };
+
+  Session ss;
+  ss.req = &req;
+  auto drv = CudaDriver::Get();
+  if (!drv.ok()) return finish(drv.status().ToString());
+  ss.driver = *drv;
+  auto info = QueryDevice(req.device);
+  if (!info.ok()) return finish(info.status().ToString());
+  if (info->arch != req.arch) {
+    return finish("the task targets " + req.arch + " but CUDA device " + std::to_string(req.device) + " (" +
+                  info->name + ") is " + info->arch);
+  }
+  auto graph = ir::Parse(req.graph_canonical);
+  if (!graph.ok()) return finish(graph.status().ToString());
+  ss.graph = std::move(*graph);
+  auto outs = ir::InferOutputSpecs(ss.graph, req.inputs);
+  if (!outs.ok()) return finish(outs.status().ToString());
+  ss.outputs = std::move(*outs);
+  ss.positive = PositiveDomainInputs(ss.graph);
+  ss.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(req.device));
+
+  // Precision policy and form first, then compile everything in parallel.
+  std::vector<const worker::TuneItem*> to_compile;
+  for (const auto& item : req.items) {
+    worker::CandidateResult r;
+    r.id = item.id;
+    r.outcome = "skipped";
+    if (item.candidate.reduced_precision && !req.allow_reduced_precision) {
+      r.error = "uses reduced precision internally; not allowed by the precision policy";
+      if (emit(worker::EncodeResult(r))) return true;
+    } else if (item.candidate.form != CandidateForm::kDevice) {
+      r.error = "extension-form candidates are not handled by the NVRTC worker";
+      if (emit(worker::EncodeResult(r))) return true;
+    } else {
+      to_compile.push_back(&item);
+    }
+  }
+  std::vector<Candidate> sources;
+  for (const auto* item : to_compile) sources.push_back(item->candidate);
+  std::vector<Expected<CompileResult>> compiled = CompileAll(sources, req.arch);
+  std::vector<size_t> runnable;
+  for (size_t i = 0; i < to_compile.size(); ++i) {
+    if (compiled[i].ok()) {
+      runnable.push_back(i);
+      continue;
+    }
+    worker::CandidateResult r;
+    r.id = to_compile[i]->id;
+    r.outcome = "compile_error";
+    r.error = Clip(compiled[i].status().message());
+    if (emit(worker::EncodeResult(r))) return true;
+  }
+
+  try {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(req.device));
+    // Trials: fresh random inputs, then the captured real inputs.
+    for (int i = 0; i < std::max(req.trials, 1); ++i) {
+      auto t = MakeRandomTrial(ss, i);
+      if (!t.ok()) return finish(t.status().ToString());
+      ss.trials.push_back(std::move(*t));
+    }
+    if (!req.captured_path.empty()) {
+      try {
+        auto t = MakeCapturedTrial(ss);
+        if (t.ok()) {
+          ss.trials.push_back(std::move(*t));
+        } else {
+          fprintf(stderr, "dice-worker: captured inputs not used: %s\n", t.status().ToString().c_str());
+        }
+      } catch (const c10::Error& e) {
+        fprintf(stderr, "dice-worker: captured inputs not used: %s\n", e.what_without_backtrace());
+      }
+    }
+    const int64_t l2 = at::cuda::getCurrentDeviceProperties()->l2CacheSize;
+    ss.flush = at::empty({std::max<int64_t>(kMinFlushBytes, 2 * l2)},
+                         at::TensorOptions().device(ss.device).dtype(at::kByte));
+
+    // Baseline: PyTorch (the reference executor) on the same inputs, timed the same way.
+    if (req.measure_baseline) {
+      const Trial& t0 = ss.trials.front();
+      auto us = MedianMicros(ss, [&] {
+        auto out = reference::Run(ss.graph, t0.inputs);
+        return out.ok() ? Status::Ok() : out.status();
+      });
+      if (us.ok()) {
+        ss.baseline_us = *us;
+        if (emit(worker::EncodeBaseline(*us, ""))) return true;
+      } else {
+        if (emit(worker::EncodeBaseline(0, us.status().ToString()))) return true;
+        if (us.status().code() == StatusCode::kCrashed) return finish(us.status().ToString()) || true;
+      }
+    } else {
+      ss.baseline_us = req.known_baseline_us;
+    }
+
+    for (size_t i : runnable) {
+      const worker::TuneItem& item = *to_compile[i];
+      if (SecondsSince(start) >= req.budget_s) {
+        worker::CandidateResult r;
+        r.id = item.id;
+        r.outcome = "skipped";
+        r.error = "tuning budget exhausted";
+        r.compile_ms = compiled[i]->compile_ms;
+        if (emit(worker::EncodeResult(r))) return true;
+        continue;
+      }
+      if (emit(worker::EncodeBegin(item.id))) return true;
+      worker::CandidateResult r = Evaluate(ss, item, *compiled[i]);
+      if (emit(worker::EncodeResult(r))) return true;
+      if (r.fatal) return true;
+    }
+  } catch (const c10::Error& e) {
+    // Outside any candidate (trials, reference, baseline).
+    Status sync = SyncContext(ss, "CUDA context");
+    bool gone = finish(std::string("PyTorch error: ") + e.what_without_backtrace());
+    return gone || !sync.ok();
+  }
+  return finish("");
+}
+
+}  // namespace dice::worker_impl
