@@ -65,5 +65,6 @@ log "configuring $BUILD_DIR ($BUILD_TYPE)"
 cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" -DCMAKE_PREFIX_PATH="$PREFIX_PATH" \
   "${EXTRA[@]}" >"$BUILD_DIR.configure.log" 2>&1 || { cat "$BUILD_DIR.configure.log"; exit 1; }
 log "building (this takes several minutes on 2 cores: LibTorch headers are heavy)"
-cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}"
+# shellcheck disable=SC2086
+cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" ${BUILD_TARGETS:+--target $BUILD_TARGETS}
 log "done: $BUILD_DIR/cli/dice"

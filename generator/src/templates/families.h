@@ -1,0 +1,23 @@
+// families.h (private) — the schedule families of the template generator.
+// Each takes a lowered group (lowering.h) and returns up to `max_candidates`
+// device-form candidates (candidate.h calling convention), best guess first.
+#pragma once
+
+#include <vector>
+
+#include "dice/runtime/candidate.h"
+#include "dice/runtime/status.h"
+#include "lowering.h"
+
+namespace dice::tmpl {
+
+/// Pure elementwise groups (no Reduce node). Variants: block {128,256,512} x
+/// vector width {1, 16-byte}. Errors: kUnsupported when the group reduces.
+Expected<std::vector<Candidate>> ElementwiseCandidates(const Lowered& lo, int max_candidates);
+
+/// Groups whose reductions all reduce the same axes R. Variants: column
+/// (thread per row), warp per row, block per row (register-cached row or
+/// re-read), split row (partials in the workspace + finalize kernel).
+Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candidates);
+
+}  // namespace dice::tmpl

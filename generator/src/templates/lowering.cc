@@ -1,0 +1,521 @@
+// lowering.cc — see lowering.h.
+//
+// Each IR value gets a "map": for every one of its dims, the logical axis of
+// the iteration space it runs along (logical rank r = max input rank). Values
+// that depend only on inputs and constants are "free": they are instantiated
+// (as fresh Load/Unary/Binary nodes) at whatever map their consumer needs, so
+// a bias [C] next to a non-keepdim reduction [N] lines up with the right axis.
+// Values downstream of a reduction are "anchored" to one map.
+#include "lowering.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+
+namespace dice::tmpl {
+namespace {
+
+using ir::OpCategory;
+using ir::OpKind;
+
+Status Unsupported(const std::string& what) { return Status(StatusCode::kUnsupported, "templates: " + what); }
+
+struct ValInfo {
+  bool anchored = false;
+  int node = -1;
+  std::vector<int> map;
+};
+
+class Lowerer {
+ public:
+  explicit Lowerer(const Task& task) : task_(task), g_(task.graph) {}
+
+  Expected<Lowered> Run();
+
+ private:
+  std::vector<int> DefaultMap(size_t rank) const {
+    std::vector<int> m(rank);
+    for (size_t k = 0; k < rank; ++k) m[k] = static_cast<int>(r_ - rank + k);
+    return m;
+  }
+  std::vector<int64_t> LShape(const std::vector<int64_t>& shape, const std::vector<int>& map) const {
+    std::vector<int64_t> ls(r_, 1);
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (shape[d] > 1) ls[map[d]] = shape[d];
+    return ls;
+  }
+  int Add(Node n) {
+    lo_.nodes.push_back(std::move(n));
+    return static_cast<int>(lo_.nodes.size() - 1);
+  }
+  int Const(double v) {
+    Node n;
+    n.kind = NodeKind::kConst;
+    n.value = v;
+    n.lshape.assign(r_, 1);
+    return Add(std::move(n));
+  }
+  int Unary(OpKind op, int a, std::vector<double> scalars = {}, int64_t ivalue = 0) {
+    Node n;
+    n.kind = NodeKind::kUnary;
+    n.op = op;
+    n.args = {a};
+    n.scalars = std::move(scalars);
+    n.ivalue = ivalue;
+    n.lshape = lo_.nodes[a].lshape;
+    return Add(std::move(n));
+  }
+  int Binary(OpKind op, int a, int b) {
+    Node n;
+    n.kind = NodeKind::kBinary;
+    n.op = op;
+    n.args = {a, b};
+    n.lshape.resize(r_);
+    for (int k = 0; k < r_; ++k) n.lshape[k] = std::max(lo_.nodes[a].lshape[k], lo_.nodes[b].lshape[k]);
+    return Add(std::move(n));
+  }
+  // Reduction over logical axes; identity when nothing is reduced.
+  int Reduce(ReduceOp op, int x, const std::vector<std::pair<int, bool>>& axes) {
+    if (axes.empty()) return x;
+    Node n;
+    n.kind = NodeKind::kReduce;
+    n.rop = op;
+    n.args = {x};
+    n.lreduce = axes;
+    n.lshape = lo_.nodes[x].lshape;
+    for (auto [a, inner] : axes)
+      if (!inner) n.lshape[a] = 1;
+    ++lo_.num_reduces;
+    return Add(std::move(n));
+  }
+
+  Expected<int> Instantiate(int v, const std::vector<int>& map);
+  Expected<int> Get(int v, const std::vector<int>& map) {
+    if (infos_[v].anchored) {
+      // Anchored values keep their own map; dims of size > 1 must agree.
+      const auto& sh = shapes_[v];
+      for (size_t d = 0; d < sh.size(); ++d)
+        if (sh[d] > 1 && infos_[v].map[d] != map[d])
+          return Unsupported("value %" + std::to_string(v) + " is used along different axes than it was computed");
+      return infos_[v].node;
+    }
+    return Instantiate(v, map);
+  }
+  std::vector<int> SubMap(const std::vector<int>& map, size_t rank) const {
+    return std::vector<int>(map.end() - static_cast<long>(rank), map.end());
+  }
+  Status LowerOp(size_t i);
+  Status LowerReduction(const ir::Op& op, int v);
+  Status LowerNormalization(const ir::Op& op, int v);
+  Expected<int> ElementwiseNode(const ir::Op& op, const std::vector<int>& args, int v);
+  // torch rounds every op's result to its dtype; f16/bf16 results are
+  // rounded the same way here so fused chains match eager op by op.
+  int RoundTo(int v, int node) {
+    ir::DType dt = types_[v].dtype;
+    if (dt == ir::DType::kFloat32 || types_[v].is_scalar_constant) return node;
+    return Unary(OpKind::kCast, node, {}, static_cast<int64_t>(dt));
+  }
+
+  const Task& task_;
+  const ir::Graph& g_;
+  int r_ = 0;
+  std::vector<std::vector<int64_t>> shapes_;
+  std::vector<ir::ValueType> types_;
+  std::vector<ValInfo> infos_;
+  std::map<std::pair<int, std::vector<int>>, int> memo_;
+  std::map<int, int64_t> split_;  // logical axis -> groups (group_norm)
+  Lowered lo_;
+};
+
+// Rounds a double to the nearest value representable in `dt` (f16: 11
+// significant bits, bf16: 8; normal range), as ATen's scalar.to<scalar_t>().
+double RoundScalar(double x, ir::DType dt) {
+  if (dt == ir::DType::kFloat32 || x == 0 || !std::isfinite(x)) return static_cast<float>(x);
+  int e = 0;
+  double m = std::frexp(x, &e);
+  int bits = dt == ir::DType::kFloat16 ? 11 : 8;
+  return std::ldexp(std::nearbyint(std::ldexp(m, bits)), e - bits);
+}
+
+Expected<int> Lowerer::ElementwiseNode(const ir::Op& op, const std::vector<int>& a, int v) {
+  const auto& info = ir::GetOpInfo(op.kind);
+  if (info.category == OpCategory::kUnary) {
+    std::vector<double> scalars = op.scalars;
+    // ATen's pow(Tensor, Scalar) casts the exponent to the tensor's dtype.
+    if (op.kind == OpKind::kPowScalar && !scalars.empty())
+      scalars[0] = RoundScalar(scalars[0], types_[op.args[0]].dtype);
+    return RoundTo(v, Unary(op.kind, a[0], std::move(scalars), op.ivalue));
+  }
+  if (info.category == OpCategory::kBinary) return RoundTo(v, Binary(op.kind, a[0], a[1]));
+  return Unsupported(std::string("op '") + info.name + "' is not elementwise");
+}
+
+Expected<int> Lowerer::Instantiate(int v, const std::vector<int>& map) {
+  auto key = std::make_pair(v, map);
+  auto it = memo_.find(key);
+  if (it != memo_.end()) return it->second;
+  int id = -1;
+  const auto& sh = shapes_[v];
+  if (v < static_cast<int>(g_.inputs.size())) {
+    const auto& spec = task_.inputs[v];
+    Node n;
+    n.kind = NodeKind::kLoad;
+    n.input = v;
+    n.lshape = LShape(sh, map);
+    n.lstrides.assign(r_, 0);
+    for (size_t d = 0; d < sh.size(); ++d)
+      if (sh[d] > 1) n.lstrides[map[d]] = spec.strides[d];
+    id = Add(std::move(n));
+  } else {
+    const ir::Op& op = g_.ops[v - g_.inputs.size()];
+    if (op.kind == OpKind::kConstant) {
+      id = Const(op.scalars.at(0));
+    } else {
+      std::vector<int> args;
+      for (int a : op.args) {
+        auto n = Get(a, SubMap(map, shapes_[a].size()));
+        if (!n.ok()) return n.status();
+        args.push_back(*n);
+      }
+      auto n = ElementwiseNode(op, args, v);
+      if (!n.ok()) return n.status();
+      id = *n;
+    }
+  }
+  memo_[key] = id;
+  return id;
+}
+
+Status Lowerer::LowerReduction(const ir::Op& op, int v) {
+  int a = op.args[0];
+  const auto& sh = shapes_[a];
+  std::vector<int> ma = infos_[a].anchored ? infos_[a].map : DefaultMap(sh.size());
+  auto xr = Get(a, ma);
+  if (!xr.ok()) return xr.status();
+  int x = *xr;
+  std::vector<int64_t> dims = op.dims;
+  if (dims.empty())
+    for (size_t d = 0; d < sh.size(); ++d) dims.push_back(static_cast<int64_t>(d));
+  std::vector<std::pair<int, bool>> axes;
+  double count = 1;
+  for (int64_t d : dims) {
+    count *= static_cast<double>(sh[d]);
+    if (sh[d] > 1) axes.emplace_back(ma[d], false);
+  }
+  int out = -1;
+  switch (op.kind) {
+    case OpKind::kSum: out = Reduce(ReduceOp::kSum, x, axes); break;
+    case OpKind::kMean: out = Binary(OpKind::kDiv, Reduce(ReduceOp::kSum, x, axes), Const(count)); break;
+    case OpKind::kAmax: out = Reduce(ReduceOp::kMax, x, axes); break;
+    case OpKind::kAmin: out = Reduce(ReduceOp::kMin, x, axes); break;
+    case OpKind::kLogSumExp: {
+      int m = Reduce(ReduceOp::kMax, x, axes);
+      int mz = Unary(OpKind::kNeg, m);  // placeholder op, replaced by the inf guard below
+      lo_.nodes[mz].inf_to_zero = true;
+      int e = Unary(OpKind::kExp, Binary(OpKind::kSub, x, mz));
+      out = Binary(OpKind::kAdd, Unary(OpKind::kLog, Reduce(ReduceOp::kSum, e, axes)), mz);
+      break;
+    }
+    case OpKind::kNorm: {
+      double p = op.scalars.at(0);
+      if (std::isinf(p) && p > 0) {
+        out = Reduce(ReduceOp::kMax, Unary(OpKind::kAbs, x), axes);
+      } else if (p == 2) {
+        out = Unary(OpKind::kSqrt, Reduce(ReduceOp::kSum, Binary(OpKind::kMul, x, x), axes));
+      } else if (p == 1) {
+        out = Reduce(ReduceOp::kSum, Unary(OpKind::kAbs, x), axes);
+      } else if (p > 0) {
+        int t = Unary(OpKind::kPowScalar, Unary(OpKind::kAbs, x), {p});
+        out = Unary(OpKind::kPowScalar, Reduce(ReduceOp::kSum, t, axes), {1.0 / p});
+      } else {
+        return Unsupported("norm with p=" + std::to_string(p));
+      }
+      break;
+    }
+    default: return Unsupported("unexpected reduction");
+  }
+  out = RoundTo(v, out);
+  std::vector<int> map;
+  if (op.keepdim) {
+    map = ma;
+  } else {
+    for (size_t d = 0; d < sh.size(); ++d)
+      if (std::find(dims.begin(), dims.end(), static_cast<int64_t>(d)) == dims.end()) map.push_back(ma[d]);
+  }
+  infos_[v] = ValInfo{true, out, map};
+  return Status::Ok();
+}
+
+Status Lowerer::LowerNormalization(const ir::Op& op, int v) {
+  int a = op.args[0];
+  const auto& sh = shapes_[a];
+  const int rank = static_cast<int>(sh.size());
+  std::vector<int> ma = infos_[a].anchored ? infos_[a].map : DefaultMap(sh.size());
+  auto xr = Get(a, ma);
+  if (!xr.ok()) return xr.status();
+  int x = *xr;
+  int out = -1;
+  if (op.kind == OpKind::kSoftmax || op.kind == OpKind::kLogSoftmax) {
+    if (op.dims.size() != 1) return Unsupported("softmax over more than one dim");
+    int64_t d = op.dims[0];
+    std::vector<std::pair<int, bool>> axes;
+    if (sh[d] > 1) axes.emplace_back(ma[d], false);
+    int m = Reduce(ReduceOp::kMax, x, axes);
+    int diff = Binary(OpKind::kSub, x, m);
+    int e = Unary(OpKind::kExp, diff);
+    int s = Reduce(ReduceOp::kSum, e, axes);
+    out = op.kind == OpKind::kSoftmax ? Binary(OpKind::kDiv, e, s)
+                                      : Binary(OpKind::kSub, diff, Unary(OpKind::kLog, s));
+  } else {
+    // layer_norm / group_norm: mean and biased variance over the normalised elements.
+    std::vector<std::pair<int, bool>> axes;
+    double count = 1;
+    std::vector<int> wmap;  // map of weight/bias
+    if (op.kind == OpKind::kLayerNorm) {
+      int n = static_cast<int>(op.ivalue);
+      if (n < 1 || n > rank) return Unsupported("layer_norm over " + std::to_string(n) + " dims of a rank-" +
+                                                std::to_string(rank) + " tensor");
+      for (int d = rank - n; d < rank; ++d) {
+        count *= static_cast<double>(sh[d]);
+        if (sh[d] > 1) axes.emplace_back(ma[d], false);
+      }
+      wmap = SubMap(ma, n);
+    } else {
+      if (rank < 2) return Unsupported("group_norm of a rank<2 tensor");
+      int64_t c = sh[1], groups = op.ivalue;
+      if (groups <= 0 || c % groups != 0) return Unsupported("group_norm: channels not divisible by groups");
+      int64_t per = c / groups;
+      count = static_cast<double>(per);
+      if (per > 1) {
+        if (groups > 1) {
+          auto it = split_.find(ma[1]);
+          if (it != split_.end() && it->second != groups)
+            return Unsupported("two group_norms splitting one axis into different groups");
+          split_[ma[1]] = groups;
+          axes.emplace_back(ma[1], true);
+        } else {
+          axes.emplace_back(ma[1], false);
+        }
+      }
+      for (int d = 2; d < rank; ++d) {
+        count *= static_cast<double>(sh[d]);
+        if (sh[d] > 1) axes.emplace_back(ma[d], false);
+      }
+      wmap = {ma[1]};
+    }
+    double eps = op.scalars.at(0);
+    int cnt = Const(count);
+    int mean = Binary(OpKind::kDiv, Reduce(ReduceOp::kSum, x, axes), cnt);
+    int diff = Binary(OpKind::kSub, x, mean);
+    int var = Binary(OpKind::kDiv, Reduce(ReduceOp::kSum, Binary(OpKind::kMul, diff, diff), axes), Const(count));
+    int rstd = Unary(OpKind::kRsqrt, Binary(OpKind::kAdd, var, Const(eps)));
+    out = Binary(OpKind::kMul, diff, rstd);
+    for (size_t k = 1; k < op.args.size(); ++k) {
+      int p = op.args[k];
+      if (shapes_[p].size() != wmap.size())
+        return Unsupported("normalisation weight/bias of rank " + std::to_string(shapes_[p].size()));
+      auto wn = Get(p, wmap);
+      if (!wn.ok()) return wn.status();
+      out = Binary(k == 1 ? OpKind::kMul : OpKind::kAdd, out, *wn);
+    }
+  }
+  infos_[v] = ValInfo{true, RoundTo(v, out), ma};
+  return Status::Ok();
+}
+
+Status Lowerer::LowerOp(size_t i) {
+  const ir::Op& op = g_.ops[i];
+  const int v = g_.op_value(i);
+  const auto& info = ir::GetOpInfo(op.kind);
+  switch (info.category) {
+    case OpCategory::kConstant: return Status::Ok();  // free
+    case OpCategory::kReduction: return LowerReduction(op, v);
+    case OpCategory::kNormalization: return LowerNormalization(op, v);
+    case OpCategory::kUnary:
+    case OpCategory::kBinary: break;
+  }
+  bool any_anchored = false;
+  for (int a : op.args) any_anchored |= infos_[a].anchored;
+  if (!any_anchored) return Status::Ok();  // free: instantiated by its consumers
+  const auto& sh = shapes_[v];
+  const size_t rv = sh.size();
+  std::vector<int> map(rv);
+  for (size_t k = 0; k < rv; ++k) {
+    int strong = -1, weak = -1;
+    for (int a : op.args) {
+      if (!infos_[a].anchored) continue;
+      const size_t ra = shapes_[a].size();
+      if (k + ra < rv) continue;
+      size_t j = k + ra - rv;
+      int ax = infos_[a].map[j];
+      if (shapes_[a][j] > 1) {
+        if (strong >= 0 && strong != ax)
+          return Unsupported(std::string("op '") + info.name + "' combines values laid along different axes");
+        strong = ax;
+      } else if (weak < 0) {
+        weak = ax;
+      }
+    }
+    map[k] = strong >= 0 ? strong : (weak >= 0 ? weak : static_cast<int>(r_ - rv + k));
+  }
+  for (size_t k = 0; k < rv; ++k)
+    for (size_t j = k + 1; j < rv; ++j)
+      if (sh[k] > 1 && sh[j] > 1 && map[k] == map[j])
+        return Unsupported(std::string("op '") + info.name + "': cannot place broadcast dims");
+  std::vector<int> args;
+  for (int a : op.args) {
+    auto n = Get(a, SubMap(map, shapes_[a].size()));
+    if (!n.ok()) return n.status();
+    args.push_back(*n);
+  }
+  auto n = ElementwiseNode(op, args, v);
+  if (!n.ok()) return n.status();
+  infos_[v] = ValInfo{true, *n, map};
+  return Status::Ok();
+}
+
+Expected<Lowered> Lowerer::Run() {
+  if (task_.inputs.size() != g_.inputs.size())
+    return Status(StatusCode::kInvalidArgument, "templates: task inputs do not match the graph");
+  auto shapes = ir::InferShapes(g_, task_.inputs);
+  if (!shapes.ok()) return shapes.status();
+  shapes_ = std::move(*shapes);
+  auto types = ir::InferTypes(g_);
+  if (!types.ok()) return types.status();
+  types_ = std::move(*types);
+  for (const auto& in : task_.inputs) r_ = std::max(r_, static_cast<int>(in.shape.size()));
+  infos_.assign(g_.num_values(), ValInfo{});
+  lo_.inputs = task_.inputs;
+  for (size_t i = 0; i < g_.ops.size(); ++i) DICE_RETURN_IF_ERROR(LowerOp(i));
+  if (task_.outputs.size() != g_.outputs.size())
+    return Status(StatusCode::kInvalidArgument, "templates: task outputs do not match the graph");
+  for (size_t o = 0; o < g_.outputs.size(); ++o) {
+    int v = g_.outputs[o];
+    const auto& sh = shapes_[v];
+    std::vector<int> map = infos_[v].anchored ? infos_[v].map : DefaultMap(sh.size());
+    auto n = Get(v, map);
+    if (!n.ok()) return n.status();
+    OutputRef ref;
+    ref.node = *n;
+    ref.dtype = task_.outputs[o].dtype;
+    ref.alignment = task_.outputs[o].alignment;
+    ref.lstrides.assign(r_, 0);
+    const auto& ostrides = task_.outputs[o].strides;
+    int64_t st = 1;
+    for (size_t d = sh.size(); d-- > 0;) {
+      int64_t s = d < ostrides.size() ? ostrides[d] : st;
+      if (sh[d] > 1) ref.lstrides[map[d]] = s;
+      st *= sh[d];
+    }
+    ref.numel = st;
+    lo_.outputs.push_back(std::move(ref));
+  }
+
+  // Logical extents, then the physical space (group_norm splits an axis).
+  std::vector<int64_t> lext(r_, 1);
+  for (const auto& n : lo_.nodes)
+    for (int a = 0; a < r_; ++a) {
+      if (n.lshape[a] == 1) continue;
+      if (lext[a] != 1 && lext[a] != n.lshape[a]) return Unsupported("inconsistent extents along one axis");
+      lext[a] = n.lshape[a];
+    }
+  std::vector<std::vector<int>> phys(r_);
+  std::vector<int64_t> F;
+  for (int a = 0; a < r_; ++a) {
+    auto it = split_.find(a);
+    if (it != split_.end() && lext[a] > 1) {
+      phys[a] = {static_cast<int>(F.size()), static_cast<int>(F.size() + 1)};
+      F.push_back(it->second);
+      F.push_back(lext[a] / it->second);
+    } else {
+      phys[a] = {static_cast<int>(F.size())};
+      F.push_back(lext[a]);
+    }
+  }
+  const size_t P = F.size();
+  auto to_phys_strides = [&](const std::vector<int64_t>& ls, const std::vector<int64_t>& lshape) {
+    std::vector<int64_t> s(P, 0);
+    for (int a = 0; a < r_; ++a) {
+      if (lshape[a] == 1) continue;
+      if (phys[a].size() == 2) {
+        s[phys[a][0]] = ls[a] * F[phys[a][1]];
+        s[phys[a][1]] = ls[a];
+      } else {
+        s[phys[a][0]] = ls[a];
+      }
+    }
+    return s;
+  };
+  std::vector<int> R;
+  bool have_r = false;
+  for (auto& n : lo_.nodes) {
+    switch (n.kind) {
+      case NodeKind::kConst: n.shape.assign(P, 1); break;
+      case NodeKind::kLoad:
+        n.shape.assign(P, 1);
+        for (int a = 0; a < r_; ++a)
+          if (n.lshape[a] > 1)
+            for (int p : phys[a]) n.shape[p] = F[p];
+        n.strides = to_phys_strides(n.lstrides, n.lshape);
+        break;
+      case NodeKind::kUnary: n.shape = lo_.nodes[n.args[0]].shape; break;
+      case NodeKind::kBinary: {
+        const auto& x = lo_.nodes[n.args[0]].shape;
+        const auto& y = lo_.nodes[n.args[1]].shape;
+        n.shape.resize(P);
+        for (size_t p = 0; p < P; ++p) n.shape[p] = std::max(x[p], y[p]);
+        break;
+      }
+      case NodeKind::kReduce: {
+        n.shape = lo_.nodes[n.args[0]].shape;
+        for (auto [a, inner] : n.lreduce) {
+          if (inner && phys[a].size() == 2) {
+            n.reduce_axes.push_back(phys[a][1]);
+          } else {
+            for (int p : phys[a]) n.reduce_axes.push_back(p);
+          }
+        }
+        std::sort(n.reduce_axes.begin(), n.reduce_axes.end());
+        for (int p : n.reduce_axes) {
+          if (n.shape[p] != F[p]) return Unsupported("reduction over a broadcast axis");
+          n.shape[p] = 1;
+        }
+        if (!have_r) {
+          R = n.reduce_axes;
+          have_r = true;
+        } else if (R != n.reduce_axes) {
+          return Unsupported("two reductions over different axes");
+        }
+        break;
+      }
+    }
+  }
+  for (auto& o : lo_.outputs) {
+    o.strides = to_phys_strides(o.lstrides, lo_.nodes[o.node].lshape);
+    // Physical output strides follow the node's physical shape (a reduced
+    // group_norm statistic keeps its group axis).
+    for (size_t p = 0; p < P; ++p)
+      if (lo_.nodes[o.node].shape[p] == 1) o.strides[p] = 0;
+  }
+  lo_.F = std::move(F);
+  lo_.reduce_axes = std::move(R);
+  return std::move(lo_);
+}
+
+}  // namespace
+
+int64_t Numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+Expected<Lowered> Lower(const Task& task) {
+  Status st = ir::Validate(task.graph);
+  if (!st.ok()) return st;
+  Lowerer l(task);
+  return l.Run();
+}
+
+}  // namespace dice::tmpl

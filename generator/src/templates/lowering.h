@@ -1,0 +1,76 @@
+// lowering.h (private) — turns a Task's fusion group into a primitive DAG in
+// one shared iteration space, the input of the template code generators.
+//
+// Composite ops are decomposed (softmax = exp(x - amax) / sum, layer_norm =
+// mean / biased variance / rsqrt, group_norm, logsumexp, norm p, mean) into:
+//   Load (an input read through its own strides), Const, Unary (an IR
+//   elementwise op evaluated in float), Binary (add/sub/mul/div/max/min/pow)
+//   and Reduce (sum/max/min over the reduced axes; keepdim-broadcast result).
+// Every node lives in the "physical" iteration space F (rank = max input rank,
+// plus one axis when group_norm splits channels into (groups, C/groups)):
+// node.shape[a] is F[a] or 1 (broadcast). Non-keepdim reductions are mapped
+// back onto F's kept axes, so a consumer indexes everything by F coordinates.
+// Nodes are in topological order (args have smaller ids).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dice/runtime/ir.h"
+#include "dice/runtime/status.h"
+#include "dice/runtime/task.h"
+
+namespace dice::tmpl {
+
+enum class NodeKind : uint8_t { kLoad, kConst, kUnary, kBinary, kReduce };
+enum class ReduceOp : uint8_t { kSum = 0, kMax = 1, kMin = 2 };
+
+struct Node {
+  NodeKind kind = NodeKind::kConst;
+  ir::OpKind op = ir::OpKind::kNeg;  ///< unary/binary: the IR op to evaluate
+  int64_t ivalue = 0;                ///< unary attributes (gelu mode, cast dtype)
+  std::vector<double> scalars;       ///< unary attributes
+  bool inf_to_zero = false;          ///< unary special: |x| == inf ? 0 : x (logsumexp's max guard)
+  ReduceOp rop = ReduceOp::kSum;
+  std::vector<int> args;
+  int input = -1;                    ///< load: group input index
+  double value = 0;                  ///< const
+  std::vector<int64_t> shape;        ///< physical extents (F[a] or 1)
+  std::vector<int64_t> strides;      ///< load: element strides per physical axis (0 = broadcast)
+  std::vector<int> reduce_axes;      ///< reduce: physical axes reduced (sorted)
+
+  // Logical-space bookkeeping used during lowering.
+  std::vector<int64_t> lshape;
+  std::vector<int64_t> lstrides;
+  std::vector<std::pair<int, bool>> lreduce;  ///< (logical axis, inner-split-part only)
+};
+
+/// One group output: the node producing it and the output tensor's strides
+/// in F (contiguous in its own shape; 0 along axes it is broadcast over).
+struct OutputRef {
+  int node = -1;
+  std::vector<int64_t> strides;
+  std::vector<int64_t> lstrides;
+  ir::DType dtype = ir::DType::kFloat32;
+  int64_t alignment = 16;
+  int64_t numel = 0;
+};
+
+struct Lowered {
+  std::vector<Node> nodes;
+  std::vector<OutputRef> outputs;
+  std::vector<int64_t> F;        ///< physical iteration space extents
+  std::vector<int> reduce_axes;  ///< R: the axes every Reduce reduces (empty: elementwise)
+  std::vector<ir::TensorSpec> inputs;
+  int num_reduces = 0;
+};
+
+/// Lowers `task`. Errors: kUnsupported naming the op or pattern (e.g. two
+/// reductions over different axes, non-broadcastable layouts); kInvalidArgument
+/// when the graph/specs are invalid.
+Expected<Lowered> Lower(const Task& task);
+
+/// Elements of F.
+int64_t Numel(const std::vector<int64_t>& shape);
+
+}  // namespace dice::tmpl

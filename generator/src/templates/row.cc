@@ -1,0 +1,423 @@
+// row.cc — the "row" template family (families.h).
+//
+// The iteration space F splits into the reduced axes R (a row's elements,
+// linear index k in [0, L)) and the other axes O (the row index, [0, rows)).
+// Reductions are grouped into levels (a reduction whose input needs another
+// reduction's result is one level later); each level is one pass over the row
+// with a warp/block reduction per Reduce node, and a final pass writes the
+// full-shaped outputs; outputs without R extent (per-row statistics) are
+// written once per row. Variants:
+//   column      one thread per row, sequential loop (coalesced when the
+//               reduced axis is not innermost: consecutive threads take
+//               consecutive inner indices)
+//   warp        one warp per row, 8 rows per 256-thread block
+//   block<B>    one block of B threads per row
+//   .../reg     the row's loads cached in registers across passes
+//   split<B>    rows cut into C chunks: one kernel per level writes per-chunk
+//               partials to the workspace, a finalize kernel combines them
+//               (each block redundantly) and writes the outputs
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+
+#include "emit.h"
+#include "families.h"
+
+namespace dice::tmpl {
+namespace {
+
+enum class Mode { kColumn, kWarp, kBlock, kSplit };
+
+struct RowCfg {
+  Mode mode;
+  int threads;
+  int per = 0;     // register-cache slots per thread (0 = re-read global memory)
+  int chunks = 1;  // split only
+};
+
+struct RowInfo {
+  std::vector<int> O, R;
+  int64_t rows = 1, L = 1;
+  bool inner = false;               // an O axis (extent > 1) lies inside R: reduced axis not innermost
+  std::vector<int> level;           // per node: level of a Reduce node (1..), 0 otherwise
+  int max_level = 0;
+  std::vector<int> reduces;         // reduce node ids
+  std::vector<int> cached_loads;    // load nodes with R extent > 1
+  std::vector<int> full_outputs, row_outputs;  // output indices
+  std::map<int, int> slot;          // reduce node -> workspace slot
+  bool wide = false;
+};
+
+bool HasRExtent(const Lowered& lo, const RowInfo& ri, int id) {
+  for (int a : ri.R)
+    if (lo.nodes[id].shape[a] > 1) return true;
+  return false;
+}
+
+RowInfo Analyse(const Lowered& lo) {
+  RowInfo ri;
+  std::set<int> rset(lo.reduce_axes.begin(), lo.reduce_axes.end());
+  for (size_t a = 0; a < lo.F.size(); ++a) {
+    if (rset.count(static_cast<int>(a))) {
+      ri.R.push_back(static_cast<int>(a));
+      ri.L *= lo.F[a];
+    } else {
+      ri.O.push_back(static_cast<int>(a));
+      ri.rows *= lo.F[a];
+      if (lo.F[a] > 1 && !lo.reduce_axes.empty() && static_cast<int>(a) > lo.reduce_axes.front()) ri.inner = true;
+    }
+  }
+  // cone[id]: highest reduce level feeding node id through non-reduce nodes.
+  std::vector<int> cone(lo.nodes.size(), 0);
+  ri.level.assign(lo.nodes.size(), 0);
+  for (size_t id = 0; id < lo.nodes.size(); ++id) {
+    const Node& n = lo.nodes[id];
+    int c = 0;
+    for (int a : n.args) c = std::max(c, lo.nodes[a].kind == NodeKind::kReduce ? ri.level[a] : cone[a]);
+    cone[id] = c;
+    if (n.kind == NodeKind::kReduce) {
+      ri.level[id] = c + 1;
+      ri.max_level = std::max(ri.max_level, c + 1);
+      ri.slot[static_cast<int>(id)] = static_cast<int>(ri.reduces.size());
+      ri.reduces.push_back(static_cast<int>(id));
+    }
+    if (n.kind == NodeKind::kLoad && HasRExtent(lo, ri, static_cast<int>(id))) ri.cached_loads.push_back(static_cast<int>(id));
+  }
+  for (size_t o = 0; o < lo.outputs.size(); ++o) {
+    if (HasRExtent(lo, ri, lo.outputs[o].node)) ri.full_outputs.push_back(static_cast<int>(o));
+    else ri.row_outputs.push_back(static_cast<int>(o));
+  }
+  ri.wide = NeedsWideIndex(lo);
+  return ri;
+}
+
+class RowEmitter {
+ public:
+  RowEmitter(const Lowered& lo, const RowInfo& ri, const RowCfg& cfg) : lo_(lo), ri_(ri), cfg_(cfg) {
+    idx_ = IdxType(ri.wide);
+  }
+
+  Candidate Build();
+
+ private:
+  std::string Lit(int64_t v) const { return IdxLit(v, ri_.wide); }
+  int Group() const { return cfg_.mode == Mode::kColumn ? 1 : (cfg_.mode == Mode::kWarp ? 32 : cfg_.threads); }
+  std::string Tag() const;
+  std::string LoadAt(int id, bool element) const {
+    const Node& n = lo_.nodes[id];
+    std::string off = OffsetExpr(ri_.O, lo_.F, n.strides, "row", ri_.wide);
+    if (element) {
+      std::string k = OffsetExpr(ri_.R, lo_.F, n.strides, "k", ri_.wide);
+      if (k != "0") off = off == "0" ? k : off + " + " + k;
+    }
+    return "dice_ld(in" + std::to_string(n.input) + " + " + off + ")";
+  }
+  // Opens an element loop over this thread's k; `body` is emitted inside.
+  void ElementLoop(const std::string& indent, const std::function<void(const std::string&)>& body, std::string* s,
+                   bool use_cache) const;
+  std::string GroupReduce(ReduceOp op, const std::string& acc) const;
+  void EmitLevel(int level, const std::string& indent, std::string* s, bool use_cache) const;
+  void EmitFullOutputs(const std::string& indent, std::string* s, bool use_cache) const;
+  void EmitRowOutputs(const std::string& indent, const std::string& cond, std::string* s) const;
+  void EmitCombinePartials(int below_level, const std::string& indent, std::string* s) const;
+  std::string SplitKernel(const std::string& name, int level) const;  // level 0 = finalize
+  std::string FusedKernel(const std::string& name) const;
+
+  const Lowered& lo_;
+  const RowInfo& ri_;
+  const RowCfg& cfg_;
+  std::string idx_;
+};
+
+std::string RowEmitter::Tag() const {
+  switch (cfg_.mode) {
+    case Mode::kColumn: return "column" + std::to_string(cfg_.threads);
+    case Mode::kWarp: return cfg_.per > 0 ? "warp/reg" : "warp";
+    case Mode::kBlock: return "block" + std::to_string(cfg_.threads) + (cfg_.per > 0 ? "/reg" : "");
+    case Mode::kSplit: return "split" + std::to_string(cfg_.threads) + "/c" + std::to_string(cfg_.chunks);
+  }
+  return "";
+}
+
+void RowEmitter::ElementLoop(const std::string& ind, const std::function<void(const std::string&)>& body,
+                             std::string* s, bool use_cache) const {
+  const int G = Group();
+  if (use_cache) {
+    const bool exact = static_cast<int64_t>(cfg_.per) * G == ri_.L;
+    *s += ind + "#pragma unroll\n";
+    *s += ind + "for (int it = 0; it < " + std::to_string(cfg_.per) + "; ++it) {\n";
+    *s += ind + "  const " + idx_ + " k = tid + (" + idx_ + ")it * " + Lit(G) + ";\n";
+    if (!exact) *s += ind + "  if (k < " + Lit(ri_.L) + ") {\n";
+    body(ind + (exact ? "  " : "    "));
+    if (!exact) *s += ind + "  }\n";
+    *s += ind + "}\n";
+  } else if (cfg_.mode == Mode::kSplit) {
+    *s += ind + "for (" + idx_ + " k = kbeg + tid; k < kend; k += " + Lit(G) + ") {\n";
+    body(ind + "  ");
+    *s += ind + "}\n";
+  } else {
+    *s += ind + "for (" + idx_ + " k = tid; k < " + Lit(ri_.L) + "; k += " + Lit(G) + ") {\n";
+    body(ind + "  ");
+    *s += ind + "}\n";
+  }
+}
+
+std::string RowEmitter::GroupReduce(ReduceOp op, const std::string& acc) const {
+  const std::string tag = std::to_string(static_cast<int>(op));
+  switch (cfg_.mode) {
+    case Mode::kColumn: return acc;
+    case Mode::kWarp: return "dice_warp_reduce<" + tag + ">(" + acc + ")";
+    default: return "dice_block_reduce<" + tag + ", " + std::to_string(cfg_.threads) + ">(" + acc + ", dice_sh)";
+  }
+}
+
+void RowEmitter::EmitLevel(int level, const std::string& ind, std::string* s, bool use_cache) const {
+  std::vector<int> reds, targets;
+  for (int id : ri_.reduces)
+    if (ri_.level[id] == level) {
+      reds.push_back(id);
+      targets.push_back(lo_.nodes[id].args[0]);
+    }
+  for (int id : reds)
+    *s += ind + "float acc" + std::to_string(id) + " = " + ReduceIdentity(lo_.nodes[id].rop) + ";\n";
+  ElementLoop(
+      ind,
+      [&](const std::string& in2) {
+        auto load = [&](int id) {
+          if (use_cache && HasRExtent(lo_, ri_, id)) return "c" + std::to_string(id) + "[it]";
+          return LoadAt(id, true);
+        };
+        EmitNodes(lo_, targets, load, in2, s);
+        for (int id : reds) {
+          const std::string acc = "acc" + std::to_string(id);
+          *s += in2 + acc + " = " + ReduceCombine(lo_.nodes[id].rop, acc, ValueName(lo_, lo_.nodes[id].args[0])) +
+                ";\n";
+        }
+      },
+      s, use_cache);
+  for (int id : reds)
+    *s += ind + "const float r" + std::to_string(id) + " = " +
+          GroupReduce(lo_.nodes[id].rop, "acc" + std::to_string(id)) + ";\n";
+}
+
+void RowEmitter::EmitFullOutputs(const std::string& ind, std::string* s, bool use_cache) const {
+  if (ri_.full_outputs.empty()) return;
+  std::vector<int> targets;
+  for (int o : ri_.full_outputs) targets.push_back(lo_.outputs[o].node);
+  ElementLoop(
+      ind,
+      [&](const std::string& in2) {
+        auto load = [&](int id) {
+          if (use_cache && HasRExtent(lo_, ri_, id)) return "c" + std::to_string(id) + "[it]";
+          return LoadAt(id, true);
+        };
+        EmitNodes(lo_, targets, load, in2, s);
+        for (int o : ri_.full_outputs) {
+          const auto& out = lo_.outputs[o];
+          const auto& shape = lo_.nodes[out.node].shape;
+          std::string off = OffsetExpr(ri_.O, lo_.F, out.strides, "row", ri_.wide);
+          std::string k = OffsetExpr(ri_.R, lo_.F, out.strides, "k", ri_.wide);
+          if (k != "0") off = off == "0" ? k : off + " + " + k;
+          std::string g1 = GuardExpr(ri_.O, lo_.F, shape, "row", ri_.wide);
+          std::string g2 = GuardExpr(ri_.R, lo_.F, shape, "k", ri_.wide);
+          std::string guard = g1.empty() ? g2 : (g2.empty() ? g1 : g1 + " && " + g2);
+          std::string st = "dice_st(out" + std::to_string(o) + " + " + off + ", " + ValueName(lo_, out.node) + ");";
+          *s += in2 + (guard.empty() ? st : "if (" + guard + ") " + st) + "\n";
+        }
+      },
+      s, use_cache);
+}
+
+void RowEmitter::EmitRowOutputs(const std::string& ind, const std::string& cond, std::string* s) const {
+  if (ri_.row_outputs.empty()) return;
+  std::vector<int> targets;
+  for (int o : ri_.row_outputs) targets.push_back(lo_.outputs[o].node);
+  *s += ind + "if (" + cond + ") {\n";
+  EmitNodes(lo_, targets, [&](int id) { return LoadAt(id, false); }, ind + "  ", s);
+  for (int o : ri_.row_outputs) {
+    const auto& out = lo_.outputs[o];
+    std::string guard = GuardExpr(ri_.O, lo_.F, lo_.nodes[out.node].shape, "row", ri_.wide);
+    std::string st = "dice_st(out" + std::to_string(o) + " + " +
+                     OffsetExpr(ri_.O, lo_.F, out.strides, "row", ri_.wide) + ", " + ValueName(lo_, out.node) + ");";
+    *s += ind + "  " + (guard.empty() ? st : "if (" + guard + ") " + st) + "\n";
+  }
+  *s += ind + "}\n";
+}
+
+std::string RowEmitter::FusedKernel(const std::string& name) const {
+  const int T = cfg_.threads;
+  std::string s = "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(T) + ") " + name + "(" +
+                  ParamList(lo_, false) + ") {\n";
+  std::string row0, step;
+  switch (cfg_.mode) {
+    case Mode::kColumn:
+      s += "  const unsigned tid = 0u;\n";
+      row0 = "(" + idx_ + ")blockIdx.x * " + Lit(T) + " + threadIdx.x";
+      step = "(" + idx_ + ")gridDim.x * " + Lit(T);
+      break;
+    case Mode::kWarp:
+      s += "  const unsigned tid = threadIdx.x & 31u;\n";
+      row0 = "(" + idx_ + ")blockIdx.x * " + Lit(T / 32) + " + (threadIdx.x >> 5)";
+      step = "(" + idx_ + ")gridDim.x * " + Lit(T / 32);
+      break;
+    default:
+      s += "  __shared__ float dice_sh[32];\n";
+      s += "  const unsigned tid = threadIdx.x;\n";
+      row0 = "(" + idx_ + ")blockIdx.x";
+      step = "(" + idx_ + ")gridDim.x";
+      break;
+  }
+  s += "  for (" + idx_ + " row = " + row0 + "; row < " + Lit(ri_.rows) + "; row += " + step + ") {\n";
+  const bool cache = cfg_.per > 0;
+  if (cache) {
+    for (int id : ri_.cached_loads) s += "    float c" + std::to_string(id) + "[" + std::to_string(cfg_.per) + "];\n";
+    ElementLoop(
+        "    ",
+        [&](const std::string& in2) {
+          for (int id : ri_.cached_loads) s += in2 + "c" + std::to_string(id) + "[it] = " + LoadAt(id, true) + ";\n";
+        },
+        &s, true);
+  }
+  for (int l = 1; l <= ri_.max_level; ++l) EmitLevel(l, "    ", &s, cache);
+  EmitFullOutputs("    ", &s, cache);
+  EmitRowOutputs("    ", "tid == 0u", &s);
+  s += "  }\n}\n";
+  return s;
+}
+
+void RowEmitter::EmitCombinePartials(int below_level, const std::string& ind, std::string* s) const {
+  const int64_t rc = ri_.rows * cfg_.chunks;
+  for (int id : ri_.reduces) {
+    if (ri_.level[id] >= below_level) continue;
+    const std::string acc = "acc" + std::to_string(id);
+    const ReduceOp op = lo_.nodes[id].rop;
+    *s += ind + "float " + acc + " = " + ReduceIdentity(op) + ";\n";
+    *s += ind + "for (unsigned q = tid; q < " + std::to_string(cfg_.chunks) + "u; q += " +
+          std::to_string(cfg_.threads) + "u) " + acc + " = " +
+          ReduceCombine(op, acc, "ws[" + Lit(ri_.slot.at(id) * rc) + " + row * " + Lit(cfg_.chunks) + " + q]") +
+          ";\n";
+    *s += ind + "const float r" + std::to_string(id) + " = " + GroupReduce(op, acc) + ";\n";
+  }
+}
+
+std::string RowEmitter::SplitKernel(const std::string& name, int level) const {
+  const int T = cfg_.threads;
+  const int C = cfg_.chunks;
+  const int64_t CL = (ri_.L + C - 1) / C;
+  std::string s = "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(T) + ") " + name + "(" +
+                  ParamList(lo_, true) + ") {\n";
+  s += "  __shared__ float dice_sh[32];\n";
+  s += "  float* ws = reinterpret_cast<float*>(workspace);\n";
+  s += "  const unsigned tid = threadIdx.x;\n";
+  s += "  const " + idx_ + " row = (" + idx_ + ")blockIdx.x / " + Lit(C) + ";\n";
+  s += "  const " + idx_ + " chunk = (" + idx_ + ")blockIdx.x % " + Lit(C) + ";\n";
+  s += "  const " + idx_ + " kbeg = chunk * " + Lit(CL) + ";\n";
+  s += "  const " + idx_ + " kend = kbeg + " + Lit(CL) + " < " + Lit(ri_.L) + " ? kbeg + " + Lit(CL) + " : " +
+       Lit(ri_.L) + ";\n";
+  if (level > 0) {
+    EmitCombinePartials(level, "  ", &s);
+    EmitLevel(level, "  ", &s, false);
+    const int64_t rc = ri_.rows * C;
+    for (int id : ri_.reduces)
+      if (ri_.level[id] == level)
+        s += "  if (tid == 0u) ws[" + Lit(ri_.slot.at(id) * rc) + " + row * " + Lit(C) + " + chunk] = r" +
+             std::to_string(id) + ";\n";
+  } else {
+    EmitCombinePartials(ri_.max_level + 1, "  ", &s);
+    EmitFullOutputs("  ", &s, false);
+    EmitRowOutputs("  ", "chunk == 0u && tid == 0u", &s);
+  }
+  s += "}\n";
+  return s;
+}
+
+Candidate RowEmitter::Build() {
+  Candidate c;
+  c.origin = "template:row/" + Tag();
+  c.form = CandidateForm::kDevice;
+  std::string base = "dice_row_" + Tag();
+  for (auto& ch : base)
+    if (ch == '/') ch = '_';
+  std::string s = Prelude() + "\n";
+  const uint32_t T = static_cast<uint32_t>(cfg_.threads);
+  auto launch = [&](const std::string& kernel, int64_t grid) {
+    KernelLaunch l;
+    l.kernel = kernel;
+    l.grid = {static_cast<uint32_t>(std::max<int64_t>(1, grid)), 1, 1};
+    l.block = {T, 1, 1};
+    c.plan.launches.push_back(l);
+  };
+  if (cfg_.mode == Mode::kSplit) {
+    for (int l = 1; l <= ri_.max_level; ++l) {
+      const std::string k = base + "_p" + std::to_string(l);
+      s += SplitKernel(k, l);
+      launch(k, ri_.rows * cfg_.chunks);
+    }
+    s += SplitKernel(base + "_fin", 0);
+    launch(base + "_fin", ri_.rows * cfg_.chunks);
+    c.plan.workspace_bytes = static_cast<uint64_t>(ri_.reduces.size()) * ri_.rows * cfg_.chunks * sizeof(float);
+  } else {
+    s += FusedKernel(base);
+    int64_t per_block = cfg_.mode == Mode::kColumn ? cfg_.threads : (cfg_.mode == Mode::kWarp ? cfg_.threads / 32 : 1);
+    int64_t grid = (ri_.rows + per_block - 1) / per_block;
+    const int64_t cap = cfg_.mode == Mode::kBlock ? (int64_t{1} << 20) : 132LL * (2048 / cfg_.threads) * 8;
+    launch(base, std::min(grid, cap));
+  }
+  c.source = std::move(s);
+  return c;
+}
+
+}  // namespace
+
+Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candidates) {
+  if (lo.num_reduces == 0 || lo.reduce_axes.empty())
+    return Status(StatusCode::kUnsupported, "templates: row family given a group without reductions");
+  RowInfo ri = Analyse(lo);
+  const int nloads = std::max<int>(1, static_cast<int>(ri.cached_loads.size()));
+  auto per_for = [&](int group, int max_per) -> int {
+    int64_t per = (ri.L + group - 1) / group;
+    if (per > max_per || per * nloads > 64) return 0;
+    return static_cast<int>(per);
+  };
+  auto split_cfg = [&](int T) -> RowCfg {
+    int64_t c = (132 * 4 + ri.rows - 1) / ri.rows;
+    c = std::min<int64_t>(c, 1024);
+    c = std::min<int64_t>(c, ri.L / (static_cast<int64_t>(T) * 4));
+    return RowCfg{Mode::kSplit, T, 0, static_cast<int>(std::max<int64_t>(c, 0))};
+  };
+  std::vector<RowCfg> order;
+  auto warp = [&]() { order.push_back(RowCfg{Mode::kWarp, 256, per_for(32, 32)}); };
+  auto block = [&](int B) { order.push_back(RowCfg{Mode::kBlock, B, per_for(B, 16)}); };
+  auto column = [&](int T) { order.push_back(RowCfg{Mode::kColumn, T, 0}); };
+  auto split = [&](int T) {
+    RowCfg cfg = split_cfg(T);
+    if (cfg.chunks >= 2) order.push_back(cfg);
+  };
+  const bool few_long_rows = ri.rows <= 264 && ri.L >= 16384;
+  if (ri.inner) {
+    column(128); column(256); block(256); warp(); block(128);
+  } else if (few_long_rows) {
+    split(512); split(256); block(1024); block(512); block(256);
+  } else if (ri.L <= 16) {
+    column(128); warp(); column(256); block(128);
+  } else if (ri.L <= 1024) {
+    warp(); block(128); block(256); block(512); column(128);
+  } else if (ri.L <= 4096) {
+    block(256); block(512); block(128); block(1024); warp(); split(256);
+  } else {
+    block(512); block(1024); block(256); split(512); warp();
+  }
+  std::vector<Candidate> out;
+  std::set<std::string> seen;
+  for (const auto& cfg : order) {
+    if (static_cast<int>(out.size()) >= max_candidates) break;
+    RowEmitter e(lo, ri, cfg);
+    Candidate c = e.Build();
+    if (!seen.insert(c.origin).second) continue;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace dice::tmpl

@@ -1,0 +1,387 @@
+// templates_test.cc — TemplateGenerator candidates for a broad set of fusion
+// groups compile with NVRTC for sm_90 (no GPU needed), carry their kernels,
+// and have valid launch configs; unsupported patterns are refused.
+// Numerical correctness is checked on the GPU by the verifier.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "dice/generator/templates.h"
+#include "dice/runtime/compiler.h"
+
+namespace dice {
+namespace {
+
+using ir::DType;
+using ir::OpKind;
+
+struct GraphBuilder {
+  ir::Graph g;
+  int Input(DType dt, int rank) {
+    g.inputs.push_back(ir::InputDecl{dt, rank});
+    return static_cast<int>(g.inputs.size()) - 1;
+  }
+  int Op(OpKind kind, std::vector<int32_t> args, std::vector<int64_t> dims = {}, bool keepdim = false,
+         int64_t ivalue = 0, std::vector<double> scalars = {}) {
+    ir::Op op;
+    op.kind = kind;
+    op.args = std::move(args);
+    op.dims = std::move(dims);
+    op.keepdim = keepdim;
+    op.ivalue = ivalue;
+    op.scalars = std::move(scalars);
+    g.ops.push_back(op);
+    return g.op_value(g.ops.size() - 1);
+  }
+  int Const(double v) { return Op(OpKind::kConstant, {}, {}, false, 0, {v}); }
+  void Output(int v) { g.outputs.push_back(v); }
+};
+
+Task MakeTask(const ir::Graph& g, const std::vector<ir::TensorSpec>& inputs) {
+  auto t = Task::Make(g, inputs, TargetInfo{});
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return std::move(t).value();
+}
+
+ir::TensorSpec Spec(DType dt, std::vector<int64_t> shape) { return ir::TensorSpec::Contiguous(dt, std::move(shape)); }
+
+bool CubinHas(const std::string& cubin, const std::string& name) {
+  return cubin.find(std::string("\0", 1) + name + std::string("\0", 1)) != std::string::npos;
+}
+
+// Generates, checks launch configs, compiles up to `compile_n` candidates.
+std::vector<Candidate> ExpectCompiles(const Task& task, int compile_n = 8, size_t min_candidates = 2) {
+  TemplateGenerator gen;
+  auto cands = gen.Generate(task, 8);
+  EXPECT_TRUE(cands.ok()) << task.Describe() << ": " << cands.status().ToString();
+  if (!cands.ok()) return {};
+  EXPECT_GE(cands->size(), min_candidates) << task.Describe();
+  std::vector<Candidate> to_compile;
+  for (const auto& c : *cands) {
+    EXPECT_EQ(c.form, CandidateForm::kDevice);
+    EXPECT_EQ(c.origin.rfind("template:", 0), 0u) << c.origin;
+    EXPECT_FALSE(c.plan.launches.empty()) << c.origin;
+    for (const auto& l : c.plan.launches) {
+      uint64_t threads = uint64_t{l.block[0]} * l.block[1] * l.block[2];
+      EXPECT_GE(threads, 1u) << c.origin;
+      EXPECT_LE(threads, 1024u) << c.origin;
+      EXPECT_GT(l.grid[0], 0u) << c.origin;
+      EXPECT_GT(l.grid[1], 0u) << c.origin;
+      EXPECT_GT(l.grid[2], 0u) << c.origin;
+      EXPECT_LE(l.shared_mem_bytes, 227u * 1024u) << c.origin;
+      EXPECT_NE(c.source.find("extern \"C\" __global__"), std::string::npos);
+      EXPECT_NE(c.source.find(l.kernel), std::string::npos) << c.origin;
+    }
+    if (static_cast<int>(to_compile.size()) < compile_n) to_compile.push_back(c);
+  }
+  auto results = CompileAll(to_compile, "sm_90", 2);
+  for (size_t i = 0; i < results.size(); ++i) {
+    EXPECT_TRUE(results[i].ok()) << task.Describe() << " " << to_compile[i].origin << ": "
+                                 << results[i].status().ToString() << "\n"
+                                 << to_compile[i].source;
+    if (!results[i].ok()) continue;
+    for (const auto& l : to_compile[i].plan.launches) EXPECT_TRUE(CubinHas(results[i]->cubin, l.kernel));
+  }
+  return *cands;
+}
+
+struct UnaryCase {
+  OpKind kind;
+  int64_t ivalue;
+  std::vector<double> scalars;
+};
+
+TEST(TemplateGenerator, EveryUnaryOpCompilesInEachDtype) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<UnaryCase> cases = {
+      {OpKind::kNeg, 0, {}},        {OpKind::kAbs, 0, {}},         {OpKind::kExp, 0, {}},
+      {OpKind::kLog, 0, {}},        {OpKind::kSqrt, 0, {}},        {OpKind::kRsqrt, 0, {}},
+      {OpKind::kReciprocal, 0, {}}, {OpKind::kTanh, 0, {}},        {OpKind::kSigmoid, 0, {}},
+      {OpKind::kErf, 0, {}},        {OpKind::kRelu, 0, {}},        {OpKind::kGelu, 0, {}},
+      {OpKind::kGelu, 1, {}},       {OpKind::kSilu, 0, {}},        {OpKind::kMish, 0, {}},
+      {OpKind::kSoftplus, 0, {1.0, 20.0}}, {OpKind::kSoftsign, 0, {}}, {OpKind::kElu, 0, {1.0, 1.0, 1.0}},
+      {OpKind::kSelu, 0, {}},       {OpKind::kLeakyRelu, 0, {0.01}}, {OpKind::kClamp, 0, {-1.0, 1.0}},
+      {OpKind::kClamp, 0, {0.0, inf}}, {OpKind::kHardswish, 0, {}}, {OpKind::kHardsigmoid, 0, {}},
+      {OpKind::kPowScalar, 0, {2.0}}, {OpKind::kPowScalar, 0, {1.7}},
+      {OpKind::kCast, static_cast<int64_t>(DType::kFloat16), {}},
+  };
+  for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (const auto& uc : cases) {
+      GraphBuilder b;
+      int x = b.Input(dt, 2);
+      b.Output(b.Op(uc.kind, {x}, {}, false, uc.ivalue, uc.scalars));
+      Task t = MakeTask(b.g, {Spec(dt, {1024, 4096})});
+      SCOPED_TRACE(ir::GetOpInfo(uc.kind).name);
+      ExpectCompiles(t, 2);
+    }
+  }
+}
+
+TEST(TemplateGenerator, BroadcastBinaryOpsWithScalarsCompile) {
+  for (OpKind k : {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kDiv, OpKind::kMaximum, OpKind::kMinimum,
+                   OpKind::kPow}) {
+    GraphBuilder b;
+    int x = b.Input(DType::kFloat32, 2), y = b.Input(DType::kFloat32, 2);
+    int z = b.Op(k, {x, y});
+    b.Output(b.Op(OpKind::kMul, {z, b.Const(0.5)}));
+    Task t = MakeTask(b.g, {Spec(DType::kFloat32, {1024, 1}), Spec(DType::kFloat32, {1, 512})});
+    SCOPED_TRACE(ir::GetOpInfo(k).name);
+    auto cands = ExpectCompiles(t, 2);
+    ASSERT_FALSE(cands.empty());
+    // Inputs are broadcast, so they are read through their strides (a div or mod).
+    EXPECT_NE(cands[0].source.find(" / 512u"), std::string::npos);
+  }
+}
+
+TEST(TemplateGenerator, OffersVectorVariantOnlyWhenAligned) {
+  GraphBuilder b;
+  int x = b.Input(DType::kFloat16, 2), y = b.Input(DType::kFloat16, 1);
+  b.Output(b.Op(OpKind::kAdd, {x, y}));
+  auto has_vec = [&](int64_t align) {
+    auto xs = Spec(DType::kFloat16, {256, 1024});
+    xs.alignment = align;
+    Task t = MakeTask(b.g, {xs, Spec(DType::kFloat16, {1024})});
+    auto cands = ExpectCompiles(t, 3);
+    for (const auto& c : cands)
+      if (c.origin.find("/v8") != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(has_vec(16));
+  EXPECT_FALSE(has_vec(8));
+}
+
+TEST(TemplateGenerator, ReductionsCompileOverEachAxisChoice) {
+  struct RedCase {
+    OpKind kind;
+    std::vector<double> scalars;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<RedCase> reds = {{OpKind::kSum, {}},       {OpKind::kMean, {}},  {OpKind::kAmax, {}},
+                               {OpKind::kAmin, {}},      {OpKind::kLogSumExp, {}}, {OpKind::kNorm, {2.0}},
+                               {OpKind::kNorm, {1.0}},   {OpKind::kNorm, {inf}}, {OpKind::kNorm, {3.0}}};
+  std::vector<std::vector<int64_t>> dim_sets = {{1}, {2}, {}};
+  for (const auto& rc : reds) {
+    for (const auto& dims : dim_sets) {
+      for (bool keepdim : {false, true}) {
+        GraphBuilder b;
+        int x = b.Input(DType::kFloat32, 3);
+        b.Output(b.Op(rc.kind, {x}, dims, keepdim, 0, rc.scalars));
+        Task t = MakeTask(b.g, {Spec(DType::kFloat32, {16, 256, 64})});
+        SCOPED_TRACE(std::string(ir::GetOpInfo(rc.kind).name) + " dims=" + std::to_string(dims.size()) +
+                     (dims.empty() ? "" : ":" + std::to_string(dims[0])) + " keepdim=" + std::to_string(keepdim));
+        ExpectCompiles(t, 2);
+      }
+    }
+  }
+}
+
+TEST(TemplateGenerator, ColumnVariantLeadsForInnerAxisReduction) {
+  GraphBuilder b;
+  int x = b.Input(DType::kFloat32, 3);
+  b.Output(b.Op(OpKind::kSum, {x}, {1}, false));
+  Task t = MakeTask(b.g, {Spec(DType::kFloat32, {16, 256, 64})});
+  auto cands = ExpectCompiles(t, 1);
+  ASSERT_FALSE(cands.empty());
+  EXPECT_NE(cands[0].origin.find("row/column"), std::string::npos) << cands[0].origin;
+}
+
+TEST(TemplateGenerator, SoftmaxAndLogSoftmaxCompile) {
+  for (OpKind k : {OpKind::kSoftmax, OpKind::kLogSoftmax}) {
+    for (int64_t dim : {1, 2}) {
+      for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+        GraphBuilder b;
+        int x = b.Input(dt, 3);
+        b.Output(b.Op(k, {x}, {dim}));
+        Task t = MakeTask(b.g, {Spec(dt, {16, 256, 64})});
+        SCOPED_TRACE(std::string(ir::GetOpInfo(k).name) + " dim " + std::to_string(dim));
+        ExpectCompiles(t, 3);
+      }
+    }
+  }
+}
+
+TEST(TemplateGenerator, LayerNormWithAndWithoutAffineCompiles) {
+  for (int affine = 0; affine <= 2; ++affine) {
+    GraphBuilder b;
+    int x = b.Input(DType::kFloat16, 3);
+    std::vector<int32_t> args = {x};
+    std::vector<ir::TensorSpec> specs = {Spec(DType::kFloat16, {8, 128, 1024})};
+    for (int a = 0; a < affine; ++a) {
+      args.push_back(b.Input(DType::kFloat16, 1));
+      specs.push_back(Spec(DType::kFloat16, {1024}));
+    }
+    b.Output(b.Op(OpKind::kLayerNorm, args, {}, false, 1, {1e-5}));
+    Task t = MakeTask(b.g, specs);
+    SCOPED_TRACE("affine args " + std::to_string(affine));
+    ExpectCompiles(t, 3);
+  }
+}
+
+TEST(TemplateGenerator, LongRowLayerNormUsesSplitWorkspace) {
+  GraphBuilder b;
+  int x = b.Input(DType::kFloat32, 2);
+  b.Output(b.Op(OpKind::kLayerNorm, {x}, {}, false, 1, {1e-5}));
+  Task t = MakeTask(b.g, {Spec(DType::kFloat32, {16, 4 * 1024 * 1024})});
+  auto cands = ExpectCompiles(t, 2);
+  ASSERT_FALSE(cands.empty());
+  EXPECT_NE(cands[0].origin.find("row/split"), std::string::npos) << cands[0].origin;
+  // mean and variance levels plus the finalize kernel.
+  EXPECT_EQ(cands[0].plan.launches.size(), 3u);
+  EXPECT_GT(cands[0].plan.workspace_bytes, 0u);
+}
+
+TEST(TemplateGenerator, GroupNormCompiles) {
+  GraphBuilder b;
+  int x = b.Input(DType::kFloat32, 4), w = b.Input(DType::kFloat32, 1), bias = b.Input(DType::kFloat32, 1);
+  b.Output(b.Op(OpKind::kGroupNorm, {x, w, bias}, {}, false, 8, {1e-5}));
+  Task t = MakeTask(b.g, {Spec(DType::kFloat32, {4, 64, 16, 16}), Spec(DType::kFloat32, {64}),
+                          Spec(DType::kFloat32, {64})});
+  auto cands = ExpectCompiles(t, 3);
+  ASSERT_FALSE(cands.empty());
+  // The weight is indexed per channel: channel = group * 8 + (k / 256).
+  EXPECT_NE(cands[0].source.find("/ 256u"), std::string::npos);
+}
+
+TEST(TemplateGenerator, RmsNormChainCompiles) {
+  GraphBuilder b;
+  int x = b.Input(DType::kBFloat16, 2), w = b.Input(DType::kBFloat16, 1);
+  int sq = b.Op(OpKind::kMul, {x, x});
+  int ms = b.Op(OpKind::kMean, {sq}, {1}, true);
+  int den = b.Op(OpKind::kSqrt, {b.Op(OpKind::kAdd, {ms, b.Const(1e-6)})});
+  b.Output(b.Op(OpKind::kMul, {b.Op(OpKind::kDiv, {x, den}), w}));
+  Task t = MakeTask(b.g, {Spec(DType::kBFloat16, {4096, 4096}), Spec(DType::kBFloat16, {4096})});
+  auto cands = ExpectCompiles(t, 4);
+  ASSERT_FALSE(cands.empty());
+  EXPECT_NE(cands[0].origin.find("/reg"), std::string::npos) << "row should be cached: " << cands[0].origin;
+}
+
+TEST(TemplateGenerator, NonKeepdimStatisticMeetsBiasOnRowAxis) {
+  // y = sum(x, 1) + b with b [N]: the bias runs along the kept axis.
+  GraphBuilder b;
+  int x = b.Input(DType::kFloat32, 2), bias = b.Input(DType::kFloat32, 1);
+  b.Output(b.Op(OpKind::kAdd, {b.Op(OpKind::kSum, {x}, {1}, false), bias}));
+  b.Output(b.Op(OpKind::kExp, {x}));
+  Task t = MakeTask(b.g, {Spec(DType::kFloat32, {128, 777}), Spec(DType::kFloat32, {128})});
+  ExpectCompiles(t, 4);
+}
+
+TEST(TemplateGenerator, GemmEpilogueChainCompiles) {
+  GraphBuilder b;
+  int x = b.Input(DType::kFloat16, 2), bias = b.Input(DType::kFloat16, 1);
+  int y = b.Op(OpKind::kGelu, {b.Op(OpKind::kAdd, {x, bias})}, {}, false, 0);
+  b.Output(b.Op(OpKind::kMul, {y, b.Const(1.702)}));
+  Task t = MakeTask(b.g, {Spec(DType::kFloat16, {2048, 8192}), Spec(DType::kFloat16, {8192})});
+  ExpectCompiles(t, 6);
+}
+
+TEST(TemplateGenerator, UsesWideIndicesBeyondTwoGigaElements) {
+  GraphBuilder b;
+  int x = b.Input(DType::kFloat16, 2);
+  b.Output(b.Op(OpKind::kRelu, {x}));
+  Task big = MakeTask(b.g, {Spec(DType::kFloat16, {65536, 32768})});
+  Task small = MakeTask(b.g, {Spec(DType::kFloat16, {1024, 32768})});
+  TemplateGenerator gen;
+  auto cb = gen.Generate(big, 2);
+  auto cs = gen.Generate(small, 2);
+  ASSERT_TRUE(cb.ok() && cs.ok());
+  EXPECT_NE((*cb)[0].source.find("unsigned long long i"), std::string::npos);
+  EXPECT_EQ((*cs)[0].source.find("unsigned long long i"), std::string::npos);
+}
+
+TEST(TemplateGenerator, RefusesReductionsOverDifferentAxes) {
+  GraphBuilder b;
+  int x = b.Input(DType::kFloat32, 2);
+  int s0 = b.Op(OpKind::kSum, {x}, {0}, true);
+  int s1 = b.Op(OpKind::kSum, {x}, {1}, true);
+  b.Output(b.Op(OpKind::kAdd, {s0, s1}));
+  Task t = MakeTask(b.g, {Spec(DType::kFloat32, {64, 128})});
+  TemplateGenerator gen;
+  auto c = gen.Generate(t, 4);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(c.status().message().find("different axes"), std::string::npos) << c.status().message();
+}
+
+TEST(TemplateGenerator, RespectsMaxCandidates) {
+  GraphBuilder b;
+  int x = b.Input(DType::kFloat32, 2);
+  b.Output(b.Op(OpKind::kSoftmax, {x}, {1}));
+  Task t = MakeTask(b.g, {Spec(DType::kFloat32, {512, 2048})});
+  TemplateGenerator gen;
+  auto c1 = gen.Generate(t, 1);
+  ASSERT_TRUE(c1.ok());
+  EXPECT_EQ(c1->size(), 1u);
+  auto c8 = gen.Generate(t, 8);
+  ASSERT_TRUE(c8.ok());
+  EXPECT_GT(c8->size(), 1u);
+  for (size_t i = 0; i < c8->size(); ++i)
+    for (size_t j = i + 1; j < c8->size(); ++j) EXPECT_NE((*c8)[i].Hash(), (*c8)[j].Hash());
+}
+
+// ---- NVRTC compiler ----
+
+Candidate TinyCandidate(const std::string& body, const std::string& kernel) {
+  Candidate c;
+  c.origin = "test";
+  c.source = body;
+  KernelLaunch l;
+  l.kernel = kernel;
+  c.plan.launches.push_back(l);
+  return c;
+}
+
+TEST(Compiler, ReportsNvrtcVersion) { EXPECT_GE(NvrtcVersion(), 11000); }
+
+TEST(Compiler, RejectsMalformedArch) {
+  auto c = TinyCandidate("extern \"C\" __global__ void k(float* p) { p[0] = 1.0f; }", "k");
+  for (const char* arch : {"90", "sm_", "sm_9x", "compute_90"}) {
+    auto r = CompileCandidate(c, arch);
+    ASSERT_FALSE(r.ok()) << arch;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << arch;
+  }
+}
+
+TEST(Compiler, ReturnsLogOnSyntaxError) {
+  auto c = TinyCandidate("extern \"C\" __global__ void k(float* p) { p[0] = undefined_name; }", "k");
+  auto r = CompileCandidate(c, "sm_90");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCompileError);
+  EXPECT_NE(r.status().message().find("undefined_name"), std::string::npos) << r.status().message();
+}
+
+TEST(Compiler, RejectsPlanNamingAbsentKernel) {
+  auto c = TinyCandidate("extern \"C\" __global__ void k(float* p) { p[0] = 1.0f; }", "k2");
+  auto r = CompileCandidate(c, "sm_90");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("k2"), std::string::npos);
+}
+
+TEST(Compiler, CompilesHalfHeadersAndExtraFlags) {
+  auto c = TinyCandidate(
+      "#include <cuda_fp16.h>\nextern \"C\" __global__ void kh(__half* p) { p[0] = __float2half_rn(VALUE); }", "kh");
+  c.extra_flags = {"-DVALUE=2.0f"};
+  auto r = CompileCandidate(c, "sm_90");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->cubin.rfind("\x7f" "ELF", 0), 0u);
+  EXPECT_GT(r->compile_ms, 0.0);
+  Candidate ext = c;
+  ext.form = CandidateForm::kExtension;
+  EXPECT_EQ(CompileCandidate(ext, "sm_90").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Compiler, CompileAllKeepsOrder) {
+  std::vector<Candidate> cs = {TinyCandidate("extern \"C\" __global__ void a(float* p) { p[0] = 1.0f; }", "a"),
+                               TinyCandidate("extern \"C\" __global__ void b(float* p) { p[0] = oops; }", "b"),
+                               TinyCandidate("extern \"C\" __global__ void c(float* p) { p[0] = 3.0f; }", "c")};
+  auto rs = CompileAll(cs, "sm_90", 3);
+  ASSERT_EQ(rs.size(), 3u);
+  EXPECT_TRUE(rs[0].ok());
+  EXPECT_FALSE(rs[1].ok());
+  EXPECT_TRUE(rs[2].ok());
+  EXPECT_TRUE(CubinHas(rs[2]->cubin, "c"));
+}
+
+}  // namespace
+}  // namespace dice
