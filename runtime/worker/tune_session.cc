@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "dice/reference/device_compare.h"
 #include "dice/reference/reference_executor.h"
 #include "dice/runtime/comparator.h"
 #include "dice/runtime/compiler.h"
@@ -53,7 +54,7 @@ std::string Clip(std::string s) {
 struct Trial {
   std::string label;
   std::vector<at::Tensor> inputs;
-  std::vector<at::Tensor> ref_host;
+  std::vector<at::Tensor> refs;  // reference outputs, on the device
   std::vector<ir::DType> ref_dtypes;
 };
 
@@ -147,7 +148,7 @@ Status FillReference(const Session& ss, Trial* t) {
     }
     auto dt = reference::FromScalarType(r.scalar_type());
     if (!dt.ok()) return dt.status().WithContext("reference output " + std::to_string(k));
-    t->ref_host.push_back(r.contiguous().cpu());
+    t->refs.push_back(r.contiguous());
     t->ref_dtypes.push_back(*dt);
   }
   return Status::Ok();
@@ -254,12 +255,14 @@ Status VerifyOn(const Session& ss, const Candidate& c, const LoadedKernel& k, co
   for (const Trial& t : trials) {
     Status st = RunOnce(ss, k, t, b);
     if (!st.ok()) return st.WithContext(t.label);
+    // Every element is compared on the device (CompareTensors: the rule of
+    // CompareBuffers, run with ATen), so multi-GB outputs stay on the GPU.
     std::vector<at::Tensor> first;
     for (size_t o = 0; o < b.typed.size(); ++o) {
-      first.push_back(b.typed[o].cpu());
+      first.push_back(b.typed[o].clone());
       const ir::TensorSpec& spec = ss.outputs[o];
-      CompareResult r = CompareBuffers(first[o].data_ptr(), t.ref_host[o].data_ptr(), spec.numel(), spec.dtype,
-                                       t.ref_dtypes[o], ToleranceFor(*ss.req, c, spec.dtype, t.ref_dtypes[o]));
+      CompareResult r = reference::CompareTensors(first[o], t.refs[o],
+                                                  ToleranceFor(*ss.req, c, spec.dtype, t.ref_dtypes[o]));
       if (!r.ok) {
         return Status(StatusCode::kVerifyFailed,
                       t.label + ", output " + std::to_string(o) + " " + spec.ToString() + ": " + r.reason);
@@ -268,13 +271,11 @@ Status VerifyOn(const Session& ss, const Candidate& c, const LoadedKernel& k, co
     st = RunOnce(ss, k, t, b);
     if (!st.ok()) return st.WithContext(t.label + " (repeat run)");
     for (size_t o = 0; o < b.typed.size(); ++o) {
-      at::Tensor second = b.typed[o].cpu();
       const ir::TensorSpec& spec = ss.outputs[o];
-      CompareResult r = CompareRepeatRun(first[o].data_ptr(), second.data_ptr(), spec.numel(), spec.dtype,
-                                         ToleranceFor(*ss.req, c, spec.dtype, spec.dtype));
+      CompareResult r = reference::CompareTensors(b.typed[o], first[o], ToleranceFor(*ss.req, c, spec.dtype, spec.dtype));
       if (!r.ok) {
-        return Status(StatusCode::kVerifyFailed,
-                      t.label + ", output " + std::to_string(o) + " " + spec.ToString() + ": " + r.reason);
+        return Status(StatusCode::kVerifyFailed, t.label + ", output " + std::to_string(o) + " " + spec.ToString() +
+                                                     ": repeat run disagrees: " + r.reason);
       }
     }
   }

@@ -1,0 +1,26 @@
+// dice/reference/device_compare.h — the output comparator, run with ATen.
+//
+// The same rule as CompareBuffers (dice/runtime/comparator.h, the CPU-tested
+// specification of DESIGN.md "Verification"): every element must satisfy
+// |got - ref| <= atol + rtol * |ref|; NaN must appear exactly where the
+// reference has NaN; ±Inf exactly where the reference has the same Inf.
+// Computed with ATen on whatever device the tensors live on, so multi-GB
+// outputs are checked on the GPU in milliseconds instead of being copied to
+// the host. Only the first bad element (if any) is read back for the reason.
+// Links LibTorch. Thread-compatible.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "dice/runtime/comparator.h"
+
+namespace dice::reference {
+
+/// Compares `got` against `ref` (same shape; float32/float16/bfloat16/float64,
+/// any device, both on the same one). Returns the same CompareResult fields
+/// and reason format as CompareBuffers; a shape mismatch is reported as a
+/// failure naming both shapes. Flat indices follow row-major order of the
+/// logical shape.
+CompareResult CompareTensors(const at::Tensor& got, const at::Tensor& ref, Tolerance tol);
+
+}  // namespace dice::reference

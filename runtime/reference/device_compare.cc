@@ -1,0 +1,64 @@
+// Implementation of dice/reference/device_compare.h.
+#include "dice/reference/device_compare.h"
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+namespace dice::reference {
+namespace {
+
+std::string FormatValue(double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+}  // namespace
+
+CompareResult CompareTensors(const at::Tensor& got_in, const at::Tensor& ref_in, Tolerance tol) {
+  CompareResult r;
+  if (got_in.sizes() != ref_in.sizes()) {
+    r.ok = false;
+    r.reason = "shape " + c10::str(got_in.sizes()) + " differs from reference shape " + c10::str(ref_in.sizes());
+    return r;
+  }
+  const int64_t n = ref_in.numel();
+  if (n == 0) return r;
+  // float32 holds every f16/bf16 value exactly; float64 stays float64.
+  const bool wide = got_in.scalar_type() == at::kDouble || ref_in.scalar_type() == at::kDouble;
+  const at::ScalarType ct = wide ? at::kDouble : at::kFloat;
+  const at::Tensor g = got_in.to(ct).contiguous().view({-1});
+  const at::Tensor w = ref_in.to(ct).contiguous().view({-1});
+  const at::Tensor g_nan = g.isnan(), w_nan = w.isnan();
+  const at::Tensor g_inf = g.isinf(), w_inf = w.isinf();
+  const at::Tensor both_finite = (g_nan | w_nan | g_inf | w_inf).logical_not();
+  const at::Tensor err = (g - w).abs().masked_fill(both_finite.logical_not(), 0);
+  const at::Tensor limit = w.abs().mul(tol.rtol).add(tol.atol);
+  const at::Tensor tol_bad = err.gt(limit).logical_and(both_finite);
+  const at::Tensor nan_bad = g_nan.ne(w_nan);
+  const at::Tensor inf_bad = (g_inf | w_inf).logical_and((g_nan | w_nan).logical_not()).logical_and(g.ne(w));
+  const at::Tensor bad = tol_bad | nan_bad | inf_bad;
+  r.num_bad = bad.sum().item<int64_t>();
+  r.max_abs_err = err.max().item<double>();
+  const at::Tensor nonzero_ref = both_finite.logical_and(w.ne(0));
+  r.max_rel_err = err.div(w.abs().masked_fill(nonzero_ref.logical_not(), 1)).masked_fill(nonzero_ref.logical_not(), 0)
+                      .max()
+                      .item<double>();
+  if (r.num_bad == 0) return r;
+  r.ok = false;
+  r.first_bad_index = bad.to(at::kByte).argmax().item<int64_t>();  // first maximum = first true
+  const double gv = g[r.first_bad_index].item<double>();
+  const double wv = w[r.first_bad_index].item<double>();
+  std::string why = "outside tolerance";
+  if (std::isnan(gv) && !std::isnan(wv)) why = "unwritten or NaN";
+  else if (!std::isnan(gv) && std::isnan(wv)) why = "reference is NaN";
+  else if (std::isinf(gv) || std::isinf(wv)) why = "Inf mismatch";
+  r.reason = "element " + std::to_string(r.first_bad_index) + ": got " + FormatValue(gv) + ", expected " +
+             FormatValue(wv) + " (" + why + "); " + std::to_string(r.num_bad) + " of " + std::to_string(n) +
+             " elements bad; max abs err " + FormatValue(r.max_abs_err) + ", max rel err " +
+             FormatValue(r.max_rel_err);
+  return r;
+}
+
+}  // namespace dice::reference

@@ -1,0 +1,77 @@
+// CompareTensors (ATen, runs on the GPU in the worker) must agree with
+// CompareBuffers (the host specification) element for element. Run here on
+// CPU tensors: the ATen code is device-independent.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+
+#include "dice/reference/device_compare.h"
+#include "dice/reference/reference_executor.h"
+
+namespace dice::reference {
+namespace {
+
+CompareResult Host(const at::Tensor& got, const at::Tensor& ref, Tolerance tol) {
+  auto g = got.contiguous(), r = ref.contiguous();
+  return CompareBuffers(g.data_ptr(), r.data_ptr(), g.numel(), *FromScalarType(g.scalar_type()),
+                        *FromScalarType(r.scalar_type()), tol);
+}
+
+void ExpectSameVerdict(const at::Tensor& got, const at::Tensor& ref, Tolerance tol) {
+  const CompareResult d = CompareTensors(got, ref, tol);
+  const CompareResult h = Host(got, ref, tol);
+  EXPECT_EQ(d.ok, h.ok) << "device: " << d.reason << "\nhost: " << h.reason;
+  EXPECT_EQ(d.num_bad, h.num_bad);
+  EXPECT_EQ(d.first_bad_index, h.first_bad_index);
+}
+
+TEST(DeviceCompareTest, AgreesWithHostComparatorOnRandomPerturbations) {
+  at::manual_seed(7);
+  for (auto dtype : {at::kFloat, at::kHalf, at::kBFloat16}) {
+    const Tolerance tol = Tolerance::ForDType(*FromScalarType(dtype));
+    at::Tensor ref = at::randn({64, 129}).to(dtype);
+    // Errors around the tolerance boundary: some pass, some fail.
+    at::Tensor noise = at::randn({64, 129}) * (tol.atol * 3);
+    at::Tensor got = (ref.to(at::kFloat) + noise).to(dtype);
+    ExpectSameVerdict(got, ref, tol);
+    ExpectSameVerdict(ref.clone(), ref, tol);
+  }
+}
+
+TEST(DeviceCompareTest, RejectsUnwrittenPoisonedTailAndNamesFirstElement) {
+  at::Tensor ref = at::randn({1000});
+  at::Tensor got = ref.clone();
+  got.slice(0, 990).fill_(std::numeric_limits<float>::quiet_NaN());
+  const CompareResult d = CompareTensors(got, ref, Tolerance::ForDType(ir::DType::kFloat32));
+  EXPECT_FALSE(d.ok);
+  EXPECT_EQ(d.num_bad, 10);
+  EXPECT_EQ(d.first_bad_index, 990);
+  EXPECT_NE(d.reason.find("element 990"), std::string::npos) << d.reason;
+  EXPECT_NE(d.reason.find("unwritten or NaN"), std::string::npos) << d.reason;
+  ExpectSameVerdict(got, ref, Tolerance::ForDType(ir::DType::kFloat32));
+}
+
+TEST(DeviceCompareTest, NanAndInfMustMatchPlacementAndSign) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  at::Tensor ref = at::tensor({1.0f, nan, inf, -inf, 2.0f});
+  EXPECT_TRUE(CompareTensors(ref.clone(), ref, {1e-4, 1e-4}).ok);
+  for (int i = 0; i < 5; ++i) {
+    at::Tensor got = ref.clone();
+    got[i] = (i == 1) ? 0.0f : (i == 2 ? -inf : (i == 3 ? inf : nan));
+    const CompareResult d = CompareTensors(got, ref, {1e-4, 1e-4});
+    EXPECT_FALSE(d.ok) << i;
+    EXPECT_EQ(d.first_bad_index, i);
+    ExpectSameVerdict(got, ref, {1e-4, 1e-4});
+  }
+}
+
+TEST(DeviceCompareTest, ReportsShapeMismatchAndAcceptsEmpty) {
+  EXPECT_FALSE(CompareTensors(at::zeros({2, 3}), at::zeros({3, 2}), {1e-4, 1e-4}).ok);
+  EXPECT_TRUE(CompareTensors(at::zeros({0, 3}), at::zeros({0, 3}), {1e-4, 1e-4}).ok);
+}
+
+}  // namespace
+}  // namespace dice::reference
