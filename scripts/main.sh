@@ -21,7 +21,7 @@ SMALL=()
 
 # 1. The C++-only example: a transformer MLP block built from TorchScript source.
 echo "[main] examples/mlp_block (C++ only, no Python model file needed)"
-"$BUILD_DIR/examples/mlp_block" --cache "$OUT/cache" || echo "[main] mlp_block failed (exit $?)"
+DICE_CACHE_DIR="$OUT/cache" "$BUILD_DIR/examples/mlp_block" || echo "[main] mlp_block failed (exit $?)"
 
 # 2. KernelBench tasks -> TorchScript models -> dice tune.
 if [ -z "$KB" ]; then
@@ -30,10 +30,10 @@ if [ -z "$KB" ]; then
 fi
 TASKS=${TASKS:-"level1/23_Softmax.py level1/26_GELU_.py level1/36_RMSNorm_.py level1/40_LayerNorm.py level2/12_Gemm_Multiply_LeakyReLU.py"}
 for t in $TASKS; do
-  name=$(basename "$t" .py)
+  dir="$OUT/$(dirname "$t")_$(basename "$t" .py)"
   python3 examples/make_kernelbench_models.py "$KB/$t" --out "$OUT" "${SMALL[@]}"
-  inputs=$(python3 -c "import json;print(' '.join('--input '+s for s in json.load(open('$OUT/$name.json'))['inputs']))")
-  echo "[main] dice tune $OUT/$name.pt $inputs"
+  inputs=$(python3 -c "import json;print(' '.join('--input '+s for s in json.load(open('$dir/meta.json'))['inputs']))")
+  echo "[main] dice tune $dir/model.pt $inputs"
   # shellcheck disable=SC2086
-  "$DICE" tune "$OUT/$name.pt" $inputs --cache "$OUT/cache" --json "$OUT/$name.tune.json" || echo "[main] $name: exit $?"
+  "$DICE" tune "$dir/model.pt" $inputs --cache "$OUT/cache" --json "$dir/tune.json" || echo "[main] $t: exit $?"
 done

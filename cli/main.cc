@@ -1,0 +1,395 @@
+// The `dice` command-line tool: tune, run and profile TorchScript models, and
+// manage the kernel cache. See docs/CLI.md for every flag and exit code.
+//
+//   dice tune    model.pt --input 1024x8192:f32 [--input ...] [--cache DIR] [--budget-s 60]
+//   dice run     model.pt --input ...     (cache only: never tunes; hit/miss per group)
+//   dice profile model.pt --input ...     (fusion groups and what they cost)
+//   dice cache ls | show KEY | rm KEY [--cache DIR]
+//
+// Exit codes: 0 success (also a compile-only tune on a machine without a
+// GPU), 1 a runtime failure (tuning error, outputs differ from eager),
+// 2 bad input (model file, --input spec, cache dir, unknown key),
+// 3 --require-gpu given and no CUDA device is present.
+#include <torch/cuda.h>
+#include <torch/script.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dice/cache/store.h"
+#include "dice/reference/reference_executor.h"
+#include "dice/runtime/cuda_driver.h"
+#include "dice/runtime/ir.h"
+#include "dice/torch_ext/optimize.h"
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitBadInput = 2;
+constexpr int kExitNoGpu = 3;
+
+struct ModelArgs {
+  std::string model_path;
+  std::vector<std::string> input_specs;
+  std::string cache_dir;
+  int reps = 20;
+  uint64_t seed = 0;
+  std::string json_path;
+};
+
+struct LoadedModel {
+  torch::jit::Module module;
+  std::vector<c10::IValue> inputs;
+  bool on_gpu = false;
+};
+
+int Fail(int code, const std::string& message) {
+  std::fprintf(stderr, "dice: error: %s\n", message.c_str());
+  return code;
+}
+
+/// Loads the module and builds random inputs; fills `error` and returns false on bad input.
+bool LoadModel(const ModelArgs& args, bool want_gpu, LoadedModel* out, std::string* error) {
+  if (args.input_specs.empty()) {
+    *error = "no --input given (one per forward() argument, e.g. --input 1024x8192:f32)";
+    return false;
+  }
+  std::vector<dice::ir::TensorSpec> specs;
+  for (const auto& text : args.input_specs) {
+    auto spec = dice::ir::ParseInputSpec(text);
+    if (!spec.ok()) {
+      *error = spec.status().message();
+      return false;
+    }
+    specs.push_back(*spec);
+  }
+  out->on_gpu = want_gpu;
+  const c10::Device device = want_gpu ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  try {
+    out->module = torch::jit::load(args.model_path, device);
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    *error = "cannot load TorchScript model '" + args.model_path + "': " + what.substr(0, what.find('\n'));
+    return false;
+  }
+  out->module.eval();
+  torch::manual_seed(args.seed);
+  for (const auto& spec : specs) {
+    out->inputs.emplace_back(torch::randn(spec.shape, torch::TensorOptions()
+                                                          .dtype(dice::reference::ToScalarType(spec.dtype))
+                                                          .device(device)));
+  }
+  return true;
+}
+
+void Sync(bool gpu) {
+  if (gpu) torch::cuda::synchronize();
+}
+
+/// Median wall time of module.forward(inputs) in µs after warm-up; GPU work is synchronised.
+double TimeForward(torch::jit::Module& module, const std::vector<c10::IValue>& inputs, bool gpu, int reps) {
+  torch::NoGradGuard no_grad;
+  for (int i = 0; i < 3; ++i) module.forward(inputs);
+  Sync(gpu);
+  std::vector<double> us;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    module.forward(inputs);
+    Sync(gpu);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+std::vector<at::Tensor> Flatten(const c10::IValue& v) {
+  std::vector<at::Tensor> out;
+  if (v.isTensor()) {
+    out.push_back(v.toTensor());
+  } else if (v.isTuple()) {
+    for (const auto& e : v.toTupleRef().elements()) {
+      auto sub = Flatten(e);
+      out.insert(out.end(), sub.begin(), sub.end());
+    }
+  } else if (v.isList()) {
+    for (const auto& e : v.toListRef()) {
+      auto sub = Flatten(e);
+      out.insert(out.end(), sub.begin(), sub.end());
+    }
+  }
+  return out;
+}
+
+/// Compares outputs with DESIGN.md's per-dtype limits (f32 1e-4, f16/bf16 1e-2).
+bool OutputsMatch(const c10::IValue& got, const c10::IValue& want, std::string* detail) {
+  auto g = Flatten(got), w = Flatten(want);
+  if (g.size() != w.size()) {
+    *detail = "output count differs";
+    return false;
+  }
+  double worst = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (g[i].sizes() != w[i].sizes() || g[i].scalar_type() != w[i].scalar_type()) {
+      *detail = "output " + std::to_string(i) + " shape/dtype differs";
+      return false;
+    }
+    const double tol = w[i].scalar_type() == at::kFloat ? 1e-4 : 1e-2;
+    auto gd = g[i].to(at::kDouble), wd = w[i].to(at::kDouble);
+    auto err = (gd - wd).abs();
+    auto limit = tol + tol * wd.abs();
+    auto nan_ok = gd.isnan().eq(wd.isnan()).all().item<bool>();
+    auto bad = (err > limit).logical_and(wd.isnan().logical_not()).sum().item<int64_t>();
+    worst = std::max(worst, err.nan_to_num(0, 0, 0).max().item<double>());
+    if (!nan_ok || bad > 0) {
+      *detail = "output " + std::to_string(i) + ": " + std::to_string(bad) + " elements outside tolerance";
+      return false;
+    }
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "max abs err %.3g", worst);
+  *detail = buf;
+  return true;
+}
+
+dice::torch_ext::Options BaseOptions(const ModelArgs& args, const std::vector<c10::IValue>& inputs) {
+  auto env = dice::torch_ext::Options::FromEnv();
+  dice::torch_ext::Options o = env.ok() ? *env : dice::torch_ext::Options{};
+  if (!args.cache_dir.empty()) o.cache_dir = args.cache_dir;
+  o.example_inputs = inputs;
+  return o;
+}
+
+std::string Fixed(double v, int digits = 1) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool require_gpu) {
+  auto device = dice::QueryDevice(0);
+  const bool gpu = device.ok() && torch::cuda::is_available();
+  if (!gpu) {
+    const std::string why = device.ok() ? "PyTorch sees no CUDA device" : device.status().message();
+    if (require_gpu) return Fail(kExitNoGpu, "no CUDA device present (" + why + ")");
+    std::printf("dice: no CUDA device present (%s).\n"
+                "dice: running compile-only: candidates are generated and compiled by NVRTC for sm_90; "
+                "nothing is verified, timed or cached as a winner.\n", why.c_str());
+  } else {
+    std::printf("dice: tuning on %s (%s)\n", device->name.c_str(), device->arch.c_str());
+  }
+  LoadedModel eager, tuned;
+  std::string error;
+  if (!LoadModel(args, gpu, &eager, &error) || !LoadModel(args, gpu, &tuned, &error)) {
+    return Fail(kExitBadInput, error);
+  }
+  c10::IValue reference;
+  double before_us = 0;
+  {
+    torch::NoGradGuard no_grad;
+    try {
+      reference = eager.module.forward(eager.inputs);
+    } catch (const c10::Error& e) {
+      return Fail(kExitBadInput, std::string("the model does not run on these inputs: ") + e.what_without_backtrace());
+    }
+    before_us = TimeForward(eager.module, eager.inputs, gpu, args.reps);
+  }
+
+  auto options = BaseOptions(args, tuned.inputs);
+  options.mode = dice::torch_ext::Mode::kCache;
+  options.tune.compile_only = !gpu;
+  options.tune.budget_s = budget_s;
+  options.tune.max_candidates = max_candidates;
+  auto report = dice::torch_ext::optimize(tuned.module, options);
+  if (!report.ok()) return Fail(kExitFailure, report.status().ToString());
+  std::printf("dice: %zu fusion group(s) formed, %zu op(s) left with PyTorch\n", report->groups.size(),
+              report->left_out.size());
+  auto tuned_reports = dice::torch_ext::TuneGroups(tuned.module, tuned.inputs, options);
+  if (!tuned_reports.ok()) return Fail(kExitFailure, tuned_reports.status().ToString());
+
+  std::printf("\n%-44s %10s %10s %8s %14s  %s\n", "group (ops inputs)", "base µs", "best µs", "speedup",
+              "tried/comp/ver", "winner");
+  nlohmann::json json_groups = nlohmann::json::array();
+  for (const auto& r : *tuned_reports) {
+    const std::string origin = r.winner_origin.empty() ? "-" : r.winner_origin + (r.from_cache ? " (cached)" : "");
+    std::printf("%-44s %10s %10s %8s %6d/%3d/%3d  %s\n", r.description.substr(0, 44).c_str(),
+                r.baseline_us > 0 ? Fixed(r.baseline_us).c_str() : "-", r.best_us > 0 ? Fixed(r.best_us).c_str() : "-",
+                r.speedup > 0 ? (Fixed(r.speedup, 2) + "x").c_str() : "-", r.tried, r.compiled, r.verified,
+                origin.c_str());
+    json_groups.push_back({{"task_key", r.task_key}, {"description", r.description}, {"baseline_us", r.baseline_us},
+                           {"best_us", r.best_us}, {"speedup", r.speedup}, {"winner", r.winner_origin},
+                           {"from_cache", r.from_cache}, {"tried", r.tried}, {"compiled", r.compiled},
+                           {"verified", r.verified}, {"tune_seconds", r.tune_seconds}});
+    for (const auto& o : r.outcomes) {
+      if (o.outcome == "compile_error" || o.outcome == "crashed" || o.outcome == "timeout") {
+        std::printf("    %s: %s %s\n", o.origin.c_str(), o.outcome.c_str(), o.error.substr(0, 160).c_str());
+      }
+    }
+  }
+
+  // End to end: the optimized module serves cached winners (mode cache).
+  dice::torch_ext::ResetGroupStats();
+  c10::IValue got;
+  {
+    torch::NoGradGuard no_grad;
+    got = tuned.module.forward(tuned.inputs);
+  }
+  std::string detail;
+  const bool match = OutputsMatch(got, reference, &detail);
+  const double after_us = TimeForward(tuned.module, tuned.inputs, gpu, args.reps);
+  std::printf("\nend to end: before %.1f µs, after %.1f µs (%.2fx); outputs %s eager (%s)\n", before_us, after_us,
+              after_us > 0 ? before_us / after_us : 0.0, match ? "match" : "DIFFER FROM", detail.c_str());
+  if (!args.json_path.empty()) {
+    nlohmann::json j{{"model", args.model_path}, {"gpu", gpu}, {"before_us", before_us}, {"after_us", after_us},
+                     {"outputs_match", match}, {"groups", json_groups}};
+    std::ofstream(args.json_path) << j.dump(2) << "\n";
+  }
+  return match ? kExitOk : kExitFailure;
+}
+
+int CmdRunOrProfile(const ModelArgs& args, bool profile) {
+  const bool gpu = dice::QueryDevice(0).ok() && torch::cuda::is_available();
+  LoadedModel m;
+  std::string error;
+  if (!LoadModel(args, gpu, &m, &error)) return Fail(kExitBadInput, error);
+  auto options = BaseOptions(args, m.inputs);
+  options.mode = profile ? dice::torch_ext::Mode::kObserve : dice::torch_ext::Mode::kCache;
+  auto report = dice::torch_ext::optimize(m.module, options);
+  if (!report.ok()) return Fail(kExitFailure, report.status().ToString());
+  dice::torch_ext::ResetGroupStats();
+  double us = 0;
+  try {
+    us = TimeForward(m.module, m.inputs, gpu, args.reps);
+  } catch (const c10::Error& e) {
+    return Fail(kExitBadInput, std::string("the model does not run on these inputs: ") + e.what_without_backtrace());
+  }
+  auto stats = dice::torch_ext::GetGroupStats();
+  if (profile) {
+    std::printf("%s", dice::torch_ext::FormatProfile(stats).c_str());
+    std::printf("step: %.1f µs median over %d runs (%s)\n", us, args.reps, gpu ? "GPU" : "CPU");
+    for (const auto& n : report->left_out) std::printf("  left with PyTorch: %s (%s)\n", n.kind.c_str(), n.reason.c_str());
+    return kExitOk;
+  }
+  int hits = 0;
+  std::printf("%-4s %-40s %-8s %s\n", "id", "group", "cache", "detail");
+  for (const auto& s : stats) {
+    const bool hit = s.hits > 0 && s.fallbacks == 0;
+    hits += hit;
+    std::string reason = s.fallback_reasons.empty() ? "" : s.fallback_reasons.front().first;
+    std::printf("%-4d %-40s %-8s %s\n", s.id, s.summary.substr(0, 40).c_str(), hit ? "hit" : "miss", reason.c_str());
+  }
+  std::printf("%d/%zu groups served from the cache; step %.1f µs median\n", hits, stats.size(), us);
+  return kExitOk;
+}
+
+int CmdCache(const std::string& action, const std::string& key, const std::string& cache_dir_arg) {
+  const std::string dir = cache_dir_arg.empty() ? dice::cache::DefaultCacheDir() : cache_dir_arg;
+  auto store = dice::cache::Store::Open(dice::cache::DatabasePath(dir));
+  if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
+  if (action == "ls") {
+    auto rows = (*store)->ListWinners();
+    if (!rows.ok()) return Fail(kExitFailure, rows.status().ToString());
+    std::printf("%-16s %-6s %-28s %-30s %8s %s\n", "key", "arch", "ops", "inputs", "speedup", "origin");
+    for (const auto& r : *rows) {
+      auto g = dice::ir::Parse(r.graph_canonical);
+      std::printf("%-16s %-6s %-28s %-30s %7.2fx %s\n", r.task_key.substr(0, 16).c_str(), r.arch.c_str(),
+                  g.ok() ? dice::ir::Summary(*g).substr(0, 28).c_str() : "?", r.input_specs.substr(0, 30).c_str(),
+                  r.speedup, r.origin.c_str());
+    }
+    std::printf("%zu winner(s) in %s\n", rows->size(), (*store)->path().c_str());
+    return kExitOk;
+  }
+  // show / rm accept a unique key prefix.
+  auto rows = (*store)->ListWinners();
+  if (!rows.ok()) return Fail(kExitFailure, rows.status().ToString());
+  std::vector<std::string> matches;
+  for (const auto& r : *rows) {
+    if (!key.empty() && r.task_key.rfind(key, 0) == 0) matches.push_back(r.task_key);
+  }
+  if (matches.size() != 1) {
+    return Fail(kExitBadInput, matches.empty() ? "no cache entry with key '" + key + "'"
+                                               : "key prefix '" + key + "' is ambiguous");
+  }
+  if (action == "rm") {
+    auto removed = (*store)->RemoveWinner(matches[0]);
+    if (!removed.ok()) return Fail(kExitFailure, removed.status().ToString());
+    std::printf("removed %s\n", matches[0].c_str());
+    return kExitOk;
+  }
+  auto rec = (*store)->GetWinner(matches[0]);
+  if (!rec.ok()) return Fail(kExitFailure, rec.status().ToString());
+  const auto& r = **rec;
+  std::printf("key:       %s\narch:      %s (%s)\ninputs:    %s\norigin:    %s\nbaseline:  %.2f µs\nbest:      %.2f µs\n"
+              "speedup:   %.2fx\nversions:  %s\ncubin:     %zu bytes\nlaunch:    %s\n\n--- IR ---\n%s\n--- source ---\n%s\n",
+              r.task_key.c_str(), r.arch.c_str(), r.gpu_name.c_str(), r.input_specs.c_str(), r.origin.c_str(),
+              r.baseline_us, r.best_us, r.speedup, r.versions_json.c_str(), r.cubin.size(), r.launch_plan_json.c_str(),
+              r.graph_canonical.c_str(), r.source.c_str());
+  return kExitOk;
+}
+
+void AddModelArgs(CLI::App* cmd, ModelArgs* args) {
+  cmd->add_option("model", args->model_path, "TorchScript model file (torch.jit.save)")->required();
+  cmd->add_option("--input,-i", args->input_specs, "forward() argument spec, e.g. 1024x8192:f32 (repeat per argument)");
+  cmd->add_option("--cache", args->cache_dir, "cache directory (default $DICE_CACHE_DIR or ~/.cache/dice)");
+  cmd->add_option("--reps", args->reps, "timed repetitions for end-to-end times")->check(CLI::Range(1, 100000));
+  cmd->add_option("--seed", args->seed, "seed for the random inputs");
+  cmd->add_option("--json", args->json_path, "also write the report as JSON to this file");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dice: JIT autotuning runtime for PyTorch models (fusion groups -> tuned CUDA kernels)"};
+  app.require_subcommand(1);
+  ModelArgs args;
+  double budget_s = 60;
+  int max_candidates = 16;
+  bool require_gpu = false;
+  auto* tune = app.add_subcommand("tune", "tune the model's fusion groups and cache the winners");
+  AddModelArgs(tune, &args);
+  tune->add_option("--budget-s", budget_s, "tuning budget per fusion group, seconds");
+  tune->add_option("--max-candidates", max_candidates, "candidates per generator and group")->check(CLI::Range(1, 256));
+  tune->add_flag("--require-gpu", require_gpu, "exit 3 instead of running compile-only when no GPU is present");
+  auto* run = app.add_subcommand("run", "run with cached winners only (never tunes); report hit/miss per group");
+  AddModelArgs(run, &args);
+  auto* profile = app.add_subcommand("profile", "which fusion groups cost what (µs, calls)");
+  AddModelArgs(profile, &args);
+  auto* cache = app.add_subcommand("cache", "inspect the kernel cache");
+  cache->require_subcommand(1);
+  std::string key, cache_dir;
+  cache->add_option("--cache", cache_dir, "cache directory (default $DICE_CACHE_DIR or ~/.cache/dice)");
+  auto* ls = cache->add_subcommand("ls", "list cached winners");
+  auto* show = cache->add_subcommand("show", "print one winner (IR, source, launch plan, times)");
+  show->add_option("key", key, "task key or unique prefix")->required();
+  auto* rm = cache->add_subcommand("rm", "remove one winner");
+  rm->add_option("key", key, "task key or unique prefix")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitBadInput;
+  }
+  dice::torch_ext::EnsureRegistered();
+  try {
+    if (tune->parsed()) return CmdTune(args, budget_s, max_candidates, require_gpu);
+    if (run->parsed()) return CmdRunOrProfile(args, /*profile=*/false);
+    if (profile->parsed()) return CmdRunOrProfile(args, /*profile=*/true);
+    if (ls->parsed()) return CmdCache("ls", "", cache_dir);
+    if (show->parsed()) return CmdCache("show", key, cache_dir);
+    if (rm->parsed()) return CmdCache("rm", key, cache_dir);
+  } catch (const c10::Error& e) {
+    return Fail(kExitFailure, std::string("PyTorch error: ") + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return Fail(kExitFailure, e.what());
+  }
+  return kExitBadInput;
+}

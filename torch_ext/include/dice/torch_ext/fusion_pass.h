@@ -1,0 +1,70 @@
+// dice/torch_ext/fusion_pass.h — the TorchScript pass that forms fusion groups.
+//
+// FuseDiceGroups rewrites the top-level block of a graph: maximal connected
+// sets of supported nodes (capture.h) become `dice::FusionGroup` nodes whose
+// attr::Subgraph holds the original nodes (the fallback) and whose string
+// attribute `dice_ir` holds the IR canonical text (`dice_group_id`: the
+// process-wide group id). Groups are grown the standard way (as PyTorch's
+// tensor-expression fuser does): scanning backwards, a producer is merged into
+// its consumer's group only when AliasDb can move it next to the group without
+// breaking a dependency (no path leaves the group and comes back). Scalar
+// constants are cloned into the subgraph; tensor constants stay group inputs.
+// Groups made only of casts are dissolved. It leaves alone: sub-blocks
+// (prim::If/Loop bodies), nodes with unknown or non-float tensor types, and
+// mutating ops.
+//
+// The DICE_MODE pass (registered with torch::jit::registerPrePass) runs
+// AbsorbProfiledTypes and then FuseDiceGroups when DICE_MODE is set and not
+// "off"; it is also callable directly as DiceModePass.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <ATen/core/interned_strings.h>
+
+#include "dice/torch_ext/capture.h"
+#include "dice/torch_ext/optimize.h"
+
+namespace torch::jit {
+struct Graph;
+struct Node;
+}  // namespace torch::jit
+
+namespace dice::torch_ext {
+
+/// The op kind "dice::FusionGroup".
+c10::Symbol FusionGroupSymbol();
+/// Attribute "dice_ir" (string, IR canonical text) and "dice_group_id" (int).
+c10::Symbol IrAttr();
+c10::Symbol GroupIdAttr();
+
+/// Result of one run of the pass.
+struct FusionPassResult {
+  std::vector<int> group_ids;          ///< ids of the groups formed (registered in the group table)
+  std::vector<LeftOutNode> left_out;   ///< unsupported nodes of the top-level block
+};
+
+/// Forms fusion groups in the top-level block of `graph` (types must already
+/// be complete: ObserveTypes / AbsorbProfiledTypes). `min_nontrivial_ops`: a
+/// group with fewer non-cast ops is dissolved. Tensor type specialisations of
+/// the top-level block are removed afterwards (subgraphs keep theirs).
+FusionPassResult FuseDiceGroups(const std::shared_ptr<torch::jit::Graph>& graph, int min_nontrivial_ops = 1);
+
+/// Registers a group with the process-wide statistics table and returns its
+/// id (defined in fusion_group_op.cc).
+int RegisterGroup(const CapturedGroup& group);
+/// The IR of a registered group. Errors: kNotFound.
+Expected<CapturedGroup> GetRegisteredGroup(int id);
+
+/// Tunes one captured group call with the template generator and the
+/// process-wide tuner (one Tune at a time); sets the runtime options to
+/// `options` first. Errors: as Tuner::Tune, kInvalidArgument when the specs
+/// do not match the graph, cache open errors.
+Expected<TuneReport> TuneCapturedCall(const CapturedCall& call, const Options& options);
+
+/// The pass body registered for DICE_MODE: no-op when DICE_MODE is unset,
+/// "off" or invalid; otherwise absorbs profiled types and fuses.
+void DiceModePass(std::shared_ptr<torch::jit::Graph>& graph);
+
+}  // namespace dice::torch_ext

@@ -1,0 +1,158 @@
+// dice/torch_ext/optimize.h — the C++ entry point of the TorchScript frontend.
+//
+// optimize(module, options) inlines (and by default freezes) the module's
+// forward graph, observes value types from example inputs, runs the fusion
+// pass (fusion_pass.h) and returns the fusion groups it formed plus the nodes
+// it left with PyTorch and why. Each group becomes a `dice::FusionGroup` node
+// that, at run time, launches a cached winner kernel when one exists for the
+// concrete shapes (modes cache / tune / tune-sync) and otherwise runs the
+// original subgraph (the fallback), recording per-group statistics.
+//
+// No-code-change use: a LibTorch program that links dice_torch_ext (link it
+// with -Wl,--no-as-needed, or call EnsureRegistered() once) and sets
+// DICE_MODE (observe|cache|tune|tune-sync) gets the fusion pass run by the
+// profiling graph executor as a custom pre-fusion pass. DICE_MODE=off or
+// unset disables it. DICE_CACHE_DIR picks the cache (default ~/.cache/dice).
+//
+// Thread-safety: optimize() mutates the module it is given (call it before
+// sharing the module between threads). The runtime options and the group
+// statistics are process-wide and guarded by a mutex; the op's cache-hit path
+// takes no global lock.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+
+#include "dice/runtime/status.h"
+#include "dice/runtime/tuner.h"
+#include "dice/torch_ext/capture.h"
+
+namespace torch::jit {
+struct Module;
+}  // namespace torch::jit
+
+namespace dice::torch_ext {
+
+/// DESIGN.md "Modes".
+enum class Mode {
+  kOff,       ///< no fusion pass; optimize() still reports groups but inserts none
+  kObserve,   ///< fusion groups run the fallback and are timed (profile only)
+  kCache,     ///< use cached winners, never tune
+  kTune,      ///< on a miss, queue the task for a background tuner thread; fallback meanwhile
+  kTuneSync,  ///< on a miss, tune before returning (warm-up)
+};
+
+/// "off", "observe", "cache", "tune", "tune-sync".
+const char* ModeName(Mode mode);
+/// Parses a mode name (also "" -> kOff, "tune_sync"). Errors: kInvalidArgument
+/// naming the text and the accepted values.
+Expected<Mode> ParseMode(std::string_view text);
+
+/// Runtime and capture options.
+struct Options {
+  Mode mode = Mode::kObserve;
+  std::string cache_dir;          ///< "" = cache::DefaultCacheDir()
+  TuneOptions tune;               ///< used in tune / tune-sync modes and by TuneGroups
+  bool freeze = true;             ///< freeze the module (eval mode; parameters become constants)
+  std::vector<c10::IValue> example_inputs;  ///< forward() arguments (without self) used to observe types
+  int min_nontrivial_ops = 1;     ///< a group needs at least this many non-cast ops
+
+  /// Defaults with mode from DICE_MODE (unset = kOff) and cache_dir from
+  /// DICE_CACHE_DIR. Errors: kInvalidArgument for an unknown DICE_MODE.
+  static Expected<Options> FromEnv();
+};
+
+/// Sets/reads the process-wide options the dice::FusionGroup ops use (mode,
+/// cache dir, tune options). optimize() sets them; until then they come from
+/// Options::FromEnv() (an invalid DICE_MODE reads as kOff).
+void SetRuntimeOptions(const Options& options);
+Options GetRuntimeOptions();
+
+/// One fusion group formed in a graph.
+struct GroupInfo {
+  int id = 0;                ///< process-wide group id (the node's dice_group_id attribute)
+  CapturedGroup group;       ///< IR, canonical text, summary, torch ops
+};
+
+/// What optimize() did.
+struct OptimizeReport {
+  std::vector<GroupInfo> groups;
+  std::vector<LeftOutNode> left_out;  ///< nodes that stayed with PyTorch (constants/attribute reads omitted)
+  std::string graph;                  ///< the optimized forward graph, printed
+};
+
+/// Freezes (options.freeze; the module is put in eval mode) or inlines the
+/// module's forward, observes types by running it once on
+/// options.example_inputs (when given; otherwise the graph's own complete
+/// types are used), runs the fusion pass on the forward graph and sets the
+/// runtime options. With options.mode == kOff the graph is left unchanged and
+/// the groups that would form are still reported.
+/// REQUIRES: when options.freeze is false, forward has not been run yet (its
+/// graph executor would keep the old graph).
+/// Errors: kInvalidArgument when the module has no forward or the example run
+/// fails; kInternal for a PyTorch error during the passes (message included).
+Expected<OptimizeReport> optimize(torch::jit::Module& module, const Options& options);
+
+/// Makes sure the dice::FusionGroup operator and the DICE_MODE pass are
+/// registered (call once from a program that does not link with
+/// -Wl,--no-as-needed). Idempotent and cheap.
+void EnsureRegistered();
+
+/// Per-group run-time statistics (DESIGN.md "profile").
+struct GroupStats {
+  int id = 0;
+  std::string summary;                     ///< "mul+add+gelu"
+  std::string canonical;                   ///< IR text
+  std::vector<std::string> input_specs;    ///< last call's inputs, TensorSpec::ToString ("f32[1024,8192]")
+  std::string task_key;                    ///< last call's task key ("" until computed)
+  int64_t calls = 0;
+  int64_t hits = 0;                        ///< calls served by a winner kernel
+  int64_t fallbacks = 0;                   ///< calls served by the original subgraph
+  double total_us = 0;                     ///< timed calls only (observe mode), µs
+  int64_t timed_calls = 0;
+  std::vector<std::pair<std::string, int64_t>> fallback_reasons;  ///< reason -> count ("no GPU", "no winner", ...)
+};
+
+/// Snapshot of every group's statistics, by id.
+std::vector<GroupStats> GetGroupStats();
+/// Zeroes the counters (groups stay registered).
+void ResetGroupStats();
+/// A text table: id, summary, inputs, calls, hits, fallbacks, total µs, mean
+/// µs, top fallback reason; sorted by total µs (then calls), descending.
+std::string FormatProfile(const std::vector<GroupStats>& stats);
+
+/// The real inputs of one group call, captured for tuning.
+struct CapturedCall {
+  int group_id = 0;
+  ir::Graph graph;
+  std::vector<ir::TensorSpec> inputs;     ///< specs of the call's inputs
+  std::vector<std::string> input_bytes;   ///< host copies, contiguous, TensorSpec::nbytes each
+};
+
+/// While enabled, every group records the inputs of its first call per input
+/// signature. TakeCapturedCalls returns (and clears) what was recorded.
+void SetCaptureInputs(bool enabled);
+std::vector<CapturedCall> TakeCapturedCalls();
+
+/// The TargetInfo of CUDA device `ordinal` as used in task keys (arch, name,
+/// driver major from the driver; NVRTC version). Without a GPU: the defaults
+/// of TargetInfo with the NVRTC version filled in.
+TargetInfo CurrentTarget(int ordinal);
+
+/// Runs `module` (already optimize()d) once on `inputs` with input capture on,
+/// then tunes every distinct captured group task with the template generator
+/// (captured inputs added to verification), storing winners in the cache of
+/// options.cache_dir. Per-task tuner errors are reported in the returned
+/// list's description with baseline 0; kNoDevice without a GPU unless
+/// options.tune.compile_only. Errors: kInvalidArgument when running fails,
+/// kIoError/kCorrupt when the cache cannot be opened.
+Expected<std::vector<TuneReport>> TuneGroups(torch::jit::Module& module, const std::vector<c10::IValue>& inputs,
+                                             const Options& options);
+
+}  // namespace dice::torch_ext

@@ -1,0 +1,716 @@
+// The dice::FusionGroup operator: winner kernel or fallback, plus the
+// process-wide group table, runtime options and background tuner.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/runtime/custom_operator.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include "dice/cache/store.h"
+#include "dice/generator/templates.h"
+#include "dice/reference/reference_executor.h"
+#include "dice/runtime/compiler.h"
+#include "dice/runtime/cuda_driver.h"
+#include "dice/runtime/kernel_launcher.h"
+#include "dice/runtime/task.h"
+#include "dice/runtime/tuner.h"
+#include "dice/runtime/worker_protocol.h"
+#include "dice/torch_ext/fusion_pass.h"
+#include "dice/torch_ext/optimize.h"
+
+namespace dice::torch_ext {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Process-wide state.
+
+struct GroupRecord {
+  int id = 0;
+  CapturedGroup group;
+  std::atomic<int64_t> calls{0}, hits{0}, fallbacks{0}, timed_calls{0}, total_ns{0};
+  std::mutex mu;  // guards the fields below
+  std::vector<std::string> input_specs;
+  std::string task_key;
+  std::map<std::string, int64_t> reasons;
+  std::set<std::vector<int64_t>> captured_signatures;
+};
+
+// One input signature of one op instance: precomputed task key and kernel.
+struct SigEntry {
+  enum State : int { kUnknown = 0, kNoWinner, kPending, kLoaded, kFailed };
+  std::vector<int64_t> signature;
+  std::string key;
+  std::string describe;
+  std::unique_ptr<Task> task;  // null when the specs did not make a task
+  std::string task_error;
+  std::atomic<int> state{kUnknown};
+  std::string failure;
+  std::shared_ptr<LoadedKernel> kernel;
+  std::vector<std::vector<int64_t>> out_shapes;
+  std::vector<at::ScalarType> out_dtypes;
+};
+
+struct TuneJob {
+  Task task;
+  std::vector<std::string> captured;
+  std::shared_ptr<SigEntry> entry;
+};
+
+struct Runtime {
+  std::mutex mu;  // guards everything below except the atomics
+  std::vector<std::unique_ptr<GroupRecord>> groups;  // id = index + 1
+  Options options;
+  bool options_set = false;
+  std::atomic<int> mode{static_cast<int>(Mode::kOff)};
+  std::atomic<bool> mode_loaded{false};
+  std::atomic<bool> capture{false};
+  std::vector<CapturedCall> captured;
+
+  // Cache store and loaded kernels (shared across op instances by task key).
+  std::mutex store_mu;
+  std::unique_ptr<cache::Store> store;
+  std::string store_dir;
+  std::map<std::string, std::shared_ptr<LoadedKernel>> kernels;
+
+  // Tuning.
+  std::mutex tune_mu;  // one Tune at a time
+  std::unique_ptr<Tuner> tuner;
+  std::mutex queue_mu;
+  std::condition_variable queue_cv;
+  std::deque<TuneJob> queue;
+  bool worker_started = false;
+};
+
+Runtime& R() {
+  static Runtime* r = new Runtime;  // leaked: the tuner thread may outlive static destruction
+  return *r;
+}
+
+Options EnvOptionsOrDefault() {
+  auto o = Options::FromEnv();
+  if (o.ok()) return *o;
+  Options d;
+  d.mode = Mode::kOff;
+  return d;
+}
+
+Mode CurrentMode() {
+  Runtime& r = R();
+  if (!r.mode_loaded.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (!r.options_set) {
+      r.options = EnvOptionsOrDefault();
+      r.options_set = true;
+    }
+    r.mode.store(static_cast<int>(r.options.mode));
+    r.mode_loaded.store(true, std::memory_order_release);
+  }
+  return static_cast<Mode>(r.mode.load(std::memory_order_relaxed));
+}
+
+GroupRecord* FindRecord(int id) {
+  Runtime& r = R();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (id < 1 || static_cast<size_t>(id) > r.groups.size()) return nullptr;
+  return r.groups[id - 1].get();
+}
+
+// Opens the store of the current cache dir (once per dir). REQUIRES store_mu.
+Expected<cache::Store*> StoreLocked() {
+  Runtime& r = R();
+  std::string dir = GetRuntimeOptions().cache_dir;
+  if (dir.empty()) dir = cache::DefaultCacheDir();
+  if (!r.store || r.store_dir != dir) {
+    auto s = cache::Store::Open(cache::DatabasePath(dir));
+    if (!s.ok()) return s.status();
+    r.store = std::move(s).value();
+    r.store_dir = dir;
+  }
+  return r.store.get();
+}
+
+Expected<TuneReport> TuneTaskNow(const Task& task, const std::vector<std::string>* captured) {
+  Runtime& r = R();
+  std::lock_guard<std::mutex> tune_lock(r.tune_mu);
+  cache::Store* store = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(r.store_mu);
+    auto s = StoreLocked();
+    if (!s.ok()) return s.status();
+    store = *s;
+  }
+  if (!r.tuner) {
+    std::vector<std::shared_ptr<KernelGenerator>> gens{std::make_shared<TemplateGenerator>()};
+    r.tuner = std::make_unique<Tuner>(store, std::move(gens), GetRuntimeOptions().tune);
+  }
+  return r.tuner->Tune(task, captured);
+}
+
+void TunerThreadMain() {
+  Runtime& r = R();
+  for (;;) {
+    TuneJob job;
+    {
+      std::unique_lock<std::mutex> lock(r.queue_mu);
+      r.queue_cv.wait(lock, [&] { return !r.queue.empty(); });
+      job = std::move(r.queue.front());
+      r.queue.pop_front();
+    }
+    auto rep = TuneTaskNow(job.task, job.captured.empty() ? nullptr : &job.captured);
+    if (!rep.ok()) {
+      // Torch TUs cannot include spdlog (LibTorch ships its own fmt): plain stderr.
+      std::fprintf(stderr, "dice: tuning %s failed: %s\n", job.task.Describe().c_str(),
+                   rep.status().ToString().c_str());
+      job.entry->failure = "tuning failed: " + rep.status().message();
+      job.entry->state.store(SigEntry::kFailed);
+      continue;
+    }
+    std::fprintf(stderr, "dice: tuned %s: speedup %.2fx (%s)\n", rep->description.c_str(), rep->speedup,
+                 rep->winner_origin.empty() ? "no winner" : rep->winner_origin.c_str());
+    job.entry->state.store(rep->winner_origin.empty() ? SigEntry::kNoWinner : SigEntry::kUnknown);
+  }
+}
+
+void Enqueue(TuneJob job) {
+  Runtime& r = R();
+  std::lock_guard<std::mutex> lock(r.queue_mu);
+  if (!r.worker_started) {
+    std::thread(TunerThreadMain).detach();
+    r.worker_started = true;
+  }
+  r.queue.push_back(std::move(job));
+  r.queue_cv.notify_one();
+}
+
+std::string DTypeText(at::ScalarType st) {
+  switch (st) {
+    case at::kLong: return "int64";
+    case at::kInt: return "int32";
+    case at::kDouble: return "float64";
+    case at::kBool: return "bool";
+    default: return c10::toString(st);
+  }
+}
+
+// Host copies of the inputs (contiguous bytes); empty when together they
+// exceed the worker's cap (worker::kMaxCapturedBytes, 2 GiB): then the
+// verifier uses random trials only and nothing multi-GB is copied.
+std::vector<std::string> HostBytes(const std::vector<at::Tensor>& inputs) {
+  std::vector<std::string> out;
+  uint64_t total = 0;
+  for (const auto& t : inputs) total += static_cast<uint64_t>(t.nbytes());
+  if (total > worker::kMaxCapturedBytes) return out;
+  for (const auto& t : inputs) {
+    at::Tensor c = t.contiguous().cpu();
+    out.emplace_back(static_cast<const char*>(c.data_ptr()), c.nbytes());
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// The operator.
+
+class GroupOp {
+ public:
+  explicit GroupOp(const torch::jit::Node* node) {
+    TORCH_CHECK(node->hasAttribute(IrAttr()) && node->hasAttribute(GroupIdAttr()),
+                "dice::FusionGroup node without dice_ir/dice_group_id attributes");
+    auto g = ir::Parse(node->s(IrAttr()));
+    TORCH_CHECK(g.ok(), "dice::FusionGroup: bad IR attribute: ", g.status().ToString());
+    graph_ = std::move(g).value();
+    record_ = FindRecord(static_cast<int>(node->i(GroupIdAttr())));
+    TORCH_CHECK(record_ != nullptr, "dice::FusionGroup: unknown group id ", node->i(GroupIdAttr()));
+    n_in_ = node->inputs().size();
+    n_out_ = node->outputs().size();
+    TORCH_CHECK(n_in_ == graph_.inputs.size() && n_out_ == graph_.outputs.size(),
+                "dice::FusionGroup: node arity does not match its IR");
+    code_ = std::make_shared<torch::jit::Code>(node->g(c10::attr::Subgraph)->copy(), "dice_fusion_group_fallback");
+  }
+
+  void Run(torch::jit::Stack& stack) {
+    Mode mode = CurrentMode();
+    record_->calls.fetch_add(1, std::memory_order_relaxed);
+    if (n_in_ == 0) {
+      Fallback(stack);
+      CountFallback("group without tensor inputs");
+      return;
+    }
+    const char* reason = nullptr;
+    std::string reason_text;
+    bool typed = false;
+    bool eligible = Eligible(stack, &reason, &reason_text, &typed);
+    if (R().capture.load(std::memory_order_relaxed)) Capture(stack);
+    // Inputs of the captured dtypes/ranks: record specs and task key for reports.
+    if (typed && !eligible) Entry(stack);
+
+    if (mode == Mode::kObserve) {
+      if (eligible) Entry(stack);
+      Timed(stack);
+      CountFallback("observe mode");
+      return;
+    }
+    if (mode == Mode::kOff) {
+      Fallback(stack);
+      CountFallback("mode off");
+      return;
+    }
+    if (!eligible) {
+      Fallback(stack);
+      CountFallback(reason ? std::string(reason) : reason_text);
+      return;
+    }
+    std::string why;
+    if (TryKernel(stack, mode, &why)) {
+      record_->hits.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    Fallback(stack);
+    CountFallback(why);
+  }
+
+ private:
+  // Checks every input against the kernel path's requirements.
+  // `typed` is set when every input is a tensor of the captured dtype and rank.
+  bool Eligible(const torch::jit::Stack& stack, const char** reason, std::string* text, bool* typed) const {
+    size_t base = stack.size() - n_in_;
+    for (size_t i = 0; i < n_in_; ++i) {
+      const c10::IValue& iv = stack[base + i];
+      if (!iv.isTensor()) {
+        *text = "input " + std::to_string(i) + " is not a tensor";
+        return false;
+      }
+      const at::Tensor& t = iv.toTensor();
+      auto dt = reference::FromScalarType(t.scalar_type());
+      if (!dt.ok()) {
+        *text = "unsupported dtype " + DTypeText(t.scalar_type());
+        return false;
+      }
+      if (*dt != graph_.inputs[i].dtype || t.dim() != graph_.inputs[i].rank) {
+        *text = "input " + std::to_string(i) + " is " + ir::DTypeName(*dt) + " rank " + std::to_string(t.dim()) +
+                ", captured as " + ir::DTypeName(graph_.inputs[i].dtype) + " rank " +
+                std::to_string(graph_.inputs[i].rank);
+        return false;
+      }
+    }
+    *typed = true;
+    for (size_t i = 0; i < n_in_; ++i) {
+      if (!stack[base + i].toTensor().is_cuda()) {
+        *reason = "no GPU";
+        return false;
+      }
+    }
+    for (size_t i = 0; i < n_in_; ++i) {
+      const at::Tensor& t = stack[base + i].toTensor();
+      if (!t.is_contiguous()) {
+        *text = "non-contiguous input " + std::to_string(i);
+        return false;
+      }
+      if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) {
+        *text = "misaligned input " + std::to_string(i);
+        return false;
+      }
+    }
+    return true;
+  }
+
+  void CountFallback(const std::string& reason) {
+    record_->fallbacks.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(record_->mu);
+    ++record_->reasons[reason];
+  }
+
+  void Fallback(torch::jit::Stack& stack) const {
+    // The subgraph takes exactly the node's inputs and leaves its outputs.
+    torch::jit::InterpreterState state(*code_);
+    state.run(stack);
+  }
+
+  // Observe mode: time the fallback with CUDA events (GPU) or wall time (CPU).
+  void Timed(torch::jit::Stack& stack) {
+    size_t base = stack.size() - n_in_;
+    bool cuda = n_in_ > 0 && stack[base].isTensor() && stack[base].toTensor().is_cuda();
+    double us = 0;
+    if (cuda) {
+      c10::Device dev = stack[base].toTensor().device();
+      auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+      c10::Stream s = impl->getStream(dev);
+      c10::Event start(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+      c10::Event end(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+      start.record(s);
+      Fallback(stack);
+      end.record(s);
+      end.synchronize();
+      us = start.elapsedTime(end) * 1000.0;
+    } else {
+      auto t0 = std::chrono::steady_clock::now();
+      Fallback(stack);
+      us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    }
+    record_->timed_calls.fetch_add(1, std::memory_order_relaxed);
+    record_->total_ns.fetch_add(static_cast<int64_t>(us * 1000.0), std::memory_order_relaxed);
+  }
+
+  void Capture(const torch::jit::Stack& stack) {
+    size_t base = stack.size() - n_in_;
+    std::vector<at::Tensor> ts;
+    std::vector<ir::TensorSpec> specs;
+    std::vector<int64_t> sig;
+    for (size_t i = 0; i < n_in_; ++i) {
+      if (!stack[base + i].isTensor()) return;
+      const at::Tensor& t = stack[base + i].toTensor();
+      auto spec = reference::SpecOf(t);
+      if (!spec.ok()) return;
+      ts.push_back(t);
+      sig.push_back(static_cast<int64_t>(spec->dtype));
+      sig.insert(sig.end(), spec->shape.begin(), spec->shape.end());
+      sig.push_back(-1);
+      specs.push_back(*spec);
+    }
+    {
+      std::lock_guard<std::mutex> lock(record_->mu);
+      if (!record_->captured_signatures.insert(sig).second) return;
+    }
+    CapturedCall call;
+    call.group_id = record_->id;
+    call.graph = graph_;
+    call.inputs = std::move(specs);
+    call.input_bytes = HostBytes(ts);
+    std::lock_guard<std::mutex> lock(R().mu);
+    R().captured.push_back(std::move(call));
+  }
+
+  // The signature entry for these inputs (created on first sight).
+  std::shared_ptr<SigEntry> Entry(const torch::jit::Stack& stack) {
+    size_t base = stack.size() - n_in_;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& e : entries_) {
+      size_t k = 0;
+      bool same = true;
+      for (size_t i = 0; i < n_in_ && same; ++i) {
+        const at::Tensor& t = stack[base + i].toTensor();
+        if (e->signature[k++] != static_cast<int64_t>(t.scalar_type())) same = false;
+        for (int64_t d : t.sizes()) {
+          if (!same) break;
+          if (e->signature[k++] != d) same = false;
+        }
+      }
+      if (same) return e;
+    }
+    auto e = std::make_shared<SigEntry>();
+    std::vector<ir::TensorSpec> specs;
+    for (size_t i = 0; i < n_in_; ++i) {
+      const at::Tensor& t = stack[base + i].toTensor();
+      e->signature.push_back(static_cast<int64_t>(t.scalar_type()));
+      e->signature.insert(e->signature.end(), t.sizes().begin(), t.sizes().end());
+      specs.push_back(*reference::SpecOf(t));
+    }
+    int device = stack[base].toTensor().device().index();
+    auto task = Task::Make(graph_, specs, CurrentTarget(device < 0 ? 0 : device));
+    if (!task.ok()) {
+      e->task_error = "task: " + task.status().message();
+      e->state.store(SigEntry::kFailed);
+      e->failure = e->task_error;
+    } else {
+      e->key = task->Key();
+      e->describe = task->Describe();
+      for (const auto& o : task->outputs) {
+        e->out_shapes.push_back(o.shape);
+        e->out_dtypes.push_back(reference::ToScalarType(o.dtype));
+      }
+      e->task = std::make_unique<Task>(std::move(task).value());
+    }
+    {
+      std::lock_guard<std::mutex> rl(record_->mu);
+      record_->task_key = e->key;
+      record_->input_specs.clear();
+      for (const auto& s : specs) record_->input_specs.push_back(s.ToString());
+    }
+    entries_.push_back(e);
+    return e;
+  }
+
+  // Looks up / loads the winner; returns false (with why) when none serves.
+  bool TryKernel(torch::jit::Stack& stack, Mode mode, std::string* why) {
+    std::shared_ptr<SigEntry> e = Entry(stack);
+    int state = e->state.load(std::memory_order_acquire);
+    if (state == SigEntry::kUnknown) state = Resolve(*e, stack, mode);
+    if (state == SigEntry::kNoWinner && mode == Mode::kTune) state = Queue(e, stack);
+    switch (state) {
+      case SigEntry::kLoaded: return Launch(*e, stack, why);
+      case SigEntry::kPending: *why = "tuning in progress"; return false;
+      case SigEntry::kFailed: *why = e->failure; return false;
+      default: *why = "no winner"; return false;
+    }
+  }
+
+  int Resolve(SigEntry& e, const torch::jit::Stack& stack, Mode mode) {
+    Runtime& r = R();
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      std::optional<cache::WinnerRecord> rec;
+      {
+        std::lock_guard<std::mutex> lock(r.store_mu);
+        auto it = r.kernels.find(e.key);
+        if (it != r.kernels.end()) {
+          e.kernel = it->second;
+          e.state.store(SigEntry::kLoaded);
+          return SigEntry::kLoaded;
+        }
+        auto store = StoreLocked();
+        if (!store.ok()) {
+          e.failure = "cache: " + store.status().message();
+          e.state.store(SigEntry::kFailed);
+          return SigEntry::kFailed;
+        }
+        auto w = (*store)->GetWinner(e.key);
+        if (!w.ok()) {
+          e.failure = "cache: " + w.status().message();
+          e.state.store(SigEntry::kFailed);
+          return SigEntry::kFailed;
+        }
+        rec = std::move(w).value();
+      }
+      if (rec) return Load(e, *rec, stack);
+      if (mode != Mode::kTuneSync || attempt == 1) break;
+      size_t base = stack.size() - n_in_;
+      std::vector<at::Tensor> ts;
+      for (size_t i = 0; i < n_in_; ++i) ts.push_back(stack[base + i].toTensor());
+      auto bytes = HostBytes(ts);
+      auto rep = TuneTaskNow(*e.task, bytes.empty() ? nullptr : &bytes);
+      if (!rep.ok()) {
+        e.failure = "tuning failed: " + rep.status().message();
+        e.state.store(SigEntry::kFailed);
+        return SigEntry::kFailed;
+      }
+    }
+    e.state.store(SigEntry::kNoWinner);
+    return SigEntry::kNoWinner;
+  }
+
+  int Load(SigEntry& e, const cache::WinnerRecord& rec, const torch::jit::Stack& stack) {
+    auto plan = LaunchPlan::FromJson(rec.launch_plan_json);
+    if (!plan.ok()) {
+      e.failure = "bad launch plan: " + plan.status().message();
+      e.state.store(SigEntry::kFailed);
+      return SigEntry::kFailed;
+    }
+    c10::DeviceGuard guard(stack[stack.size() - n_in_].toTensor().device());
+    auto k = LoadedKernel::Load(rec.cubin, *plan, static_cast<int>(n_in_), static_cast<int>(n_out_));
+    if (!k.ok()) {
+      e.failure = "kernel load failed: " + k.status().message();
+      e.state.store(SigEntry::kFailed);
+      return SigEntry::kFailed;
+    }
+    std::shared_ptr<LoadedKernel> shared(std::move(k).value());
+    {
+      std::lock_guard<std::mutex> lock(R().store_mu);
+      R().kernels[e.key] = shared;
+    }
+    e.kernel = shared;
+    e.state.store(SigEntry::kLoaded, std::memory_order_release);
+    return SigEntry::kLoaded;
+  }
+
+  int Queue(const std::shared_ptr<SigEntry>& e, const torch::jit::Stack& stack) {
+    int expected = SigEntry::kNoWinner;
+    if (!e->state.compare_exchange_strong(expected, SigEntry::kPending)) return e->state.load();
+    size_t base = stack.size() - n_in_;
+    std::vector<at::Tensor> ts;
+    for (size_t i = 0; i < n_in_; ++i) ts.push_back(stack[base + i].toTensor());
+    Enqueue(TuneJob{*e->task, HostBytes(ts), e});
+    return SigEntry::kPending;
+  }
+
+  bool Launch(SigEntry& e, torch::jit::Stack& stack, std::string* why) {
+    size_t base = stack.size() - n_in_;
+    const at::Tensor& first = stack[base].toTensor();
+    c10::Device dev = first.device();
+    void* ptrs[64];
+    if (n_in_ + n_out_ > 64) {
+      *why = "too many arguments";
+      return false;
+    }
+    std::vector<at::Tensor> outs;
+    outs.reserve(n_out_);
+    for (size_t i = 0; i < n_in_; ++i) ptrs[i] = stack[base + i].toTensor().data_ptr();
+    for (size_t o = 0; o < n_out_; ++o) {
+      outs.push_back(at::empty(e.out_shapes[o], at::TensorOptions().dtype(e.out_dtypes[o]).device(dev)));
+      ptrs[n_in_ + o] = outs.back().data_ptr();
+    }
+    at::Tensor workspace;
+    uint64_t ws = e.kernel->plan().workspace_bytes;
+    if (ws > 0) workspace = at::zeros({static_cast<int64_t>(ws)}, at::TensorOptions().dtype(at::kByte).device(dev));
+    c10::DeviceGuard guard(dev);
+    void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();
+    Status st = e.kernel->Launch(ptrs, ws > 0 ? workspace.data_ptr() : nullptr, stream);
+    if (!st.ok()) {
+      e.failure = "launch failed: " + st.message();
+      e.state.store(SigEntry::kFailed);
+      *why = e.failure;
+      return false;
+    }
+    torch::jit::drop(stack, n_in_);
+    for (auto& o : outs) stack.emplace_back(std::move(o));
+    return true;
+  }
+
+  ir::Graph graph_;
+  GroupRecord* record_ = nullptr;
+  size_t n_in_ = 0, n_out_ = 0;
+  std::shared_ptr<torch::jit::Code> code_;
+  std::mutex mu_;
+  std::vector<std::shared_ptr<SigEntry>> entries_;
+};
+
+torch::jit::Operation CreateGroupOp(const torch::jit::Node* node) {
+  auto op = std::make_shared<GroupOp>(node);
+  return [op](torch::jit::Stack& stack) { op->Run(stack); };
+}
+
+const torch::jit::RegisterOperators kFusionGroupOp({
+    torch::jit::Operator(FusionGroupSymbol(), CreateGroupOp, c10::AliasAnalysisKind::PURE_FUNCTION),
+});
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Group table, options, capture (declared in fusion_pass.h / optimize.h).
+
+int RegisterGroup(const CapturedGroup& group) {
+  Runtime& r = R();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto rec = std::make_unique<GroupRecord>();
+  rec->id = static_cast<int>(r.groups.size()) + 1;
+  rec->group = group;
+  r.groups.push_back(std::move(rec));
+  return r.groups.back()->id;
+}
+
+Expected<CapturedGroup> GetRegisteredGroup(int id) {
+  GroupRecord* rec = FindRecord(id);
+  if (!rec) return Status(StatusCode::kNotFound, "no fusion group with id " + std::to_string(id));
+  return rec->group;
+}
+
+void SetRuntimeOptions(const Options& options) {
+  Runtime& r = R();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.options = options;
+  r.options.example_inputs.clear();
+  r.options_set = true;
+  r.mode.store(static_cast<int>(options.mode));
+  r.mode_loaded.store(true, std::memory_order_release);
+}
+
+Options GetRuntimeOptions() {
+  Runtime& r = R();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!r.options_set) {
+    r.options = EnvOptionsOrDefault();
+    r.options_set = true;
+  }
+  return r.options;
+}
+
+std::vector<GroupStats> GetGroupStats() {
+  Runtime& r = R();
+  std::vector<GroupRecord*> recs;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (auto& g : r.groups) recs.push_back(g.get());
+  }
+  std::vector<GroupStats> out;
+  for (GroupRecord* g : recs) {
+    GroupStats s;
+    s.id = g->id;
+    s.summary = g->group.summary;
+    s.canonical = g->group.canonical;
+    s.calls = g->calls.load();
+    s.hits = g->hits.load();
+    s.fallbacks = g->fallbacks.load();
+    s.timed_calls = g->timed_calls.load();
+    s.total_us = static_cast<double>(g->total_ns.load()) / 1000.0;
+    std::lock_guard<std::mutex> lock(g->mu);
+    s.input_specs = g->input_specs;
+    s.task_key = g->task_key;
+    for (const auto& [reason, n] : g->reasons) s.fallback_reasons.emplace_back(reason, n);
+    std::sort(s.fallback_reasons.begin(), s.fallback_reasons.end(),
+              [](const auto& a, const auto& b) { return a.second > b.second; });
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void ResetGroupStats() {
+  Runtime& r = R();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (auto& g : r.groups) {
+    g->calls = 0;
+    g->hits = 0;
+    g->fallbacks = 0;
+    g->timed_calls = 0;
+    g->total_ns = 0;
+    std::lock_guard<std::mutex> gl(g->mu);
+    g->reasons.clear();
+    g->captured_signatures.clear();
+  }
+}
+
+void SetCaptureInputs(bool enabled) {
+  Runtime& r = R();
+  if (enabled) {
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (auto& g : r.groups) {
+      std::lock_guard<std::mutex> gl(g->mu);
+      g->captured_signatures.clear();
+    }
+  }
+  r.capture.store(enabled);
+}
+
+std::vector<CapturedCall> TakeCapturedCalls() {
+  Runtime& r = R();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<CapturedCall> out = std::move(r.captured);
+  r.captured.clear();
+  return out;
+}
+
+TargetInfo CurrentTarget(int ordinal) {
+  static std::mutex mu;
+  static std::map<int, TargetInfo> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(ordinal);
+  if (it != cache.end()) return it->second;
+  TargetInfo t;
+  t.nvrtc_version = NvrtcVersion();
+  auto dev = QueryDevice(ordinal);
+  if (dev.ok()) {
+    t.arch = dev->arch;
+    t.gpu_name = dev->name;
+    t.driver_major = dev->driver_major;
+  }
+  cache[ordinal] = t;
+  return t;
+}
+
+Expected<TuneReport> TuneCapturedCall(const CapturedCall& call, const Options& options) {
+  SetRuntimeOptions(options);
+  auto task = Task::Make(call.graph, call.inputs, CurrentTarget(options.tune.device));
+  if (!task.ok()) return task.status();
+  return TuneTaskNow(*task, call.input_bytes.empty() ? nullptr : &call.input_bytes);
+}
+
+}  // namespace dice::torch_ext
