@@ -30,7 +30,9 @@ TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 
 
 def load_task(path):
-    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+    # TorchScript names the traced class after the module: it must be an identifier.
+    name = "kb_" + "".join(c if c.isalnum() else "_" for c in os.path.basename(path)[:-3])
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

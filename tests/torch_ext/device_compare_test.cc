@@ -75,3 +75,23 @@ TEST(DeviceCompareTest, ReportsShapeMismatchAndAcceptsEmpty) {
 
 }  // namespace
 }  // namespace dice::reference
+
+namespace dice::reference {
+namespace {
+TEST(DeviceCompareTest, SlackAdmitsAnswersAsAccurateAsPyTorchAndNothingWorse) {
+  // A sum with heavy cancellation: PyTorch's float32 result carries its own
+  // rounding error; a kernel that is closer to the exact value must pass.
+  at::manual_seed(3);
+  at::Tensor x = at::randn({1 << 20});
+  at::Tensor ref = x.sum();
+  at::Tensor ref64 = x.to(at::kDouble).sum();
+  at::Tensor exact = ref64.to(at::kFloat);
+  const Tolerance tight{1e-12, 1e-12};
+  ASSERT_NE(exact.item<float>(), ref.item<float>()) << "seed gives no rounding difference; pick another";
+  EXPECT_FALSE(CompareTensors(exact, ref, tight).ok);
+  const at::Tensor slack = ReferenceErrorSlack(ref, ref64);
+  EXPECT_TRUE(CompareTensors(exact, ref, tight, &slack).ok);
+  EXPECT_FALSE(CompareTensors(ref + 1.0, ref, Tolerance::ForDType(ir::DType::kFloat32), &slack).ok);
+}
+}  // namespace
+}  // namespace dice::reference

@@ -17,10 +17,18 @@
 namespace dice::reference {
 
 /// Compares `got` against `ref` (same shape; float32/float16/bfloat16/float64,
-/// any device, both on the same one). Returns the same CompareResult fields
+/// any device, both on the same one). `slack` (optional, same shape, float)
+/// widens each element's limit: atol + rtol*|ref| + slack — the worker passes
+/// twice PyTorch's own error against a float64 evaluation for reduction
+/// outputs, where summation order alone moves the result (a candidate must be
+/// as close to PyTorch as PyTorch is to the exact value). Returns the same CompareResult fields
 /// and reason format as CompareBuffers; a shape mismatch is reported as a
 /// failure naming both shapes. Flat indices follow row-major order of the
 /// logical shape.
-CompareResult CompareTensors(const at::Tensor& got, const at::Tensor& ref, Tolerance tol);
+CompareResult CompareTensors(const at::Tensor& got, const at::Tensor& ref, Tolerance tol,
+                             const at::Tensor* slack = nullptr);
+
+/// The slack for CompareTensors: 2 * |ref - ref64| as float32, zero where either is not finite.
+at::Tensor ReferenceErrorSlack(const at::Tensor& ref, const at::Tensor& ref64);
 
 }  // namespace dice::reference
