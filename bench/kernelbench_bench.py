@@ -112,9 +112,17 @@ def run_task(path, args):
         if args.max_autotune:
             ma = torch.compile(model, mode="max-autotune-no-cudagraphs")
             rec["max_autotune_us"] = bench_us(lambda: ma(*inputs), args.reps)
+            del ma
         traced = torch.jit.trace(model, tuple(inputs), check_trace=False)
     pt = os.path.join(args.workdir, name + ".pt")
     traced.save(pt)
+    # Give the GPU memory back while `dice tune` (and its worker) run: large
+    # level-1 tasks hold several GB per tensor.
+    ref = [t.cpu() for t in flatten(ref)]
+    inputs = [x.cpu() for x in inputs]
+    del compiled, traced
+    model.cpu()
+    torch.cuda.empty_cache()
     specs = ["x".join(str(d) for d in x.shape) + ":" + DTYPE_SPEC[x.dtype] for x in inputs]
     cmd = [args.dice, "tune", pt, "--cache", args.cache, "--budget-s", str(args.budget_s),
            "--json", pt + ".json"] + [a for s in specs for a in ("--input", s)]
@@ -135,6 +143,8 @@ def run_task(path, args):
     # The tuned model served from the cache, in this process, same timer.
     os.environ["DICE_MODE"] = "cache"
     os.environ["DICE_CACHE_DIR"] = args.cache
+    inputs = [x.cuda() for x in inputs]
+    ref = [t.cuda() for t in ref]
     with torch.no_grad():
         dm = torch.jit.load(pt).cuda().eval()
         for _ in range(3):  # the profiling executor optimizes after a few runs

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
@@ -400,7 +401,7 @@ worker::CandidateResult Evaluate(Session& ss, const worker::TuneItem& item, cons
 
 }  // namespace
 
-bool RunTuneRequest(const worker::TuneRequest& req, const SendFn& send) {
+static bool RunTuneRequestImpl(const worker::TuneRequest& req, const SendFn& send) {
   const auto start = Clock::now();
   // Returns true (exit) when the parent is gone.
   auto emit = [&](const std::string& msg) { return !send(msg).ok(); };
@@ -523,6 +524,14 @@ bool RunTuneRequest(const worker::TuneRequest& req, const SendFn& send) {
     return gone || !sync.ok();
   }
   return finish("");
+}
+
+bool RunTuneRequest(const worker::TuneRequest& req, const SendFn& send) {
+  const bool exit_now = RunTuneRequestImpl(req, send);
+  // The session's trials (inputs, references: GBs for large tasks) are freed;
+  // hand the memory back to the driver so the user's process can use it.
+  if (!exit_now) c10::cuda::CUDACachingAllocator::emptyCache();
+  return exit_now;
 }
 
 }  // namespace dice::worker_impl
