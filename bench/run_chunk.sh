@@ -17,7 +17,7 @@ fi
 tasks=()
 for t in "$@"; do tasks+=("$KB/$t"); done
 t0=$(date +%s)
-printf '%s\n' "${tasks[@]}" | xargs -P "${WARM_JOBS:-6}" -I{} python3 bench/kernelbench_bench.py --warm-compile-only \
+printf '%s\n' "${tasks[@]}" | timeout "${WARM_S:-150}" xargs -P "${WARM_JOBS:-6}" -I{} python3 bench/kernelbench_bench.py --warm-compile-only \
   ${MAX_AUTOTUNE:+--max-autotune} {} > "$OUT/warm.log" 2>&1
 echo "[bench] torch.compile warm-up: $(( $(date +%s) - t0 )) s"
 PYTHONUNBUFFERED=1 timeout "${TIMED_S:-480}" python3 bench/kernelbench_bench.py "${tasks[@]}" --out "$OUT/results.jsonl" --reps "${REPS:-30}" \
