@@ -229,7 +229,7 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
                            {"from_cache", r.from_cache}, {"tried", r.tried}, {"compiled", r.compiled},
                            {"verified", r.verified}, {"tune_seconds", r.tune_seconds}});
     for (const auto& o : r.outcomes) {
-      if (o.outcome == "compile_error" || o.outcome == "crashed" || o.outcome == "timeout") {
+      if (o.outcome != "winner" && o.outcome != "verified" && o.outcome != "slower" && o.outcome != "compiled") {
         std::printf("    %s: %s %s\n", o.origin.c_str(), o.outcome.c_str(), o.error.substr(0, 160).c_str());
       }
     }

@@ -39,6 +39,10 @@ constexpr int kReverifyFactor = 3;         // ... with this many times the trial
 constexpr double kReducedPrecisionToleranceFactor = 10.0;
 constexpr size_t kMaxErrorChars = 4000;
 constexpr uint64_t kSeedBase = 0x5eed0000ull;
+// Above this many bytes of trial data (inputs + reference outputs, all
+// trials together), random trials are rebuilt from their seeds when needed
+// instead of being kept: a 6 GB-per-tensor task would otherwise hold ~70 GB.
+constexpr int64_t kMaxResidentTrialBytes = 12ll << 30;
 
 double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -79,6 +83,7 @@ struct Session {
   at::Tensor flush;            // written between timed repetitions to evict L2
   std::vector<Trial> trials;   // random + captured
   std::optional<std::vector<Trial>> extra_trials;  // re-verification (built on demand)
+  int lazy_first = 0, lazy_last = 0;  // random trials [first, last) rebuilt on demand (large tasks)
   double baseline_us = 0;
 };
 
@@ -267,9 +272,23 @@ Tolerance ToleranceFor(const worker::TuneRequest& req, const Candidate& c, ir::D
 
 // Runs the candidate on every trial: every element against the reference,
 // then a repeat run that must agree with the first (races, uninitialised reads).
+Status VerifyTrial(const Session& ss, const Candidate& c, const LoadedKernel& k, const Trial& t, Buffers& b);
+
+// Verifies on the resident `trials`, then on random trials [lazy_first,
+// lazy_last) rebuilt one at a time from their seeds (same inputs as if kept).
 Status VerifyOn(const Session& ss, const Candidate& c, const LoadedKernel& k, const std::vector<Trial>& trials,
-                Buffers& b) {
-  for (const Trial& t : trials) {
+                Buffers& b, int lazy_first = 0, int lazy_last = 0) {
+  for (const Trial& t : trials) DICE_RETURN_IF_ERROR(VerifyTrial(ss, c, k, t, b));
+  for (int i = lazy_first; i < lazy_last; ++i) {
+    auto t = MakeRandomTrial(ss, i);
+    if (!t.ok()) return t.status().WithContext("rebuilding random trial " + std::to_string(i));
+    DICE_RETURN_IF_ERROR(VerifyTrial(ss, c, k, *t, b));
+  }
+  return Status::Ok();
+}
+
+Status VerifyTrial(const Session& ss, const Candidate& c, const LoadedKernel& k, const Trial& t, Buffers& b) {
+  {
     Status st = RunOnce(ss, k, t, b);
     if (!st.ok()) return st.WithContext(t.label);
     // Every element is compared on the device (CompareTensors: the rule of
@@ -357,7 +376,7 @@ worker::CandidateResult Evaluate(Session& ss, const worker::TuneItem& item, cons
                                 static_cast<int>(ss.outputs.size()));
     if (!k.ok()) return fail(k.status(), "loading the cubin");
     Buffers b = MakeBuffers(ss, c.plan);
-    Status st = VerifyOn(ss, c, **k, ss.trials, b);
+    Status st = VerifyOn(ss, c, **k, ss.trials, b, ss.lazy_first, ss.lazy_last);
     if (!st.ok()) return fail(st, "");
 
     void* stream = at::cuda::getCurrentCUDAStream().stream();
@@ -369,9 +388,11 @@ worker::CandidateResult Evaluate(Session& ss, const worker::TuneItem& item, cons
     if (!us.ok()) return fail(us.status(), "timing");
 
     if (ss.baseline_us > 0 && ss.baseline_us / *us > kReverifySpeedup) {
-      if (!ss.extra_trials) {
+      const int first = ss.req->trials, last = kReverifyFactor * ss.req->trials;
+      if (ss.lazy_last > 0) {
+        st = VerifyOn(ss, c, **k, {}, b, first, last);  // large task: rebuilt one at a time
+      } else if (!ss.extra_trials) {
         std::vector<Trial> extra;
-        const int first = ss.req->trials, last = kReverifyFactor * ss.req->trials;
         for (int i = first; i < last; ++i) {
           auto t = MakeRandomTrial(ss, i);
           if (!t.ok()) return fail(t.status(), "building re-verification trials");
@@ -379,7 +400,7 @@ worker::CandidateResult Evaluate(Session& ss, const worker::TuneItem& item, cons
         }
         ss.extra_trials = std::move(extra);
       }
-      st = VerifyOn(ss, c, **k, *ss.extra_trials, b);
+      if (ss.lazy_last == 0) st = VerifyOn(ss, c, **k, *ss.extra_trials, b);
       if (!st.ok()) {
         return fail(st, "re-verification with " + std::to_string(kReverifyFactor) + "x the trials (speedup " +
                             std::to_string(ss.baseline_us / *us) + "x > " + std::to_string(kReverifySpeedup) + "x)");
@@ -462,7 +483,18 @@ static bool RunTuneRequestImpl(const worker::TuneRequest& req, const SendFn& sen
   try {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(req.device));
     // Trials: fresh random inputs, then the captured real inputs.
-    for (int i = 0; i < std::max(req.trials, 1); ++i) {
+    int64_t trial_bytes = 0;
+    for (const auto& spec : req.inputs) trial_bytes += spec.nbytes();
+    for (const auto& spec : ss.outputs) trial_bytes += 2 * spec.nbytes();  // reference + slack
+    const int n_trials = std::max(req.trials, 1);
+    // Large tasks keep only trial 0 (timing and baseline use it); the others
+    // are rebuilt from their seeds during verification.
+    const int resident = trial_bytes * n_trials > kMaxResidentTrialBytes ? 1 : n_trials;
+    if (resident < n_trials) {
+      ss.lazy_first = resident;
+      ss.lazy_last = n_trials;
+    }
+    for (int i = 0; i < resident; ++i) {
       auto t = MakeRandomTrial(ss, i);
       if (!t.ok()) return finish(t.status().ToString());
       ss.trials.push_back(std::move(*t));
