@@ -2,6 +2,7 @@
 #include "dice/reference/device_compare.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -21,9 +22,53 @@ at::Tensor ReferenceErrorSlack(const at::Tensor& ref, const at::Tensor& ref64) {
   return d.nan_to_num(0, 0, 0).to(at::kFloat);
 }
 
-CompareResult CompareTensors(const at::Tensor& got_in, const at::Tensor& ref_in, Tolerance tol,
-                             const at::Tensor* slack) {
+namespace {
+
+// Elements compared per step: bounds the temporaries (~10 bytes/element) for
+// multi-GB outputs.
+constexpr int64_t kChunkElements = int64_t{1} << 27;
+
+struct ChunkResult {
+  int64_t num_bad = 0;
+  int64_t first_bad = -1;  // within the chunk
+  double max_abs = 0, max_rel = 0;
+};
+
+ChunkResult CompareChunk(const at::Tensor& g_in, const at::Tensor& w_in, const at::Tensor* slack, at::ScalarType ct,
+                         Tolerance tol) {
+  ChunkResult c;
+  const at::Tensor g = g_in.to(ct), w = w_in.to(ct);
+  const at::Tensor g_nan = g.isnan(), w_nan = w.isnan();
+  const at::Tensor g_inf = g.isinf(), w_inf = w.isinf();
+  const at::Tensor both_finite = (g_nan | w_nan | g_inf | w_inf).logical_not();
+  const at::Tensor err = (g - w).abs().masked_fill(both_finite.logical_not(), 0);
+  at::Tensor limit = w.abs().mul(tol.rtol).add(tol.atol);
+  if (slack != nullptr) limit = limit.add(slack->to(ct));
+  const at::Tensor tol_bad = err.gt(limit).logical_and(both_finite);
+  const at::Tensor nan_bad = g_nan.ne(w_nan);
+  const at::Tensor inf_bad = (g_inf | w_inf).logical_and((g_nan | w_nan).logical_not()).logical_and(g.ne(w));
+  const at::Tensor bad = tol_bad | nan_bad | inf_bad;
+  c.num_bad = bad.sum().item<int64_t>();
+  c.max_abs = err.max().item<double>();
+  const at::Tensor nonzero_ref = both_finite.logical_and(w.ne(0));
+  c.max_rel = err.div(w.abs().masked_fill(nonzero_ref.logical_not(), 1))
+                  .masked_fill(nonzero_ref.logical_not(), 0)
+                  .max()
+                  .item<double>();
+  if (c.num_bad > 0) c.first_bad = bad.to(at::kByte).argmax().item<int64_t>();  // first maximum = first true
+  return c;
+}
+
+}  // namespace
+
+CompareResult CompareTensors(const at::Tensor& got, const at::Tensor& ref, Tolerance tol, const at::Tensor* slack) {
+  return CompareTensorsChunked(got, ref, tol, slack, kChunkElements);
+}
+
+CompareResult CompareTensorsChunked(const at::Tensor& got_in, const at::Tensor& ref_in, Tolerance tol,
+                                    const at::Tensor* slack, int64_t chunk_elements) {
   CompareResult r;
+  chunk_elements = std::max<int64_t>(chunk_elements, 1);
   if (got_in.sizes() != ref_in.sizes()) {
     r.ok = false;
     r.reason = "shape " + c10::str(got_in.sizes()) + " differs from reference shape " + c10::str(ref_in.sizes());
@@ -34,27 +79,22 @@ CompareResult CompareTensors(const at::Tensor& got_in, const at::Tensor& ref_in,
   // float32 holds every f16/bf16 value exactly; float64 stays float64.
   const bool wide = got_in.scalar_type() == at::kDouble || ref_in.scalar_type() == at::kDouble;
   const at::ScalarType ct = wide ? at::kDouble : at::kFloat;
-  const at::Tensor g = got_in.to(ct).contiguous().view({-1});
-  const at::Tensor w = ref_in.to(ct).contiguous().view({-1});
-  const at::Tensor g_nan = g.isnan(), w_nan = w.isnan();
-  const at::Tensor g_inf = g.isinf(), w_inf = w.isinf();
-  const at::Tensor both_finite = (g_nan | w_nan | g_inf | w_inf).logical_not();
-  const at::Tensor err = (g - w).abs().masked_fill(both_finite.logical_not(), 0);
-  at::Tensor limit = w.abs().mul(tol.rtol).add(tol.atol);
-  if (slack != nullptr && slack->defined()) limit = limit.add(slack->to(ct).contiguous().view({-1}));
-  const at::Tensor tol_bad = err.gt(limit).logical_and(both_finite);
-  const at::Tensor nan_bad = g_nan.ne(w_nan);
-  const at::Tensor inf_bad = (g_inf | w_inf).logical_and((g_nan | w_nan).logical_not()).logical_and(g.ne(w));
-  const at::Tensor bad = tol_bad | nan_bad | inf_bad;
-  r.num_bad = bad.sum().item<int64_t>();
-  r.max_abs_err = err.max().item<double>();
-  const at::Tensor nonzero_ref = both_finite.logical_and(w.ne(0));
-  r.max_rel_err = err.div(w.abs().masked_fill(nonzero_ref.logical_not(), 1)).masked_fill(nonzero_ref.logical_not(), 0)
-                      .max()
-                      .item<double>();
+  const at::Tensor g = got_in.contiguous().view({-1});
+  const at::Tensor w = ref_in.contiguous().view({-1});
+  const bool has_slack = slack != nullptr && slack->defined();
+  const at::Tensor s = has_slack ? slack->contiguous().view({-1}) : at::Tensor();
+  for (int64_t start = 0; start < n; start += chunk_elements) {
+    const int64_t len = std::min(chunk_elements, n - start);
+    const at::Tensor sc = has_slack ? s.narrow(0, start, len) : at::Tensor();
+    const ChunkResult c = CompareChunk(g.narrow(0, start, len), w.narrow(0, start, len), has_slack ? &sc : nullptr,
+                                       ct, tol);
+    if (c.num_bad > 0 && r.first_bad_index < 0) r.first_bad_index = start + c.first_bad;
+    r.num_bad += c.num_bad;
+    r.max_abs_err = std::max(r.max_abs_err, c.max_abs);
+    r.max_rel_err = std::max(r.max_rel_err, c.max_rel);
+  }
   if (r.num_bad == 0) return r;
   r.ok = false;
-  r.first_bad_index = bad.to(at::kByte).argmax().item<int64_t>();  // first maximum = first true
   const double gv = g[r.first_bad_index].item<double>();
   const double wv = w[r.first_bad_index].item<double>();
   std::string why = "outside tolerance";

@@ -95,3 +95,26 @@ TEST(DeviceCompareTest, SlackAdmitsAnswersAsAccurateAsPyTorchAndNothingWorse) {
 }
 }  // namespace
 }  // namespace dice::reference
+
+namespace dice::reference {
+namespace {
+TEST(DeviceCompareTest, ChunkedComparisonGivesTheSameResultForAnyChunkSize) {
+  at::manual_seed(11);
+  at::Tensor ref = at::randn({37, 41});
+  at::Tensor got = ref + at::randn({37, 41}) * 3e-4;  // some elements fail, some pass
+  got[5][7] = std::numeric_limits<float>::quiet_NaN();
+  const at::Tensor slack = at::rand({37, 41}) * 1e-4;
+  const Tolerance tol = Tolerance::ForDType(ir::DType::kFloat32);
+  const CompareResult whole = CompareTensors(got, ref, tol, &slack);
+  ASSERT_FALSE(whole.ok);
+  for (int64_t chunk : {1, 7, 64, 1000, 1 << 20}) {
+    const CompareResult c = CompareTensorsChunked(got, ref, tol, &slack, chunk);
+    EXPECT_EQ(c.ok, whole.ok) << chunk;
+    EXPECT_EQ(c.num_bad, whole.num_bad) << chunk;
+    EXPECT_EQ(c.first_bad_index, whole.first_bad_index) << chunk;
+    EXPECT_DOUBLE_EQ(c.max_abs_err, whole.max_abs_err) << chunk;
+    EXPECT_EQ(c.reason, whole.reason) << chunk;
+  }
+}
+}  // namespace
+}  // namespace dice::reference

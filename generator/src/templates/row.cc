@@ -27,6 +27,13 @@
 namespace dice::tmpl {
 namespace {
 
+// Per-thread accumulator type: double for sums (see EmitReductions), float otherwise.
+std::string AccType(ReduceOp op) { return op == ReduceOp::kSum ? "double" : "float"; }
+std::string AccToFloat(ReduceOp op, const std::string& acc) {
+  return op == ReduceOp::kSum ? "static_cast<float>(" + acc + ")" : acc;
+}
+
+
 enum class Mode { kColumn, kWarp, kBlock, kSplit };
 
 struct RowCfg {
@@ -179,8 +186,13 @@ void RowEmitter::EmitLevel(int level, const std::string& ind, std::string* s, bo
       reds.push_back(id);
       targets.push_back(lo_.nodes[id].args[0]);
     }
+  // Sums accumulate per thread in double: a thread may add thousands of
+  // elements, and float accumulation over that many drifts past the float32
+  // limit of the verifier (PyTorch's cascade sum is more accurate than a
+  // sequential float sum). The memory-bound loop does not notice the FP64 add.
   for (int id : reds)
-    *s += ind + "float acc" + std::to_string(id) + " = " + ReduceIdentity(lo_.nodes[id].rop) + ";\n";
+    *s += ind + AccType(lo_.nodes[id].rop) + " acc" + std::to_string(id) + " = " + ReduceIdentity(lo_.nodes[id].rop) +
+          ";\n";
   ElementLoop(
       ind,
       [&](const std::string& in2) {
@@ -198,7 +210,7 @@ void RowEmitter::EmitLevel(int level, const std::string& ind, std::string* s, bo
       s, use_cache);
   for (int id : reds)
     *s += ind + "const float r" + std::to_string(id) + " = " +
-          GroupReduce(lo_.nodes[id].rop, "acc" + std::to_string(id)) + ";\n";
+          GroupReduce(lo_.nodes[id].rop, AccToFloat(lo_.nodes[id].rop, "acc" + std::to_string(id))) + ";\n";
 }
 
 void RowEmitter::EmitFullOutputs(const std::string& ind, std::string* s, bool use_cache) const {
@@ -292,12 +304,12 @@ void RowEmitter::EmitCombinePartials(int below_level, const std::string& ind, st
     if (ri_.level[id] >= below_level) continue;
     const std::string acc = "acc" + std::to_string(id);
     const ReduceOp op = lo_.nodes[id].rop;
-    *s += ind + "float " + acc + " = " + ReduceIdentity(op) + ";\n";
+    *s += ind + AccType(op) + " " + acc + " = " + ReduceIdentity(op) + ";\n";
     *s += ind + "for (unsigned q = tid; q < " + std::to_string(cfg_.chunks) + "u; q += " +
           std::to_string(cfg_.threads) + "u) " + acc + " = " +
           ReduceCombine(op, acc, "ws[" + Lit(ri_.slot.at(id) * rc) + " + row * " + Lit(cfg_.chunks) + " + q]") +
           ";\n";
-    *s += ind + "const float r" + std::to_string(id) + " = " + GroupReduce(op, acc) + ";\n";
+    *s += ind + "const float r" + std::to_string(id) + " = " + GroupReduce(op, AccToFloat(op, acc)) + ";\n";
   }
 }
 

@@ -28,6 +28,13 @@ namespace dice::reference {
 CompareResult CompareTensors(const at::Tensor& got, const at::Tensor& ref, Tolerance tol,
                              const at::Tensor* slack = nullptr);
 
+/// CompareTensors working through `chunk_elements` elements at a time
+/// (CompareTensors uses 2^27): temporaries stay bounded (~10 bytes per
+/// chunk element) however large the outputs; the verdict and every field of
+/// the result are the same for any chunk size.
+CompareResult CompareTensorsChunked(const at::Tensor& got, const at::Tensor& ref, Tolerance tol,
+                                    const at::Tensor* slack, int64_t chunk_elements);
+
 /// The slack for CompareTensors: 2 * |ref - ref64| as float32, zero where either is not finite.
 at::Tensor ReferenceErrorSlack(const at::Tensor& ref, const at::Tensor& ref64);
 
