@@ -77,11 +77,7 @@ const std::vector<Case>& Cases() {
 TEST(TemplatesGpu, EveryTemplateCandidatePassesTheVerifier) {
   auto dev = QueryDevice(0);
   if (!dev.ok()) GTEST_SKIP() << "no GPU: " << dev.status().ToString();
-  TargetInfo target;
-  target.arch = dev->arch;
-  target.gpu_name = dev->name;
-  target.driver_major = dev->driver_major;
-  target.nvrtc_version = NvrtcVersion();
+  const TargetInfo target = TargetForDevice(0);
   TuneOptions options;
   options.max_candidates = 8;
   options.budget_s = 120;

@@ -35,12 +35,7 @@ constexpr int kN = 4099;  // not a multiple of any block size: tails matter
 Expected<TargetInfo> LocalTarget() {
   auto dev = QueryDevice(0);
   if (!dev.ok()) return dev.status();
-  TargetInfo t;
-  t.arch = dev->arch;
-  t.gpu_name = dev->name;
-  t.driver_major = dev->driver_major;
-  t.nvrtc_version = NvrtcVersion();
-  return t;
+  return TargetForDevice(0);
 }
 
 Task ReluTask(int64_t n) {

@@ -694,14 +694,7 @@ TargetInfo CurrentTarget(int ordinal) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(ordinal);
   if (it != cache.end()) return it->second;
-  TargetInfo t;
-  t.nvrtc_version = NvrtcVersion();
-  auto dev = QueryDevice(ordinal);
-  if (dev.ok()) {
-    t.arch = dev->arch;
-    t.gpu_name = dev->name;
-    t.driver_major = dev->driver_major;
-  }
+  TargetInfo t = TargetForDevice(ordinal);
   cache[ordinal] = t;
   return t;
 }

@@ -10,6 +10,8 @@
 // The few enum values needed are copied from cuda.h with their names.
 #include "dice/runtime/cuda_driver.h"
 
+#include "dice/runtime/compiler.h"
+
 #include <dlfcn.h>
 
 #include <mutex>
@@ -159,6 +161,18 @@ Expected<DeviceInfo> QueryDevice(int ordinal) {
   if (rc != kCudaSuccess) return Status(StatusCode::kCudaError, d.ErrorText("cuDriverGetVersion", rc));
   info.driver_major = version / 1000;
   return info;
+}
+
+TargetInfo TargetForDevice(int ordinal) {
+  TargetInfo t;
+  t.nvrtc_version = NvrtcVersion();
+  auto dev = QueryDevice(ordinal);
+  if (dev.ok()) {
+    t.arch = dev->arch;
+    t.gpu_name = dev->name;
+    t.driver_major = dev->driver_major;
+  }
+  return t;
 }
 
 }  // namespace dice

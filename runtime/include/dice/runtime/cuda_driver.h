@@ -12,6 +12,7 @@
 #include <string>
 
 #include "dice/runtime/status.h"
+#include "dice/runtime/task.h"
 
 namespace dice {
 
@@ -63,5 +64,12 @@ struct DeviceInfo {
 };
 /// Errors: kNoDevice, kCudaError.
 Expected<DeviceInfo> QueryDevice(int ordinal);
+
+/// The TargetInfo (task-key fields) of CUDA device `ordinal`: arch, name and
+/// driver major from the driver, the NVRTC version of this build. Without a
+/// GPU: TargetInfo's defaults (sm_90, the compile-only target) with the NVRTC
+/// version filled in. Never fails; not cached (QueryDevice is cheap after the
+/// first call).
+TargetInfo TargetForDevice(int ordinal);
 
 }  // namespace dice
