@@ -160,6 +160,15 @@ bool OutputsMatch(const c10::IValue& got, const c10::IValue& want, std::string* 
   return true;
 }
 
+/// Opens the cache once up front so a broken cache directory or file is a
+/// clear bad-input error before any work (the file is never modified).
+bool CheckCache(const std::string& cache_dir, std::string* error) {
+  const std::string dir = cache_dir.empty() ? dice::cache::DefaultCacheDir() : cache_dir;
+  auto store = dice::cache::Store::Open(dice::cache::DatabasePath(dir));
+  if (!store.ok()) *error = "kernel cache unusable: " + store.status().ToString();
+  return store.ok();
+}
+
 dice::torch_ext::Options BaseOptions(const ModelArgs& args, const std::vector<c10::IValue>& inputs) {
   auto env = dice::torch_ext::Options::FromEnv();
   dice::torch_ext::Options o = env.ok() ? *env : dice::torch_ext::Options{};
@@ -188,7 +197,8 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   }
   LoadedModel eager, tuned;
   std::string error;
-  if (!LoadModel(args, gpu, &eager, &error) || !LoadModel(args, gpu, &tuned, &error)) {
+  if (!LoadModel(args, gpu, &eager, &error) || !LoadModel(args, gpu, &tuned, &error) ||
+      !CheckCache(args.cache_dir, &error)) {
     return Fail(kExitBadInput, error);
   }
   c10::IValue reference;
@@ -259,7 +269,9 @@ int CmdRunOrProfile(const ModelArgs& args, bool profile) {
   const bool gpu = dice::QueryDevice(0).ok() && torch::cuda::is_available();
   LoadedModel m;
   std::string error;
-  if (!LoadModel(args, gpu, &m, &error)) return Fail(kExitBadInput, error);
+  if (!LoadModel(args, gpu, &m, &error) || (!profile && !CheckCache(args.cache_dir, &error))) {
+    return Fail(kExitBadInput, error);
+  }
   auto options = BaseOptions(args, m.inputs);
   options.mode = profile ? dice::torch_ext::Mode::kObserve : dice::torch_ext::Mode::kCache;
   auto report = dice::torch_ext::optimize(m.module, options);
@@ -371,6 +383,9 @@ int main(int argc, char** argv) {
   show->add_option("key", key, "task key or unique prefix")->required();
   auto* rm = cache->add_subcommand("rm", "remove one winner");
   rm->add_option("key", key, "task key or unique prefix")->required();
+  for (auto* sub : {ls, show, rm}) {
+    sub->add_option("--cache", cache_dir, "cache directory (default $DICE_CACHE_DIR or ~/.cache/dice)");
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,143 @@
+// The `dice` tool on bad input: every case gets a clear error naming the
+// cause and the documented exit code (docs/CLI.md), and loses nothing (a
+// corrupt cache file is left byte-for-byte as it was).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <torch/script.h>
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdlib>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "dice/runtime/cuda_driver.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = -1;
+  std::string output;  // stdout + stderr
+};
+
+Result RunDice(const std::string& args) {
+  const std::string cmd = std::string(DICE_CLI_PATH) + " " + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // mkdtemp / rm -rf rather than std::filesystem::remove_all: LibTorch
+    // exports its own copy of that symbol, which crashes when interposed.
+    char tmpl[] = "/tmp/dice_cli_test_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    model_ = (dir_ / "model.pt").string();
+    torch::jit::Module m("Model");
+    m.define("def forward(self, x):\n  return torch.relu(x * 2.0) + 1.0\n");
+    m.save(model_);
+  }
+  void TearDown() override { ASSERT_EQ(std::system(("rm -rf '" + dir_.string() + "'").c_str()), 0); }
+
+  std::string Cache() const { return (dir_ / "cache").string(); }
+  fs::path dir_;
+  std::string model_;
+};
+
+TEST_F(CliTest, MissingModelFileIsBadInput) {
+  Result r = RunDice("tune " + (dir_ / "nope.pt").string() + " --input 8x8:f32 --cache " + Cache());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("cannot load TorchScript model"), std::string::npos) << r.output;
+}
+
+TEST_F(CliTest, CorruptModelFileIsBadInput) {
+  const fs::path bad = dir_ / "corrupt.pt";
+  std::ofstream(bad) << "this is not a zip archive";
+  Result r = RunDice("run " + bad.string() + " --input 8x8:f32 --cache " + Cache());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("corrupt.pt"), std::string::npos) << r.output;
+}
+
+TEST_F(CliTest, MalformedInputSpecNamesTheSpec) {
+  for (const char* spec : {"8xq:f32", "8x8", "8x8:int64"}) {
+    Result r = RunDice("tune " + model_ + " --input " + spec + " --cache " + Cache());
+    EXPECT_EQ(r.code, 2) << spec << "\n" << r.output;
+    EXPECT_NE(r.output.find(spec), std::string::npos) << r.output;
+  }
+  Result none = RunDice("profile " + model_ + " --cache " + Cache());
+  EXPECT_EQ(none.code, 2) << none.output;
+  EXPECT_NE(none.output.find("no --input"), std::string::npos) << none.output;
+}
+
+TEST_F(CliTest, WrongNumberOfInputsIsBadInput) {
+  Result r = RunDice("tune " + model_ + " --input 8x8:f32 --input 8x8:f32 --cache " + Cache());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("does not run on these inputs"), std::string::npos) << r.output;
+}
+
+TEST_F(CliTest, UnwritableCacheDirectoryIsBadInput) {
+  const fs::path file = dir_ / "a_file";
+  std::ofstream(file) << "x";
+  Result r = RunDice("tune " + model_ + " --input 8x8:f32 --cache " + (file / "cache").string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("a_file"), std::string::npos) << r.output;
+}
+
+TEST_F(CliTest, CorruptCacheFileIsReportedAndLeftIntact) {
+  fs::create_directories(Cache());
+  const fs::path db = fs::path(Cache()) / "kernels.db";
+  const std::string garbage(8192, '\x5a');
+  std::ofstream(db, std::ios::binary) << garbage;
+  for (const std::string& cmd : {"tune " + model_ + " --input 8x8:f32 --cache " + Cache(), "cache ls --cache " + Cache()}) {
+    Result r = RunDice(cmd);
+    EXPECT_EQ(r.code, 2) << cmd << "\n" << r.output;
+    EXPECT_NE(r.output.find("kernels.db"), std::string::npos) << r.output;
+    EXPECT_EQ(ReadFile(db), garbage) << "the cache file was modified";
+  }
+}
+
+TEST_F(CliTest, UnknownCacheKeyIsBadInput) {
+  Result r = RunDice("cache show deadbeef --cache " + Cache());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("deadbeef"), std::string::npos) << r.output;
+}
+
+TEST_F(CliTest, TuneWithoutGpuRunsCompileOnlyAndSaysSo) {
+  if (dice::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: the compile-only path does not apply";
+  Result r = RunDice("tune " + model_ + " --input 64x64:f32 --cache " + Cache());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("no CUDA device present"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("compile-only"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("outputs match eager"), std::string::npos) << r.output;
+  Result strict = RunDice("tune " + model_ + " --input 64x64:f32 --require-gpu --cache " + Cache());
+  EXPECT_EQ(strict.code, 3) << strict.output;
+  Result ls = RunDice("cache ls --cache " + Cache());
+  EXPECT_EQ(ls.code, 0) << ls.output;
+  EXPECT_NE(ls.output.find("0 winner(s)"), std::string::npos) << "compile-only must cache nothing:\n" << ls.output;
+}
+
+}  // namespace
