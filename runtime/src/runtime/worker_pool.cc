@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -59,6 +60,17 @@ std::string ResolveWorkerPath(const std::string& explicit_path) {
 #ifdef DICE_WORKER_BUILD_PATH
   if (IsExecutableFile(DICE_WORKER_BUILD_PATH)) return DICE_WORKER_BUILD_PATH;
 #endif
+  // An installed tree: <prefix>/lib/<the library holding this code> and
+  // <prefix>/bin/dice-worker.
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<const void*>(&ResolveWorkerPath), &info) != 0 && info.dli_fname != nullptr) {
+    std::string lib(info.dli_fname);
+    auto slash = lib.rfind('/');
+    if (slash != std::string::npos) {
+      const std::string installed = lib.substr(0, slash) + "/../bin/dice-worker";
+      if (IsExecutableFile(installed)) return installed;
+    }
+  }
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n > 0) {

@@ -28,8 +28,10 @@
 namespace dice {
 
 /// The dice-worker binary to run: `explicit_path` when non-empty, else
-/// $DICE_WORKER, else the build tree's dice-worker (when it exists), else
-/// "dice-worker" next to the running executable (/proc/self/exe).
+/// $DICE_WORKER, else the build tree's dice-worker (when it exists), else an
+/// installed <prefix>/bin/dice-worker beside the <prefix>/lib library that
+/// holds this code (dladdr), else "dice-worker" next to the running
+/// executable (/proc/self/exe).
 std::string ResolveWorkerPath(const std::string& explicit_path);
 
 /// One spawned worker process and its end of the socket pair.
