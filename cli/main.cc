@@ -59,6 +59,16 @@ int Fail(int code, const std::string& message) {
   return code;
 }
 
+/// "the model does not run on these inputs: <PyTorch's own last line>" —
+/// TorchScript errors carry a long interpreter traceback; the last non-empty
+/// line is the cause (e.g. "mat1 and mat2 shapes cannot be multiplied").
+std::string ModelRunError(const c10::Error& e) {
+  std::string text = e.what_without_backtrace();
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  const size_t nl = text.rfind('\n');
+  return "the model does not run on these inputs: " + (nl == std::string::npos ? text : text.substr(nl + 1));
+}
+
 /// Loads the module and builds random inputs; fills `error` and returns false on bad input.
 bool LoadModel(const ModelArgs& args, bool want_gpu, LoadedModel* out, std::string* error) {
   if (args.input_specs.empty()) {
@@ -208,7 +218,7 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
     try {
       reference = eager.module.forward(eager.inputs);
     } catch (const c10::Error& e) {
-      return Fail(kExitBadInput, std::string("the model does not run on these inputs: ") + e.what_without_backtrace());
+      return Fail(kExitBadInput, ModelRunError(e));
     }
     before_us = TimeForward(eager.module, eager.inputs, gpu, args.reps);
   }
@@ -225,15 +235,15 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   auto tuned_reports = dice::torch_ext::TuneGroups(tuned.module, tuned.inputs, options);
   if (!tuned_reports.ok()) return Fail(kExitFailure, tuned_reports.status().ToString());
 
-  std::printf("\n%-44s %10s %10s %8s %14s  %s\n", "group (ops inputs)", "base µs", "best µs", "speedup",
-              "tried/comp/ver", "winner");
+  std::printf("\n%10s %10s %8s %14s  %-34s %s\n", "base µs", "best µs", "speedup", "tried/comp/ver", "winner",
+              "group (ops inputs)");
   nlohmann::json json_groups = nlohmann::json::array();
   for (const auto& r : *tuned_reports) {
     const std::string origin = r.winner_origin.empty() ? "-" : r.winner_origin + (r.from_cache ? " (cached)" : "");
-    std::printf("%-44s %10s %10s %8s %6d/%3d/%3d  %s\n", r.description.substr(0, 44).c_str(),
-                r.baseline_us > 0 ? Fixed(r.baseline_us).c_str() : "-", r.best_us > 0 ? Fixed(r.best_us).c_str() : "-",
+    std::printf("%10s %10s %8s %6d/%3d/%3d  %-34s %s\n", r.baseline_us > 0 ? Fixed(r.baseline_us).c_str() : "-",
+                r.best_us > 0 ? Fixed(r.best_us).c_str() : "-",
                 r.speedup > 0 ? (Fixed(r.speedup, 2) + "x").c_str() : "-", r.tried, r.compiled, r.verified,
-                origin.c_str());
+                origin.c_str(), r.description.c_str());
     json_groups.push_back({{"task_key", r.task_key}, {"description", r.description}, {"baseline_us", r.baseline_us},
                            {"best_us", r.best_us}, {"speedup", r.speedup}, {"winner", r.winner_origin},
                            {"from_cache", r.from_cache}, {"tried", r.tried}, {"compiled", r.compiled},
@@ -255,8 +265,14 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   std::string detail;
   const bool match = OutputsMatch(got, reference, &detail);
   const double after_us = TimeForward(tuned.module, tuned.inputs, gpu, args.reps);
-  std::printf("\nend to end: before %.1f µs, after %.1f µs (%.2fx); outputs %s eager (%s)\n", before_us, after_us,
-              after_us > 0 ? before_us / after_us : 0.0, match ? "match" : "DIFFER FROM", detail.c_str());
+  if (gpu) {
+    std::printf("\nend to end: before %.1f µs, after %.1f µs (%.2fx); outputs %s eager (%s)\n", before_us, after_us,
+                after_us > 0 ? before_us / after_us : 0.0, match ? "match" : "DIFFER FROM", detail.c_str());
+  } else {
+    std::printf("\nend to end (CPU, every group on its fallback; not a speedup measurement): before %.1f µs, "
+                "after %.1f µs; outputs %s eager (%s)\n", before_us, after_us, match ? "match" : "DIFFER FROM",
+                detail.c_str());
+  }
   if (!args.json_path.empty()) {
     nlohmann::json j{{"model", args.model_path}, {"gpu", gpu}, {"before_us", before_us}, {"after_us", after_us},
                      {"outputs_match", match}, {"groups", json_groups}};
@@ -272,6 +288,12 @@ int CmdRunOrProfile(const ModelArgs& args, bool profile) {
   if (!LoadModel(args, gpu, &m, &error) || (!profile && !CheckCache(args.cache_dir, &error))) {
     return Fail(kExitBadInput, error);
   }
+  try {  // bad inputs are the user's error (exit 2), found before any pass runs
+    torch::NoGradGuard no_grad;
+    m.module.forward(m.inputs);
+  } catch (const c10::Error& e) {
+    return Fail(kExitBadInput, ModelRunError(e));
+  }
   auto options = BaseOptions(args, m.inputs);
   options.mode = profile ? dice::torch_ext::Mode::kObserve : dice::torch_ext::Mode::kCache;
   auto report = dice::torch_ext::optimize(m.module, options);
@@ -281,7 +303,7 @@ int CmdRunOrProfile(const ModelArgs& args, bool profile) {
   try {
     us = TimeForward(m.module, m.inputs, gpu, args.reps);
   } catch (const c10::Error& e) {
-    return Fail(kExitBadInput, std::string("the model does not run on these inputs: ") + e.what_without_backtrace());
+    return Fail(kExitBadInput, ModelRunError(e));
   }
   auto stats = dice::torch_ext::GetGroupStats();
   if (profile) {
@@ -291,12 +313,12 @@ int CmdRunOrProfile(const ModelArgs& args, bool profile) {
     return kExitOk;
   }
   int hits = 0;
-  std::printf("%-4s %-40s %-8s %s\n", "id", "group", "cache", "detail");
+  std::printf("%-4s %-8s %-28s %s\n", "id", "cache", "detail", "group");
   for (const auto& s : stats) {
     const bool hit = s.hits > 0 && s.fallbacks == 0;
     hits += hit;
     std::string reason = s.fallback_reasons.empty() ? "" : s.fallback_reasons.front().first;
-    std::printf("%-4d %-40s %-8s %s\n", s.id, s.summary.substr(0, 40).c_str(), hit ? "hit" : "miss", reason.c_str());
+    std::printf("%-4d %-8s %-28s %s\n", s.id, hit ? "hit" : "miss", reason.c_str(), s.summary.c_str());
   }
   std::printf("%d/%zu groups served from the cache; step %.1f µs median\n", hits, stats.size(), us);
   return kExitOk;

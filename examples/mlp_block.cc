@@ -97,10 +97,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mlp_block: tuning failed: %s\n", tuned.status().ToString().c_str());
     return 1;
   }
+  auto us = [](double v) { return v > 0 ? std::to_string(v).substr(0, std::to_string(v).find('.') + 2) : std::string("-"); };
   for (const auto& r : *tuned) {
-    std::printf("tuned %-50s baseline %8.1f us  best %8.1f us  speedup %5.2fx  tried/compiled/verified %d/%d/%d  %s\n",
-                r.description.substr(0, 50).c_str(), r.baseline_us, r.best_us, r.speedup, r.tried, r.compiled,
-                r.verified, r.winner_origin.empty() ? "(no winner)" : r.winner_origin.c_str());
+    std::printf("tuned %s: baseline %s us, best %s us, speedup %s, tried/compiled/verified %d/%d/%d, winner %s\n",
+                r.description.c_str(), us(r.baseline_us).c_str(), us(r.best_us).c_str(),
+                r.speedup > 0 ? (us(r.speedup) + "x").c_str() : "-", r.tried, r.compiled, r.verified,
+                r.winner_origin.empty() ? "-" : r.winner_origin.c_str());
   }
   if (!cuda) {
     std::printf("no CUDA device: candidates were compiled for sm_90 only; nothing was cached as a winner\n");

@@ -141,3 +141,14 @@ TEST_F(CliTest, TuneWithoutGpuRunsCompileOnlyAndSaysSo) {
 }
 
 }  // namespace
+
+namespace {
+TEST_F(CliTest, InputsThatDoNotFitTheModelAreBadInputForEveryCommand) {
+  for (const std::string cmd : {"tune", "run", "profile"}) {
+    Result r = RunDice(cmd + " " + model_ + " --input 8x8:f32 --input 8x8:f32 --cache " + Cache());
+    EXPECT_EQ(r.code, 2) << cmd << "\n" << r.output;
+    EXPECT_NE(r.output.find("does not run on these inputs"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << "no interpreter traceback expected:\n" << r.output;
+  }
+}
+}  // namespace
