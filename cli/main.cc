@@ -20,12 +20,14 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "dice/cache/store.h"
+#include "dice/generator/tokenizer.h"
 #include "dice/reference/device_compare.h"
 #include "dice/reference/reference_executor.h"
 #include "dice/runtime/cuda_driver.h"
@@ -369,6 +371,17 @@ int CmdCache(const std::string& action, const std::string& key, const std::strin
   return kExitOk;
 }
 
+/// `dice tokenize --model DIR`: stdin -> token ids as one JSON array (the
+/// Qwen2/SDAR byte-level BPE of generator/tokenizer.h), so anyone can compare
+/// it with another tokenizer.
+int CmdTokenize(const std::string& model_dir) {
+  auto tok = dice::Tokenizer::Load(model_dir);
+  if (!tok.ok()) return Fail(kExitBadInput, tok.status().ToString());
+  std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  std::printf("%s\n", nlohmann::json(tok->Encode(text)).dump().c_str());
+  return kExitOk;
+}
+
 void AddModelArgs(CLI::App* cmd, ModelArgs* args) {
   cmd->add_option("model", args->model_path, "TorchScript model file (torch.jit.save)")->required();
   cmd->add_option("--input,-i", args->input_specs, "forward() argument spec, e.g. 1024x8192:f32 (repeat per argument)");
@@ -408,6 +421,10 @@ int main(int argc, char** argv) {
   for (auto* sub : {ls, show, rm}) {
     sub->add_option("--cache", cache_dir, "cache directory (default $DICE_CACHE_DIR or ~/.cache/dice)");
   }
+  std::string tokenizer_dir;
+  auto* tokenize = app.add_subcommand("tokenize", "print the token ids of stdin as a JSON array");
+  tokenize->add_option("--model", tokenizer_dir, "checkpoint or tokenizer directory (vocab.json, merges.txt, "
+                                                 "tokenizer_config.json)")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -419,6 +436,7 @@ int main(int argc, char** argv) {
     if (tune->parsed()) return CmdTune(args, budget_s, max_candidates, require_gpu);
     if (run->parsed()) return CmdRunOrProfile(args, /*profile=*/false);
     if (profile->parsed()) return CmdRunOrProfile(args, /*profile=*/true);
+    if (tokenize->parsed()) return CmdTokenize(tokenizer_dir);
     if (ls->parsed()) return CmdCache("ls", "", cache_dir);
     if (show->parsed()) return CmdCache("show", key, cache_dir);
     if (rm->parsed()) return CmdCache("rm", key, cache_dir);

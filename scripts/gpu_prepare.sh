@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .deps
 (cd .deps && apt-get download libsqlite3-dev libsqlite3-0 libssl-dev libssl3 libcpp-httplib-dev libcpp-httplib0.11 \
-   nlohmann-json3-dev libcli11-dev >/dev/null)
+   nlohmann-json3-dev libcli11-dev libicu-dev libicu72 >/dev/null)
 if [ -d ../shared/data/kernelbench ]; then
   rm -rf .deps/kernelbench && cp -r ../shared/data/kernelbench .deps/kernelbench
 fi

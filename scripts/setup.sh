@@ -11,12 +11,12 @@ BUILD_DIR=${BUILD_DIR:-build}
 BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
 TORCH_VERSION=2.11.0
 APT_PACKAGES="build-essential cmake ninja-build pkg-config libsqlite3-dev sqlite3 libssl-dev nlohmann-json3-dev
-  libspdlog-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev python3-pip"
+  libspdlog-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev libicu-dev python3-pip"
 
 log() { echo "[setup] $*"; }
 
 have_headers() {
-  for h in sqlite3.h openssl/evp.h nlohmann/json.hpp spdlog/spdlog.h CLI/CLI.hpp gtest/gtest.h; do
+  for h in sqlite3.h openssl/evp.h nlohmann/json.hpp spdlog/spdlog.h CLI/CLI.hpp gtest/gtest.h unicode/normalizer2.h; do
     [ -e "/usr/include/$h" ] || [ -e "$ROOT/.deps/root/usr/include/$h" ] || return 1
   done
 }

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 
+#include "dice/generator/tokenizer.h"
 #include "dice/runtime/cuda_driver.h"
 
 namespace {
@@ -150,5 +151,26 @@ TEST_F(CliTest, InputsThatDoNotFitTheModelAreBadInputForEveryCommand) {
     EXPECT_NE(r.output.find("does not run on these inputs"), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << "no interpreter traceback expected:\n" << r.output;
   }
+}
+}  // namespace
+
+namespace {
+TEST_F(CliTest, TokenizePrintsTheTokenizersIdsAsJson) {
+  const std::string model = std::string(DICE_SOURCE_DIR) + "/tests/data/sdar";
+  auto tok = dice::Tokenizer::Load(model);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  const std::string text = "__global__ void k(float* y) { y[threadIdx.x] = 0.5f; }\n<|im_end|>";
+  const fs::path in = dir_ / "in.txt";
+  std::ofstream(in, std::ios::binary) << text;
+  Result r = RunDice("tokenize --model " + model + " < " + in.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::string want = "[";
+  for (size_t i = 0; i < tok->Encode(text).size(); ++i) want += (i ? "," : "") + std::to_string(tok->Encode(text)[i]);
+  want += "]\n";
+  EXPECT_EQ(r.output.substr(r.output.rfind('[')), want);
+  EXPECT_NE(want.find("151645"), std::string::npos) << "<|im_end|> must be one special token";
+  Result bad = RunDice("tokenize --model " + (dir_ / "nope").string() + " < " + in.string());
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("nope"), std::string::npos) << bad.output;
 }
 }  // namespace

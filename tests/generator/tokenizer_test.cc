@@ -131,6 +131,15 @@ TEST(Tokenizer, DecodeOfSplitMultibyteCharacterReplacesOnlyTheBrokenPart) {
   EXPECT_EQ(bytes, "\xF0\x9F\x98\x80");
 }
 
+TEST(Tokenizer, EncodesVeryLongWordsAndRoundTrips) {
+  // One pre-tokenizer word of 200k bytes: a quadratic BPE would not finish.
+  for (const std::string& text : {std::string(200000, 'a'), std::string(200000, '='), std::string(100000, ' ') + "x"}) {
+    const auto ids = Sdar().Encode(text);
+    EXPECT_LT(ids.size(), text.size() / 2);
+    EXPECT_EQ(Sdar().Decode(ids), text);
+  }
+}
+
 TEST(Tokenizer, LoadFailsOnMissingDirectoryNamingTheFile) {
   auto t = Tokenizer::Load("/nonexistent/dice/tokenizer");
   ASSERT_FALSE(t.ok());
