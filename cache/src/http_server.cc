@@ -1,0 +1,429 @@
+// cpp-httplib implementation of dice/cache/http_server.h. Notes:
+//  - The socket is bound in Start (bind_to_port / bind_to_any_port) before
+//    the accept loop starts on its thread, so a client may connect as soon
+//    as Start returns (the kernel queues it in the listen backlog).
+//  - Routes are fixed regular expressions over the decoded path; there is
+//    no mount point, so no request is ever turned into a file access.
+//  - The body limit is httplib's payload_max_length: an oversized request is
+//    answered 413 before any handler runs.
+//  - Tokens are compared with CRYPTO_memcmp (constant time) after a length
+//    check.
+#include "dice/cache/http_server.h"
+
+#include <httplib.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+namespace dice::cache {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int kWorkerThreads = 8;
+
+// Reads a required field of the given JSON type into `out`.
+Status TakeString(const json& j, const char* name, std::string* out) {
+  auto it = j.find(name);
+  if (it == j.end()) return Status(StatusCode::kInvalidArgument, std::string("missing field '") + name + "'");
+  if (!it->is_string()) return Status(StatusCode::kInvalidArgument, std::string("field '") + name + "' is not a string");
+  *out = it->get<std::string>();
+  return Status::Ok();
+}
+
+Status TakeNumber(const json& j, const char* name, double* out) {
+  auto it = j.find(name);
+  if (it == j.end()) return Status(StatusCode::kInvalidArgument, std::string("missing field '") + name + "'");
+  if (!it->is_number()) return Status(StatusCode::kInvalidArgument, std::string("field '") + name + "' is not a number");
+  *out = it->get<double>();
+  if (!std::isfinite(*out)) return Status(StatusCode::kInvalidArgument, std::string("field '") + name + "' is not finite");
+  return Status::Ok();
+}
+
+// Parses the wire object; `with_payload` selects whether source and
+// cubin_base64 are required.
+Expected<WinnerRecord> ParseWire(const std::string& text, bool with_payload) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status(StatusCode::kInvalidArgument, "malformed JSON");
+  if (!j.is_object()) return Status(StatusCode::kInvalidArgument, "JSON body is not an object");
+  WinnerRecord r;
+  DICE_RETURN_IF_ERROR(TakeString(j, "task_key", &r.task_key));
+  DICE_RETURN_IF_ERROR(TakeString(j, "graph_canonical", &r.graph_canonical));
+  DICE_RETURN_IF_ERROR(TakeString(j, "input_specs", &r.input_specs));
+  DICE_RETURN_IF_ERROR(TakeString(j, "arch", &r.arch));
+  DICE_RETURN_IF_ERROR(TakeString(j, "gpu_name", &r.gpu_name));
+  DICE_RETURN_IF_ERROR(TakeString(j, "origin", &r.origin));
+  DICE_RETURN_IF_ERROR(TakeString(j, "candidate_hash", &r.candidate_hash));
+  DICE_RETURN_IF_ERROR(TakeString(j, "launch_plan_json", &r.launch_plan_json));
+  DICE_RETURN_IF_ERROR(TakeString(j, "versions_json", &r.versions_json));
+  DICE_RETURN_IF_ERROR(TakeString(j, "content_hash", &r.content_hash));
+  DICE_RETURN_IF_ERROR(TakeNumber(j, "baseline_us", &r.baseline_us));
+  DICE_RETURN_IF_ERROR(TakeNumber(j, "best_us", &r.best_us));
+  DICE_RETURN_IF_ERROR(TakeNumber(j, "speedup", &r.speedup));
+  auto rp = j.find("reduced_precision");
+  if (rp == j.end() || !rp->is_boolean()) {
+    return Status(StatusCode::kInvalidArgument, "missing or non-boolean field 'reduced_precision'");
+  }
+  r.reduced_precision = rp->get<bool>();
+  auto ca = j.find("created_at");
+  if (ca != j.end()) {
+    if (!ca->is_number_integer()) return Status(StatusCode::kInvalidArgument, "field 'created_at' is not an integer");
+    r.created_at = ca->get<int64_t>();
+  }
+  if (with_payload) {
+    DICE_RETURN_IF_ERROR(TakeString(j, "source", &r.source));
+    std::string b64;
+    DICE_RETURN_IF_ERROR(TakeString(j, "cubin_base64", &b64));
+    auto cubin = Base64Decode(b64);
+    if (!cubin.ok()) return cubin.status().WithContext("field 'cubin_base64'");
+    r.cubin = std::move(*cubin);
+  }
+  return r;
+}
+
+json ErrorJson(const std::string& msg) { return json{{"error", msg}}; }
+
+void Reply(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+// Parses a positive integer query parameter; false when malformed.
+bool ParsePositive(const std::string& text, int* out) {
+  if (text.empty() || text.size() > 9) return false;
+  int v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  if (v <= 0) return false;
+  *out = v;
+  return true;
+}
+
+// Reason phrase for the error statuses the server produces on its own.
+std::string ReasonPhrase(int status) {
+  switch (status) {
+    case 400: return "bad request";
+    case 404: return "not found";
+    case 405: return "method not allowed";
+    case 413: return "request body too large";
+    case 414: return "request URI too long";
+    default: return "HTTP status " + std::to_string(status);
+  }
+}
+
+// The route label a request is counted under in /metrics.
+std::string RouteOf(const httplib::Request& req) {
+  if (req.path == "/v1/health") return "health";
+  if (req.path == "/metrics") return "metrics";
+  if (req.path == "/v1/kernels") return "list_kernels";
+  if (req.path.rfind("/v1/kernels/", 0) == 0) return req.method == "PUT" ? "put_kernel" : "get_kernel";
+  return "other";
+}
+
+}  // namespace
+
+bool IsValidTaskKey(const std::string& key) {
+  if (key.size() != 64) return false;
+  for (char c : key) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+std::string Base64Encode(const std::string& bytes) {
+  if (bytes.empty()) return std::string();
+  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+Expected<std::string> Base64Decode(const std::string& text) {
+  if (text.empty()) return std::string();
+  if (text.size() % 4 != 0) {
+    return Status(StatusCode::kInvalidArgument, "base64 text length is not a multiple of 4");
+  }
+  // EVP_DecodeBlock skips surrounding whitespace and is lax about '=':
+  // check the alphabet and padding placement first.
+  size_t pad = 0;
+  if (text.back() == '=') pad = text[text.size() - 2] == '=' ? 2 : 1;
+  for (size_t i = 0; i < text.size() - pad; ++i) {
+    char c = text[i];
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '/';
+    if (!ok) return Status(StatusCode::kInvalidArgument, "malformed base64 text (character " + std::to_string(i) + ")");
+  }
+  std::string out(3 * (text.size() / 4), '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
+  if (n < 0 || static_cast<size_t>(n) < pad) return Status(StatusCode::kInvalidArgument, "malformed base64 text");
+  out.resize(static_cast<size_t>(n) - pad);  // EVP_DecodeBlock counts padding as zero bytes
+  return out;
+}
+
+std::string WinnerToWireJson(const WinnerRecord& rec, bool with_payload) {
+  json j{{"task_key", rec.task_key},
+         {"graph_canonical", rec.graph_canonical},
+         {"input_specs", rec.input_specs},
+         {"arch", rec.arch},
+         {"gpu_name", rec.gpu_name},
+         {"origin", rec.origin},
+         {"candidate_hash", rec.candidate_hash},
+         {"launch_plan_json", rec.launch_plan_json},
+         {"baseline_us", rec.baseline_us},
+         {"best_us", rec.best_us},
+         {"speedup", rec.speedup},
+         {"reduced_precision", rec.reduced_precision},
+         {"versions_json", rec.versions_json},
+         {"created_at", rec.created_at},
+         {"content_hash", rec.content_hash}};
+  if (with_payload) {
+    j["source"] = rec.source;
+    j["cubin_base64"] = Base64Encode(rec.cubin);
+  }
+  // Invalid UTF-8 in a text field is replaced rather than thrown on.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Expected<WinnerRecord> WinnerFromWireJson(const std::string& text) { return ParseWire(text, true); }
+
+Expected<WinnerRecord> WinnerSummaryFromWireJson(const std::string& text) { return ParseWire(text, false); }
+
+// ---------------------------------------------------------------------------
+
+struct CacheServer::Impl {
+  std::unique_ptr<Store> store;
+  std::unique_ptr<httplib::Server> server;
+  std::thread thread;
+  std::atomic<bool> loop_done{false};
+  std::string host;
+  int port = 0;
+  std::string token;
+
+  std::mutex metrics_mu;
+  std::map<std::pair<std::string, int>, uint64_t> requests;  // (route, code) -> count
+
+  void Count(const httplib::Request& req, const httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(metrics_mu);
+    ++requests[{RouteOf(req), res.status}];
+  }
+
+  void Install();
+  void Health(httplib::Response& res);
+  void Metrics(httplib::Response& res);
+  void GetKernel(const httplib::Request& req, httplib::Response& res);
+  void PutKernel(const httplib::Request& req, httplib::Response& res);
+  void ListKernels(const httplib::Request& req, httplib::Response& res);
+};
+
+void CacheServer::Impl::Install() {
+  httplib::Server& s = *server;
+  s.Get("/v1/health", [this](const httplib::Request&, httplib::Response& res) { Health(res); });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { Metrics(res); });
+  s.Get("/v1/kernels", [this](const httplib::Request& req, httplib::Response& res) { ListKernels(req, res); });
+  s.Get(R"(/v1/kernels/([^/]*))", [this](const httplib::Request& req, httplib::Response& res) { GetKernel(req, res); });
+  s.Put(R"(/v1/kernels/([^/]*))", [this](const httplib::Request& req, httplib::Response& res) { PutKernel(req, res); });
+  // Every 4xx/5xx without a body (unrouted paths, 413 from the body limit)
+  // still answers with the JSON error shape.
+  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (res.body.empty()) {
+      Reply(res, res.status, ErrorJson(ReasonPhrase(res.status)));
+    }
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what += std::string(": ") + e.what();
+    } catch (...) {
+    }
+    Reply(res, 500, ErrorJson(what));
+  });
+  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) { Count(req, res); });
+}
+
+void CacheServer::Impl::Health(httplib::Response& res) {
+  Reply(res, 200, json{{"status", "ok"}, {"schema", kSchemaVersion}});
+}
+
+void CacheServer::Impl::Metrics(httplib::Response& res) {
+  std::ostringstream out;
+  out << "# HELP dice_cache_http_requests_total HTTP requests served, by route and status code.\n"
+      << "# TYPE dice_cache_http_requests_total counter\n";
+  {
+    std::lock_guard<std::mutex> lock(metrics_mu);
+    for (const auto& [key, count] : requests) {
+      out << "dice_cache_http_requests_total{route=\"" << key.first << "\",code=\"" << key.second << "\"} "
+          << count << "\n";
+    }
+  }
+  auto list = store->ListWinners();
+  if (list.ok()) {
+    out << "# HELP dice_cache_entries Winners in the cache database.\n"
+        << "# TYPE dice_cache_entries gauge\n"
+        << "dice_cache_entries " << list->size() << "\n";
+  }
+  res.status = 200;
+  res.set_content(out.str(), "text/plain; version=0.0.4");
+}
+
+void CacheServer::Impl::GetKernel(const httplib::Request& req, httplib::Response& res) {
+  const std::string key = req.matches[1];
+  if (!IsValidTaskKey(key)) return Reply(res, 400, ErrorJson("task key must be 64 lowercase hex digits"));
+  auto rec = store->GetWinner(key);
+  if (!rec.ok()) return Reply(res, 500, ErrorJson(rec.status().ToString()));
+  if (!rec->has_value()) return Reply(res, 404, ErrorJson("no entry for task key " + key));
+  res.status = 200;
+  res.set_content(WinnerToWireJson(**rec, true), "application/json");
+}
+
+void CacheServer::Impl::PutKernel(const httplib::Request& req, httplib::Response& res) {
+  if (token.empty()) return Reply(res, 403, ErrorJson("writes are disabled on this server (no token configured)"));
+  if (!req.has_header("Authorization")) {
+    res.set_header("WWW-Authenticate", "Bearer");
+    return Reply(res, 401, ErrorJson("missing bearer token"));
+  }
+  const std::string auth = req.get_header_value("Authorization");
+  const std::string prefix = "Bearer ";
+  const std::string given = auth.rfind(prefix, 0) == 0 ? auth.substr(prefix.size()) : std::string();
+  if (given.size() != token.size() || CRYPTO_memcmp(given.data(), token.data(), token.size()) != 0) {
+    return Reply(res, 403, ErrorJson("invalid bearer token"));
+  }
+  const std::string key = req.matches[1];
+  if (!IsValidTaskKey(key)) return Reply(res, 400, ErrorJson("task key must be 64 lowercase hex digits"));
+  auto rec = WinnerFromWireJson(req.body);
+  if (!rec.ok()) return Reply(res, 400, ErrorJson(rec.status().message()));
+  if (rec->task_key != key) {
+    return Reply(res, 400, ErrorJson("body task_key '" + rec->task_key + "' does not match the path key " + key));
+  }
+  const std::string expected = ContentHash(*rec);
+  if (rec->content_hash != expected) {
+    return Reply(res, 400, ErrorJson("content hash mismatch: body says '" + rec->content_hash +
+                                     "', source/cubin/launch plan hash to " + expected));
+  }
+  const double speedup = rec->speedup;
+  auto stored = store->PutWinner(std::move(*rec));
+  if (!stored.ok()) return Reply(res, 500, ErrorJson(stored.status().ToString()));
+  json body{{"stored", *stored}, {"task_key", key}, {"content_hash", expected}};
+  if (!*stored) {
+    body["reason"] = "kept the existing entry (its speedup is >= " + std::to_string(speedup) + ")";
+  }
+  Reply(res, *stored ? 201 : 200, body);
+}
+
+void CacheServer::Impl::ListKernels(const httplib::Request& req, httplib::Response& res) {
+  int page = 1, page_size = kDefaultPageSize;
+  if (req.has_param("page") && !ParsePositive(req.get_param_value("page"), &page)) {
+    return Reply(res, 400, ErrorJson("page must be a positive integer"));
+  }
+  if (req.has_param("page_size") &&
+      (!ParsePositive(req.get_param_value("page_size"), &page_size) || page_size > kMaxPageSize)) {
+    return Reply(res, 400, ErrorJson("page_size must be an integer in [1, " + std::to_string(kMaxPageSize) + "]"));
+  }
+  const bool by_arch = req.has_param("arch");
+  const std::string arch = req.get_param_value("arch");
+  auto all = store->ListWinners();
+  if (!all.ok()) return Reply(res, 500, ErrorJson(all.status().ToString()));
+  std::vector<const WinnerRecord*> matching;
+  for (const WinnerRecord& r : *all) {
+    if (!by_arch || r.arch == arch) matching.push_back(&r);
+  }
+  json entries = json::array();
+  const size_t begin = static_cast<size_t>(page - 1) * static_cast<size_t>(page_size);
+  for (size_t i = begin; i < matching.size() && i < begin + static_cast<size_t>(page_size); ++i) {
+    entries.push_back(json::parse(WinnerToWireJson(*matching[i], false)));
+  }
+  json body{{"entries", std::move(entries)}, {"page", page}, {"page_size", page_size}, {"total", matching.size()}};
+  res.status = 200;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+// ---------------------------------------------------------------------------
+
+CacheServer::CacheServer() : impl_(std::make_unique<Impl>()) {}
+
+CacheServer::~CacheServer() { Stop(); }
+
+Status CacheServer::Start(const std::string& db_path, const std::string& host, int port,
+                          const std::string& token, size_t max_body_bytes) {
+  if (running()) return Status(StatusCode::kInvalidArgument, "cache server already running on " + url());
+  if (max_body_bytes == 0) return Status(StatusCode::kInvalidArgument, "max_body_bytes must be > 0");
+  if (port < 0 || port > 65535) {
+    return Status(StatusCode::kInvalidArgument, "port " + std::to_string(port) + " out of range");
+  }
+  auto store = Store::Open(db_path);
+  if (!store.ok()) return store.status();
+
+  auto fresh = std::make_unique<Impl>();
+  fresh->store = std::move(*store);
+  fresh->token = token;
+  fresh->host = host;
+  fresh->server = std::make_unique<httplib::Server>();
+  httplib::Server& s = *fresh->server;
+  s.new_task_queue = [] { return new httplib::ThreadPool(kWorkerThreads); };
+  s.set_payload_max_length(max_body_bytes);
+  s.set_keep_alive_timeout(2);  // bounds how long Stop waits for idle keep-alive connections
+  s.set_read_timeout(10);
+  s.set_write_timeout(10);
+  fresh->Install();
+
+  int bound = port;
+  if (port == 0) {
+    bound = s.bind_to_any_port(host);
+    if (bound < 0) bound = 0;
+  } else if (!s.bind_to_port(host, port)) {
+    bound = 0;
+  }
+  if (bound <= 0) {
+    return Status(StatusCode::kIoError, "cache server cannot bind " + host + ":" + std::to_string(port));
+  }
+  fresh->port = bound;
+  Impl* raw = fresh.get();
+  fresh->thread = std::thread([raw] {
+    raw->server->listen_after_bind();
+    raw->loop_done = true;
+  });
+  // stop() is a no-op until the accept loop runs: wait for it, so that a
+  // Stop right after Start cannot miss it.
+  while (!raw->server->is_running() && !raw->loop_done) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (raw->loop_done) {
+    raw->thread.join();
+    return Status(StatusCode::kIoError, "cache server on " + host + ":" + std::to_string(bound) + " stopped at once");
+  }
+  impl_ = std::move(fresh);
+  return Status::Ok();
+}
+
+void CacheServer::Stop() {
+  if (!impl_ || !impl_->server) return;
+  impl_->server->stop();  // closes the listening socket; workers drain
+  if (impl_->thread.joinable()) impl_->thread.join();  // listen_after_bind joins the pool
+  impl_ = std::make_unique<Impl>();                  // closes the database
+}
+
+bool CacheServer::running() const { return impl_ && impl_->server && !impl_->loop_done; }
+
+int CacheServer::port() const { return running() ? impl_->port : 0; }
+
+std::string CacheServer::url() const {
+  if (!running()) return std::string();
+  const std::string& h = impl_->host;
+  const bool v6 = h.find(':') != std::string::npos;
+  return "http://" + (v6 ? "[" + h + "]" : h) + ":" + std::to_string(impl_->port);
+}
+
+}  // namespace dice::cache
