@@ -16,6 +16,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "dice/cache/http_server.h"
 #include "dice/cache/store.h"
 #include "dice/generator/tokenizer.h"
 #include "dice/reference/device_compare.h"
@@ -382,6 +386,44 @@ int CmdTokenize(const std::string& model_dir) {
   return kExitOk;
 }
 
+/// `dice cache serve`: the HTTP cache server (cache/http_server.h) over a
+/// SQLite store until SIGINT/SIGTERM, then a graceful stop. The token file's
+/// first line is the bearer token writes need (no file: read-only server).
+int CmdServe(const std::string& db, const std::string& listen, const std::string& token_file) {
+  const size_t colon = listen.rfind(':');
+  int port = -1;
+  try {
+    if (colon != std::string::npos) port = std::stoi(listen.substr(colon + 1));
+  } catch (const std::exception&) {
+  }
+  if (colon == std::string::npos || port < 0 || port > 65535) {
+    return Fail(kExitBadInput, "--listen '" + listen + "' is not HOST:PORT (PORT 0 picks a free one)");
+  }
+  std::string token;
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in || !std::getline(in, token) || token.empty()) {
+      return Fail(kExitBadInput, "cannot read a token from --token-file '" + token_file + "'");
+    }
+  }
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // before Start: server threads inherit the mask
+  dice::cache::CacheServer server;
+  dice::Status st = server.Start(db, listen.substr(0, colon), port, token);
+  if (!st.ok()) return Fail(kExitBadInput, st.ToString());
+  std::printf("dice: serving %s on %s (%s)\n", db.c_str(), server.url().c_str(),
+              token.empty() ? "read-only: no --token-file" : "writes need the bearer token");
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  server.Stop();
+  std::printf("dice: stopped (signal %d)\n", sig);
+  return kExitOk;
+}
+
 void AddModelArgs(CLI::App* cmd, ModelArgs* args) {
   cmd->add_option("model", args->model_path, "TorchScript model file (torch.jit.save)")->required();
   cmd->add_option("--input,-i", args->input_specs, "forward() argument spec, e.g. 1024x8192:f32 (repeat per argument)");
@@ -418,6 +460,11 @@ int main(int argc, char** argv) {
   show->add_option("key", key, "task key or unique prefix")->required();
   auto* rm = cache->add_subcommand("rm", "remove one winner");
   rm->add_option("key", key, "task key or unique prefix")->required();
+  std::string serve_db, serve_listen = "127.0.0.1:8470", token_file;
+  auto* serve = cache->add_subcommand("serve", "share a cache over HTTP (GET/PUT /v1/kernels/{key}, /v1/health, /metrics)");
+  serve->add_option("--db", serve_db, "SQLite cache file to serve")->required();
+  serve->add_option("--listen", serve_listen, "HOST:PORT (default 127.0.0.1:8470; port 0 = any free port)");
+  serve->add_option("--token-file", token_file, "file whose first line is the bearer token for writes");
   for (auto* sub : {ls, show, rm}) {
     sub->add_option("--cache", cache_dir, "cache directory (default $DICE_CACHE_DIR or ~/.cache/dice)");
   }
@@ -437,6 +484,7 @@ int main(int argc, char** argv) {
     if (run->parsed()) return CmdRunOrProfile(args, /*profile=*/false);
     if (profile->parsed()) return CmdRunOrProfile(args, /*profile=*/true);
     if (tokenize->parsed()) return CmdTokenize(tokenizer_dir);
+    if (serve->parsed()) return CmdServe(serve_db, serve_listen, token_file);
     if (ls->parsed()) return CmdCache("ls", "", cache_dir);
     if (show->parsed()) return CmdCache("show", key, cache_dir);
     if (rm->parsed()) return CmdCache("rm", key, cache_dir);

@@ -2,6 +2,7 @@
 // cause and the documented exit code (docs/CLI.md), and loses nothing (a
 // corrupt cache file is left byte-for-byte as it was).
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <torch/script.h>
@@ -172,5 +173,44 @@ TEST_F(CliTest, TokenizePrintsTheTokenizersIdsAsJson) {
   Result bad = RunDice("tokenize --model " + (dir_ / "nope").string() + " < " + in.string());
   EXPECT_EQ(bad.code, 2) << bad.output;
   EXPECT_NE(bad.output.find("nope"), std::string::npos) << bad.output;
+}
+}  // namespace
+
+namespace {
+TEST_F(CliTest, CacheServeAnswersHealthAndStopsOnSigterm) {
+  const std::string db = (dir_ / "served.db").string();
+  const std::string log = (dir_ / "serve.log").string();
+  const std::string cmd = std::string(DICE_CLI_PATH) + " cache serve --db " + db + " --listen 127.0.0.1:0 > " + log +
+                          " 2>&1 & echo $!";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  int pid = 0;
+  ASSERT_EQ(fscanf(p, "%d", &pid), 1);
+  pclose(p);
+  std::string url;
+  for (int i = 0; i < 100 && url.empty(); ++i) {
+    usleep(100 * 1000);
+    const std::string out = ReadFile(log);
+    const size_t at = out.find("http://");
+    if (at != std::string::npos) url = out.substr(at, out.find(' ', at) - at);
+  }
+  ASSERT_FALSE(url.empty()) << ReadFile(log);
+  const std::string health = url + "/v1/health";
+  FILE* c = popen(("python3 -c \"import urllib.request;print(urllib.request.urlopen('" + health + "').read().decode())\"").c_str(), "r");
+  ASSERT_NE(c, nullptr);
+  std::array<char, 512> buf{};
+  const size_t n = fread(buf.data(), 1, buf.size() - 1, c);
+  pclose(c);
+  EXPECT_NE(std::string(buf.data(), n).find("\"ok\""), std::string::npos) << std::string(buf.data(), n);
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  bool stopped = false;
+  for (int i = 0; i < 100 && !stopped; ++i) {
+    usleep(100 * 1000);
+    stopped = ReadFile(log).find("stopped") != std::string::npos;
+  }
+  EXPECT_TRUE(stopped) << ReadFile(log);
+  Result bad = RunDice("cache serve --db " + db + " --listen nonsense");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("nonsense"), std::string::npos) << bad.output;
 }
 }  // namespace
