@@ -141,37 +141,6 @@ bool IsValidTaskKey(const std::string& key) {
   return true;
 }
 
-std::string Base64Encode(const std::string& bytes) {
-  if (bytes.empty()) return std::string();
-  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
-
-Expected<std::string> Base64Decode(const std::string& text) {
-  if (text.empty()) return std::string();
-  if (text.size() % 4 != 0) {
-    return Status(StatusCode::kInvalidArgument, "base64 text length is not a multiple of 4");
-  }
-  // EVP_DecodeBlock skips surrounding whitespace and is lax about '=':
-  // check the alphabet and padding placement first.
-  size_t pad = 0;
-  if (text.back() == '=') pad = text[text.size() - 2] == '=' ? 2 : 1;
-  for (size_t i = 0; i < text.size() - pad; ++i) {
-    char c = text[i];
-    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '/';
-    if (!ok) return Status(StatusCode::kInvalidArgument, "malformed base64 text (character " + std::to_string(i) + ")");
-  }
-  std::string out(3 * (text.size() / 4), '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
-  if (n < 0 || static_cast<size_t>(n) < pad) return Status(StatusCode::kInvalidArgument, "malformed base64 text");
-  out.resize(static_cast<size_t>(n) - pad);  // EVP_DecodeBlock counts padding as zero bytes
-  return out;
-}
-
 std::string WinnerToWireJson(const WinnerRecord& rec, bool with_payload) {
   json j{{"task_key", rec.task_key},
          {"graph_canonical", rec.graph_canonical},

@@ -308,29 +308,4 @@ Expected<Event> DecodeEvent(std::string_view payload) {
   return ev;
 }
 
-// ---------------------------------------------------------------- base64
-
-std::string Base64Encode(std::string_view bytes) {
-  if (bytes.empty()) return std::string();
-  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
-
-Expected<std::string> Base64Decode(std::string_view text) {
-  if (text.empty()) return std::string();
-  if (text.size() % 4 != 0) return Status(StatusCode::kCorrupt, "base64 text length is not a multiple of 4");
-  std::string out(3 * (text.size() / 4), '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
-  if (n < 0) return Status(StatusCode::kCorrupt, "malformed base64 text");
-  // EVP_DecodeBlock counts the '=' padding as zero bytes: drop them.
-  size_t pad = 0;
-  if (text.back() == '=') pad = (text.size() >= 2 && text[text.size() - 2] == '=') ? 2 : 1;
-  out.resize(static_cast<size_t>(n) - pad);
-  return out;
-}
-
 }  // namespace dice::worker

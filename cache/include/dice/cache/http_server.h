@@ -41,6 +41,7 @@
 #include <string>
 
 #include "dice/cache/store.h"
+#include "dice/runtime/base64.h"
 #include "dice/runtime/status.h"
 
 namespace dice::cache {
@@ -73,13 +74,9 @@ Expected<WinnerRecord> WinnerFromWireJson(const std::string& json);
 /// Same for a list entry (no source, no cubin_base64; they stay empty).
 Expected<WinnerRecord> WinnerSummaryFromWireJson(const std::string& json);
 
-/// Standard padded base64 of arbitrary bytes (NUL bytes included), via
-/// OpenSSL's EVP_EncodeBlock.
-std::string Base64Encode(const std::string& bytes);
-/// Inverse of Base64Encode. Errors: kInvalidArgument when `text` is not
-/// padded standard base64 (length not a multiple of 4, a character outside
-/// the alphabet, misplaced '=').
-Expected<std::string> Base64Decode(const std::string& text);
+// Cubins travel as base64: dice::Base64Encode / Base64Decode (dice/runtime/base64.h).
+using dice::Base64Decode;
+using dice::Base64Encode;
 
 /// An HTTP server over one cache database. Non-copyable; the destructor
 /// stops it.

@@ -35,6 +35,7 @@
 #include "dice/runtime/candidate.h"
 #include "dice/runtime/cuda_driver.h"
 #include "dice/runtime/ir.h"
+#include "dice/runtime/base64.h"
 #include "dice/runtime/status.h"
 
 namespace dice::worker {
@@ -143,9 +144,8 @@ std::string EncodeDone(const std::string& error);
 /// Errors: kCorrupt naming the missing/invalid field.
 Expected<Event> DecodeEvent(std::string_view payload);
 
-/// Standard base64 (RFC 4648, with padding) via OpenSSL.
-std::string Base64Encode(std::string_view bytes);
-/// Errors: kCorrupt on malformed input.
-Expected<std::string> Base64Decode(std::string_view text);
+// Cubins travel as base64: dice::Base64Encode / Base64Decode (dice/runtime/base64.h).
+using dice::Base64Decode;
+using dice::Base64Encode;
 
 }  // namespace dice::worker
