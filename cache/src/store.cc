@@ -349,25 +349,18 @@ Expected<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   return std::unique_ptr<Store>(new Store(path, std::move(impl)));
 }
 
-Expected<std::optional<WinnerRecord>> Store::GetWinner(const std::string& task_key) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto stmt = impl_->Prepare(
-      "SELECT task_key, graph_canonical, input_specs, arch, gpu_name, origin, candidate_hash,"
-      " source, cubin, launch_plan_json, baseline_us, best_us, speedup, reduced_precision,"
-      " versions_json, created_at, content_hash FROM winners WHERE task_key = ?1");
-  if (!stmt.ok()) return stmt.status();
-  sqlite3_stmt* s = *stmt;
-  BindText(s, 1, task_key);
-  int rc = sqlite3_step(s);
-  if (rc == SQLITE_DONE) {
-    sqlite3_reset(s);
-    return std::optional<WinnerRecord>();
-  }
-  if (rc != SQLITE_ROW) {
-    Status st = impl_->Error(rc, "read winner " + task_key);
-    sqlite3_reset(s);
-    return st;
-  }
+namespace {
+
+// The winners columns in ReadWinnerRow's order. The summary form (ListWinners)
+// selects empty literals for source and cubin, so one reader serves both.
+constexpr const char* kWinnerColumns =
+    "task_key, graph_canonical, input_specs, arch, gpu_name, origin, candidate_hash, source, cubin,"
+    " launch_plan_json, baseline_us, best_us, speedup, reduced_precision, versions_json, created_at, content_hash";
+constexpr const char* kWinnerSummaryColumns =
+    "task_key, graph_canonical, input_specs, arch, gpu_name, origin, candidate_hash, '', '',"
+    " launch_plan_json, baseline_us, best_us, speedup, reduced_precision, versions_json, created_at, content_hash";
+
+WinnerRecord ReadWinnerRow(sqlite3_stmt* s) {
   WinnerRecord r;
   r.task_key = ColumnText(s, 0);
   r.graph_canonical = ColumnText(s, 1);
@@ -386,6 +379,29 @@ Expected<std::optional<WinnerRecord>> Store::GetWinner(const std::string& task_k
   r.versions_json = ColumnText(s, 14);
   r.created_at = sqlite3_column_int64(s, 15);
   r.content_hash = ColumnText(s, 16);
+  return r;
+}
+
+}  // namespace
+
+Expected<std::optional<WinnerRecord>> Store::GetWinner(const std::string& task_key) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto stmt = impl_->Prepare(
+      "SELECT " + std::string(kWinnerColumns) + " FROM winners WHERE task_key = ?1");
+  if (!stmt.ok()) return stmt.status();
+  sqlite3_stmt* s = *stmt;
+  BindText(s, 1, task_key);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_DONE) {
+    sqlite3_reset(s);
+    return std::optional<WinnerRecord>();
+  }
+  if (rc != SQLITE_ROW) {
+    Status st = impl_->Error(rc, "read winner " + task_key);
+    sqlite3_reset(s);
+    return st;
+  }
+  WinnerRecord r = ReadWinnerRow(s);
   sqlite3_reset(s);
   std::string computed = ContentHash(r);
   if (computed != r.content_hash) {
@@ -472,31 +488,14 @@ Expected<bool> Store::RemoveWinner(const std::string& task_key) {
 Expected<std::vector<WinnerRecord>> Store::ListWinners() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto stmt = impl_->Prepare(
-      "SELECT task_key, graph_canonical, input_specs, arch, gpu_name, origin, candidate_hash,"
-      " launch_plan_json, baseline_us, best_us, speedup, reduced_precision, versions_json,"
-      " created_at, content_hash FROM winners ORDER BY created_at DESC, task_key ASC");
+      "SELECT " + std::string(kWinnerSummaryColumns) +
+      " FROM winners ORDER BY created_at DESC, task_key ASC");
   if (!stmt.ok()) return stmt.status();
   sqlite3_stmt* s = *stmt;
   std::vector<WinnerRecord> out;
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    WinnerRecord r;
-    r.task_key = ColumnText(s, 0);
-    r.graph_canonical = ColumnText(s, 1);
-    r.input_specs = ColumnText(s, 2);
-    r.arch = ColumnText(s, 3);
-    r.gpu_name = ColumnText(s, 4);
-    r.origin = ColumnText(s, 5);
-    r.candidate_hash = ColumnText(s, 6);
-    r.launch_plan_json = ColumnText(s, 7);
-    r.baseline_us = sqlite3_column_double(s, 8);
-    r.best_us = sqlite3_column_double(s, 9);
-    r.speedup = sqlite3_column_double(s, 10);
-    r.reduced_precision = sqlite3_column_int(s, 11) != 0;
-    r.versions_json = ColumnText(s, 12);
-    r.created_at = sqlite3_column_int64(s, 13);
-    r.content_hash = ColumnText(s, 14);
-    out.push_back(std::move(r));
+    out.push_back(ReadWinnerRow(s));
   }
   sqlite3_reset(s);
   if (rc != SQLITE_DONE) return impl_->Error(rc, "list winners");
