@@ -9,7 +9,9 @@ For each task file (KernelBench format: Model, get_inputs, get_init_inputs):
      serves the cached winners), check its outputs against eager within the
      per-dtype tolerance, and time it with the same timer.
 All times: CUDA events, warm-up, L2 flushed (256 MB write) before each
-repetition, median of --reps, in µs. One JSON line per task goes to --out;
+repetition, median of --reps, in µs. The variants are timed side by side:
+each repetition runs eager, torch.compile, (max-autotune,) dice once each in
+a rotating order, so clock and thermal drift hit every column alike. One JSON line per task goes to --out;
 bench/report.py turns the lines into the docs/PERF.md table.
 
 Usage (GPU machine): python3 bench/kernelbench_bench.py TASK.py [...] --dice build/cli/dice
@@ -41,25 +43,32 @@ def load_task(path):
 _flush = None
 
 
-def bench_us(fn, reps):
-    """Median µs of fn() with CUDA events; L2 flushed before each repetition."""
+def bench_interleaved(fns, reps):
+    """Median µs per name of fns {name: callable}, timed round-robin.
+
+    Each repetition times every variant once (order rotated per repetition):
+    warm-up 3 calls each, a 256 MB write flushes L2 before every timed call,
+    CUDA events around the call."""
     global _flush
     if _flush is None:
         _flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
-    for _ in range(3):
-        fn()
+    names = list(fns)
+    for name in names:
+        for _ in range(3):
+            fns[name]()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        _flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0)
-    times.sort()
-    return times[len(times) // 2]
+    times = {n: [] for n in names}
+    for r in range(reps):
+        for i in range(len(names)):
+            name = names[(i + r) % len(names)]
+            _flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fns[name]()
+            end.record()
+            torch.cuda.synchronize()
+            times[name].append(start.elapsed_time(end) * 1000.0)
+    return {n: sorted(t)[len(t) // 2] for n, t in times.items()}
 
 
 def flatten(out):
@@ -103,16 +112,14 @@ def run_task(path, args):
         return rec
     with torch.no_grad():
         ref = model(*inputs)
-        rec["eager_us"] = bench_us(lambda: model(*inputs), args.reps)
         t0 = time.time()
         compiled = torch.compile(model)
         compiled(*inputs)
         rec["compile_s"] = time.time() - t0
-        rec["compile_us"] = bench_us(lambda: compiled(*inputs), args.reps)
+        ma = None
         if args.max_autotune:
             ma = torch.compile(model, mode="max-autotune-no-cudagraphs")
-            rec["max_autotune_us"] = bench_us(lambda: ma(*inputs), args.reps)
-            del ma
+            ma(*inputs)
         traced = torch.jit.trace(model, tuple(inputs), check_trace=False)
     pt = os.path.join(args.workdir, name + ".pt")
     traced.save(pt)
@@ -120,7 +127,7 @@ def run_task(path, args):
     # level-1 tasks hold several GB per tensor.
     ref = [t.cpu() for t in flatten(ref)]
     inputs = [x.cpu() for x in inputs]
-    del compiled, traced
+    del traced
     model.cpu()
     torch.cuda.empty_cache()
     specs = ["x".join(str(d) for d in x.shape) + ":" + DTYPE_SPEC[x.dtype] for x in inputs]
@@ -145,13 +152,24 @@ def run_task(path, args):
     os.environ["DICE_CACHE_DIR"] = args.cache
     inputs = [x.cuda() for x in inputs]
     ref = [t.cuda() for t in ref]
+    model.cuda()
     with torch.no_grad():
         dm = torch.jit.load(pt).cuda().eval()
         for _ in range(3):  # the profiling executor optimizes after a few runs
             out = dm(*inputs)
         ok, detail = outputs_match(out, ref)
         rec["correct"], rec["correct_detail"] = ok, detail
-        rec["dice_us"] = bench_us(lambda: dm(*inputs), args.reps)
+        del out
+        ref = None
+        fns = {"eager": lambda: model(*inputs), "compile": lambda: compiled(*inputs), "dice": lambda: dm(*inputs)}
+        if ma is not None:
+            fns["max_autotune"] = lambda: ma(*inputs)
+        us = bench_interleaved(fns, args.reps)
+        rec["eager_us"], rec["compile_us"], rec["dice_us"] = us["eager"], us["compile"], us["dice"]
+        if ma is not None:
+            rec["max_autotune_us"] = us["max_autotune"]
+    del compiled, ma, dm
+    torch.cuda.empty_cache()
     os.environ["DICE_MODE"] = "off"
     rec["speedup_vs_eager"] = rec["eager_us"] / rec["dice_us"]
     rec["speedup_vs_compile"] = rec["compile_us"] / rec["dice_us"]

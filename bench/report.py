@@ -30,6 +30,8 @@ def main(paths):
         print(f"| {r['task']} | {r['eager_us']:.1f} | {r['compile_us']:.1f} | {r['dice_us']:.1f} | "
               f"{r['speedup_vs_eager']:.2f}x | {r['speedup_vs_compile']:.2f}x | {'yes' if r['correct'] else 'NO'} | "
               f"{groups} | {r.get('tune_s', 0):.1f} |")
+        if r.get("max_autotune_us"):
+            print(f"| ↳ max-autotune | | {r['max_autotune_us']:.1f} | | | {r['max_autotune_us'] / r['dice_us']:.2f}x | | | |")
     for level in sorted({r["task"].split("/")[0] for r in recs}):
         rs = [r for r in recs if r["task"].startswith(level)]
         ok = [r for r in rs if r.get("correct")]
@@ -37,11 +39,15 @@ def main(paths):
         fast1 = sum(1 for r in ok if r["speedup_vs_eager"] > 1.0)
         fast2 = sum(1 for r in ok if r["speedup_vs_eager"] > 2.0)
         gs = [g["speedup"] for r in ok for g in r.get("groups", []) if g.get("speedup")]
+        ma = [r for r in ok if r.get("max_autotune_us")]
+        ma_txt = (f"; vs max-autotune {geomean([r['max_autotune_us'] / r['dice_us'] for r in ma]):.3f}x over "
+                  f"{len(ma)} tasks (max-autotune vs eager {geomean([r['eager_us'] / r['max_autotune_us'] for r in ma]):.3f}x)"
+                  if ma else "")
         print(f"\n**{level}**: {n} tasks, correct {len(ok)}/{n}, fast_1 {100.0 * fast1 / max(n, 1):.0f}%, "
               f"fast_2 {100.0 * fast2 / max(n, 1):.0f}%, geomean vs eager {geomean([r['speedup_vs_eager'] for r in ok]):.3f}x, "
               f"vs torch.compile {geomean([r['speedup_vs_compile'] for r in ok]):.3f}x; compile vs eager "
               f"{geomean([r['eager_us'] / r['compile_us'] for r in ok]):.3f}x; fused groups vs eager's kernels "
-              f"{geomean(gs):.3f}x over {len(gs)} groups")
+              f"{geomean(gs):.3f}x over {len(gs)} groups{ma_txt}")
 
 
 if __name__ == "__main__":

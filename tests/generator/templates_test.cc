@@ -226,10 +226,93 @@ TEST(TemplateGenerator, LongRowLayerNormUsesSplitWorkspace) {
   Task t = MakeTask(b.g, {Spec(DType::kFloat32, {16, 4 * 1024 * 1024})});
   auto cands = ExpectCompiles(t, 2);
   ASSERT_FALSE(cands.empty());
-  EXPECT_NE(cands[0].origin.find("row/split"), std::string::npos) << cands[0].origin;
-  // mean and variance levels plus the finalize kernel.
-  EXPECT_EQ(cands[0].plan.launches.size(), 3u);
+  // The moments variant leads: Σx and Σx² in one pass, then the finalize kernel.
+  EXPECT_EQ(cands[0].origin.rfind("template:row/split", 0), 0u) << cands[0].origin;
+  EXPECT_NE(cands[0].origin.find("/online"), std::string::npos) << cands[0].origin;
+  EXPECT_EQ(cands[0].plan.launches.size(), 2u);
+  // Two float64 partial slots (Σx, Σx²) per row and chunk.
   EXPECT_GT(cands[0].plan.workspace_bytes, 0u);
+  EXPECT_EQ(cands[0].plan.workspace_bytes % (2 * 16 * sizeof(double)), 0u);
+  EXPECT_NE(cands[0].source.find("dice_block_reduce_sum_d<"), std::string::npos);
+  // The two-pass split (mean pass, variance pass, finalize) is still offered.
+  bool two_pass = false;
+  for (const auto& c : cands)
+    if (c.origin.rfind("template:row/split", 0) == 0 && c.origin.find("/online") == std::string::npos)
+      two_pass = two_pass || c.plan.launches.size() == 3u;
+  EXPECT_TRUE(two_pass);
+}
+
+// Counts the element loops over a row in a fused (single-kernel) candidate:
+// one per pass over global memory.
+int RowPasses(const Candidate& c) {
+  int n = 0;
+  for (size_t p = c.source.find(" k = tid;"); p != std::string::npos; p = c.source.find(" k = tid;", p + 1)) ++n;
+  return n;
+}
+
+std::vector<Candidate> GenerateAll(const Task& t) {
+  TemplateGenerator gen;
+  auto cands = gen.Generate(t, 16);
+  EXPECT_TRUE(cands.ok()) << cands.status().ToString();
+  if (!cands.ok()) return {};
+  auto results = CompileAll(*cands, "sm_90", 2);
+  for (size_t i = 0; i < results.size(); ++i)
+    EXPECT_TRUE(results[i].ok()) << (*cands)[i].origin << ": " << results[i].status().ToString() << "\n"
+                                 << (*cands)[i].source;
+  return *cands;
+}
+
+TEST(TemplateGenerator, OnlineSoftmaxSavesOnePassOverLongRows) {
+  for (OpKind k : {OpKind::kSoftmax, OpKind::kLogSoftmax}) {
+    GraphBuilder b;
+    int x = b.Input(DType::kFloat32, 2);
+    b.Output(b.Op(k, {x}, {1}));
+    Task t = MakeTask(b.g, {Spec(DType::kFloat32, {64, 393216})});
+    SCOPED_TRACE(ir::GetOpInfo(k).name);
+    auto cands = GenerateAll(t);
+    ASSERT_FALSE(cands.empty());
+    EXPECT_NE(cands[0].origin.find("/online"), std::string::npos) << cands[0].origin;
+    int online = 0, two_pass = 0;
+    for (const auto& c : cands) {
+      if (c.origin.find("row/block") == std::string::npos) continue;
+      const bool is_online = c.origin.find("/online") != std::string::npos;
+      EXPECT_EQ(c.source.find("dice_block_reduce_online<") != std::string::npos, is_online) << c.origin;
+      // Two-pass: max, Σexp, write. Online: (max, Σexp) together, write.
+      EXPECT_EQ(RowPasses(c), is_online ? 2 : 3) << c.origin;
+      ++(is_online ? online : two_pass);
+    }
+    EXPECT_GE(online, 1);
+    EXPECT_GE(two_pass, 1);
+  }
+}
+
+TEST(TemplateGenerator, LogSumExpKeepsItsGuardedTwoPassForm) {
+  // logsumexp shifts by 0 when the max is infinite (PyTorch's guard); the
+  // online rescaling does not reproduce that, so no fused variant is offered.
+  GraphBuilder b;
+  int x = b.Input(DType::kFloat32, 2);
+  b.Output(b.Op(OpKind::kLogSumExp, {x}, {1}));
+  Task t = MakeTask(b.g, {Spec(DType::kFloat32, {512, 2048})});
+  auto cands = GenerateAll(t);
+  ASSERT_FALSE(cands.empty());
+  for (const auto& c : cands) EXPECT_EQ(c.origin.find("/online"), std::string::npos) << c.origin;
+}
+
+TEST(TemplateGenerator, RmsNormOverChannelsCachesTheColumnInRegisters) {
+  // x / sqrt(mean(x^2, dim=1, keepdim) + eps) over [b, 64, h, w]: one thread
+  // per (b, h, w) reads its 64 channels once and keeps them for the division.
+  GraphBuilder b;
+  int x = b.Input(DType::kFloat32, 4);
+  int sq = b.Op(OpKind::kPowScalar, {x}, {}, false, 0, {2.0});
+  int m = b.Op(OpKind::kMean, {sq}, {1}, true);
+  int r = b.Op(OpKind::kSqrt, {b.Op(OpKind::kAdd, {m, b.Const(1e-5)})});
+  b.Output(b.Op(OpKind::kDiv, {x, r}));
+  Task t = MakeTask(b.g, {Spec(DType::kFloat32, {4, 64, 32, 32})});
+  auto cands = GenerateAll(t);
+  ASSERT_FALSE(cands.empty());
+  EXPECT_EQ(cands[0].origin.rfind("template:row/column", 0), 0u) << cands[0].origin;
+  EXPECT_NE(cands[0].origin.find("/reg"), std::string::npos) << cands[0].origin;
+  EXPECT_NE(cands[0].source.find("[64]"), std::string::npos);
 }
 
 TEST(TemplateGenerator, GroupNormCompiles) {

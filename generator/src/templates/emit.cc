@@ -103,6 +103,53 @@ template <int OP, int NT> __device__ __forceinline__ float dice_block_reduce(flo
   }
   return v;
 }
+// Online softmax statistics (Milakov & Gimelshein 2018): (m, s) is a running
+// max and the sum of exp(x - m); a combine rescales the side whose max is
+// smaller. NaN propagates through m and s; two empty sides (-inf, 0) stay empty.
+__device__ __forceinline__ void dice_online_combine(float& m, float& s, float m2, float s2) {
+  const float mn = dice_max(m, m2);
+  s = (m == mn ? s : s * expf(m - mn)) + (m2 == mn ? s2 : s2 * expf(m2 - mn));
+  m = mn;
+}
+__device__ __forceinline__ void dice_warp_reduce_online(float& m, float& s) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+    const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    dice_online_combine(m, s, m2, s2);
+  }
+}
+// Every thread gets the block's (m, s); `sh` holds >= 64 floats.
+template <int NT> __device__ __forceinline__ void dice_block_reduce_online(float& m, float& s, float* sh) {
+  dice_warp_reduce_online(m, s);
+  if (NT > 32) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    if (lane == 0) { sh[wid] = m; sh[32 + wid] = s; }
+    __syncthreads();
+    m = lane < NT / 32 ? sh[lane] : -DICE_INF;
+    s = lane < NT / 32 ? sh[32 + lane] : 0.0f;
+    dice_warp_reduce_online(m, s);
+    __syncthreads();
+  }
+}
+// float64 sums (moments: Σt and Σt² of a row, whose difference cancels).
+__device__ __forceinline__ double dice_warp_reduce_sum_d(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+template <int NT> __device__ __forceinline__ double dice_block_reduce_sum_d(double v, double* sh) {
+  v = dice_warp_reduce_sum_d(v);
+  if (NT > 32) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    v = lane < NT / 32 ? sh[lane] : 0.0;
+    v = dice_warp_reduce_sum_d(v);
+    __syncthreads();
+  }
+  return v;
+}
 )CUDA";
   return kPrelude;
 }

@@ -14,8 +14,15 @@
 //   block<B>    one block of B threads per row
 //   .../reg     the row's loads cached in registers across passes
 //   split<B>    rows cut into C chunks: one kernel per level writes per-chunk
-//               partials to the workspace, a finalize kernel combines them
-//               (each block redundantly) and writes the outputs
+//               partials to the workspace (float64 slots), a finalize kernel
+//               combines them (each block redundantly) and writes the outputs
+//   .../online  fused statistics: a pass saved per pair of dependent reductions
+//               - online softmax (Milakov & Gimelshein 2018, "Online normalizer
+//                 calculation for softmax"): Σ exp(t - max t) accumulates in the
+//                 same pass as max t, rescaled whenever the running max grows;
+//               - moments: Σ (t - Σt/L)^2 = Σt² - (Σt)²/L, both sums in float64
+//                 (layer_norm/group_norm variance in the mean's pass).
+//               The two-pass variants stay in the list; the tuner picks.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -41,6 +48,7 @@ struct RowCfg {
   int threads;
   int per = 0;     // register-cache slots per thread (0 = re-read global memory)
   int chunks = 1;  // split only
+  bool fused = false;  // fused statistics (online softmax, moments); see the header comment
 };
 
 struct RowInfo {
@@ -54,6 +62,12 @@ struct RowInfo {
   std::vector<int> full_outputs, row_outputs;  // output indices
   std::map<int, int> slot;          // reduce node -> workspace slot
   bool wide = false;
+  // Fused statistics (only when analysed with fuse = true). A secondary reduce
+  // is computed in its primary's pass and shares its level.
+  std::map<int, int> online;   // max reduce M -> sum reduce S = Σ exp(t - M), t = M's argument
+  std::map<int, int> moment;   // sum reduce S1 = Σ t -> sum reduce V = Σ (t - S1/L)^2
+  std::set<int> secondary;     // the S and V above
+  bool IsSecondary(int id) const { return secondary.count(id) > 0; }
 };
 
 bool HasRExtent(const Lowered& lo, const RowInfo& ri, int id) {
@@ -62,7 +76,43 @@ bool HasRExtent(const Lowered& lo, const RowInfo& ri, int id) {
   return false;
 }
 
-RowInfo Analyse(const Lowered& lo) {
+bool IsReduce(const Lowered& lo, int id, ReduceOp op) {
+  return lo.nodes[id].kind == NodeKind::kReduce && lo.nodes[id].rop == op;
+}
+bool IsBinary(const Lowered& lo, int id, ir::OpKind op) {
+  return lo.nodes[id].kind == NodeKind::kBinary && lo.nodes[id].op == op;
+}
+
+// S = Σ exp(t - M) with M = max t over the same axes (softmax, log_softmax):
+// returns M, or -1. logsumexp's guarded shift (inf_to_zero) does not match.
+int OnlineMaxOf(const Lowered& lo, int s) {
+  if (!IsReduce(lo, s, ReduceOp::kSum)) return -1;
+  const Node& e = lo.nodes[lo.nodes[s].args[0]];
+  if (e.kind != NodeKind::kUnary || e.op != ir::OpKind::kExp || e.inf_to_zero) return -1;
+  const int d = e.args[0];
+  if (!IsBinary(lo, d, ir::OpKind::kSub)) return -1;
+  const int t = lo.nodes[d].args[0], m = lo.nodes[d].args[1];
+  if (!IsReduce(lo, m, ReduceOp::kMax) || lo.nodes[m].args[0] != t) return -1;
+  return m;
+}
+
+// V = Σ (t - S1 / L)^2 with S1 = Σ t over the same L elements (layer_norm,
+// group_norm variance): returns S1, or -1.
+int MomentSumOf(const Lowered& lo, int v, int64_t L) {
+  if (!IsReduce(lo, v, ReduceOp::kSum)) return -1;
+  const int sq = lo.nodes[v].args[0];
+  if (!IsBinary(lo, sq, ir::OpKind::kMul) || lo.nodes[sq].args[0] != lo.nodes[sq].args[1]) return -1;
+  const int d = lo.nodes[sq].args[0];
+  if (!IsBinary(lo, d, ir::OpKind::kSub)) return -1;
+  const int t = lo.nodes[d].args[0], mean = lo.nodes[d].args[1];
+  if (!IsBinary(lo, mean, ir::OpKind::kDiv)) return -1;
+  const int s1 = lo.nodes[mean].args[0], c = lo.nodes[mean].args[1];
+  if (!IsReduce(lo, s1, ReduceOp::kSum) || lo.nodes[s1].args[0] != t) return -1;
+  if (lo.nodes[c].kind != NodeKind::kConst || lo.nodes[c].value != static_cast<double>(L)) return -1;
+  return s1;
+}
+
+RowInfo Analyse(const Lowered& lo, bool fuse) {
   RowInfo ri;
   std::set<int> rset(lo.reduce_axes.begin(), lo.reduce_axes.end());
   for (size_t a = 0; a < lo.F.size(); ++a) {
@@ -85,7 +135,21 @@ RowInfo Analyse(const Lowered& lo) {
     cone[id] = c;
     if (n.kind == NodeKind::kReduce) {
       ri.level[id] = c + 1;
-      ri.max_level = std::max(ri.max_level, c + 1);
+      if (fuse) {
+        const int sid = static_cast<int>(id);
+        const int m = OnlineMaxOf(lo, sid);
+        const int s1 = m < 0 ? MomentSumOf(lo, sid, ri.L) : -1;
+        if (m >= 0 && !ri.online.count(m)) {
+          ri.online[m] = sid;
+          ri.secondary.insert(sid);
+          ri.level[id] = ri.level[m];
+        } else if (s1 >= 0 && !ri.moment.count(s1)) {
+          ri.moment[s1] = sid;
+          ri.secondary.insert(sid);
+          ri.level[id] = ri.level[s1];
+        }
+      }
+      ri.max_level = std::max(ri.max_level, ri.level[id]);
       ri.slot[static_cast<int>(id)] = static_cast<int>(ri.reduces.size());
       ri.reduces.push_back(static_cast<int>(id));
     }
@@ -124,6 +188,12 @@ class RowEmitter {
   void ElementLoop(const std::string& indent, const std::function<void(const std::string&)>& body, std::string* s,
                    bool use_cache) const;
   std::string GroupReduce(ReduceOp op, const std::string& acc) const;
+  // Fused statistics: group-reduces and names the results of a primary reduce
+  // and its secondary (online pair: r<M>, r<S>; moments: d/r<S1>, d/r<V>)
+  // from the per-thread accumulators acc<id>.
+  void EmitFusedFinish(int primary, const std::string& ind, std::string* s) const;
+  // Declares acc<id> for reduce `id` (secondaries included).
+  void EmitAccDecl(int id, const std::string& ind, std::string* s) const;
   void EmitLevel(int level, const std::string& indent, std::string* s, bool use_cache) const;
   void EmitFullOutputs(const std::string& indent, std::string* s, bool use_cache) const;
   void EmitRowOutputs(const std::string& indent, const std::string& cond, std::string* s) const;
@@ -138,13 +208,46 @@ class RowEmitter {
 };
 
 std::string RowEmitter::Tag() const {
+  const std::string reg = cfg_.per > 0 ? "/reg" : "";
+  const std::string fused = cfg_.fused ? "/online" : "";
   switch (cfg_.mode) {
-    case Mode::kColumn: return "column" + std::to_string(cfg_.threads);
-    case Mode::kWarp: return cfg_.per > 0 ? "warp/reg" : "warp";
-    case Mode::kBlock: return "block" + std::to_string(cfg_.threads) + (cfg_.per > 0 ? "/reg" : "");
-    case Mode::kSplit: return "split" + std::to_string(cfg_.threads) + "/c" + std::to_string(cfg_.chunks);
+    case Mode::kColumn: return "column" + std::to_string(cfg_.threads) + reg + fused;
+    case Mode::kWarp: return "warp" + reg + fused;
+    case Mode::kBlock: return "block" + std::to_string(cfg_.threads) + reg + fused;
+    case Mode::kSplit: return "split" + std::to_string(cfg_.threads) + "/c" + std::to_string(cfg_.chunks) + fused;
   }
   return "";
+}
+
+void RowEmitter::EmitAccDecl(int id, const std::string& ind, std::string* s) const {
+  const ReduceOp op = lo_.nodes[id].rop;
+  *s += ind + AccType(op) + " acc" + std::to_string(id) + " = " + ReduceIdentity(op) + ";\n";
+}
+
+void RowEmitter::EmitFusedFinish(int primary, const std::string& ind, std::string* s) const {
+  const std::string p = std::to_string(primary);
+  const std::string T = std::to_string(cfg_.threads);
+  if (auto on = ri_.online.find(primary); on != ri_.online.end()) {
+    const std::string q = std::to_string(on->second);
+    *s += ind + "float r" + p + " = acc" + p + ";\n";
+    *s += ind + "float r" + q + " = static_cast<float>(acc" + q + ");\n";
+    if (cfg_.mode == Mode::kWarp) *s += ind + "dice_warp_reduce_online(r" + p + ", r" + q + ");\n";
+    if (cfg_.mode == Mode::kBlock || cfg_.mode == Mode::kSplit)
+      *s += ind + "dice_block_reduce_online<" + T + ">(r" + p + ", r" + q + ", dice_sh);\n";
+    return;
+  }
+  const int v = ri_.moment.at(primary);
+  const std::string q = std::to_string(v);
+  for (const std::string& id : {p, q}) {
+    std::string red = "acc" + id;
+    if (cfg_.mode == Mode::kWarp) red = "dice_warp_reduce_sum_d(" + red + ")";
+    if (cfg_.mode == Mode::kBlock || cfg_.mode == Mode::kSplit)
+      red = "dice_block_reduce_sum_d<" + T + ">(" + red + ", dice_shd)";
+    *s += ind + "const double d" + id + " = " + red + ";\n";
+  }
+  *s += ind + "const float r" + p + " = static_cast<float>(d" + p + ");\n";
+  *s += ind + "const float r" + q + " = static_cast<float>(fmax(d" + q + " - d" + p + " * d" + p + " / " +
+        std::to_string(ri_.L) + ".0, 0.0));\n";
 }
 
 void RowEmitter::ElementLoop(const std::string& ind, const std::function<void(const std::string&)>& body,
@@ -184,15 +287,15 @@ void RowEmitter::EmitLevel(int level, const std::string& ind, std::string* s, bo
   for (int id : ri_.reduces)
     if (ri_.level[id] == level) {
       reds.push_back(id);
-      targets.push_back(lo_.nodes[id].args[0]);
+      // A secondary's argument needs its primary's result: it is accumulated
+      // from the primary's argument t instead (see the header comment).
+      if (!ri_.IsSecondary(id)) targets.push_back(lo_.nodes[id].args[0]);
     }
   // Sums accumulate per thread in double: a thread may add thousands of
   // elements, and float accumulation over that many drifts past the float32
   // limit of the verifier (PyTorch's cascade sum is more accurate than a
   // sequential float sum). The memory-bound loop does not notice the FP64 add.
-  for (int id : reds)
-    *s += ind + AccType(lo_.nodes[id].rop) + " acc" + std::to_string(id) + " = " + ReduceIdentity(lo_.nodes[id].rop) +
-          ";\n";
+  for (int id : reds) EmitAccDecl(id, ind, s);
   ElementLoop(
       ind,
       [&](const std::string& in2) {
@@ -202,15 +305,34 @@ void RowEmitter::EmitLevel(int level, const std::string& ind, std::string* s, bo
         };
         EmitNodes(lo_, targets, load, in2, s);
         for (int id : reds) {
+          if (ri_.IsSecondary(id)) continue;
           const std::string acc = "acc" + std::to_string(id);
-          *s += in2 + acc + " = " + ReduceCombine(lo_.nodes[id].rop, acc, ValueName(lo_, lo_.nodes[id].args[0])) +
-                ";\n";
+          const std::string val = ValueName(lo_, lo_.nodes[id].args[0]);
+          if (auto on = ri_.online.find(id); on != ri_.online.end()) {
+            // Running max and Σ exp(t - max): rescale when the max grows (or turns NaN).
+            const std::string sa = "acc" + std::to_string(on->second);
+            *s += in2 + "if (" + val + " > " + acc + " || " + val + " != " + val + ") { " + sa +
+                  " *= static_cast<double>(expf(" + acc + " - " + val + ")); " + acc + " = " + val + "; }\n";
+            *s += in2 + sa + " += " + val + " == -DICE_INF ? 0.0 : static_cast<double>(expf(" + val + " - " + acc +
+                  "));\n";
+            continue;
+          }
+          *s += in2 + acc + " = " + ReduceCombine(lo_.nodes[id].rop, acc, val) + ";\n";
+          if (auto mo = ri_.moment.find(id); mo != ri_.moment.end())
+            *s += in2 + "acc" + std::to_string(mo->second) + " += static_cast<double>(" + val +
+                  ") * static_cast<double>(" + val + ");\n";
         }
       },
       s, use_cache);
-  for (int id : reds)
+  for (int id : reds) {
+    if (ri_.IsSecondary(id)) continue;
+    if (ri_.online.count(id) || ri_.moment.count(id)) {
+      EmitFusedFinish(id, ind, s);
+      continue;
+    }
     *s += ind + "const float r" + std::to_string(id) + " = " +
           GroupReduce(lo_.nodes[id].rop, AccToFloat(lo_.nodes[id].rop, "acc" + std::to_string(id))) + ";\n";
+  }
 }
 
 void RowEmitter::EmitFullOutputs(const std::string& ind, std::string* s, bool use_cache) const {
@@ -274,7 +396,8 @@ std::string RowEmitter::FusedKernel(const std::string& name) const {
       step = "(" + idx_ + ")gridDim.x * " + Lit(T / 32);
       break;
     default:
-      s += "  __shared__ float dice_sh[32];\n";
+      s += "  __shared__ float dice_sh[64];\n";
+      if (!ri_.moment.empty()) s += "  __shared__ double dice_shd[32];\n";
       s += "  const unsigned tid = threadIdx.x;\n";
       row0 = "(" + idx_ + ")blockIdx.x";
       step = "(" + idx_ + ")gridDim.x";
@@ -300,15 +423,32 @@ std::string RowEmitter::FusedKernel(const std::string& name) const {
 
 void RowEmitter::EmitCombinePartials(int below_level, const std::string& ind, std::string* s) const {
   const int64_t rc = ri_.rows * cfg_.chunks;
+  auto part = [&](int id) { return "ws[" + Lit(ri_.slot.at(id) * rc) + " + row * " + Lit(cfg_.chunks) + " + q]"; };
+  const std::string loop =
+      "for (unsigned q = tid; q < " + std::to_string(cfg_.chunks) + "u; q += " + std::to_string(cfg_.threads) + "u) ";
   for (int id : ri_.reduces) {
-    if (ri_.level[id] >= below_level) continue;
+    if (ri_.level[id] >= below_level || ri_.IsSecondary(id)) continue;
     const std::string acc = "acc" + std::to_string(id);
     const ReduceOp op = lo_.nodes[id].rop;
-    *s += ind + AccType(op) + " " + acc + " = " + ReduceIdentity(op) + ";\n";
-    *s += ind + "for (unsigned q = tid; q < " + std::to_string(cfg_.chunks) + "u; q += " +
-          std::to_string(cfg_.threads) + "u) " + acc + " = " +
-          ReduceCombine(op, acc, "ws[" + Lit(ri_.slot.at(id) * rc) + " + row * " + Lit(cfg_.chunks) + " + q]") +
-          ";\n";
+    EmitAccDecl(id, ind, s);
+    if (auto on = ri_.online.find(id); on != ri_.online.end()) {
+      // Chunk partials (max, Σ exp(t - chunk max)) combine like two threads' do.
+      const int q = on->second;
+      *s += ind + "float acc" + std::to_string(q) + "f = 0.0f;\n";
+      *s += ind + loop + "dice_online_combine(" + acc + ", acc" + std::to_string(q) + "f, static_cast<float>(" +
+            part(id) + "), static_cast<float>(" + part(q) + "));\n";
+      *s += ind + "const double acc" + std::to_string(q) + " = acc" + std::to_string(q) + "f;\n";
+      EmitFusedFinish(id, ind, s);
+      continue;
+    }
+    if (auto mo = ri_.moment.find(id); mo != ri_.moment.end()) {
+      EmitAccDecl(mo->second, ind, s);
+      *s += ind + loop + "{ " + acc + " += " + part(id) + "; acc" + std::to_string(mo->second) + " += " +
+            part(mo->second) + "; }\n";
+      EmitFusedFinish(id, ind, s);
+      continue;
+    }
+    *s += ind + loop + acc + " = " + ReduceCombine(op, acc, part(id)) + ";\n";
     *s += ind + "const float r" + std::to_string(id) + " = " + GroupReduce(op, AccToFloat(op, acc)) + ";\n";
   }
 }
@@ -319,8 +459,9 @@ std::string RowEmitter::SplitKernel(const std::string& name, int level) const {
   const int64_t CL = (ri_.L + C - 1) / C;
   std::string s = "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(T) + ") " + name + "(" +
                   ParamList(lo_, true) + ") {\n";
-  s += "  __shared__ float dice_sh[32];\n";
-  s += "  float* ws = reinterpret_cast<float*>(workspace);\n";
+  s += "  __shared__ float dice_sh[64];\n";
+  if (!ri_.moment.empty()) s += "  __shared__ double dice_shd[32];\n";
+  s += "  double* ws = reinterpret_cast<double*>(workspace);\n";
   s += "  const unsigned tid = threadIdx.x;\n";
   s += "  const " + idx_ + " row = (" + idx_ + ")blockIdx.x / " + Lit(C) + ";\n";
   s += "  const " + idx_ + " chunk = (" + idx_ + ")blockIdx.x % " + Lit(C) + ";\n";
@@ -331,10 +472,17 @@ std::string RowEmitter::SplitKernel(const std::string& name, int level) const {
     EmitCombinePartials(level, "  ", &s);
     EmitLevel(level, "  ", &s, false);
     const int64_t rc = ri_.rows * C;
+    // Moment partials travel as raw float64 sums (d<id>): Σt and Σt² add across chunks.
+    auto is_moment = [&](int id) {
+      if (ri_.moment.count(id)) return true;
+      for (const auto& kv : ri_.moment)
+        if (kv.second == id) return true;
+      return false;
+    };
     for (int id : ri_.reduces)
       if (ri_.level[id] == level)
-        s += "  if (tid == 0u) ws[" + Lit(ri_.slot.at(id) * rc) + " + row * " + Lit(C) + " + chunk] = r" +
-             std::to_string(id) + ";\n";
+        s += "  if (tid == 0u) ws[" + Lit(ri_.slot.at(id) * rc) + " + row * " + Lit(C) + " + chunk] = " +
+             (is_moment(id) ? "d" : "r") + std::to_string(id) + ";\n";
   } else {
     EmitCombinePartials(ri_.max_level + 1, "  ", &s);
     EmitFullOutputs("  ", &s, false);
@@ -368,7 +516,7 @@ Candidate RowEmitter::Build() {
     }
     s += SplitKernel(base + "_fin", 0);
     launch(base + "_fin", ri_.rows * cfg_.chunks);
-    c.plan.workspace_bytes = static_cast<uint64_t>(ri_.reduces.size()) * ri_.rows * cfg_.chunks * sizeof(float);
+    c.plan.workspace_bytes = static_cast<uint64_t>(ri_.reduces.size()) * ri_.rows * cfg_.chunks * sizeof(double);
   } else {
     s += FusedKernel(base);
     int64_t per_block = cfg_.mode == Mode::kColumn ? cfg_.threads : (cfg_.mode == Mode::kWarp ? cfg_.threads / 32 : 1);
@@ -385,7 +533,9 @@ Candidate RowEmitter::Build() {
 Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candidates) {
   if (lo.num_reduces == 0 || lo.reduce_axes.empty())
     return Status(StatusCode::kUnsupported, "templates: row family given a group without reductions");
-  RowInfo ri = Analyse(lo);
+  RowInfo ri = Analyse(lo, false);
+  const RowInfo fused = Analyse(lo, true);
+  const bool has_fused = !fused.secondary.empty();
   const int nloads = std::max<int>(1, static_cast<int>(ri.cached_loads.size()));
   auto per_for = [&](int group, int max_per) -> int {
     int64_t per = (ri.L + group - 1) / group;
@@ -401,7 +551,8 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
   std::vector<RowCfg> order;
   auto warp = [&]() { order.push_back(RowCfg{Mode::kWarp, 256, per_for(32, 32)}); };
   auto block = [&](int B) { order.push_back(RowCfg{Mode::kBlock, B, per_for(B, 16)}); };
-  auto column = [&](int T) { order.push_back(RowCfg{Mode::kColumn, T, 0}); };
+  // A thread per row caches the whole row when it is short (RMSNorm over 64 channels).
+  auto column = [&](int T) { order.push_back(RowCfg{Mode::kColumn, T, per_for(1, 64)}); };
   auto split = [&](int T) {
     RowCfg cfg = split_cfg(T);
     if (cfg.chunks >= 2) order.push_back(cfg);
@@ -420,11 +571,22 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
   } else {
     block(512); block(1024); block(256); split(512); warp();
   }
+  // With fused statistics available (softmax, normalisations), each schedule
+  // comes first in its one-pass-fewer form, followed by the two-pass forms.
+  if (has_fused) {
+    std::vector<RowCfg> both;
+    for (RowCfg cfg : order) {
+      cfg.fused = true;
+      both.push_back(cfg);
+    }
+    both.insert(both.end(), order.begin(), order.end());
+    order = std::move(both);
+  }
   std::vector<Candidate> out;
   std::set<std::string> seen;
   for (const auto& cfg : order) {
     if (static_cast<int>(out.size()) >= max_candidates) break;
-    RowEmitter e(lo, ri, cfg);
+    RowEmitter e(lo, cfg.fused ? fused : ri, cfg);
     Candidate c = e.Build();
     if (!seen.insert(c.origin).second) continue;
     out.push_back(std::move(c));
