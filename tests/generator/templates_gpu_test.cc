@@ -54,6 +54,12 @@ const std::vector<Case>& Cases() {
       {"softmax_last", "dice-ir v1\ninput %0 f32 rank=2\n%1 = softmax(%0) dims=[1]\noutput %1\n", {"4096x4096:f32"}},
       {"softmax_dim1_of_3", "dice-ir v1\ninput %0 f32 rank=3\n%1 = softmax(%0) dims=[1]\noutput %1\n",
        {"8x300x64:f32"}},
+      // Cluster-per-row variants: q2 (256 KB rows) and q8 (1.5 MB rows, 4 rows per cluster).
+      {"softmax_long_rows", "dice-ir v1\ninput %0 f32 rank=2\n%1 = softmax(%0) dims=[1]\noutput %1\n", {"256x65536:f32"}},
+      {"log_softmax_wide", "dice-ir v1\ninput %0 f32 rank=2\n%1 = log_softmax(%0) dims=[1]\noutput %1\n",
+       {"64x393216:f32"}},
+      {"layer_norm_rows_16k", "dice-ir v1\ninput %0 f32 rank=2\n%1 = layer_norm(%0) i=1 s=[1.0000000000000001e-05]\noutput %1\n",
+       {"512x16384:f32"}},
       {"log_softmax_bf16", "dice-ir v1\ninput %0 bf16 rank=2\n%1 = log_softmax(%0) dims=[1]\noutput %1\n",
        {"1024x1000:bf16"}},
       {"layer_norm_affine",

@@ -286,6 +286,38 @@ TEST(TemplateGenerator, OnlineSoftmaxSavesOnePassOverLongRows) {
   }
 }
 
+TEST(TemplateGenerator, LongRowsGetAClusterPerRowOnSm90Only) {
+  // softmax over [4096, 393216] f32: 1.5 MB rows; 16 rows in flight (24 MB)
+  // stay in L2 when each row is shared by a cluster of 8 CTAs.
+  GraphBuilder b;
+  int x = b.Input(DType::kFloat32, 2);
+  b.Output(b.Op(OpKind::kSoftmax, {x}, {1}));
+  const std::vector<ir::TensorSpec> specs = {Spec(DType::kFloat32, {4096, 393216})};
+  auto cands = GenerateAll(MakeTask(b.g, specs));
+  ASSERT_FALSE(cands.empty());
+  EXPECT_EQ(cands[0].origin, "template:row/cluster1024/q8/online");
+  ASSERT_EQ(cands[0].plan.launches.size(), 1u);
+  EXPECT_EQ(cands[0].plan.launches[0].grid[0], 128u);  // 16 rows x 8 CTAs
+  EXPECT_NE(cands[0].source.find("__cluster_dims__(8, 1, 1)"), std::string::npos);
+  EXPECT_NE(cands[0].source.find("dice_dsmem_ld(&dice_cl["), std::string::npos);
+  // Two passes over HBM-or-L2: statistics, then outputs.
+  EXPECT_EQ(RowPasses(cands[0]), 0);  // chunked loops start at kbeg, not tid
+  int chunk_loops = 0;
+  for (size_t p = cands[0].source.find("k = kbeg + tid;"); p != std::string::npos;
+       p = cands[0].source.find("k = kbeg + tid;", p + 1))
+    ++chunk_loops;
+  EXPECT_EQ(chunk_loops, 2);
+  // An sm_80 target gets no cluster variants (clusters need sm_90).
+  TargetInfo ampere;
+  ampere.arch = "sm_80";
+  auto t80 = Task::Make(b.g, specs, ampere);
+  ASSERT_TRUE(t80.ok());
+  auto c80 = TemplateGenerator().Generate(*t80, 16);
+  ASSERT_TRUE(c80.ok());
+  ASSERT_FALSE(c80->empty());
+  for (const auto& c : *c80) EXPECT_EQ(c.origin.find("cluster"), std::string::npos) << c.origin;
+}
+
 TEST(TemplateGenerator, LogSumExpKeepsItsGuardedTwoPassForm) {
   // logsumexp shifts by 0 when the max is infinite (PyTorch's guard); the
   // online rescaling does not reproduce that, so no fused variant is offered.

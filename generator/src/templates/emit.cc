@@ -132,6 +132,22 @@ template <int NT> __device__ __forceinline__ void dice_block_reduce_online(float
     __syncthreads();
   }
 }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Thread-block clusters (sm_90): a full cluster barrier with release/acquire
+// ordering of shared-memory writes, and a read of another CTA's shared
+// memory (distributed shared memory; PTX ISA: mapa, ld.shared::cluster).
+__device__ __forceinline__ void dice_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ double dice_dsmem_ld(const double* p, unsigned rank) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+  double v;
+  asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(r) : "memory");
+  return v;
+}
+#endif
 // float64 sums (moments: Σt and Σt² of a row, whose difference cancels).
 __device__ __forceinline__ double dice_warp_reduce_sum_d(double v) {
 #pragma unroll

@@ -17,7 +17,10 @@ Expected<std::vector<Candidate>> ElementwiseCandidates(const Lowered& lo, int ma
 
 /// Groups whose reductions all reduce the same axes R. Variants: column
 /// (thread per row), warp per row, block per row (register-cached row or
-/// re-read), split row (partials in the workspace + finalize kernel).
-Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candidates);
+/// re-read), split row (partials in the workspace + finalize kernel), and on
+/// `sm` >= 90 a row per thread-block cluster with an L2-sized grid; each with
+/// fused statistics (online softmax, one-pass moments) where they apply.
+/// `sm` is the target's compute capability (90 for sm_90).
+Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candidates, int sm);
 
 }  // namespace dice::tmpl

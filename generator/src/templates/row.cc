@@ -16,6 +16,12 @@
 //   split<B>    rows cut into C chunks: one kernel per level writes per-chunk
 //               partials to the workspace (float64 slots), a finalize kernel
 //               combines them (each block redundantly) and writes the outputs
+//   cluster<B>/q<Q>  a row per thread-block cluster of Q CTAs (sm_90+; Q = 1:
+//               one block per row), each CTA a contiguous chunk; a pass's
+//               partials are combined through distributed shared memory
+//               (cluster barrier + ld.shared::cluster) and the grid is capped
+//               so the rows in flight fit in L2: the outputs pass re-reads the
+//               row from L2 instead of HBM
 //   .../online  fused statistics: a pass saved per pair of dependent reductions
 //               - online softmax (Milakov & Gimelshein 2018, "Online normalizer
 //                 calculation for softmax"): Σ exp(t - max t) accumulates in the
@@ -41,13 +47,14 @@ std::string AccToFloat(ReduceOp op, const std::string& acc) {
 }
 
 
-enum class Mode { kColumn, kWarp, kBlock, kSplit };
+enum class Mode { kColumn, kWarp, kBlock, kSplit, kCluster };
 
 struct RowCfg {
   Mode mode;
   int threads;
   int per = 0;     // register-cache slots per thread (0 = re-read global memory)
-  int chunks = 1;  // split only
+  int chunks = 1;  // split: chunks per row (one block each); cluster: CTAs per row (cluster size)
+  int64_t grid = 0;  // cluster: CTAs launched (rows in flight x chunks), sized for L2 residency
   bool fused = false;  // fused statistics (online softmax, moments); see the header comment
 };
 
@@ -174,6 +181,7 @@ class RowEmitter {
  private:
   std::string Lit(int64_t v) const { return IdxLit(v, ri_.wide); }
   int Group() const { return cfg_.mode == Mode::kColumn ? 1 : (cfg_.mode == Mode::kWarp ? 32 : cfg_.threads); }
+  bool Chunked() const { return cfg_.mode == Mode::kSplit || cfg_.mode == Mode::kCluster; }
   std::string Tag() const;
   std::string LoadAt(int id, bool element) const {
     const Node& n = lo_.nodes[id];
@@ -191,13 +199,19 @@ class RowEmitter {
   // Fused statistics: group-reduces and names the results of a primary reduce
   // and its secondary (online pair: r<M>, r<S>; moments: d/r<S1>, d/r<V>)
   // from the per-thread accumulators acc<id>.
-  void EmitFusedFinish(int primary, const std::string& ind, std::string* s) const;
+  void EmitFusedFinish(int primary, const std::string& ind, std::string* s, bool group_reduce = true) const;
   // Declares acc<id> for reduce `id` (secondaries included).
   void EmitAccDecl(int id, const std::string& ind, std::string* s) const;
   void EmitLevel(int level, const std::string& indent, std::string* s, bool use_cache) const;
   void EmitFullOutputs(const std::string& indent, std::string* s, bool use_cache) const;
   void EmitRowOutputs(const std::string& indent, const std::string& cond, std::string* s) const;
   void EmitCombinePartials(int below_level, const std::string& indent, std::string* s) const;
+  // Combines per-chunk partials of the reduces whose level satisfies `pick`:
+  // part(id) is the expression of chunk q's partial; `loop` the loop header
+  // over q; with group_reduce false every thread combines all chunks itself.
+  void EmitCombine(const std::function<bool(int)>& pick, const std::function<std::string(int)>& part,
+                   const std::string& loop, bool group_reduce, const std::string& ind, std::string* s) const;
+  std::string ClusterKernel(const std::string& name) const;
   std::string SplitKernel(const std::string& name, int level) const;  // level 0 = finalize
   std::string FusedKernel(const std::string& name) const;
 
@@ -215,6 +229,7 @@ std::string RowEmitter::Tag() const {
     case Mode::kWarp: return "warp" + reg + fused;
     case Mode::kBlock: return "block" + std::to_string(cfg_.threads) + reg + fused;
     case Mode::kSplit: return "split" + std::to_string(cfg_.threads) + "/c" + std::to_string(cfg_.chunks) + fused;
+    case Mode::kCluster: return "cluster" + std::to_string(cfg_.threads) + "/q" + std::to_string(cfg_.chunks) + fused;
   }
   return "";
 }
@@ -224,25 +239,25 @@ void RowEmitter::EmitAccDecl(int id, const std::string& ind, std::string* s) con
   *s += ind + AccType(op) + " acc" + std::to_string(id) + " = " + ReduceIdentity(op) + ";\n";
 }
 
-void RowEmitter::EmitFusedFinish(int primary, const std::string& ind, std::string* s) const {
+void RowEmitter::EmitFusedFinish(int primary, const std::string& ind, std::string* s, bool group_reduce) const {
   const std::string p = std::to_string(primary);
   const std::string T = std::to_string(cfg_.threads);
+  const bool warp = group_reduce && cfg_.mode == Mode::kWarp;
+  const bool block = group_reduce && (cfg_.mode == Mode::kBlock || Chunked());
   if (auto on = ri_.online.find(primary); on != ri_.online.end()) {
     const std::string q = std::to_string(on->second);
     *s += ind + "float r" + p + " = acc" + p + ";\n";
     *s += ind + "float r" + q + " = static_cast<float>(acc" + q + ");\n";
-    if (cfg_.mode == Mode::kWarp) *s += ind + "dice_warp_reduce_online(r" + p + ", r" + q + ");\n";
-    if (cfg_.mode == Mode::kBlock || cfg_.mode == Mode::kSplit)
-      *s += ind + "dice_block_reduce_online<" + T + ">(r" + p + ", r" + q + ", dice_sh);\n";
+    if (warp) *s += ind + "dice_warp_reduce_online(r" + p + ", r" + q + ");\n";
+    if (block) *s += ind + "dice_block_reduce_online<" + T + ">(r" + p + ", r" + q + ", dice_sh);\n";
     return;
   }
   const int v = ri_.moment.at(primary);
   const std::string q = std::to_string(v);
   for (const std::string& id : {p, q}) {
     std::string red = "acc" + id;
-    if (cfg_.mode == Mode::kWarp) red = "dice_warp_reduce_sum_d(" + red + ")";
-    if (cfg_.mode == Mode::kBlock || cfg_.mode == Mode::kSplit)
-      red = "dice_block_reduce_sum_d<" + T + ">(" + red + ", dice_shd)";
+    if (warp) red = "dice_warp_reduce_sum_d(" + red + ")";
+    if (block) red = "dice_block_reduce_sum_d<" + T + ">(" + red + ", dice_shd)";
     *s += ind + "const double d" + id + " = " + red + ";\n";
   }
   *s += ind + "const float r" + p + " = static_cast<float>(d" + p + ");\n";
@@ -262,7 +277,7 @@ void RowEmitter::ElementLoop(const std::string& ind, const std::function<void(co
     body(ind + (exact ? "  " : "    "));
     if (!exact) *s += ind + "  }\n";
     *s += ind + "}\n";
-  } else if (cfg_.mode == Mode::kSplit) {
+  } else if (Chunked()) {
     *s += ind + "for (" + idx_ + " k = kbeg + tid; k < kend; k += " + Lit(G) + ") {\n";
     body(ind + "  ");
     *s += ind + "}\n";
@@ -421,13 +436,11 @@ std::string RowEmitter::FusedKernel(const std::string& name) const {
   return s;
 }
 
-void RowEmitter::EmitCombinePartials(int below_level, const std::string& ind, std::string* s) const {
-  const int64_t rc = ri_.rows * cfg_.chunks;
-  auto part = [&](int id) { return "ws[" + Lit(ri_.slot.at(id) * rc) + " + row * " + Lit(cfg_.chunks) + " + q]"; };
-  const std::string loop =
-      "for (unsigned q = tid; q < " + std::to_string(cfg_.chunks) + "u; q += " + std::to_string(cfg_.threads) + "u) ";
+void RowEmitter::EmitCombine(const std::function<bool(int)>& pick, const std::function<std::string(int)>& part,
+                             const std::string& loop, bool group_reduce, const std::string& ind,
+                             std::string* s) const {
   for (int id : ri_.reduces) {
-    if (ri_.level[id] >= below_level || ri_.IsSecondary(id)) continue;
+    if (!pick(id) || ri_.IsSecondary(id)) continue;
     const std::string acc = "acc" + std::to_string(id);
     const ReduceOp op = lo_.nodes[id].rop;
     EmitAccDecl(id, ind, s);
@@ -438,19 +451,79 @@ void RowEmitter::EmitCombinePartials(int below_level, const std::string& ind, st
       *s += ind + loop + "dice_online_combine(" + acc + ", acc" + std::to_string(q) + "f, static_cast<float>(" +
             part(id) + "), static_cast<float>(" + part(q) + "));\n";
       *s += ind + "const double acc" + std::to_string(q) + " = acc" + std::to_string(q) + "f;\n";
-      EmitFusedFinish(id, ind, s);
+      EmitFusedFinish(id, ind, s, group_reduce);
       continue;
     }
     if (auto mo = ri_.moment.find(id); mo != ri_.moment.end()) {
       EmitAccDecl(mo->second, ind, s);
       *s += ind + loop + "{ " + acc + " += " + part(id) + "; acc" + std::to_string(mo->second) + " += " +
             part(mo->second) + "; }\n";
-      EmitFusedFinish(id, ind, s);
+      EmitFusedFinish(id, ind, s, group_reduce);
       continue;
     }
     *s += ind + loop + acc + " = " + ReduceCombine(op, acc, part(id)) + ";\n";
-    *s += ind + "const float r" + std::to_string(id) + " = " + GroupReduce(op, AccToFloat(op, acc)) + ";\n";
+    const std::string val = AccToFloat(op, acc);
+    *s += ind + "const float r" + std::to_string(id) + " = " + (group_reduce ? GroupReduce(op, val) : val) + ";\n";
   }
+}
+
+void RowEmitter::EmitCombinePartials(int below_level, const std::string& ind, std::string* s) const {
+  const int64_t rc = ri_.rows * cfg_.chunks;
+  EmitCombine([&](int id) { return ri_.level[id] < below_level; },
+              [&](int id) { return "ws[" + Lit(ri_.slot.at(id) * rc) + " + row * " + Lit(cfg_.chunks) + " + q]"; },
+              "for (unsigned q = tid; q < " + std::to_string(cfg_.chunks) + "u; q += " +
+                  std::to_string(cfg_.threads) + "u) ",
+              true, ind, s);
+}
+
+bool IsMomentReduce(const RowInfo& ri, int id) {
+  if (ri.moment.count(id)) return true;
+  for (const auto& kv : ri.moment)
+    if (kv.second == id) return true;
+  return false;
+}
+
+std::string RowEmitter::ClusterKernel(const std::string& name) const {
+  const int T = cfg_.threads;
+  const int Q = cfg_.chunks;
+  const int64_t CL = (ri_.L + Q - 1) / Q;
+  std::string s = "extern \"C\" __global__ void " +
+                  (Q > 1 ? "__cluster_dims__(" + std::to_string(Q) + ", 1, 1) " : std::string()) +
+                  "__launch_bounds__(" + std::to_string(T) + ") " + name + "(" + ParamList(lo_, false) + ") {\n";
+  s += "  __shared__ float dice_sh[64];\n";
+  if (!ri_.moment.empty()) s += "  __shared__ double dice_shd[32];\n";
+  if (Q > 1) s += "  __shared__ double dice_cl[" + std::to_string(ri_.reduces.size()) + "];\n";
+  s += "  const unsigned tid = threadIdx.x;\n";
+  s += "  const " + idx_ + " chunk = (" + idx_ + ")blockIdx.x % " + Lit(Q) + ";  // == %cluster_ctarank\n";
+  s += "  const " + idx_ + " kbeg = chunk * " + Lit(CL) + ";\n";
+  s += "  const " + idx_ + " kend = kbeg + " + Lit(CL) + " < " + Lit(ri_.L) + " ? kbeg + " + Lit(CL) + " : " +
+       Lit(ri_.L) + ";\n";
+  s += "  for (" + idx_ + " row = (" + idx_ + ")blockIdx.x / " + Lit(Q) + "; row < " + Lit(ri_.rows) +
+       "; row += (" + idx_ + ")gridDim.x / " + Lit(Q) + ") {\n";
+  for (int l = 1; l <= ri_.max_level; ++l) {
+    if (Q == 1) {
+      EmitLevel(l, "    ", &s, false);
+      continue;
+    }
+    // This CTA's partials, published in its shared memory ...
+    s += "    {\n";
+    EmitLevel(l, "      ", &s, false);
+    for (int id : ri_.reduces)
+      if (ri_.level[id] == l)
+        s += "      if (tid == 0u) dice_cl[" + std::to_string(ri_.slot.at(id)) + "] = " +
+             (IsMomentReduce(ri_, id) ? "d" : "r") + std::to_string(id) + ";\n";
+    s += "    }\n";
+    s += "    dice_cluster_sync();\n";
+    // ... combined by every thread of every CTA in rank order (identical results).
+    EmitCombine([&](int id) { return ri_.level[id] == l; },
+                [&](int id) { return "dice_dsmem_ld(&dice_cl[" + std::to_string(ri_.slot.at(id)) + "], q)"; },
+                "for (unsigned q = 0u; q < " + std::to_string(Q) + "u; ++q) ", false, "    ", &s);
+    s += "    dice_cluster_sync();  // peers have read dice_cl before the next row overwrites it\n";
+  }
+  EmitFullOutputs("    ", &s, false);
+  EmitRowOutputs("    ", "chunk == 0u && tid == 0u", &s);
+  s += "  }\n}\n";
+  return s;
 }
 
 std::string RowEmitter::SplitKernel(const std::string& name, int level) const {
@@ -473,16 +546,10 @@ std::string RowEmitter::SplitKernel(const std::string& name, int level) const {
     EmitLevel(level, "  ", &s, false);
     const int64_t rc = ri_.rows * C;
     // Moment partials travel as raw float64 sums (d<id>): Σt and Σt² add across chunks.
-    auto is_moment = [&](int id) {
-      if (ri_.moment.count(id)) return true;
-      for (const auto& kv : ri_.moment)
-        if (kv.second == id) return true;
-      return false;
-    };
     for (int id : ri_.reduces)
       if (ri_.level[id] == level)
         s += "  if (tid == 0u) ws[" + Lit(ri_.slot.at(id) * rc) + " + row * " + Lit(C) + " + chunk] = " +
-             (is_moment(id) ? "d" : "r") + std::to_string(id) + ";\n";
+             (IsMomentReduce(ri_, id) ? "d" : "r") + std::to_string(id) + ";\n";
   } else {
     EmitCombinePartials(ri_.max_level + 1, "  ", &s);
     EmitFullOutputs("  ", &s, false);
@@ -517,6 +584,9 @@ Candidate RowEmitter::Build() {
     s += SplitKernel(base + "_fin", 0);
     launch(base + "_fin", ri_.rows * cfg_.chunks);
     c.plan.workspace_bytes = static_cast<uint64_t>(ri_.reduces.size()) * ri_.rows * cfg_.chunks * sizeof(double);
+  } else if (cfg_.mode == Mode::kCluster) {
+    s += ClusterKernel(base);
+    launch(base, cfg_.grid);
   } else {
     s += FusedKernel(base);
     int64_t per_block = cfg_.mode == Mode::kColumn ? cfg_.threads : (cfg_.mode == Mode::kWarp ? cfg_.threads / 32 : 1);
@@ -530,7 +600,7 @@ Candidate RowEmitter::Build() {
 
 }  // namespace
 
-Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candidates) {
+Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candidates, int sm) {
   if (lo.num_reduces == 0 || lo.reduce_axes.empty())
     return Status(StatusCode::kUnsupported, "templates: row family given a group without reductions");
   RowInfo ri = Analyse(lo, false);
@@ -557,6 +627,21 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
     RowCfg cfg = split_cfg(T);
     if (cfg.chunks >= 2) order.push_back(cfg);
   };
+  // Rows long enough that re-reading them from HBM costs: a cluster (or a
+  // block) per row with the grid capped so that the rows in flight (about
+  // 24 MB) stay in L2 (50 MB on H100/H200) between the statistics pass and
+  // the outputs pass. Q CTAs share a row so that enough CTAs run.
+  auto cluster = [&](int T) {
+    if (sm < 90 || ri.L < 8192 || ri.rows < 16) return;
+    const int64_t row_bytes = ri.L * 4 * std::max<int64_t>(1, static_cast<int64_t>(ri.cached_loads.size()));
+    const int64_t in_flight = std::clamp<int64_t>((int64_t{24} << 20) / row_bytes, 8, 264);
+    int Q = 1;
+    while (Q < 8 && in_flight * Q < 132 * 1024 / T) Q *= 2;
+    if (ri.L / Q < T) return;
+    RowCfg cfg{Mode::kCluster, T, 0, Q};
+    cfg.grid = std::min<int64_t>(in_flight, ri.rows) * Q;
+    order.push_back(cfg);
+  };
   const bool few_long_rows = ri.rows <= 264 && ri.L >= 16384;
   if (ri.inner) {
     column(128); column(256); block(256); warp(); block(128);
@@ -569,7 +654,7 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
   } else if (ri.L <= 4096) {
     block(256); block(512); block(128); block(1024); warp(); split(256);
   } else {
-    block(512); block(1024); block(256); split(512); warp();
+    cluster(1024); cluster(512); block(512); block(1024); block(256); split(512); warp();
   }
   // With fused statistics available (softmax, normalisations), each schedule
   // comes first in its one-pass-fewer form, followed by the two-pass forms.
