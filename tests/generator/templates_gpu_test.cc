@@ -60,6 +60,8 @@ const std::vector<Case>& Cases() {
        {"64x393216:f32"}},
       {"layer_norm_rows_16k", "dice-ir v1\ninput %0 f32 rank=2\n%1 = layer_norm(%0) i=1 s=[1.0000000000000001e-05]\noutput %1\n",
        {"512x16384:f32"}},
+      {"sigmoid_sum_few_rows", "dice-ir v1\ninput %0 f32 rank=2\n%1 = sigmoid(%0)\n%2 = sum(%1) dims=[1] keepdim=1\noutput %2\n",
+       {"128x32768:f32"}},
       {"log_softmax_bf16", "dice-ir v1\ninput %0 bf16 rank=2\n%1 = log_softmax(%0) dims=[1]\noutput %1\n",
        {"1024x1000:bf16"}},
       {"layer_norm_affine",

@@ -634,19 +634,21 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
   auto cluster = [&](int T) {
     if (sm < 90 || ri.L < 8192 || ri.rows < 16) return;
     const int64_t row_bytes = ri.L * 4 * std::max<int64_t>(1, static_cast<int64_t>(ri.cached_loads.size()));
-    const int64_t in_flight = std::clamp<int64_t>((int64_t{24} << 20) / row_bytes, 8, 264);
+    const int64_t fit = (int64_t{24} << 20) / row_bytes;  // rows that fit in the L2 budget
+    if (fit < 4) return;  // rows of several MB: the split schedule serves them
+    const int64_t live = std::min<int64_t>({fit, 264, ri.rows});
     int Q = 1;
-    while (Q < 8 && in_flight * Q < 132 * 1024 / T) Q *= 2;
+    while (Q < 8 && live * Q < 132 * 1024 / T) Q *= 2;
     if (ri.L / Q < T) return;
     RowCfg cfg{Mode::kCluster, T, 0, Q};
-    cfg.grid = std::min<int64_t>(in_flight, ri.rows) * Q;
+    cfg.grid = live * Q;
     order.push_back(cfg);
   };
   const bool few_long_rows = ri.rows <= 264 && ri.L >= 16384;
   if (ri.inner) {
     column(128); column(256); block(256); warp(); block(128);
   } else if (few_long_rows) {
-    split(512); split(256); block(1024); block(512); block(256);
+    split(512); split(256); cluster(1024); block(1024); block(512); block(256);
   } else if (ri.L <= 16) {
     column(128); warp(); column(256); block(128);
   } else if (ri.L <= 1024) {
