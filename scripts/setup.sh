@@ -58,6 +58,10 @@ EXTRA=()
 if [ -d "$ROOT/.deps/root/usr" ]; then
   PREFIX_PATH="$ROOT/.deps/root/usr;$PREFIX_PATH"
   EXTRA+=("-DCMAKE_CXX_FLAGS=-isystem $ROOT/.deps/root/usr/include")
+  # DT_RPATH (not RUNPATH) so that the carried libraries' own dependencies
+  # (libicuuc -> libicudata) resolve from .deps/root too, for every binary and
+  # for libdice_torch_ext.so loaded by Python.
+  EXTRA+=("-DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags" "-DCMAKE_SHARED_LINKER_FLAGS=-Wl,--disable-new-dtags")
 fi
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
