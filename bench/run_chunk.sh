@@ -14,6 +14,7 @@ if [ ! -x build/cli/dice ]; then
   BUILD_TARGETS="dice dice-worker dice_torch_ext" JOBS=16 bash scripts/setup.sh > "$OUT/build.log" 2>&1 \
     || { tail -60 "$OUT/build.log"; exit 1; }
 fi
+source scripts/deps_env.sh
 tasks=()
 for t in "$@"; do tasks+=("$KB/$t"); done
 t0=$(date +%s)

@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+source scripts/deps_env.sh
 BUILD_DIR=${BUILD_DIR:-build}
 DICE="$BUILD_DIR/cli/dice"
 OUT=${MODELS_DIR:-models}
