@@ -60,6 +60,12 @@ const std::vector<Case>& Cases() {
        {"64x393216:f32"}},
       {"layer_norm_rows_16k", "dice-ir v1\ninput %0 f32 rank=2\n%1 = layer_norm(%0) i=1 s=[1.0000000000000001e-05]\noutput %1\n",
        {"512x16384:f32"}},
+      // Tiles over an inner reduced axis; 8 x 999 and 4 x 33 x 31 rows leave spare lanes in the last tile.
+      {"amax_dim1_ragged", "dice-ir v1\ninput %0 f32 rank=3\n%1 = amax(%0) dims=[1]\noutput %1\n", {"8x1024x999:f32"}},
+      {"rmsnorm_channels",
+       "dice-ir v1\ninput %0 f32 rank=4\n%1 = pow_scalar(%0) s=[2]\n%2 = mean(%1) dims=[1] keepdim=1\n%3 = const(1e-05)\n"
+       "%4 = add(%2, %3)\n%5 = sqrt(%4)\n%6 = div(%0, %5)\noutput %6\n",
+       {"4x64x33x31:f32"}},
       {"sigmoid_sum_few_rows", "dice-ir v1\ninput %0 f32 rank=2\n%1 = sigmoid(%0)\n%2 = sum(%1) dims=[1] keepdim=1\noutput %2\n",
        {"128x32768:f32"}},
       {"log_softmax_bf16", "dice-ir v1\ninput %0 bf16 rank=2\n%1 = log_softmax(%0) dims=[1]\noutput %1\n",

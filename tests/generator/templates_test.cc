@@ -318,6 +318,26 @@ TEST(TemplateGenerator, LongRowsGetAClusterPerRowOnSm90Only) {
   for (const auto& c : *c80) EXPECT_EQ(c.origin.find("cluster"), std::string::npos) << c.origin;
 }
 
+TEST(TemplateGenerator, InnerAxisReductionsGetTiles) {
+  // max over dim 1 of [16, 4096, 4095]: rows are the 16 x 4095 (b, j) pairs,
+  // adjacent in memory; a 32 x Y tile reads 32 of them per load and splits
+  // the 4096 reduced elements over Y threads. 4095 is not a multiple of 32:
+  // the last tile's spare lanes must not store.
+  GraphBuilder b;
+  int x = b.Input(DType::kFloat32, 3);
+  b.Output(b.Op(OpKind::kAmax, {x}, {1}));
+  auto cands = GenerateAll(MakeTask(b.g, {Spec(DType::kFloat32, {16, 4096, 4095})}));
+  int tiles = 0;
+  for (const auto& c : cands) {
+    if (c.origin.find("row/tile32x") == std::string::npos) continue;
+    ++tiles;
+    EXPECT_NE(c.source.find("dice_tile_reduce<1, "), std::string::npos) << c.origin;
+    EXPECT_NE(c.source.find("if (tid == 0u && live)"), std::string::npos) << c.origin;
+    EXPECT_EQ(c.plan.launches[0].grid[0], (16u * 4095u + 31u) / 32u) << c.origin;
+  }
+  EXPECT_EQ(tiles, 2);
+}
+
 TEST(TemplateGenerator, LogSumExpKeepsItsGuardedTwoPassForm) {
   // logsumexp shifts by 0 when the max is infinite (PyTorch's guard); the
   // online rescaling does not reproduce that, so no fused variant is offered.

@@ -103,6 +103,22 @@ template <int OP, int NT> __device__ __forceinline__ float dice_block_reduce(flo
   }
   return v;
 }
+// Reduces v over the TY threads sharing threadIdx.x & 31 (the block is a
+// 32 x TY tile: 32 rows side by side, TY threads along each row); every thread
+// gets its row's result. `sh` holds >= 33 * TY floats and is free on return.
+template <int OP, int TY> __device__ __forceinline__ float dice_tile_reduce(float v, float* sh) {
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  sh[ty * 33 + tx] = v;
+  __syncthreads();
+  if (ty == 0) {
+    for (int i = 1; i < TY; ++i) v = dice_combine<OP>(v, sh[i * 33 + tx]);
+    sh[tx] = v;
+  }
+  __syncthreads();
+  v = sh[tx];
+  __syncthreads();
+  return v;
+}
 // Online softmax statistics (Milakov & Gimelshein 2018): (m, s) is a running
 // max and the sum of exp(x - m); a combine rescales the side whose max is
 // smaller. NaN propagates through m and s; two empty sides (-inf, 0) stay empty.

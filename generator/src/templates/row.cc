@@ -10,6 +10,9 @@
 //   column      one thread per row, sequential loop (coalesced when the
 //               reduced axis is not innermost: consecutive threads take
 //               consecutive inner indices)
+//   tile32x<Y>  a 32 x Y block: 32 adjacent rows (coalesced like column when
+//               the reduced axis is not innermost), Y threads along each row,
+//               combined through shared memory
 //   warp        one warp per row, 8 rows per 256-thread block
 //   block<B>    one block of B threads per row
 //   .../reg     the row's loads cached in registers across passes
@@ -47,7 +50,7 @@ std::string AccToFloat(ReduceOp op, const std::string& acc) {
 }
 
 
-enum class Mode { kColumn, kWarp, kBlock, kSplit, kCluster };
+enum class Mode { kColumn, kWarp, kBlock, kSplit, kCluster, kTile };
 
 struct RowCfg {
   Mode mode;
@@ -180,7 +183,14 @@ class RowEmitter {
 
  private:
   std::string Lit(int64_t v) const { return IdxLit(v, ri_.wide); }
-  int Group() const { return cfg_.mode == Mode::kColumn ? 1 : (cfg_.mode == Mode::kWarp ? 32 : cfg_.threads); }
+  int Group() const {
+    switch (cfg_.mode) {
+      case Mode::kColumn: return 1;
+      case Mode::kWarp: return 32;
+      case Mode::kTile: return cfg_.threads / 32;
+      default: return cfg_.threads;
+    }
+  }
   bool Chunked() const { return cfg_.mode == Mode::kSplit || cfg_.mode == Mode::kCluster; }
   std::string Tag() const;
   std::string LoadAt(int id, bool element) const {
@@ -230,6 +240,7 @@ std::string RowEmitter::Tag() const {
     case Mode::kBlock: return "block" + std::to_string(cfg_.threads) + reg + fused;
     case Mode::kSplit: return "split" + std::to_string(cfg_.threads) + "/c" + std::to_string(cfg_.chunks) + fused;
     case Mode::kCluster: return "cluster" + std::to_string(cfg_.threads) + "/q" + std::to_string(cfg_.chunks) + fused;
+    case Mode::kTile: return "tile32x" + std::to_string(cfg_.threads / 32) + reg + fused;
   }
   return "";
 }
@@ -293,6 +304,7 @@ std::string RowEmitter::GroupReduce(ReduceOp op, const std::string& acc) const {
   switch (cfg_.mode) {
     case Mode::kColumn: return acc;
     case Mode::kWarp: return "dice_warp_reduce<" + tag + ">(" + acc + ")";
+    case Mode::kTile: return "dice_tile_reduce<" + tag + ", " + std::to_string(cfg_.threads / 32) + ">(" + acc + ", dice_sh)";
     default: return "dice_block_reduce<" + tag + ", " + std::to_string(cfg_.threads) + ">(" + acc + ", dice_sh)";
   }
 }
@@ -371,6 +383,7 @@ void RowEmitter::EmitFullOutputs(const std::string& ind, std::string* s, bool us
           std::string g1 = GuardExpr(ri_.O, lo_.F, shape, "row", ri_.wide);
           std::string g2 = GuardExpr(ri_.R, lo_.F, shape, "k", ri_.wide);
           std::string guard = g1.empty() ? g2 : (g2.empty() ? g1 : g1 + " && " + g2);
+          if (cfg_.mode == Mode::kTile) guard = guard.empty() ? "live" : "live && " + guard;
           std::string st = "dice_st(out" + std::to_string(o) + " + " + off + ", " + ValueName(lo_, out.node) + ");";
           *s += in2 + (guard.empty() ? st : "if (" + guard + ") " + st) + "\n";
         }
@@ -410,6 +423,10 @@ std::string RowEmitter::FusedKernel(const std::string& name) const {
       row0 = "(" + idx_ + ")blockIdx.x * " + Lit(T / 32) + " + (threadIdx.x >> 5)";
       step = "(" + idx_ + ")gridDim.x * " + Lit(T / 32);
       break;
+    case Mode::kTile:
+      s += "  __shared__ float dice_sh[" + std::to_string(33 * (T / 32)) + "];\n";
+      s += "  const unsigned tid = threadIdx.x >> 5;\n";
+      break;
     default:
       s += "  __shared__ float dice_sh[64];\n";
       if (!ri_.moment.empty()) s += "  __shared__ double dice_shd[32];\n";
@@ -418,7 +435,16 @@ std::string RowEmitter::FusedKernel(const std::string& name) const {
       step = "(" + idx_ + ")gridDim.x";
       break;
   }
-  s += "  for (" + idx_ + " row = " + row0 + "; row < " + Lit(ri_.rows) + "; row += " + step + ") {\n";
+  if (cfg_.mode == Mode::kTile) {
+    // The whole block runs the same iterations (it synchronises in the tile
+    // reduction); lanes past the last row compute row rows-1 and store nothing.
+    s += "  for (" + idx_ + " row0 = (" + idx_ + ")blockIdx.x * 32; row0 < " + Lit(ri_.rows) + "; row0 += (" + idx_ +
+         ")gridDim.x * 32) {\n";
+    s += "    const bool live = row0 + (threadIdx.x & 31u) < " + Lit(ri_.rows) + ";\n";
+    s += "    const " + idx_ + " row = live ? row0 + (threadIdx.x & 31u) : " + Lit(ri_.rows - 1) + ";\n";
+  } else {
+    s += "  for (" + idx_ + " row = " + row0 + "; row < " + Lit(ri_.rows) + "; row += " + step + ") {\n";
+  }
   const bool cache = cfg_.per > 0;
   if (cache) {
     for (int id : ri_.cached_loads) s += "    float c" + std::to_string(id) + "[" + std::to_string(cfg_.per) + "];\n";
@@ -431,7 +457,7 @@ std::string RowEmitter::FusedKernel(const std::string& name) const {
   }
   for (int l = 1; l <= ri_.max_level; ++l) EmitLevel(l, "    ", &s, cache);
   EmitFullOutputs("    ", &s, cache);
-  EmitRowOutputs("    ", "tid == 0u", &s);
+  EmitRowOutputs("    ", cfg_.mode == Mode::kTile ? "tid == 0u && live" : "tid == 0u", &s);
   s += "  }\n}\n";
   return s;
 }
@@ -589,9 +615,13 @@ Candidate RowEmitter::Build() {
     launch(base, cfg_.grid);
   } else {
     s += FusedKernel(base);
-    int64_t per_block = cfg_.mode == Mode::kColumn ? cfg_.threads : (cfg_.mode == Mode::kWarp ? cfg_.threads / 32 : 1);
+    int64_t per_block = cfg_.mode == Mode::kColumn ? cfg_.threads
+                        : cfg_.mode == Mode::kWarp ? cfg_.threads / 32
+                        : cfg_.mode == Mode::kTile ? 32
+                                                   : 1;
     int64_t grid = (ri_.rows + per_block - 1) / per_block;
-    const int64_t cap = cfg_.mode == Mode::kBlock ? (int64_t{1} << 20) : 132LL * (2048 / cfg_.threads) * 8;
+    const int64_t cap = cfg_.mode == Mode::kBlock || cfg_.mode == Mode::kTile ? (int64_t{1} << 20)
+                                                                               : 132LL * (2048 / cfg_.threads) * 8;
     launch(base, std::min(grid, cap));
   }
   c.source = std::move(s);
@@ -621,6 +651,7 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
   std::vector<RowCfg> order;
   auto warp = [&]() { order.push_back(RowCfg{Mode::kWarp, 256, per_for(32, 32)}); };
   auto block = [&](int B) { order.push_back(RowCfg{Mode::kBlock, B, per_for(B, 16)}); };
+  auto tile = [&](int Y) { order.push_back(RowCfg{Mode::kTile, 32 * Y, per_for(Y, 32)}); };
   // A thread per row caches the whole row when it is short (RMSNorm over 64 channels).
   auto column = [&](int T) { order.push_back(RowCfg{Mode::kColumn, T, per_for(1, 64)}); };
   auto split = [&](int T) {
@@ -646,7 +677,7 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
   };
   const bool few_long_rows = ri.rows <= 264 && ri.L >= 16384;
   if (ri.inner) {
-    column(128); column(256); block(256); warp(); block(128);
+    column(128); tile(8); tile(16); column(256); block(256); warp(); block(128);
   } else if (few_long_rows) {
     split(512); split(256); cluster(1024); block(1024); block(512); block(256);
   } else if (ri.L <= 16) {
@@ -663,6 +694,7 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
   if (has_fused) {
     std::vector<RowCfg> both;
     for (RowCfg cfg : order) {
+      if (cfg.mode == Mode::kTile) continue;  // no tile form of the fused reductions
       cfg.fused = true;
       both.push_back(cfg);
     }
