@@ -103,6 +103,16 @@ template <int OP, int NT> __device__ __forceinline__ float dice_block_reduce(flo
   }
   return v;
 }
+// a / b where b is the same for a whole row (a row statistic): the
+// reciprocal is loop-invariant, so the loop multiplies instead of dividing
+// (IEEE division is ~10x a multiply). Falls back to the division when 1/b is
+// not a normal float (b = 0, inf, NaN, subnormal or huge), where a * (1/b)
+// would differ from a / b by more than rounding.
+__device__ __forceinline__ float dice_div_by_invariant(float a, float b) {
+  const float inv = 1.0f / b;
+  if (fabsf(inv) >= 1.17549435e-38f && fabsf(inv) <= 3.40282347e+38f) return a * inv;
+  return a / b;
+}
 // Reduces v over the TY threads sharing threadIdx.x & 31 (the block is a
 // 32 x TY tile: 32 rows side by side, TY threads along each row); every thread
 // gets its row's result. `sh` holds >= 33 * TY floats and is free on return.
@@ -355,7 +365,7 @@ std::string BinaryExpr(ir::OpKind op, const std::string& a, const std::string& b
 }  // namespace
 
 void EmitNodes(const Lowered& lo, const std::vector<int>& targets, const std::function<std::string(int id)>& load,
-               const std::string& indent, std::string* out) {
+               const std::string& indent, std::string* out, const std::function<bool(int id)>& row_invariant) {
   std::set<int> need;
   std::vector<int> stack(targets.begin(), targets.end());
   while (!stack.empty()) {
@@ -374,7 +384,13 @@ void EmitNodes(const Lowered& lo, const std::vector<int>& targets, const std::fu
       case NodeKind::kLoad: e = load(id); break;
       case NodeKind::kConst: e = FloatLit(n.value); break;
       case NodeKind::kUnary: e = UnaryExpr(n, ValueName(lo, n.args[0])); break;
-      case NodeKind::kBinary: e = BinaryExpr(n.op, ValueName(lo, n.args[0]), ValueName(lo, n.args[1])); break;
+      case NodeKind::kBinary:
+        if (n.op == ir::OpKind::kDiv && row_invariant && row_invariant(n.args[1]) && !row_invariant(id)) {
+          e = "dice_div_by_invariant(" + ValueName(lo, n.args[0]) + ", " + ValueName(lo, n.args[1]) + ")";
+        } else {
+          e = BinaryExpr(n.op, ValueName(lo, n.args[0]), ValueName(lo, n.args[1]));
+        }
+        break;
     }
     *out += indent + "const float v" + std::to_string(id) + " = " + e + ";\n";
   }

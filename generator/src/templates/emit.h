@@ -51,8 +51,12 @@ std::string ValueName(const Lowered& lo, int id);
 /// Appends `const float v<id> = ...;` for every non-reduce node needed by
 /// `targets` (reduce nodes are referenced as r<id> and must be defined by the
 /// caller). `load` returns the expression of a Load node. `indent` prefixes lines.
+/// `row_invariant` (optional) tells which nodes are constant along the loop
+/// being emitted: a division by such a node becomes a multiply by its
+/// hoisted reciprocal (dice_div_by_invariant).
 void EmitNodes(const Lowered& lo, const std::vector<int>& targets,
-               const std::function<std::string(int id)>& load, const std::string& indent, std::string* out);
+               const std::function<std::string(int id)>& load, const std::string& indent, std::string* out,
+               const std::function<bool(int id)>& row_invariant = nullptr);
 
 /// Whether any tensor (input, output, F) has >= 2^31 - 2^26 elements, so
 /// indices need 64 bits (the margin covers grid-stride overshoot).
