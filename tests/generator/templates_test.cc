@@ -342,6 +342,25 @@ TEST(TemplateGenerator, InnerAxisReductionsGetTiles) {
   EXPECT_EQ(tiles, 2);
 }
 
+TEST(TemplateGenerator, WholeTensorNormOffersNoSingleBlockSchedule) {
+  // x / norm(x) over every element of [112, 64, 512, 512]: one row of 1.9e9
+  // elements; a single block for it would run for seconds.
+  GraphBuilder b;
+  int x = b.Input(DType::kFloat32, 4);
+  int n = b.Op(OpKind::kNorm, {x}, {0, 1, 2, 3}, true, 0, {2.0});
+  b.Output(b.Op(OpKind::kDiv, {x, n}));
+  TemplateGenerator gen;
+  auto cands = gen.Generate(MakeTask(b.g, {Spec(DType::kFloat32, {112, 64, 512, 512})}), 16);
+  ASSERT_TRUE(cands.ok()) << cands.status().ToString();
+  ASSERT_FALSE(cands->empty());
+  for (const auto& c : *cands) {
+    EXPECT_EQ(c.origin.find("row/block"), std::string::npos) << c.origin;
+    uint64_t blocks = 0;
+    for (const auto& l : c.plan.launches) blocks = std::max<uint64_t>(blocks, l.grid[0]);
+    EXPECT_GE(blocks, 132u) << c.origin;
+  }
+}
+
 TEST(TemplateGenerator, LogSumExpKeepsItsGuardedTwoPassForm) {
   // logsumexp shifts by 0 when the max is infinite (PyTorch's guard); the
   // online rescaling does not reproduce that, so no fused variant is offered.

@@ -650,7 +650,13 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
   };
   std::vector<RowCfg> order;
   auto warp = [&]() { order.push_back(RowCfg{Mode::kWarp, 256, per_for(32, 32)}); };
-  auto block = [&](int B) { order.push_back(RowCfg{Mode::kBlock, B, per_for(B, 16)}); };
+  // A block per row leaves most SMs idle when a few rows carry millions of
+  // elements (x / norm(x) over 1.9e9 elements ran one block for > 20 s on
+  // the H200); split and cluster schedules cover those.
+  const bool starved = ri.rows < 33 && ri.L > (int64_t{1} << 20);
+  auto block = [&](int B) {
+    if (!starved) order.push_back(RowCfg{Mode::kBlock, B, per_for(B, 16)});
+  };
   auto tile = [&](int Y) { order.push_back(RowCfg{Mode::kTile, 32 * Y, per_for(Y, 32)}); };
   // A thread per row caches the whole row when it is short (RMSNorm over 64 channels).
   auto column = [&](int T) { order.push_back(RowCfg{Mode::kColumn, T, per_for(1, 64)}); };
