@@ -5,6 +5,7 @@ fast_p (KernelBench): share of tasks that are correct AND faster than eager by
 more than p (fast_1: speedup > 1, fast_2: speedup > 2). Geomeans are over the
 correct tasks. Group speedup: PyTorch's time for a fusion group's ops (the
 worker's baseline) over the winner kernel's time, per tuned group.
+When a task appears more than once, its last record is used.
 Usage: python3 bench/report.py results.jsonl [...]
 """
 import json
@@ -19,6 +20,9 @@ def geomean(xs):
 
 def main(paths):
     recs = [json.loads(line) for p in paths for line in open(p) if line.strip()]
+    # A task measured more than once: the last record (later file, later line) counts.
+    latest = {r["task"]: r for r in recs}
+    recs = [r for r in recs if latest[r["task"]] is r]
     print("| task | eager µs | compile µs | dice µs | vs eager | vs compile | correct | groups (speedup) | tune s |")
     print("|---|---:|---:|---:|---:|---:|:-:|---|---:|")
     for r in recs:
