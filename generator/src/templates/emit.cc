@@ -103,15 +103,13 @@ template <int OP, int NT> __device__ __forceinline__ float dice_block_reduce(flo
   }
   return v;
 }
-// a / b where b is the same for a whole row (a row statistic): the
-// reciprocal is loop-invariant, so the loop multiplies instead of dividing
-// (IEEE division is ~10x a multiply). Falls back to the division when 1/b is
-// not a normal float (b = 0, inf, NaN, subnormal or huge), where a * (1/b)
-// would differ from a / b by more than rounding.
-__device__ __forceinline__ float dice_div_by_invariant(float a, float b) {
-  const float inv = 1.0f / b;
-  if (fabsf(inv) >= 1.17549435e-38f && fabsf(inv) <= 3.40282347e+38f) return a * inv;
-  return a / b;
+// Whether a * inv (inv = 1/b) equals a / b up to rounding: inv must be a
+// normal float (b subnormal overflows it, |b| > 2^126 makes it subnormal).
+// The row kernels divide by a row statistic through its reciprocal only
+// when this holds for the row (the loop is emitted twice, see row.cc).
+__device__ __forceinline__ bool dice_rcp_normal(float inv) {
+  const float m = fabsf(inv);
+  return m >= 1.17549435e-38f && m <= 3.40282347e+38f;
 }
 // Reduces v over the TY threads sharing threadIdx.x & 31 (the block is a
 // 32 x TY tile: 32 rows side by side, TY threads along each row); every thread
@@ -386,7 +384,7 @@ void EmitNodes(const Lowered& lo, const std::vector<int>& targets, const std::fu
       case NodeKind::kUnary: e = UnaryExpr(n, ValueName(lo, n.args[0])); break;
       case NodeKind::kBinary:
         if (n.op == ir::OpKind::kDiv && row_invariant && row_invariant(n.args[1]) && !row_invariant(id)) {
-          e = "dice_div_by_invariant(" + ValueName(lo, n.args[0]) + ", " + ValueName(lo, n.args[1]) + ")";
+          e = "(" + ValueName(lo, n.args[0]) + " * dice_inv" + std::to_string(n.args[1]) + ")";
         } else {
           e = BinaryExpr(n.op, ValueName(lo, n.args[0]), ValueName(lo, n.args[1]));
         }

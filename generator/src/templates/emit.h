@@ -52,8 +52,8 @@ std::string ValueName(const Lowered& lo, int id);
 /// `targets` (reduce nodes are referenced as r<id> and must be defined by the
 /// caller). `load` returns the expression of a Load node. `indent` prefixes lines.
 /// `row_invariant` (optional) tells which nodes are constant along the loop
-/// being emitted: a division by such a node becomes a multiply by its
-/// hoisted reciprocal (dice_div_by_invariant).
+/// being emitted: a division a / d by such a node d is emitted as
+/// a * dice_inv<d>, which the caller defines before the loop (1.0f / d).
 void EmitNodes(const Lowered& lo, const std::vector<int>& targets,
                const std::function<std::string(int id)>& load, const std::string& indent, std::string* out,
                const std::function<bool(int id)>& row_invariant = nullptr);

@@ -214,6 +214,13 @@ class RowEmitter {
   void EmitAccDecl(int id, const std::string& ind, std::string* s) const;
   void EmitLevel(int level, const std::string& indent, std::string* s, bool use_cache) const;
   void EmitFullOutputs(const std::string& indent, std::string* s, bool use_cache) const;
+  // The element loop writing the full-shaped outputs; with `reciprocals`,
+  // divisions by row-invariant nodes use dice_inv<d> (see EmitFullOutputs).
+  void EmitOutputLoop(const std::vector<int>& targets, const std::string& indent, std::string* s, bool use_cache,
+                      bool reciprocals) const;
+  // Row-invariant divisors d of divisions x / d (x varying along the row) in
+  // the cone of `targets`, ascending.
+  std::vector<int> InvariantDivisors(const std::vector<int>& targets) const;
   void EmitRowOutputs(const std::string& indent, const std::string& cond, std::string* s) const;
   void EmitCombinePartials(int below_level, const std::string& indent, std::string* s) const;
   // Combines per-chunk partials of the reduces whose level satisfies `pick`:
@@ -340,8 +347,10 @@ void RowEmitter::EmitLevel(int level, const std::string& ind, std::string* s, bo
             const std::string sa = "acc" + std::to_string(on->second);
             *s += in2 + "if (" + val + " > " + acc + " || " + val + " != " + val + ") { " + sa +
                   " *= static_cast<double>(expf(" + acc + " - " + val + ")); " + acc + " = " + val + "; }\n";
-            *s += in2 + sa + " += " + val + " == -DICE_INF ? 0.0 : static_cast<double>(expf(" + val + " - " + acc +
-                  "));\n";
+            // expf unconditionally + select (not a branch around it: branches
+            // between elements keep the compiler from batching their loads).
+            *s += in2 + "{ const float e = expf(" + val + " - " + acc + "); " + sa + " += static_cast<double>(" + val +
+                  " == -DICE_INF ? 0.0f : e); }\n";
             continue;
           }
           *s += in2 + acc + " = " + ReduceCombine(lo_.nodes[id].rop, acc, val) + ";\n";
@@ -362,10 +371,56 @@ void RowEmitter::EmitLevel(int level, const std::string& ind, std::string* s, bo
   }
 }
 
+std::vector<int> RowEmitter::InvariantDivisors(const std::vector<int>& targets) const {
+  std::set<int> seen, divs;
+  std::vector<int> stack(targets.begin(), targets.end());
+  while (!stack.empty()) {
+    const int id = stack.back();
+    stack.pop_back();
+    if (!seen.insert(id).second) continue;
+    const Node& n = lo_.nodes[id];
+    if (n.kind == NodeKind::kReduce) continue;
+    if (n.kind == NodeKind::kBinary && n.op == ir::OpKind::kDiv && HasRExtent(lo_, ri_, id) &&
+        !HasRExtent(lo_, ri_, n.args[1]))
+      divs.insert(n.args[1]);
+    for (int a : n.args) stack.push_back(a);
+  }
+  return std::vector<int>(divs.begin(), divs.end());
+}
+
 void RowEmitter::EmitFullOutputs(const std::string& ind, std::string* s, bool use_cache) const {
   if (ri_.full_outputs.empty()) return;
   std::vector<int> targets;
   for (int o : ri_.full_outputs) targets.push_back(lo_.outputs[o].node);
+  // x / (row statistic): the reciprocal is computed once per row and the
+  // loop multiplies (IEEE division costs ~10 instructions and, behind a
+  // per-element check, keeps loads from being batched). The loop is emitted
+  // twice: with the reciprocals when all are normal floats for this row, with
+  // the divisions otherwise (a * (1/b) is then not a / b up to rounding).
+  const std::vector<int> divs = InvariantDivisors(targets);
+  if (divs.empty()) {
+    EmitOutputLoop(targets, ind, s, use_cache, false);
+    return;
+  }
+  for (int d : divs) *s += ind + "float dice_inv" + std::to_string(d) + ";\n";
+  *s += ind + "bool dice_inv_ok = true;\n";
+  *s += ind + "{\n";
+  EmitNodes(lo_, divs, [&](int id) { return LoadAt(id, false); }, ind + "  ", s);
+  for (int d : divs) {
+    const std::string inv = "dice_inv" + std::to_string(d);
+    *s += ind + "  " + inv + " = 1.0f / " + ValueName(lo_, d) + ";\n";
+    *s += ind + "  dice_inv_ok = dice_inv_ok && dice_rcp_normal(" + inv + ");\n";
+  }
+  *s += ind + "}\n";
+  *s += ind + "if (dice_inv_ok) {\n";
+  EmitOutputLoop(targets, ind + "  ", s, use_cache, true);
+  *s += ind + "} else {\n";
+  EmitOutputLoop(targets, ind + "  ", s, use_cache, false);
+  *s += ind + "}\n";
+}
+
+void RowEmitter::EmitOutputLoop(const std::vector<int>& targets, const std::string& ind, std::string* s,
+                                bool use_cache, bool reciprocals) const {
   ElementLoop(
       ind,
       [&](const std::string& in2) {
@@ -373,7 +428,9 @@ void RowEmitter::EmitFullOutputs(const std::string& ind, std::string* s, bool us
           if (use_cache && HasRExtent(lo_, ri_, id)) return "c" + std::to_string(id) + "[it]";
           return LoadAt(id, true);
         };
-        EmitNodes(lo_, targets, load, in2, s, [&](int id) { return !HasRExtent(lo_, ri_, id); });
+        std::function<bool(int)> invariant = nullptr;
+        if (reciprocals) invariant = [&](int id) { return !HasRExtent(lo_, ri_, id); };
+        EmitNodes(lo_, targets, load, in2, s, invariant);
         for (int o : ri_.full_outputs) {
           const auto& out = lo_.outputs[o];
           const auto& shape = lo_.nodes[out.node].shape;
