@@ -72,10 +72,15 @@ class GPT2Block(nn.Module):
 
 def shrink_task(mod, cap: int) -> None:
     """Dry run: caps every module-level int of a task (batch_size, dims,
-    features) at ``cap`` so get_inputs/get_init_inputs build tiny shapes."""
+    features) and every int inside a module-level tuple (bias_shape) at
+    ``cap`` so get_inputs/get_init_inputs build tiny shapes."""
     for name, v in list(vars(mod).items()):
-        if type(v) is int and v > cap and not name.startswith("_"):
+        if name.startswith("_"):
+            continue
+        if type(v) is int and v > cap:
             setattr(mod, name, cap)
+        elif type(v) is tuple and v and all(type(d) is int for d in v):
+            setattr(mod, name, tuple(min(d, cap) for d in v))
 
 
 def time_us(fn, reps: int, cuda: bool) -> float:

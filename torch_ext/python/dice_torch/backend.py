@@ -190,7 +190,11 @@ def dice_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         fuse(aten_gm)
         return compile_fx_inner(aten_gm, aten_inputs, **kwargs)
 
-    return compile_fx(gm, example_inputs, inner_compile=inner_compile, decompositions=_inductor_decompositions())
+    # AOTAutograd's cache keys the dynamo graph, not our inner_compile: a hit
+    # would skip the partitioner (or hand plain Inductor our groups). Off for
+    # this compile; Inductor's FX graph cache (keyed on the rewritten graph) stays.
+    with torch._functorch.config.patch(enable_autograd_cache=False):
+        return compile_fx(gm, example_inputs, inner_compile=inner_compile, decompositions=_inductor_decompositions())
 
 
 class OptimizedModel(torch.nn.Module):
