@@ -16,7 +16,8 @@ tune-sync; default ``$DICE_MODE``, else "cache"), ``cache_dir`` (default
 ``$DICE_CACHE_DIR``, else ~/.cache/dice), ``rest`` ("inductor" | "eager").
 Inference only: a graph that needs autograd (grad mode on and an input or
 parameter requiring grad) is handed unchanged to the rest compiler, and a
-warning on the "dice_torch" logger says so. Dynamic shapes: the op computes
+warning on the "dice_torch" logger says so. Mode and cache dir are
+process-wide (as on the C++ side): the last compile's options apply. Dynamic shapes: the op computes
 its task key from the concrete shapes of each call, so a new batch size is a
 new key (and a new tuning task in tune modes) while the fallback serves it.
 """
@@ -156,7 +157,13 @@ def dice_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     _library.load()
     torch.ops.dice.set_options(opts["mode"], opts["cache_dir"])
     report = CompileReport(mode=opts["mode"], rest=opts["rest"])
-    _reports.append(report)
+    compiled = _compile(gm, example_inputs, opts, report)
+    _reports.append(report)  # only compiles that returned (dynamo may retry a graph)
+    return compiled
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: dict[str, str],
+             report: CompileReport) -> Callable:
     if opts["mode"] == "off":
         report.skipped = "mode off (DICE_MODE=off): no fusion groups formed"
         log.info("dice: %s; graph left to %s", report.skipped, opts["rest"])
