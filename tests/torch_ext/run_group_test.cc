@@ -91,7 +91,7 @@ TEST_F(RunGroupTest, NewShapeIsNewTaskKey) {
   const GroupStats* s = FindStats(all, *id);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->task_keys.size(), 2u);  // batch 3 and 4; the repeat of 3 is the same key
-  EXPECT_EQ(s->task_key, s->task_keys[0]);
+  EXPECT_EQ(s->task_key, s->task_keys[1]);  // the newest signature
   EXPECT_NE(GroupStatsJson().find(s->task_keys[1]), std::string::npos);
 }
 

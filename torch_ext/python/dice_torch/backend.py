@@ -73,10 +73,13 @@ def clear_reports() -> None:
 def group_stats() -> list[dict[str, Any]]:
     """Run-time statistics of every fusion group of this process (C++
     ``dice::torch_ext::GetGroupStats``): dicts with id, summary, canonical (IR),
-    torch_ops, input_specs and task_key of the last call, task_keys (every
+    torch_ops, input_specs and task_key of the newest input signature, task_keys (every
     distinct key: one per input signature), calls, hits (served by a winner
     kernel), fallbacks, fallback_reasons (reason -> count, e.g. "no GPU"),
-    timed_calls and total_us (µs, observe mode)."""
+    timed_calls and total_us (µs, observe mode).
+    Raises:
+        FileNotFoundError / OSError: libdice_torch_ext.so missing or unloadable.
+    """
     _library.load()
     return json.loads(torch.ops.dice.group_stats())
 
@@ -150,13 +153,20 @@ def dice_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         by Inductor or eagerly; or, for an autograd graph or mode "off", the
         rest compiler's result on the unchanged graph.
     Raises:
-        ValueError: bad options. FileNotFoundError: libdice_torch_ext.so not
-        found (see ``dice_torch._library``).
+        ValueError: bad options. (A missing or unloadable libdice_torch_ext.so
+        is not raised: the graph goes to the rest compiler unchanged and the
+        report's ``skipped`` and a warning name the cause.)
     """
     opts = resolve_options(options)
-    _library.load()
-    torch.ops.dice.set_options(opts["mode"], opts["cache_dir"])
     report = CompileReport(mode=opts["mode"], rest=opts["rest"])
+    try:
+        _library.load()
+    except OSError as e:  # FileNotFoundError included: the model still runs, without dice
+        report.skipped = f"dice library unavailable: {e}"
+        log.warning("dice: %s; graph left to %s unchanged", report.skipped, opts["rest"])
+        _reports.append(report)
+        return _rest_unchanged(gm, example_inputs, opts["rest"])
+    torch.ops.dice.set_options(opts["mode"], opts["cache_dir"])
     compiled = _compile(gm, example_inputs, opts, report)
     _reports.append(report)  # only compiles that returned (dynamo may retry a graph)
     return compiled
@@ -236,7 +246,8 @@ def optimize(model: torch.nn.Module, example_inputs: Sequence[Any], mode: str | 
     Returns:
         An OptimizedModel (an nn.Module; call it like the model).
     Raises:
-        ValueError: bad mode or rest. FileNotFoundError: library not found.
+        ValueError: bad mode or rest. (Without the library the model still
+        runs, unchanged; ``report.skipped`` says why.)
     """
     options = {k: v for k, v in (("mode", mode), ("cache_dir", cache_dir), ("rest", rest)) if v is not None}
     resolve_options(options)  # fail early on bad values

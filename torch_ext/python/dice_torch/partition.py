@@ -108,14 +108,24 @@ def propose_groups(graph: torch.fx.Graph) -> tuple[list[list[torch.fx.Node]], li
     return out, left_out
 
 
-def _replace_group(gm: torch.fx.GraphModule, members: list[torch.fx.Node]) -> FusionGroup:
-    graph = gm.graph
+@dataclass
+class _Plan:
+    members: list[torch.fx.Node]
+    builder: capture.IrBuilder
+    out_nodes: list[torch.fx.Node]
+    values: list
+    group: FusionGroup
+
+
+def _plan_group(members: list[torch.fx.Node]) -> _Plan:
+    """Translates and registers one group without touching the graph.
+    Raises capture.Unsupported or RuntimeError (IR rejected by the C++ parser)."""
     member_set = set(members)
     b = capture.IrBuilder()
     for n in members:
         capture.translate_node(n, b)
     # Outputs: members used outside the group, one per distinct IR value.
-    out_nodes: list[torch.fx.Node] = [n for n in members if any(u not in member_set for u in n.users)]
+    out_nodes = [n for n in members if any(u not in member_set for u in n.users)]
     values: list = []
     for n in out_nodes:
         if b.values[n] not in values:
@@ -123,23 +133,29 @@ def _replace_group(gm: torch.fx.GraphModule, members: list[torch.fx.Node]) -> Fu
     ir_text = b.text(values)
     torch_ops = [capture.op_name(n) for n in members if n.target is not operator.getitem]
     gid = int(torch.ops.dice.register_group(ir_text, torch_ops))
-    with graph.inserting_after(members[-1]):
-        call = graph.call_function(torch.ops.dice.run_group.default, (ir_text, list(b.input_nodes)))
-    outs = []
+    summary = "+".join(name for name, _, _ in b.ops if name != "const") or "identity"
+    return _Plan(members, b, out_nodes, values,
+                 FusionGroup(gid, ir_text, summary, torch_ops, len(b.input_nodes), len(values)))
+
+
+def _apply_plan(gm: torch.fx.GraphModule, plan: _Plan) -> None:
+    graph = gm.graph
+    member_set = set(plan.members)
+    b, values = plan.builder, plan.values
+    with graph.inserting_after(plan.members[-1]):
+        call = graph.call_function(torch.ops.dice.run_group.default, (plan.group.ir, list(b.input_nodes)))
+    outs: list[torch.fx.Node] = []
     for k, v in enumerate(values):
         with graph.inserting_after(outs[-1] if outs else call):
             g = graph.call_function(operator.getitem, (call, k))
-        src = next(n for n in out_nodes if b.values[n] == v)
+        src = next(n for n in plan.out_nodes if b.values[n] == v)
         g.meta["val"] = src.meta.get("val")
         outs.append(g)
     call.meta["val"] = [g.meta.get("val") for g in outs]
-    for n in out_nodes:
-        n.replace_all_uses_with(outs[values.index(b.values[n])],
-                                delete_user_cb=lambda user: user not in member_set)
-    for n in reversed(members):
+    for n in plan.out_nodes:
+        n.replace_all_uses_with(outs[values.index(b.values[n])], delete_user_cb=lambda user: user not in member_set)
+    for n in reversed(plan.members):
         graph.erase_node(n)
-    summary = "+".join(name for name, _, _ in b.ops if name != "const") or "identity"
-    return FusionGroup(gid, ir_text, summary, torch_ops, len(b.input_nodes), len(values))
 
 
 def fuse_dice_groups(gm: torch.fx.GraphModule) -> PartitionReport:
@@ -148,12 +164,23 @@ def fuse_dice_groups(gm: torch.fx.GraphModule) -> PartitionReport:
     re-sorted topologically (stably) and recompiled. Needs ``node.meta["val"]``
     (example values, as aot_autograd and torch.export leave them).
     Requires the dice library to be loaded (``dice_torch._library.load``).
-    Returns the groups formed and the call nodes left to PyTorch, with reasons.
+    Returns the groups formed and the call nodes left to PyTorch, with reasons
+    (a group whose IR the runtime rejects stays as it was, its nodes reported
+    with "group not formed: <the parser's message>").
     """
     proposals, left_out = propose_groups(gm.graph)
     report = PartitionReport(left_out=left_out)
-    for members in proposals:
-        report.groups.append(_replace_group(gm, members))
+    plans = []
+    for members in proposals:  # translate everything first: a failure leaves the graph untouched
+        try:
+            plans.append(_plan_group(members))
+        except (capture.Unsupported, RuntimeError) as e:
+            reason = f"group not formed: {e}".splitlines()[0]
+            report.left_out.extend(LeftOut(capture.op_name(n), reason) for n in members
+                                   if n.target is not operator.getitem)
+    for plan in plans:
+        _apply_plan(gm, plan)
+        report.groups.append(plan.group)
     if report.groups:
         stable_topological_sort(gm)
         gm.graph.lint()

@@ -67,8 +67,8 @@ Expected<std::vector<at::Tensor>> RunGroup(std::string_view ir_text, const std::
 Expected<std::vector<at::Tensor>> MetaOutputs(std::string_view ir_text, const std::vector<at::Tensor>& inputs);
 
 /// Every registered group's statistics (GetGroupStats) as a JSON array of
-/// objects: id, summary, canonical, torch_ops, input_specs (last call),
-/// task_key (last call), task_keys (every distinct key seen), calls, hits,
+/// objects: id, summary, canonical, torch_ops, input_specs and task_key (of
+/// the newest input signature), task_keys (every distinct key seen), calls, hits,
 /// fallbacks, timed_calls, total_us (µs, observe mode), fallback_reasons
 /// (object: reason -> count).
 std::string GroupStatsJson();
