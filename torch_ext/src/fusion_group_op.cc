@@ -12,6 +12,7 @@
 #include <mutex>
 #include <set>
 #include <shared_mutex>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 
@@ -609,7 +610,8 @@ class GroupOp {
 
 struct IrGroupTable {
   std::shared_mutex mu;
-  std::unordered_map<std::string, std::shared_ptr<GroupOp>> by_text;  // given text and canonical text
+  std::deque<std::string> texts;  // owns the keys below (deque: stable addresses)
+  std::unordered_map<std::string_view, std::shared_ptr<GroupOp>> by_text;  // given text and canonical text
 };
 
 IrGroupTable& IrGroups() {
@@ -620,10 +622,10 @@ IrGroupTable& IrGroups() {
 // The op for `ir_text`, registering it on first sight.
 Expected<std::shared_ptr<GroupOp>> IrGroup(std::string_view ir_text, const std::vector<std::string>* torch_ops) {
   IrGroupTable& t = IrGroups();
-  std::string text(ir_text);
   {
+    // Hot path (every call): no allocation, a reader lock.
     std::shared_lock<std::shared_mutex> lock(t.mu);
-    auto it = t.by_text.find(text);
+    auto it = t.by_text.find(ir_text);
     if (it != t.by_text.end()) return it->second;
   }
   auto g = ir::Parse(ir_text);
@@ -636,13 +638,16 @@ Expected<std::shared_ptr<GroupOp>> IrGroup(std::string_view ir_text, const std::
   std::unique_lock<std::shared_mutex> lock(t.mu);
   auto it = t.by_text.find(group.canonical);
   if (it == t.by_text.end()) {
-    std::string canonical = group.canonical;
+    t.texts.push_back(group.canonical);
     int id = RegisterGroup(group);
     auto op = std::make_shared<GroupOp>(std::move(group.graph), FindRecord(id));
-    it = t.by_text.emplace(std::move(canonical), std::move(op)).first;
+    it = t.by_text.emplace(std::string_view(t.texts.back()), std::move(op)).first;
   }
   std::shared_ptr<GroupOp> op = it->second;
-  t.by_text.emplace(std::move(text), op);
+  if (t.by_text.find(ir_text) == t.by_text.end()) {
+    t.texts.emplace_back(ir_text);
+    t.by_text.emplace(std::string_view(t.texts.back()), op);
+  }
   return op;
 }
 
