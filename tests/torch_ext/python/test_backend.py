@@ -244,3 +244,30 @@ def test_group_whose_ir_the_runtime_rejects_stays_with_pytorch(monkeypatch):
     assert rep.groups == []
     assert any(l.op == "aten.gelu.default" and "group not formed" in l.reason and "IR line 2" in l.reason
                for l in rep.left_out), rep.left_out
+
+
+def test_group_never_wraps_around_an_op_left_to_pytorch():
+    class M(nn.Module):
+        def forward(self, x, w):
+            a = torch.relu(x)
+            return a + a @ w  # relu -> mm -> add: one group would have to contain the mm
+
+    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    got, want = compile_and_run(M(), x, w)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    rep = dice_torch.last_report()
+    assert [g.torch_ops for g in rep.groups] == [["aten.relu.default"], ["aten.add.Tensor"]]
+
+
+def test_value_used_inside_and_outside_is_a_second_output():
+    class M(nn.Module):
+        def forward(self, x):
+            y = torch.sigmoid(x)
+            return y * 2, torch.argmax(y, -1)
+
+    x = torch.randn(5, 9)
+    got, want = compile_and_run(M(), x)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    (g,) = dice_torch.last_report().groups
+    assert g.torch_ops == ["aten.sigmoid.default", "aten.mul.Tensor"] and g.num_outputs == 2

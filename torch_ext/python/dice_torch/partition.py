@@ -138,12 +138,16 @@ def _plan_group(members: list[torch.fx.Node]) -> _Plan:
                  FusionGroup(gid, ir_text, summary, torch_ops, len(b.input_nodes), len(values)))
 
 
-def _apply_plan(gm: torch.fx.GraphModule, plan: _Plan) -> None:
+def _apply_plan(gm: torch.fx.GraphModule, plan: _Plan, replaced: dict[torch.fx.Node, torch.fx.Node]) -> None:
+    """Replaces the plan's members by one run_group call. ``replaced`` maps
+    outputs of groups applied earlier (erased nodes) to their getitem nodes;
+    this plan's outputs are added to it."""
     graph = gm.graph
     member_set = set(plan.members)
     b, values = plan.builder, plan.values
+    inputs = [replaced.get(n, n) for n in b.input_nodes]
     with graph.inserting_after(plan.members[-1]):
-        call = graph.call_function(torch.ops.dice.run_group.default, (plan.group.ir, list(b.input_nodes)))
+        call = graph.call_function(torch.ops.dice.run_group.default, (plan.group.ir, inputs))
     outs: list[torch.fx.Node] = []
     for k, v in enumerate(values):
         with graph.inserting_after(outs[-1] if outs else call):
@@ -153,7 +157,9 @@ def _apply_plan(gm: torch.fx.GraphModule, plan: _Plan) -> None:
         outs.append(g)
     call.meta["val"] = [g.meta.get("val") for g in outs]
     for n in plan.out_nodes:
-        n.replace_all_uses_with(outs[values.index(b.values[n])], delete_user_cb=lambda user: user not in member_set)
+        new = outs[values.index(b.values[n])]
+        n.replace_all_uses_with(new, delete_user_cb=lambda user: user not in member_set)
+        replaced[n] = new
     for n in reversed(plan.members):
         graph.erase_node(n)
 
@@ -178,8 +184,9 @@ def fuse_dice_groups(gm: torch.fx.GraphModule) -> PartitionReport:
             reason = f"group not formed: {e}".splitlines()[0]
             report.left_out.extend(LeftOut(capture.op_name(n), reason) for n in members
                                    if n.target is not operator.getitem)
+    replaced: dict[torch.fx.Node, torch.fx.Node] = {}
     for plan in plans:
-        _apply_plan(gm, plan)
+        _apply_plan(gm, plan, replaced)
         report.groups.append(plan.group)
     if report.groups:
         stable_topological_sort(gm)
