@@ -49,6 +49,10 @@ if [ "$(torch_version)" != "$TORCH_VERSION" ]; then
   python3 -m pip install -q "torch==$TORCH_VERSION" numpy
 fi
 [ "$(torch_version)" = "$TORCH_VERSION" ] || { log "torch $TORCH_VERSION is not importable by python3"; exit 1; }
+if [ -d "$ROOT/.deps/wheels" ] && ! python3 -c 'import pytest, wheel' 2>/dev/null; then
+  log "installing pytest from the carried wheels in .deps/wheels"
+  python3 -m pip install -q --no-index --find-links "$ROOT/.deps/wheels" pytest wheel || log "pytest not installed"
+fi
 python3 -c 'import numpy' 2>/dev/null || python3 -m pip install -q numpy 2>/dev/null || log "numpy not installed (optional)"
 TORCH_PREFIX=$(python3 -c 'import torch,sys;sys.stdout.write(torch.utils.cmake_prefix_path)' 2>/dev/null)
 

@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # The tokenizer fixture is checked against Hugging Face's tokenizer (PyPI).
 python3 -c 'import transformers' 2>/dev/null || python3 -m pip install -q transformers
+# The Python frontend's tests (torch_ext/python) run under pytest; wheel lets
+# them pip-install the package offline (--no-build-isolation). Both from PyPI.
+python3 -c 'import pytest, wheel' 2>/dev/null || python3 -m pip install -q pytest wheel
 BUILD_DIR=${BUILD_DIR:-build}
 cd "$BUILD_DIR"
 ctest --output-on-failure --timeout 600 -j "${JOBS:-2}" "$@"

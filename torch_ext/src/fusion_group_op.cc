@@ -1,5 +1,7 @@
-// The dice::FusionGroup operator: winner kernel or fallback, plus the
-// process-wide group table, runtime options and background tuner.
+// The dice::FusionGroup operator (TorchScript frontend) and the dice::run_group
+// dispatcher op (torch.fx frontend, run_group.h): winner kernel or fallback,
+// plus the process-wide group table, runtime options and background tuner.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -9,15 +11,21 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/Event.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/custom_operator.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
+#include <torch/library.h>
+#include <nlohmann/json.hpp>
 
 #include "dice/cache/store.h"
 #include "dice/generator/templates.h"
@@ -30,6 +38,7 @@
 #include "dice/runtime/worker_protocol.h"
 #include "dice/torch_ext/fusion_pass.h"
 #include "dice/torch_ext/optimize.h"
+#include "dice/torch_ext/run_group.h"
 
 namespace dice::torch_ext {
 namespace {
@@ -44,6 +53,7 @@ struct GroupRecord {
   std::mutex mu;  // guards the fields below
   std::vector<std::string> input_specs;
   std::string task_key;
+  std::vector<std::string> task_keys;
   std::map<std::string, int64_t> reasons;
   std::set<std::vector<int64_t>> captured_signatures;
 };
@@ -240,6 +250,14 @@ class GroupOp {
     code_ = std::make_shared<torch::jit::Code>(node->g(c10::attr::Subgraph)->copy(), "dice_fusion_group_fallback");
   }
 
+  // A group called through dice::run_group: the fallback is the reference
+  // executor (the IR run with ATen ops) instead of a TorchScript subgraph.
+  GroupOp(ir::Graph graph, GroupRecord* record)
+      : graph_(std::move(graph)), record_(record), n_in_(graph_.inputs.size()), n_out_(graph_.outputs.size()) {}
+
+  const ir::Graph& graph() const { return graph_; }
+  int record_id() const { return record_->id; }
+
   void Run(torch::jit::Stack& stack) {
     Mode mode = CurrentMode();
     record_->calls.fetch_add(1, std::memory_order_relaxed);
@@ -333,9 +351,19 @@ class GroupOp {
   }
 
   void Fallback(torch::jit::Stack& stack) const {
-    // The subgraph takes exactly the node's inputs and leaves its outputs.
-    torch::jit::InterpreterState state(*code_);
-    state.run(stack);
+    if (code_) {
+      // The subgraph takes exactly the node's inputs and leaves its outputs.
+      torch::jit::InterpreterState state(*code_);
+      state.run(stack);
+      return;
+    }
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(n_in_);
+    for (size_t i = stack.size() - n_in_; i < stack.size(); ++i) inputs.push_back(stack[i].toTensor());
+    auto outs = reference::Run(graph_, inputs);
+    TORCH_CHECK(outs.ok(), "dice::run_group fallback: ", outs.status().ToString());
+    torch::jit::drop(stack, n_in_);
+    for (auto& o : *outs) stack.emplace_back(std::move(o));
   }
 
   // Observe mode: time the fallback with CUDA events (GPU) or wall time (CPU).
@@ -435,6 +463,9 @@ class GroupOp {
     {
       std::lock_guard<std::mutex> rl(record_->mu);
       record_->task_key = e->key;
+      if (!e->key.empty() &&
+          std::find(record_->task_keys.begin(), record_->task_keys.end(), e->key) == record_->task_keys.end())
+        record_->task_keys.push_back(e->key);
       record_->input_specs.clear();
       for (const auto& s : specs) record_->input_specs.push_back(s.ToString());
     }
@@ -574,6 +605,121 @@ class GroupOp {
   std::vector<std::shared_ptr<SigEntry>> entries_;
 };
 
+// ---------------------------------------------------------------------------
+// dice::run_group: groups keyed by IR text (run_group.h).
+
+struct IrGroupTable {
+  std::shared_mutex mu;
+  std::deque<std::string> texts;  // owns the keys below (deque: stable addresses)
+  std::unordered_map<std::string_view, std::shared_ptr<GroupOp>> by_text;  // given text and canonical text
+};
+
+IrGroupTable& IrGroups() {
+  static IrGroupTable* t = new IrGroupTable;  // leaked like Runtime
+  return *t;
+}
+
+// The op for `ir_text`, registering it on first sight.
+Expected<std::shared_ptr<GroupOp>> IrGroup(std::string_view ir_text, const std::vector<std::string>* torch_ops) {
+  IrGroupTable& t = IrGroups();
+  {
+    // Hot path (every call): no allocation, a reader lock.
+    std::shared_lock<std::shared_mutex> lock(t.mu);
+    auto it = t.by_text.find(ir_text);
+    if (it != t.by_text.end()) return it->second;
+  }
+  auto g = ir::Parse(ir_text);
+  if (!g.ok()) return g.status().WithContext("dice IR");
+  CapturedGroup group;
+  group.canonical = ir::Canonical(*g);
+  group.summary = ir::Summary(*g);
+  if (torch_ops) group.torch_ops = *torch_ops;
+  group.graph = *g;
+  std::unique_lock<std::shared_mutex> lock(t.mu);
+  auto it = t.by_text.find(group.canonical);
+  if (it == t.by_text.end()) {
+    t.texts.push_back(group.canonical);
+    int id = RegisterGroup(group);
+    auto op = std::make_shared<GroupOp>(std::move(group.graph), FindRecord(id));
+    it = t.by_text.emplace(std::string_view(t.texts.back()), std::move(op)).first;
+  }
+  std::shared_ptr<GroupOp> op = it->second;
+  if (t.by_text.find(ir_text) == t.by_text.end()) {
+    t.texts.emplace_back(ir_text);
+    t.by_text.emplace(std::string_view(t.texts.back()), op);
+  }
+  return op;
+}
+
+std::string DescribeInput(const at::Tensor& t) {
+  return DTypeText(t.scalar_type()) + " rank " + std::to_string(t.dim());
+}
+
+// Inputs against the IR's declarations: count, dtype, rank.
+Status CheckInputs(const ir::Graph& graph, const std::vector<at::Tensor>& inputs) {
+  if (inputs.size() != graph.inputs.size()) {
+    return Status(StatusCode::kInvalidArgument, "dice::run_group: the IR declares " +
+                                                    std::to_string(graph.inputs.size()) + " inputs, got " +
+                                                    std::to_string(inputs.size()));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& t = inputs[i];
+    if (!t.defined()) return Status(StatusCode::kInvalidArgument, "dice::run_group: input " + std::to_string(i) + " is undefined");
+    auto dt = reference::FromScalarType(t.scalar_type());
+    if (!dt.ok() || *dt != graph.inputs[i].dtype || t.dim() != graph.inputs[i].rank) {
+      return Status(StatusCode::kInvalidArgument,
+                    "dice::run_group: input " + std::to_string(i) + " is " + DescribeInput(t) + ", the IR declares " +
+                        ir::DTypeName(graph.inputs[i].dtype) + " rank " + std::to_string(graph.inputs[i].rank));
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<at::Tensor> ThrowIfError(Expected<std::vector<at::Tensor>> r) {
+  TORCH_CHECK(r.ok(), r.status().ToString());
+  return std::move(r).value();
+}
+
+std::vector<at::Tensor> RunGroupKernel(c10::string_view ir, at::TensorList inputs) {
+  return ThrowIfError(RunGroup(std::string_view(ir.data(), ir.size()), inputs.vec()));
+}
+
+std::vector<at::Tensor> RunGroupMeta(c10::string_view ir, at::TensorList inputs) {
+  return ThrowIfError(MetaOutputs(std::string_view(ir.data(), ir.size()), inputs.vec()));
+}
+
+int64_t RegisterGroupOp(c10::string_view ir, std::vector<std::string> torch_ops) {
+  auto id = RegisterIrGroup(std::string_view(ir.data(), ir.size()), torch_ops);
+  TORCH_CHECK(id.ok(), id.status().ToString());
+  return *id;
+}
+
+void SetOptionsOp(c10::string_view mode, c10::string_view cache_dir) {
+  Options o = GetRuntimeOptions();
+  if (!mode.empty()) {
+    auto m = ParseMode(std::string_view(mode.data(), mode.size()));
+    TORCH_CHECK(m.ok(), m.status().ToString());
+    o.mode = *m;
+  }
+  o.cache_dir = std::string(cache_dir.data(), cache_dir.size());
+  SetRuntimeOptions(o);
+}
+
+std::string GetModeOp() { return ModeName(CurrentMode()); }
+
+std::string GroupStatsOp() { return GroupStatsJson(); }
+
+TORCH_LIBRARY(dice, m) {
+  m.def("run_group(str ir, Tensor[] inputs) -> Tensor[]");
+  m.impl("run_group", c10::DispatchKey::CPU, TORCH_FN(RunGroupKernel));
+  m.impl("run_group", c10::DispatchKey::CUDA, TORCH_FN(RunGroupKernel));
+  m.impl("run_group", c10::DispatchKey::Meta, TORCH_FN(RunGroupMeta));
+  m.def("register_group(str ir, str[] torch_ops) -> int", TORCH_FN(RegisterGroupOp));
+  m.def("set_options(str mode, str cache_dir) -> ()", TORCH_FN(SetOptionsOp));
+  m.def("get_mode() -> str", TORCH_FN(GetModeOp));
+  m.def("group_stats() -> str", TORCH_FN(GroupStatsOp));
+}
+
 torch::jit::Operation CreateGroupOp(const torch::jit::Node* node) {
   auto op = std::make_shared<GroupOp>(node);
   return [op](torch::jit::Stack& stack) { op->Run(stack); };
@@ -645,6 +791,7 @@ std::vector<GroupStats> GetGroupStats() {
     std::lock_guard<std::mutex> lock(g->mu);
     s.input_specs = g->input_specs;
     s.task_key = g->task_key;
+    s.task_keys = g->task_keys;
     for (const auto& [reason, n] : g->reasons) s.fallback_reasons.emplace_back(reason, n);
     std::sort(s.fallback_reasons.begin(), s.fallback_reasons.end(),
               [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -704,6 +851,105 @@ Expected<TuneReport> TuneCapturedCall(const CapturedCall& call, const Options& o
   auto task = Task::Make(call.graph, call.inputs, CurrentTarget(options.tune.device));
   if (!task.ok()) return task.status();
   return TuneTaskNow(*task, call.input_bytes.empty() ? nullptr : &call.input_bytes);
+}
+
+// ---------------------------------------------------------------------------
+// run_group.h
+
+Expected<int> RegisterIrGroup(std::string_view ir_text, const std::vector<std::string>& torch_ops) {
+  auto op = IrGroup(ir_text, &torch_ops);
+  if (!op.ok()) return op.status();
+  return (*op)->record_id();
+}
+
+Expected<std::vector<at::Tensor>> RunGroup(std::string_view ir_text, const std::vector<at::Tensor>& inputs) {
+  auto op = IrGroup(ir_text, nullptr);
+  if (!op.ok()) return op.status();
+  DICE_RETURN_IF_ERROR(CheckInputs((*op)->graph(), inputs));
+  torch::jit::Stack stack(inputs.begin(), inputs.end());
+  try {
+    (*op)->Run(stack);
+  } catch (const c10::Error& e) {
+    return Status(StatusCode::kInvalidArgument, e.what_without_backtrace());
+  }
+  std::vector<at::Tensor> outs;
+  outs.reserve(stack.size());
+  for (auto& v : stack) {
+    at::Tensor t = v.toTensor();
+    bool aliases = false;
+    for (const auto& in : inputs) aliases = aliases || t.is_alias_of(in);
+    outs.push_back(aliases ? t.clone(at::MemoryFormat::Contiguous) : t.contiguous());
+  }
+  return outs;
+}
+
+Expected<std::vector<at::Tensor>> MetaOutputs(std::string_view ir_text, const std::vector<at::Tensor>& inputs) {
+  auto op = IrGroup(ir_text, nullptr);
+  if (!op.ok()) return op.status();
+  const ir::Graph& graph = (*op)->graph();
+  DICE_RETURN_IF_ERROR(CheckInputs(graph, inputs));
+  auto types = ir::InferTypes(graph);
+  if (!types.ok()) return types.status();
+  // ir::InferShapes' rules on symbolic sizes.
+  std::vector<c10::SymDimVector> shapes;
+  shapes.reserve(graph.num_values());
+  for (const auto& t : inputs) shapes.emplace_back(t.sym_sizes().begin(), t.sym_sizes().end());
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    const ir::Op& o = graph.ops[i];
+    c10::SymDimVector out;
+    switch (ir::GetOpInfo(o.kind).category) {
+      case ir::OpCategory::kConstant: break;
+      case ir::OpCategory::kUnary:
+      case ir::OpCategory::kNormalization: out = shapes[o.args[0]]; break;
+      case ir::OpCategory::kBinary:
+        try {
+          out = at::infer_size_symdimvector(shapes[o.args[0]], shapes[o.args[1]]);
+        } catch (const c10::Error& e) {
+          return Status(StatusCode::kInvalidArgument, "op " + std::to_string(i) + " (" + ir::GetOpInfo(o.kind).name +
+                                                          "): " + e.what_without_backtrace());
+        }
+        break;
+      case ir::OpCategory::kReduction: {
+        const auto& x = shapes[o.args[0]];
+        for (size_t d = 0; d < x.size(); ++d) {
+          const bool reduced = o.dims.empty() || std::find(o.dims.begin(), o.dims.end(), (int64_t)d) != o.dims.end();
+          if (!reduced) out.push_back(x[d]);
+          else if (o.keepdim) out.push_back(1);
+        }
+        break;
+      }
+    }
+    shapes.push_back(std::move(out));
+  }
+  at::TensorOptions base = inputs.empty() ? at::TensorOptions().device(at::kMeta) : inputs[0].options();
+  std::vector<at::Tensor> outs;
+  for (int32_t v : graph.outputs) {
+    outs.push_back(at::empty_symint(shapes[v], base.dtype(reference::ToScalarType((*types)[v].dtype))));
+  }
+  return outs;
+}
+
+std::string GroupStatsJson() {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const GroupStats& s : GetGroupStats()) {
+    nlohmann::json reasons = nlohmann::json::object();
+    for (const auto& [reason, n] : s.fallback_reasons) reasons[reason] = n;
+    auto g = GetRegisteredGroup(s.id);
+    arr.push_back({{"id", s.id},
+                   {"summary", s.summary},
+                   {"canonical", s.canonical},
+                   {"torch_ops", g.ok() ? g->torch_ops : std::vector<std::string>{}},
+                   {"input_specs", s.input_specs},
+                   {"task_key", s.task_key},
+                   {"task_keys", s.task_keys},
+                   {"calls", s.calls},
+                   {"hits", s.hits},
+                   {"fallbacks", s.fallbacks},
+                   {"timed_calls", s.timed_calls},
+                   {"total_us", s.total_us},
+                   {"fallback_reasons", reasons}});
+  }
+  return arr.dump();
 }
 
 }  // namespace dice::torch_ext

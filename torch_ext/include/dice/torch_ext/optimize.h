@@ -109,8 +109,9 @@ struct GroupStats {
   int id = 0;
   std::string summary;                     ///< "mul+add+gelu"
   std::string canonical;                   ///< IR text
-  std::vector<std::string> input_specs;    ///< last call's inputs, TensorSpec::ToString ("f32[1024,8192]")
-  std::string task_key;                    ///< last call's task key ("" until computed)
+  std::vector<std::string> input_specs;    ///< inputs of the newest input signature seen, TensorSpec::ToString ("f32[1024,8192]")
+  std::string task_key;                    ///< task key of the newest input signature seen ("" until computed)
+  std::vector<std::string> task_keys;      ///< every distinct task key seen (one per input signature), in order
   int64_t calls = 0;
   int64_t hits = 0;                        ///< calls served by a winner kernel
   int64_t fallbacks = 0;                   ///< calls served by the original subgraph

@@ -1,0 +1,456 @@
+"""ATen-level torch.fx nodes -> the runtime's fusion-group IR (canonical text).
+
+The FX twin of ``torch_ext/include/dice/torch_ext/capture.h`` (TorchScript):
+one translation code path serves both the support check and the builder, so
+"supported" means "translates". The IR and its canonical text are specified in
+``runtime/include/dice/runtime/ir.h``; semantics follow PyTorch eager op by op
+(broadcasting, type promotion, Python scalars are weak constants).
+
+Supported ATen overloads (what aot_autograd / torch.export produce): add/sub/
+rsub (alpha), mul, div (no rounding mode), neg, abs, exp, log, sqrt, rsqrt,
+reciprocal, tanh, sigmoid, erf, relu, gelu (approximate), silu, mish, selu,
+softplus, elu, leaky_relu, hardtanh, clamp/clamp_min/clamp_max (scalar
+bounds), hardswish, hardsigmoid, pow (scalar or tensor exponent, scalar base),
+maximum/minimum, sum/mean (dtype None), amax/amin, max.dim/min.dim (values
+only), logsumexp, linalg_vector_norm (p > 0), _softmax/_log_softmax (no
+half_to_float), softmax/log_softmax.int (dtype None), native_layer_norm /
+layer_norm, native_group_norm (first output only), _to_copy /
+prims.convert_element_type among float32/float16/bfloat16. Tensor operands
+must be float32/float16/bfloat16 of rank <= 8 (``node.meta["val"]``); scalar
+operands must be Python numbers (a SymInt/SymFloat operand is not supported).
+Matrix multiplies (mm, addmm, bmm) are not IR ops: they stay with PyTorch, and
+the elementwise ops after them form the group (their epilogue).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+_DTYPE_IDS = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # ir::DType values
+_MAX_RANK = 8
+_INF = math.inf
+
+
+class Unsupported(Exception):
+    """A node cannot join a fusion group; ``str(e)`` is the reason."""
+
+
+def _fmt(v: float) -> str:
+    """A double as the canonical text prints it (C's %.17g; nan/inf/-inf)."""
+    v = float(v)
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return "%.17g" % v
+
+
+def tensor_meta(node: torch.fx.Node) -> torch.Tensor | None:
+    """The example value (FakeTensor) of ``node`` when it is a tensor, else None."""
+    val = node.meta.get("val")
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """'int64'-style name of a torch dtype, for reasons."""
+    return str(dtype).replace("torch.", "")
+
+
+@dataclass
+class _Value:
+    kind: str  # "in" (group input k) or "op" (op j)
+    index: int
+
+
+@dataclass
+class IrBuilder:
+    """Builds one IR graph; inputs are discovered while ops are emitted and
+    numbered first when the text is rendered (ir.h: inputs 0..N-1, op i is N+i)."""
+
+    inputs: list[tuple[str, int]] = field(default_factory=list)  # (dtype, rank)
+    input_nodes: list[torch.fx.Node] = field(default_factory=list)
+    ops: list[tuple[str, list[_Value], str]] = field(default_factory=list)  # name, args, attribute text
+    values: dict[torch.fx.Node, _Value] = field(default_factory=dict)
+
+    def input(self, node: torch.fx.Node) -> _Value:
+        """The IR value of a tensor produced outside the group (an input; deduplicated)."""
+        if node in self.values:
+            return self.values[node]
+        t = tensor_meta(node)
+        if t is None:
+            raise Unsupported(f"operand {node.name} is not a tensor")
+        if t.dtype not in _DTYPES:
+            raise Unsupported(f"unsupported dtype {dtype_name(t.dtype)} (operand {node.name})")
+        if t.dim() > _MAX_RANK:
+            raise Unsupported(f"rank {t.dim()} > {_MAX_RANK} (operand {node.name})")
+        v = _Value("in", len(self.inputs))
+        self.inputs.append((_DTYPES[t.dtype], t.dim()))
+        self.input_nodes.append(node)
+        self.values[node] = v
+        return v
+
+    def const(self, c: float) -> _Value:
+        """A weak scalar constant."""
+        return self.emit("const", [], scalars_text=_fmt(c))
+
+    def emit(self, name: str, args: list[_Value], dims: list[int] | None = None, keepdim: bool = False,
+             ivalue: int = 0, scalars: list[float] | None = None, scalars_text: str | None = None) -> _Value:
+        """Appends op ``name`` (ir.h canonical name) and returns its value."""
+        if name == "const":
+            attrs = scalars_text or ""
+        else:
+            attrs = ""
+            if dims:
+                attrs += " dims=[" + ",".join(str(d) for d in dims) + "]"
+            if keepdim:
+                attrs += " keepdim=1"
+            if ivalue != 0:
+                attrs += f" i={ivalue}"
+            if scalars:
+                attrs += " s=[" + ",".join(_fmt(s) for s in scalars) + "]"
+        self.ops.append((name, list(args), attrs))
+        return _Value("op", len(self.ops) - 1)
+
+    def _id(self, v: _Value) -> int:
+        return v.index if v.kind == "in" else len(self.inputs) + v.index
+
+    def text(self, outputs: list[_Value]) -> str:
+        """The canonical text (ir::Canonical's format) with ``outputs`` as the group outputs."""
+        lines = ["dice-ir v1"]
+        for k, (dt, rank) in enumerate(self.inputs):
+            lines.append(f"input %{k} {dt} rank={rank}")
+        for j, (name, args, attrs) in enumerate(self.ops):
+            vid = len(self.inputs) + j
+            if name == "const":
+                lines.append(f"%{vid} = const({attrs})")
+            else:
+                lines.append(f"%{vid} = {name}(" + ", ".join(f"%{self._id(a)}" for a in args) + ")" + attrs)
+        lines.append("output " + ", ".join(f"%{self._id(o)}" for o in outputs))
+        return "\n".join(lines) + "\n"
+
+
+class _Ctx:
+    """Translation context of one node: argument access by schema name."""
+
+    def __init__(self, node: torch.fx.Node, b: IrBuilder):
+        self.node = node
+        self.b = b
+        schema = node.target._schema  # type: ignore[union-attr]
+        self.names = [a.name for a in schema.arguments]
+        self.defaults = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
+
+    def arg(self, name: str) -> Any:
+        if name in self.node.kwargs:
+            return self.node.kwargs[name]
+        i = self.names.index(name)
+        if i < len(self.node.args):
+            return self.node.args[i]
+        return self.defaults.get(name)
+
+    def tensor(self, name: str) -> _Value:
+        a = self.arg(name)
+        if not isinstance(a, torch.fx.Node):
+            raise Unsupported(f"argument {name} is not a tensor")
+        return self.b.values[a] if a in self.b.values else self.b.input(a)
+
+    def rank(self, name: str) -> int:
+        a = self.arg(name)
+        t = tensor_meta(a) if isinstance(a, torch.fx.Node) else None
+        if t is None:
+            raise Unsupported(f"argument {name} has no tensor example value")
+        return t.dim()
+
+    def operand(self, name: str) -> _Value:
+        """A tensor or a Python-number operand (weak constant)."""
+        a = self.arg(name)
+        if isinstance(a, torch.fx.Node):
+            return self.tensor(name)
+        return self.b.const(self.number(name))
+
+    def number(self, name: str) -> float:
+        a = self.arg(name)
+        if isinstance(a, bool):
+            return 1.0 if a else 0.0
+        if isinstance(a, (int, float)):
+            return float(a)
+        raise Unsupported(f"non-constant scalar {name}")
+
+    def opt_number(self, name: str) -> float | None:
+        return None if self.arg(name) is None else self.number(name)
+
+    def dims(self, name: str, rank: int) -> list[int]:
+        """Normalised, sorted, unique dims (None / [] -> [] = every dim)."""
+        a = self.arg(name)
+        if a is None:
+            return []
+        items = [a] if isinstance(a, int) else list(a)
+        r = max(rank, 1)
+        out = set()
+        for d in items:
+            if not isinstance(d, int) or isinstance(d, bool):
+                raise Unsupported(f"non-constant {name}")
+            if d < -r or d >= r:
+                raise Unsupported(f"dim {d} out of range for rank {rank}")
+            out.add(d % r)
+        return [] if rank == 0 else sorted(out)
+
+    def require_none(self, *names: str) -> None:
+        for n in names:
+            if n in self.names and self.arg(n) is not None:
+                raise Unsupported(f"{n} argument is not None")
+
+
+def _unary(name: str) -> Callable[[_Ctx], _Value]:
+    return lambda c: c.b.emit(name, [c.tensor("self")])
+
+
+def _binary(name: str, a: str = "self", b: str = "other") -> Callable[[_Ctx], _Value]:
+    return lambda c: c.b.emit(name, [c.operand(a), c.operand(b)])
+
+
+def _add_sub(name: str, reversed_: bool = False) -> Callable[[_Ctx], _Value]:
+    def f(c: _Ctx) -> _Value:
+        a, b = c.operand("self"), c.operand("other")
+        alpha = c.number("alpha") if c.arg("alpha") is not None else 1.0
+        if reversed_:  # rsub: other - alpha * self
+            if alpha != 1.0:
+                a = c.b.emit("mul", [a, c.b.const(alpha)])
+            return c.b.emit(name, [b, a])
+        if alpha != 1.0:
+            b = c.b.emit("mul", [b, c.b.const(alpha)])
+        return c.b.emit(name, [a, b])
+    return f
+
+
+def _div(c: _Ctx) -> _Value:
+    c.require_none("rounding_mode")
+    return c.b.emit("div", [c.operand("self"), c.operand("other")])
+
+
+def _gelu(c: _Ctx) -> _Value:
+    approx = c.arg("approximate") or "none"
+    if approx not in ("none", "tanh"):
+        raise Unsupported(f"approximate='{approx}'")
+    return c.b.emit("gelu", [c.tensor("self")], ivalue=1 if approx == "tanh" else 0)
+
+
+def _clamp(lo_name: str | None, hi_name: str | None) -> Callable[[_Ctx], _Value]:
+    def f(c: _Ctx) -> _Value:
+        lo = c.opt_number(lo_name) if lo_name else None
+        hi = c.opt_number(hi_name) if hi_name else None
+        return c.b.emit("clamp", [c.tensor("self")], scalars=[-_INF if lo is None else lo, _INF if hi is None else hi])
+    return f
+
+
+def _reduce(name: str, dim_name: str | None = "dim") -> Callable[[_Ctx], _Value]:
+    def f(c: _Ctx) -> _Value:
+        c.require_none("dtype")
+        rank = c.rank("self")
+        dims = c.dims(dim_name, rank) if dim_name and dim_name in c.names else []
+        keep = bool(c.arg("keepdim")) if "keepdim" in c.names else False
+        return c.b.emit(name, [c.tensor("self")], dims=dims, keepdim=keep)
+    return f
+
+
+def _values_only(c: _Ctx) -> None:
+    for u in c.node.users:
+        if u.op != "call_function" or u.target is not operator.getitem or u.args[1] != 0:
+            raise Unsupported("only the first output may be used")
+
+
+def _max_min_dim(name: str) -> Callable[[_Ctx], _Value]:
+    def f(c: _Ctx) -> _Value:
+        _values_only(c)
+        return _reduce(name)(c)
+    return f
+
+
+def _norm(c: _Ctx) -> _Value:
+    c.require_none("dtype")
+    p = c.number("ord") if c.arg("ord") is not None else 2.0
+    if not p > 0:
+        raise Unsupported("p must be > 0")
+    rank = c.rank("self")
+    return c.b.emit("norm", [c.tensor("self")], dims=c.dims("dim", rank), keepdim=bool(c.arg("keepdim")), scalars=[p])
+
+
+def _softmax(name: str) -> Callable[[_Ctx], _Value]:
+    def f(c: _Ctx) -> _Value:
+        if "half_to_float" in c.names and c.arg("half_to_float"):
+            raise Unsupported("half_to_float=True")
+        c.require_none("dtype")
+        rank = c.rank("self")
+        if rank == 0:
+            raise Unsupported("softmax of a 0-d tensor")
+        return c.b.emit(name, [c.tensor("self")], dims=c.dims("dim", rank))
+    return f
+
+
+def _norm_args(c: _Ctx, x: _Value) -> list[_Value]:
+    w, bias = c.arg("weight"), c.arg("bias")
+    if bias is not None and w is None:
+        raise Unsupported("bias without weight")
+    args = [x]
+    if w is not None:
+        args.append(c.tensor("weight"))
+    if bias is not None:
+        args.append(c.tensor("bias"))
+    return args
+
+
+def _layer_norm(first_output_only: bool) -> Callable[[_Ctx], _Value]:
+    def f(c: _Ctx) -> _Value:
+        if first_output_only:
+            _values_only(c)
+        shape = c.arg("normalized_shape")
+        if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) for d in shape):
+            raise Unsupported("non-constant normalized_shape")
+        eps = c.number("eps")
+        x = c.tensor("input")
+        return c.b.emit("layer_norm", _norm_args(c, x), ivalue=len(shape), scalars=[eps])
+    return f
+
+
+def _group_norm(c: _Ctx) -> _Value:
+    _values_only(c)
+    group = c.arg("group")
+    if not isinstance(group, int):
+        raise Unsupported("non-constant group")
+    eps = c.number("eps")
+    x = c.tensor("input")
+    return c.b.emit("group_norm", _norm_args(c, x), ivalue=group, scalars=[eps])
+
+
+def _cast(dtype_arg: str, self_name: str = "self") -> Callable[[_Ctx], _Value]:
+    def f(c: _Ctx) -> _Value:
+        for n in ("layout", "pin_memory", "memory_format"):
+            if n in c.names and c.arg(n) not in (None, torch.preserve_format, torch.strided):
+                raise Unsupported(f"{n} argument")
+        if "device" in c.names and c.arg("device") is not None:
+            src = tensor_meta(c.arg(self_name))
+            if src is None or torch.device(c.arg("device")) != src.device:
+                raise Unsupported("device change")
+        target = c.arg(dtype_arg)
+        if target is None:
+            raise Unsupported("no dtype")
+        if target not in _DTYPE_IDS:
+            raise Unsupported(f"cast to unsupported dtype {dtype_name(target)}")
+        return c.b.emit("cast", [c.tensor(self_name)], ivalue=_DTYPE_IDS[target])
+    return f
+
+
+def _pow(c: _Ctx) -> _Value:
+    base, exp = c.arg("self"), c.arg("exponent")
+    if isinstance(base, torch.fx.Node) and not isinstance(exp, torch.fx.Node):
+        return c.b.emit("pow_scalar", [c.tensor("self")], scalars=[c.number("exponent")])
+    return c.b.emit("pow", [c.operand("self"), c.operand("exponent")])
+
+
+_TABLE: dict[Any, Callable[[_Ctx], _Value]] = {
+    aten.add.Tensor: _add_sub("add"), aten.add.Scalar: _add_sub("add"),
+    aten.sub.Tensor: _add_sub("sub"), aten.sub.Scalar: _add_sub("sub"),
+    aten.rsub.Tensor: _add_sub("sub", True), aten.rsub.Scalar: _add_sub("sub", True),
+    aten.mul.Tensor: _binary("mul"), aten.mul.Scalar: _binary("mul"),
+    aten.div.Tensor: _div, aten.div.Scalar: _div, aten.div.Tensor_mode: _div,
+    aten.maximum.default: _binary("maximum"), aten.minimum.default: _binary("minimum"),
+    aten.pow.Tensor_Scalar: _pow, aten.pow.Tensor_Tensor: _pow, aten.pow.Scalar: _pow,
+    aten.gelu.default: _gelu,
+    aten.softplus.default: lambda c: c.b.emit("softplus", [c.tensor("self")], scalars=[c.number("beta"), c.number("threshold")]),
+    aten.elu.default: lambda c: c.b.emit("elu", [c.tensor("self")], scalars=[c.number("alpha"), c.number("scale"), c.number("input_scale")]),
+    aten.leaky_relu.default: lambda c: c.b.emit("leaky_relu", [c.tensor("self")], scalars=[c.number("negative_slope")]),
+    aten.hardtanh.default: _clamp("min_val", "max_val"),
+    aten.clamp.default: _clamp("min", "max"),
+    aten.clamp_min.default: _clamp("min", None),
+    aten.clamp_max.default: _clamp(None, "max"),
+    aten.sum.dim_IntList: _reduce("sum"), aten.sum.default: _reduce("sum", None),
+    aten.mean.dim: _reduce("mean"), aten.mean.default: _reduce("mean", None),
+    aten.amax.default: _reduce("amax"), aten.amin.default: _reduce("amin"),
+    aten.max.default: _reduce("amax", None), aten.min.default: _reduce("amin", None),
+    aten.max.dim: _max_min_dim("amax"), aten.min.dim: _max_min_dim("amin"),
+    aten.logsumexp.default: _reduce("logsumexp"),
+    aten.linalg_vector_norm.default: _norm,
+    aten._softmax.default: _softmax("softmax"), aten.softmax.int: _softmax("softmax"),
+    aten._log_softmax.default: _softmax("log_softmax"), aten.log_softmax.int: _softmax("log_softmax"),
+    aten.native_layer_norm.default: _layer_norm(True), aten.layer_norm.default: _layer_norm(False),
+    aten.native_group_norm.default: _group_norm,
+    aten._to_copy.default: _cast("dtype"),
+    prims.convert_element_type.default: _cast("dtype", "a"),
+}
+for _name in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "erf", "relu",
+              "silu", "mish", "selu", "hardswish", "hardsigmoid"):
+    _TABLE[getattr(aten, _name).default] = _unary(_name)
+
+#: Casts alone are not worth a group (as in the TorchScript pass).
+TRIVIAL_TARGETS = frozenset({aten._to_copy.default, prims.convert_element_type.default, operator.getitem})
+
+
+def is_first_output_getitem(node: torch.fx.Node) -> bool:
+    """True for ``getitem(x, 0)`` where x is a supported multi-output op (layer_norm, max.dim, ...)."""
+    return (node.op == "call_function" and node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node)
+            and node.args[1] == 0 and node.args[0].target in _TABLE)
+
+
+def translate_node(node: torch.fx.Node, b: IrBuilder) -> _Value:
+    """Translates one ATen call node into ``b`` (operands already in ``b`` are
+    reused, other tensors become group inputs) and binds its value.
+    Raises:
+        Unsupported: the reason the node cannot join a group.
+    """
+    if node.op != "call_function":
+        raise Unsupported(f"{node.op} node")
+    if is_first_output_getitem(node):
+        src = node.args[0]
+        if src not in b.values:
+            raise Unsupported("getitem of a value outside the group")
+        b.values[node] = b.values[src]
+        return b.values[node]
+    handler = _TABLE.get(node.target)
+    if handler is None:
+        raise Unsupported("not a fusible op")
+    out = node.meta.get("val")
+    first = out[0] if isinstance(out, (tuple, list)) and out else out
+    if not isinstance(first, torch.Tensor):
+        raise Unsupported("no tensor example value (node.meta['val'])")
+    if first.dtype not in _DTYPES:
+        raise Unsupported(f"output dtype {dtype_name(first.dtype)} unsupported")
+    if first.dim() > _MAX_RANK:
+        raise Unsupported(f"rank {first.dim()} > {_MAX_RANK}")
+    v = handler(_Ctx(node, b))
+    b.values[node] = v
+    return v
+
+
+def unsupported_reason(node: torch.fx.Node) -> str | None:
+    """Why ``node`` cannot join a fusion group, or None when it can (it is
+    translated alone, its tensor operands becoming inputs)."""
+    if is_first_output_getitem(node):
+        return unsupported_reason(node.args[0])
+    try:
+        translate_node(node, IrBuilder())
+    except Unsupported as e:
+        return str(e)
+    except (TypeError, ValueError, AttributeError, IndexError) as e:
+        return f"cannot translate: {e}"
+    return None
+
+
+def op_name(node: torch.fx.Node) -> str:
+    """'aten.gelu.default' style name of a call node."""
+    t = node.target
+    return str(t) if isinstance(t, torch._ops.OpOverload) else getattr(t, "__name__", str(t))
+
+
+def supported_targets() -> list[Any]:
+    """The ATen/prims overloads the translator handles (the decomposition
+    table of the Inductor path leaves these whole)."""
+    return list(_TABLE)
