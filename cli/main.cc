@@ -6,6 +6,7 @@
 //   dice profile model.pt --input ...     (fusion groups and what they cost)
 //   dice cache ls | show KEY | rm KEY [--cache DIR]
 //   dice cache push|pull URL, export|import FILE, gc, stats (cli/cache_share.h)
+//   dice warmup  model.pt --input SET [--input SET ...] [--shard i/n] (cli/warmup.h)
 //
 // Exit codes: 0 success (also a compile-only tune on a machine without a
 // GPU), 1 a runtime failure (tuning error, outputs differ from eager),
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "cache_share.h"
+#include "warmup.h"
 #include "dice/cache/http_server.h"
 #include "dice/cache/store.h"
 #include "dice/generator/tokenizer.h"
@@ -453,6 +455,7 @@ int main(int argc, char** argv) {
   AddModelArgs(run, &args);
   auto* profile = app.add_subcommand("profile", "which fusion groups cost what (µs, calls)");
   AddModelArgs(profile, &args);
+  auto warmup = dice::cli::AddWarmupCommand(&app);  // dice warmup (cli/warmup.h)
   auto* cache = app.add_subcommand("cache", "inspect the kernel cache");
   cache->require_subcommand(1);
   std::string key, cache_dir;
@@ -487,6 +490,7 @@ int main(int argc, char** argv) {
     if (run->parsed()) return CmdRunOrProfile(args, /*profile=*/false);
     if (profile->parsed()) return CmdRunOrProfile(args, /*profile=*/true);
     if (tokenize->parsed()) return CmdTokenize(tokenizer_dir);
+    if (auto rc = dice::cli::RunWarmupCommand(*warmup)) return *rc;
     if (serve->parsed()) return CmdServe(serve_db, serve_listen, token_file);
     if (ls->parsed()) return CmdCache("ls", "", cache_dir);
     if (show->parsed()) return CmdCache("show", key, cache_dir);

@@ -587,7 +587,6 @@ Expected<CacheStats> Store::Stats() {
       "SELECT count(*), coalesce(sum(verified = 0), 0), coalesce(sum(pulled_from <> ''), 0),"
       " coalesce(sum(hits), 0), coalesce(sum(" + std::string(kPayloadBytesExpr) + "), 0),"
       " coalesce(sum(baseline_us), 0), coalesce(sum(best_us), 0),"
-      " (SELECT count(*) FROM winners WHERE speedup > 0),"
       " (SELECT page_count FROM pragma_page_count) * (SELECT page_size FROM pragma_page_size)"
       " FROM winners");
   if (!totals.ok()) return totals.status();
@@ -600,7 +599,7 @@ Expected<CacheStats> Store::Stats() {
     st.payload_bytes = sqlite3_column_int64(*totals, 4);
     const double base = sqlite3_column_double(*totals, 5), best = sqlite3_column_double(*totals, 6);
     st.total_speedup = best > 0 ? base / best : 0.0;
-    st.file_bytes = sqlite3_column_int64(*totals, 8);
+    st.file_bytes = sqlite3_column_int64(*totals, 7);
   }
   sqlite3_reset(*totals);
   if (rc != SQLITE_ROW) return impl_->Error(rc, "cache totals");

@@ -251,7 +251,7 @@ TEST_F(ShareTest, GcDropsOldEntriesThenLeastRecentlyUsedToFitTheSize) {
   ASSERT_TRUE(*store->RecordHit(Key(1)));  // used now: the most recent of all
   const int64_t now = 1700000000 + 10 * 86400;
   GcOptions old;
-  old.older_than_s = 10 * 86400 - 2;  // entries 1..3 were created before now - that; 1 was used just now
+  old.older_than_s = 10 * 86400 - 4;  // cut-off 1700000004: 2 and 3 are older; 1 was used just now
   old.now = now;
   auto r = store->CollectGarbage(old);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
