@@ -58,6 +58,7 @@ CacheClient::CacheClient(std::string base_url, std::string token, std::chrono::m
   impl_->http->set_read_timeout(timeout);
   impl_->http->set_write_timeout(timeout);
   impl_->http->set_keep_alive(true);
+  impl_->http->set_tcp_nodelay(true);  // headers and body go out at once (no Nagle / delayed-ACK stall)
 }
 
 CacheClient::~CacheClient() = default;

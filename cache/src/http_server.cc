@@ -453,6 +453,7 @@ Status CacheServer::Start(const std::string& db_path, const std::string& host, i
   httplib::Server& s = *fresh->server;
   s.new_task_queue = [] { return new httplib::ThreadPool(kWorkerThreads); };
   s.set_payload_max_length(max_body_bytes);
+  s.set_tcp_nodelay(true);  // no Nagle: small JSON answers would wait ~40 ms for the peer's delayed ACK
   s.set_keep_alive_timeout(2);  // bounds how long Stop waits for idle keep-alive connections
   s.set_read_timeout(10);
   s.set_write_timeout(10);
