@@ -282,7 +282,11 @@ void CacheServer::Impl::Install() {
     }
     Reply(res, 500, ErrorJson(what));
   });
-  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) { Count(req, res); });
+  // Counted before the response is written (httplib calls the post-routing
+  // handler with the final status, error handler applied), so a client that
+  // reads /metrics right after an answer always sees that answer counted;
+  // the logger would run only after the bytes went out.
+  s.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) { Count(req, res); });
 }
 
 void CacheServer::Impl::Health(httplib::Response& res) {

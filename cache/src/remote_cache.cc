@@ -77,6 +77,16 @@ std::optional<WinnerRecord> RemoteCache::Lookup(const std::string& task_key, Sto
     return std::nullopt;
   }
   WinnerRecord rec = std::move(**got);
+  if (local != nullptr && !options_.trust) {
+    // This kernel was already tried here (a pulled copy that failed
+    // re-verification leaves its attempt behind): do not pull it again.
+    auto tried = local->WasAttempted(task_key, rec.candidate_hash);
+    if (tried.ok() && *tried) {
+      ++counters_.misses;
+      if (why) *why = "remote kernel for " + task_key + " was already tried on this machine (see its attempts)";
+      return std::nullopt;
+    }
+  }
   rec.verified = options_.trust;
   rec.pulled_from = options_.url;
   rec.hits = 0;

@@ -470,6 +470,19 @@ TEST_F(ShareServerTest, RemoteLookupStoresThePulledEntryUnverifiedWithItsOrigin)
   EXPECT_EQ(c.misses, 2);
   EXPECT_EQ(c.skipped, 0);
 
+  // A kernel that already failed here (its attempt is recorded) is not pulled again.
+  auto failed_here = Open("failed.db");
+  ASSERT_TRUE(failed_here);
+  AttemptRecord attempt;
+  attempt.task_key = Key(1);
+  attempt.candidate_hash = MakeRecord(1, 2.0).candidate_hash;
+  attempt.origin = "pulled";
+  attempt.outcome = "verify_failed";
+  ASSERT_TRUE(failed_here->RecordAttempt(attempt).ok());
+  EXPECT_FALSE(remote.Lookup(Key(1), failed_here.get(), &why).has_value());
+  EXPECT_NE(why.find("already tried"), std::string::npos) << why;
+  EXPECT_FALSE(failed_here->GetWinner(Key(1))->has_value());
+
   o.trust = true;
   RemoteCache trusting(o);
   auto other = Open("trusting.db");

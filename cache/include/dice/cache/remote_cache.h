@@ -10,7 +10,9 @@
 // plain miss (no back-off). A record that arrives damaged (content hash,
 // wrong key) is dropped and counted as a failure.
 //
-// A found record is written to the local Store with pulled_from = the
+// A record whose (task key, candidate hash) is already in the local attempts
+// table (e.g. a pulled copy that failed re-verification here) is not pulled
+// again, unless options.trust. A found record is written to the local Store with pulled_from = the
 // server URL and verified = options.trust (DESIGN.md "HTTP sharing": a
 // pulled kernel is re-verified on the local GPU before first use unless the
 // user trusts the server; the runtime does that through the Tuner).
