@@ -5,6 +5,8 @@
 //   dice run     model.pt --input ...     (cache only: never tunes; hit/miss per group)
 //   dice profile model.pt --input ...     (fusion groups and what they cost)
 //   dice cache ls | show KEY | rm KEY [--cache DIR]
+//   dice cache push|pull URL, export|import FILE, gc, stats (cli/cache_share.h)
+//   dice warmup  model.pt --input SET [--input SET ...] [--shard i/n] (cli/warmup.h)
 //
 // Exit codes: 0 success (also a compile-only tune on a machine without a
 // GPU), 1 a runtime failure (tuning error, outputs differ from eager),
@@ -29,6 +31,8 @@
 #include <string>
 #include <vector>
 
+#include "cache_share.h"
+#include "warmup.h"
 #include "dice/cache/http_server.h"
 #include "dice/cache/store.h"
 #include "dice/generator/tokenizer.h"
@@ -451,6 +455,7 @@ int main(int argc, char** argv) {
   AddModelArgs(run, &args);
   auto* profile = app.add_subcommand("profile", "which fusion groups cost what (µs, calls)");
   AddModelArgs(profile, &args);
+  auto warmup = dice::cli::AddWarmupCommand(&app);  // dice warmup (cli/warmup.h)
   auto* cache = app.add_subcommand("cache", "inspect the kernel cache");
   cache->require_subcommand(1);
   std::string key, cache_dir;
@@ -465,6 +470,7 @@ int main(int argc, char** argv) {
   serve->add_option("--db", serve_db, "SQLite cache file to serve")->required();
   serve->add_option("--listen", serve_listen, "HOST:PORT (default 127.0.0.1:8470; port 0 = any free port)");
   serve->add_option("--token-file", token_file, "file whose first line is the bearer token for writes");
+  auto share = dice::cli::AddCacheShareCommands(cache);  // push, pull, export, import, gc, stats
   for (auto* sub : {ls, show, rm}) {
     sub->add_option("--cache", cache_dir, "cache directory (default $DICE_CACHE_DIR or ~/.cache/dice)");
   }
@@ -484,10 +490,12 @@ int main(int argc, char** argv) {
     if (run->parsed()) return CmdRunOrProfile(args, /*profile=*/false);
     if (profile->parsed()) return CmdRunOrProfile(args, /*profile=*/true);
     if (tokenize->parsed()) return CmdTokenize(tokenizer_dir);
+    if (auto rc = dice::cli::RunWarmupCommand(*warmup)) return *rc;
     if (serve->parsed()) return CmdServe(serve_db, serve_listen, token_file);
     if (ls->parsed()) return CmdCache("ls", "", cache_dir);
     if (show->parsed()) return CmdCache("show", key, cache_dir);
     if (rm->parsed()) return CmdCache("rm", key, cache_dir);
+    if (auto rc = dice::cli::RunCacheShareCommand(*share, cache_dir)) return *rc;
   } catch (const c10::Error& e) {
     return Fail(kExitFailure, std::string("PyTorch error: ") + e.what_without_backtrace());
   } catch (const std::exception& e) {

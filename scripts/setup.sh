@@ -11,7 +11,8 @@ BUILD_DIR=${BUILD_DIR:-build}
 BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
 TORCH_VERSION=2.11.0
 APT_PACKAGES="build-essential cmake ninja-build pkg-config libsqlite3-dev sqlite3 libssl-dev nlohmann-json3-dev
-  libspdlog-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev libicu-dev python3-pip"
+  libspdlog-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev libicu-dev python3-pip
+  chromium"
 
 log() { echo "[setup] $*"; }
 
@@ -38,6 +39,14 @@ if ! have_headers; then
     log "missing development headers and cannot apt-get (not root?): install: $APT_PACKAGES"
     exit 1
   fi
+fi
+# Headless Chromium loads the cache server's dashboard in a test; installed
+# with the packages above, or here when the headers were already present.
+# Optional: without it (e.g. the GPU machine, no registry) that test skips.
+if ! command -v chromium >/dev/null && [ ! -d "$ROOT/.deps" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  log "installing chromium (dashboard browser test)"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
+    >/dev/null 2>&1 || log "chromium not installed; the dashboard browser test will skip"
 fi
 [ -x /usr/local/cuda/bin/nvcc ] || [ -e /usr/local/cuda/include/nvrtc.h ] || {
   log "CUDA toolkit not found at /usr/local/cuda (NVRTC and headers are required)"; exit 1; }

@@ -3,7 +3,9 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <mutex>
+#include <unordered_set>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -56,6 +58,7 @@ CacheClient::CacheClient(std::string base_url, std::string token, std::chrono::m
   impl_->http->set_read_timeout(timeout);
   impl_->http->set_write_timeout(timeout);
   impl_->http->set_keep_alive(true);
+  impl_->http->set_tcp_nodelay(true);  // headers and body go out at once (no Nagle / delayed-ACK stall)
 }
 
 CacheClient::~CacheClient() = default;
@@ -95,6 +98,45 @@ Expected<std::optional<WinnerRecord>> CacheClient::Get(const std::string& task_k
                                             ", bytes hash to " + hash + "); entry rejected");
   }
   return std::optional<WinnerRecord>(std::move(*rec));
+}
+
+Expected<std::vector<WinnerRecord>> CacheClient::GetMany(const std::vector<std::string>& task_keys) {
+  const std::string what = "POST " + base_url_ + "/v1/kernels/batch";
+  for (const std::string& key : task_keys) {
+    if (!IsValidTaskKey(key)) {
+      return Status(StatusCode::kInvalidArgument, what + ": task key '" + key + "' is not 64 lowercase hex digits");
+    }
+  }
+  if (!impl_->http->is_valid()) return Status(StatusCode::kInvalidArgument, what + ": invalid base URL");
+  std::vector<WinnerRecord> out;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (size_t begin = 0; begin < task_keys.size(); begin += kMaxBatchKeys) {
+    const size_t end = std::min(task_keys.size(), begin + static_cast<size_t>(kMaxBatchKeys));
+    std::unordered_set<std::string> asked(task_keys.begin() + begin, task_keys.begin() + end);
+    json body{{"keys", json::array()}};
+    for (size_t i = begin; i < end; ++i) body["keys"].push_back(task_keys[i]);
+    auto res = impl_->http->Post("/v1/kernels/batch", body.dump(), "application/json");
+    if (!res || res->status != 200) return RequestError(what, res);
+    json j = json::parse(res->body, nullptr, false);
+    if (!j.is_object() || !j.contains("entries") || !j["entries"].is_array()) {
+      return Status(StatusCode::kCorrupt, what + ": malformed batch body");
+    }
+    for (const json& e : j["entries"]) {
+      auto rec = WinnerFromWireJson(e.dump());
+      if (!rec.ok()) return Status(StatusCode::kCorrupt, what + ": malformed entry: " + rec.status().message());
+      if (asked.count(rec->task_key) == 0) {
+        return Status(StatusCode::kCorrupt, what + ": server returned an entry for a key not asked for: " +
+                                                rec->task_key);
+      }
+      const std::string hash = ContentHash(*rec);
+      if (hash != rec->content_hash) {
+        return Status(StatusCode::kCorrupt, what + ": entry " + rec->task_key + " fails its content hash (says " +
+                                                rec->content_hash + ", bytes hash to " + hash + ")");
+      }
+      out.push_back(std::move(*rec));
+    }
+  }
+  return out;
 }
 
 Expected<bool> CacheClient::Put(WinnerRecord rec) {

@@ -24,6 +24,8 @@
 #include <thread>
 #include <utility>
 
+#include "dice/runtime/ir.h"
+
 namespace dice::cache {
 namespace {
 
@@ -127,6 +129,8 @@ std::string RouteOf(const httplib::Request& req) {
   if (req.path == "/v1/health") return "health";
   if (req.path == "/metrics") return "metrics";
   if (req.path == "/v1/kernels") return "list_kernels";
+  if (req.path == "/v1/kernels/batch" && req.method == "POST") return "batch_get";
+  if (req.path == "/" || req.path == "/dashboard") return "dashboard";
   if (req.path.rfind("/v1/kernels/", 0) == 0) return req.method == "PUT" ? "put_kernel" : "get_kernel";
   return "other";
 }
@@ -139,6 +143,59 @@ bool IsValidTaskKey(const std::string& key) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   }
   return true;
+}
+
+std::string HtmlEscape(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+std::string Age(int64_t seconds) {
+  if (seconds < 0) seconds = 0;
+  if (seconds < 60) return std::to_string(seconds) + "s";
+  if (seconds < 3600) return std::to_string(seconds / 60) + "m";
+  if (seconds < 86400) return std::to_string(seconds / 3600) + "h";
+  return std::to_string(seconds / 86400) + "d";
+}
+
+}  // namespace
+
+std::string RenderDashboard(const std::vector<WinnerRecord>& entries, int64_t now, size_t total_entries) {
+  std::ostringstream h;
+  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>DICE kernel cache</title>\n"
+    << "<style>body{font-family:sans-serif}table{border-collapse:collapse}"
+    << "td,th{border:1px solid #999;padding:2px 6px;text-align:left}td.n{text-align:right}</style></head>\n"
+    << "<body><h1>DICE kernel cache</h1>\n<p id=\"summary\">" << total_entries << " entr"
+    << (total_entries == 1 ? "y" : "ies");
+  if (entries.size() < total_entries) h << " (newest " << entries.size() << " shown)";
+  h << "</p>\n<table id=\"entries\"><thead><tr><th>ops</th><th>inputs</th><th>arch</th><th>speedup</th>"
+    << "<th>origin</th><th>age</th><th>key</th></tr></thead><tbody>\n";
+  for (const WinnerRecord& r : entries) {
+    auto g = ir::Parse(r.graph_canonical);
+    const std::string ops = g.ok() ? ir::Summary(*g) : "?";
+    char speedup[32];
+    std::snprintf(speedup, sizeof(speedup), "%.2fx", r.speedup);
+    h << "<tr><td>" << HtmlEscape(ops) << "</td><td>" << HtmlEscape(r.input_specs) << "</td><td>"
+      << HtmlEscape(r.arch) << "</td><td class=\"n\">" << speedup << "</td><td>" << HtmlEscape(r.origin)
+      << "</td><td class=\"n\">" << Age(now - r.created_at) << "</td><td><code>"
+      << HtmlEscape(r.task_key.substr(0, 16)) << "</code></td></tr>\n";
+  }
+  h << "</tbody></table>\n<p>API: <code>GET /v1/kernels?arch=</code>, <code>GET /v1/kernels/{key}</code>, "
+    << "<code>/v1/health</code>, <code>/metrics</code></p></body></html>\n";
+  return h.str();
 }
 
 std::string WinnerToWireJson(const WinnerRecord& rec, bool with_payload) {
@@ -194,6 +251,8 @@ struct CacheServer::Impl {
   void GetKernel(const httplib::Request& req, httplib::Response& res);
   void PutKernel(const httplib::Request& req, httplib::Response& res);
   void ListKernels(const httplib::Request& req, httplib::Response& res);
+  void BatchGet(const httplib::Request& req, httplib::Response& res);
+  void Dashboard(httplib::Response& res);
 };
 
 void CacheServer::Impl::Install() {
@@ -201,6 +260,9 @@ void CacheServer::Impl::Install() {
   s.Get("/v1/health", [this](const httplib::Request&, httplib::Response& res) { Health(res); });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { Metrics(res); });
   s.Get("/v1/kernels", [this](const httplib::Request& req, httplib::Response& res) { ListKernels(req, res); });
+  s.Post("/v1/kernels/batch", [this](const httplib::Request& req, httplib::Response& res) { BatchGet(req, res); });
+  s.Get("/", [this](const httplib::Request&, httplib::Response& res) { Dashboard(res); });
+  s.Get("/dashboard", [this](const httplib::Request&, httplib::Response& res) { Dashboard(res); });
   s.Get(R"(/v1/kernels/([^/]*))", [this](const httplib::Request& req, httplib::Response& res) { GetKernel(req, res); });
   s.Put(R"(/v1/kernels/([^/]*))", [this](const httplib::Request& req, httplib::Response& res) { PutKernel(req, res); });
   // Every 4xx/5xx without a body (unrouted paths, 413 from the body limit)
@@ -220,7 +282,11 @@ void CacheServer::Impl::Install() {
     }
     Reply(res, 500, ErrorJson(what));
   });
-  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) { Count(req, res); });
+  // Counted before the response is written (httplib calls the post-routing
+  // handler with the final status, error handler applied), so a client that
+  // reads /metrics right after an answer always sees that answer counted;
+  // the logger would run only after the bytes went out.
+  s.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) { Count(req, res); });
 }
 
 void CacheServer::Impl::Health(httplib::Response& res) {
@@ -319,6 +385,54 @@ void CacheServer::Impl::ListKernels(const httplib::Request& req, httplib::Respon
   res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
+void CacheServer::Impl::BatchGet(const httplib::Request& req, httplib::Response& res) {
+  json j = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Reply(res, 400, ErrorJson("malformed JSON"));
+  if (!j.is_object() || !j.contains("keys") || !j["keys"].is_array()) {
+    return Reply(res, 400, ErrorJson("body must be {\"keys\": [task keys]}"));
+  }
+  const json& keys = j["keys"];
+  if (keys.empty() || keys.size() > static_cast<size_t>(kMaxBatchKeys)) {
+    return Reply(res, 400, ErrorJson("keys must hold 1 to " + std::to_string(kMaxBatchKeys) + " task keys, got " +
+                                     std::to_string(keys.size())));
+  }
+  for (const json& k : keys) {
+    if (!k.is_string() || !IsValidTaskKey(k.get<std::string>())) {
+      return Reply(res, 400, ErrorJson("every key must be 64 lowercase hex digits"));
+    }
+  }
+  std::string entries;
+  json missing = json::array(), damaged = json::array();
+  for (const json& k : keys) {
+    const std::string key = k.get<std::string>();
+    auto rec = store->GetWinner(key);
+    if (!rec.ok()) {
+      if (rec.status().code() != StatusCode::kCorrupt) return Reply(res, 500, ErrorJson(rec.status().ToString()));
+      damaged.push_back(key);
+    } else if (!rec->has_value()) {
+      missing.push_back(key);
+    } else {
+      if (!entries.empty()) entries += ',';
+      entries += WinnerToWireJson(**rec, true);
+    }
+  }
+  // Entries are spliced in as already-serialised JSON (no re-parse of cubins).
+  res.status = 200;
+  res.set_content("{\"entries\":[" + entries + "],\"missing\":" + missing.dump() + ",\"damaged\":" + damaged.dump() + "}",
+                  "application/json");
+}
+
+void CacheServer::Impl::Dashboard(httplib::Response& res) {
+  auto all = store->ListWinners();
+  if (!all.ok()) return Reply(res, 500, ErrorJson(all.status().ToString()));
+  const size_t total = all->size();
+  if (all->size() > static_cast<size_t>(kDashboardRows)) all->resize(kDashboardRows);
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  res.status = 200;
+  res.set_content(RenderDashboard(*all, now, total), "text/html; charset=utf-8");
+}
+
 // ---------------------------------------------------------------------------
 
 CacheServer::CacheServer() : impl_(std::make_unique<Impl>()) {}
@@ -343,6 +457,7 @@ Status CacheServer::Start(const std::string& db_path, const std::string& host, i
   httplib::Server& s = *fresh->server;
   s.new_task_queue = [] { return new httplib::ThreadPool(kWorkerThreads); };
   s.set_payload_max_length(max_body_bytes);
+  s.set_tcp_nodelay(true);  // no Nagle: small JSON answers would wait ~40 ms for the peer's delayed ACK
   s.set_keep_alive_timeout(2);  // bounds how long Stop waits for idle keep-alive connections
   s.set_read_timeout(10);
   s.set_write_timeout(10);

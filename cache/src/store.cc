@@ -17,6 +17,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -65,8 +66,8 @@ std::string ColumnText(sqlite3_stmt* stmt, int col) {
   return std::string(static_cast<const char*>(p), static_cast<size_t>(n));
 }
 
-// Schema v1 (DESIGN.md "Cache"). Kept as a list of migrations so that v2
-// appends one entry; kMigrations[i] takes the schema from version i to i+1.
+// Schema (DESIGN.md "Cache") as a list of migrations; kMigrations[i] takes
+// the schema from version i to i+1.
 const char* const kMigrations[] = {
     // v0 -> v1: the initial tables.
     "CREATE TABLE winners ("
@@ -100,6 +101,12 @@ const char* const kMigrations[] = {
     "  key TEXT PRIMARY KEY NOT NULL,"
     "  value TEXT NOT NULL);"
     "INSERT INTO meta(key, value) VALUES ('created_by', 'dice');",
+    // v1 -> v2: provenance and use of each winner. Rows written by v1 were
+    // tuned and verified locally, never used as far as anyone counted.
+    "ALTER TABLE winners ADD COLUMN verified INTEGER NOT NULL DEFAULT 1;"
+    "ALTER TABLE winners ADD COLUMN pulled_from TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE winners ADD COLUMN hits INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE winners ADD COLUMN last_used_at INTEGER NOT NULL DEFAULT 0;",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion,
               "one migration per schema version");
@@ -355,10 +362,17 @@ namespace {
 // selects empty literals for source and cubin, so one reader serves both.
 constexpr const char* kWinnerColumns =
     "task_key, graph_canonical, input_specs, arch, gpu_name, origin, candidate_hash, source, cubin,"
-    " launch_plan_json, baseline_us, best_us, speedup, reduced_precision, versions_json, created_at, content_hash";
+    " launch_plan_json, baseline_us, best_us, speedup, reduced_precision, versions_json, created_at, content_hash,"
+    " verified, pulled_from, hits, last_used_at";
 constexpr const char* kWinnerSummaryColumns =
     "task_key, graph_canonical, input_specs, arch, gpu_name, origin, candidate_hash, '', '',"
-    " launch_plan_json, baseline_us, best_us, speedup, reduced_precision, versions_json, created_at, content_hash";
+    " launch_plan_json, baseline_us, best_us, speedup, reduced_precision, versions_json, created_at, content_hash,"
+    " verified, pulled_from, hits, last_used_at";
+
+// Payload bytes of a row, as Stats and CollectGarbage count them.
+constexpr const char* kPayloadBytesExpr =
+    "(length(CAST(source AS BLOB)) + length(cubin) + length(CAST(launch_plan_json AS BLOB)) +"
+    " length(CAST(graph_canonical AS BLOB)))";
 
 WinnerRecord ReadWinnerRow(sqlite3_stmt* s) {
   WinnerRecord r;
@@ -379,6 +393,10 @@ WinnerRecord ReadWinnerRow(sqlite3_stmt* s) {
   r.versions_json = ColumnText(s, 14);
   r.created_at = sqlite3_column_int64(s, 15);
   r.content_hash = ColumnText(s, 16);
+  r.verified = sqlite3_column_int(s, 17) != 0;
+  r.pulled_from = ColumnText(s, 18);
+  r.hits = sqlite3_column_int64(s, 19);
+  r.last_used_at = sqlite3_column_int64(s, 20);
   return r;
 }
 
@@ -424,20 +442,33 @@ Expected<bool> Store::PutWinner(WinnerRecord rec) {
   Transaction txn(impl_->db, impl_->path);
   DICE_RETURN_IF_ERROR(txn.Begin());
   {
-    auto stmt = impl_->Prepare("SELECT speedup FROM winners WHERE task_key = ?1");
+    auto stmt = impl_->Prepare("SELECT speedup, verified, hits, last_used_at FROM winners WHERE task_key = ?1");
     if (!stmt.ok()) return stmt.status();
     BindText(*stmt, 1, rec.task_key);
     int rc = sqlite3_step(*stmt);
-    double existing = rc == SQLITE_ROW ? sqlite3_column_double(*stmt, 0) : 0.0;
+    double existing = 0.0;
+    bool existing_verified = false;
+    int64_t hits = 0, last_used = 0;
+    if (rc == SQLITE_ROW) {
+      existing = sqlite3_column_double(*stmt, 0);
+      existing_verified = sqlite3_column_int(*stmt, 1) != 0;
+      hits = sqlite3_column_int64(*stmt, 2);
+      last_used = sqlite3_column_int64(*stmt, 3);
+    }
     sqlite3_reset(*stmt);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) return impl_->Error(rc, "read winner " + rec.task_key);
-    if (rc == SQLITE_ROW && existing >= rec.speedup) return false;  // keep the earlier / better
+    if (rc == SQLITE_ROW) {
+      if (existing_verified && !rec.verified) return false;  // never trade a proven kernel for an unproven one
+      if (existing_verified == rec.verified && existing >= rec.speedup) return false;  // keep the earlier / better
+      if (rec.hits == 0) rec.hits = hits;
+      if (rec.last_used_at == 0) rec.last_used_at = last_used;
+    }
   }
   auto stmt = impl_->Prepare(
       "INSERT OR REPLACE INTO winners (task_key, graph_canonical, input_specs, arch, gpu_name,"
       " origin, candidate_hash, source, cubin, launch_plan_json, baseline_us, best_us, speedup,"
-      " reduced_precision, versions_json, created_at, content_hash)"
-      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)");
+      " reduced_precision, versions_json, created_at, content_hash, verified, pulled_from, hits, last_used_at)"
+      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)");
   if (!stmt.ok()) return stmt.status();
   sqlite3_stmt* s = *stmt;
   BindText(s, 1, rec.task_key);
@@ -457,6 +488,10 @@ Expected<bool> Store::PutWinner(WinnerRecord rec) {
   BindText(s, 15, rec.versions_json);
   sqlite3_bind_int64(s, 16, rec.created_at);
   BindText(s, 17, rec.content_hash);
+  sqlite3_bind_int(s, 18, rec.verified ? 1 : 0);
+  BindText(s, 19, rec.pulled_from);
+  sqlite3_bind_int64(s, 20, rec.hits);
+  sqlite3_bind_int64(s, 21, rec.last_used_at);
   int rc = sqlite3_step(s);
   sqlite3_reset(s);
   if (rc != SQLITE_DONE) return impl_->Error(rc, "write winner " + rec.task_key);
@@ -500,6 +535,178 @@ Expected<std::vector<WinnerRecord>> Store::ListWinners() {
   sqlite3_reset(s);
   if (rc != SQLITE_DONE) return impl_->Error(rc, "list winners");
   return out;
+}
+
+Expected<bool> Store::RecordHit(const std::string& task_key) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto stmt = impl_->Prepare("UPDATE winners SET hits = hits + 1, last_used_at = ?2 WHERE task_key = ?1");
+  if (!stmt.ok()) return stmt.status();
+  BindText(*stmt, 1, task_key);
+  sqlite3_bind_int64(*stmt, 2, NowUnixSeconds());
+  int rc = sqlite3_step(*stmt);
+  sqlite3_reset(*stmt);
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "record hit " + task_key);
+  return sqlite3_changes(impl_->db) > 0;
+}
+
+Expected<bool> Store::MarkVerified(const std::string& task_key, double baseline_us, double best_us) {
+  if (!(best_us > 0) || !(baseline_us > 0)) {
+    return Status(StatusCode::kInvalidArgument, "MarkVerified " + task_key + ": times must be > 0 µs (baseline " +
+                                                    std::to_string(baseline_us) + ", best " +
+                                                    std::to_string(best_us) + ")");
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto stmt = impl_->Prepare(
+      "UPDATE winners SET verified = 1, baseline_us = ?2, best_us = ?3, speedup = ?4 WHERE task_key = ?1");
+  if (!stmt.ok()) return stmt.status();
+  BindText(*stmt, 1, task_key);
+  sqlite3_bind_double(*stmt, 2, baseline_us);
+  sqlite3_bind_double(*stmt, 3, best_us);
+  sqlite3_bind_double(*stmt, 4, baseline_us / best_us);
+  int rc = sqlite3_step(*stmt);
+  sqlite3_reset(*stmt);
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "mark verified " + task_key);
+  return sqlite3_changes(impl_->db) > 0;
+}
+
+Expected<bool> Store::RemoveUnverifiedWinner(const std::string& task_key) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto stmt = impl_->Prepare("DELETE FROM winners WHERE task_key = ?1 AND verified = 0");
+  if (!stmt.ok()) return stmt.status();
+  BindText(*stmt, 1, task_key);
+  int rc = sqlite3_step(*stmt);
+  sqlite3_reset(*stmt);
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "remove unverified winner " + task_key);
+  return sqlite3_changes(impl_->db) > 0;
+}
+
+Expected<CacheStats> Store::Stats() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  CacheStats st;
+  auto totals = impl_->Prepare(
+      "SELECT count(*), coalesce(sum(verified = 0), 0), coalesce(sum(pulled_from <> ''), 0),"
+      " coalesce(sum(hits), 0), coalesce(sum(" + std::string(kPayloadBytesExpr) + "), 0),"
+      " coalesce(sum(baseline_us), 0), coalesce(sum(best_us), 0),"
+      " (SELECT page_count FROM pragma_page_count) * (SELECT page_size FROM pragma_page_size)"
+      " FROM winners");
+  if (!totals.ok()) return totals.status();
+  int rc = sqlite3_step(*totals);
+  if (rc == SQLITE_ROW) {
+    st.entries = sqlite3_column_int64(*totals, 0);
+    st.unverified = sqlite3_column_int64(*totals, 1);
+    st.pulled = sqlite3_column_int64(*totals, 2);
+    st.hits = sqlite3_column_int64(*totals, 3);
+    st.payload_bytes = sqlite3_column_int64(*totals, 4);
+    const double base = sqlite3_column_double(*totals, 5), best = sqlite3_column_double(*totals, 6);
+    st.total_speedup = best > 0 ? base / best : 0.0;
+    st.file_bytes = sqlite3_column_int64(*totals, 7);
+  }
+  sqlite3_reset(*totals);
+  if (rc != SQLITE_ROW) return impl_->Error(rc, "cache totals");
+  // Geometric mean in C++ (SQLite's ln() is an optional build feature).
+  auto speedups = impl_->Prepare("SELECT speedup FROM winners WHERE speedup > 0");
+  if (!speedups.ok()) return speedups.status();
+  double log_sum = 0;
+  int64_t n = 0;
+  while ((rc = sqlite3_step(*speedups)) == SQLITE_ROW) {
+    log_sum += std::log(sqlite3_column_double(*speedups, 0));
+    ++n;
+  }
+  sqlite3_reset(*speedups);
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "cache speedups");
+  st.geomean_speedup = n > 0 ? std::exp(log_sum / static_cast<double>(n)) : 0.0;
+  auto archs = impl_->Prepare("SELECT arch, count(*) FROM winners GROUP BY arch ORDER BY arch");
+  if (!archs.ok()) return archs.status();
+  while ((rc = sqlite3_step(*archs)) == SQLITE_ROW) {
+    st.archs.emplace_back(ColumnText(*archs, 0), sqlite3_column_int64(*archs, 1));
+  }
+  sqlite3_reset(*archs);
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "cache archs");
+  return st;
+}
+
+Expected<GcResult> Store::CollectGarbage(const GcOptions& options) {
+  if (options.max_payload_bytes < 0 || options.older_than_s < 0) {
+    return Status(StatusCode::kInvalidArgument, "CollectGarbage: bounds must be >= 0 (max_payload_bytes " +
+                                                    std::to_string(options.max_payload_bytes) + ", older_than_s " +
+                                                    std::to_string(options.older_than_s) + ")");
+  }
+  const int64_t now = options.now != 0 ? options.now : NowUnixSeconds();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  GcResult result;
+  {
+    Transaction txn(impl_->db, impl_->path);
+    DICE_RETURN_IF_ERROR(txn.Begin());
+    // Every winner, least recently used first: (key, bytes, last touched).
+    auto rows = impl_->Prepare("SELECT task_key, " + std::string(kPayloadBytesExpr) +
+                               ", max(created_at, last_used_at) AS touched FROM winners"
+                               " ORDER BY touched ASC, speedup ASC, task_key ASC");
+    if (!rows.ok()) return rows.status();
+    struct Row {
+      std::string key;
+      int64_t bytes;
+      int64_t touched;
+    };
+    std::vector<Row> all;
+    int64_t total = 0;
+    int rc;
+    while ((rc = sqlite3_step(*rows)) == SQLITE_ROW) {
+      all.push_back({ColumnText(*rows, 0), sqlite3_column_int64(*rows, 1), sqlite3_column_int64(*rows, 2)});
+      total += all.back().bytes;
+    }
+    sqlite3_reset(*rows);
+    if (rc != SQLITE_DONE) return impl_->Error(rc, "list winners for gc");
+    std::vector<const Row*> victims;
+    for (const Row& r : all) {
+      const bool too_old = options.older_than_s > 0 && r.touched < now - options.older_than_s;
+      const bool too_big = options.max_payload_bytes > 0 && total > options.max_payload_bytes;
+      if (!too_old && !too_big) continue;
+      victims.push_back(&r);
+      total -= r.bytes;
+      result.removed_bytes += r.bytes;
+    }
+    for (const char* sql : {"DELETE FROM winners WHERE task_key = ?1", "DELETE FROM attempts WHERE task_key = ?1"}) {
+      auto del = impl_->Prepare(sql);
+      if (!del.ok()) return del.status();
+      for (const Row* v : victims) {
+        sqlite3_reset(*del);
+        BindText(*del, 1, v->key);
+        rc = sqlite3_step(*del);
+        sqlite3_reset(*del);
+        if (rc != SQLITE_DONE) return impl_->Error(rc, "gc remove " + v->key);
+      }
+    }
+    DICE_RETURN_IF_ERROR(txn.Commit());
+    result.removed = static_cast<int64_t>(victims.size());
+    result.remaining = static_cast<int64_t>(all.size() - victims.size());
+    result.remaining_bytes = total;
+  }
+  if (result.removed > 0) {
+    // Give the space back: fold the WAL into the file, then rebuild it.
+    // Both are best effort (another process may be reading); the removal
+    // above is already committed.
+    sqlite3_exec(impl_->db, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);
+    sqlite3_exec(impl_->db, "VACUUM", nullptr, nullptr, nullptr);
+  }
+  return result;
+}
+
+Status Store::CheckIntegrity() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(impl_->db, "PRAGMA integrity_check(10)", -1, &stmt, nullptr);
+  if (rc != SQLITE_OK) return impl_->Error(rc, "integrity_check");
+  std::string findings;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    if (!findings.empty()) findings += "; ";
+    findings += ColumnText(stmt, 0);
+  }
+  sqlite3_finalize(stmt);
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "integrity_check");
+  if (findings != "ok") {
+    return Status(StatusCode::kCorrupt, "cache database " + impl_->path + " fails integrity_check: " + findings);
+  }
+  return Status::Ok();
 }
 
 Status Store::RecordAttempt(AttemptRecord rec) {

@@ -27,6 +27,7 @@
 #include <torch/library.h>
 #include <nlohmann/json.hpp>
 
+#include "dice/cache/remote_cache.h"
 #include "dice/cache/store.h"
 #include "dice/generator/templates.h"
 #include "dice/reference/reference_executor.h"
@@ -95,6 +96,10 @@ struct Runtime {
   std::string store_dir;
   std::map<std::string, std::shared_ptr<LoadedKernel>> kernels;
 
+  // Shared cache server ($DICE_REMOTE_CACHE), asked on a local miss.
+  std::once_flag remote_once;
+  std::unique_ptr<cache::RemoteCache> remote;
+
   // Tuning.
   std::mutex tune_mu;  // one Tune at a time
   std::unique_ptr<Tuner> tuner;
@@ -150,6 +155,21 @@ Expected<cache::Store*> StoreLocked() {
     r.store_dir = dir;
   }
   return r.store.get();
+}
+
+// The remote cache of $DICE_REMOTE_CACHE (null when unset or invalid; an
+// invalid setting is reported once on stderr and ignored).
+cache::RemoteCache* Remote() {
+  Runtime& r = R();
+  std::call_once(r.remote_once, [&r] {
+    auto o = cache::RemoteCacheOptions::FromEnv();
+    if (!o.ok()) {
+      std::fprintf(stderr, "dice: remote cache disabled: %s\n", o.status().message().c_str());
+      return;
+    }
+    if (!o->url.empty()) r.remote = std::make_unique<cache::RemoteCache>(*o);
+  });
+  return r.remote.get();
 }
 
 Expected<TuneReport> TuneTaskNow(const Task& task, const std::vector<std::string>* captured) {
@@ -491,6 +511,7 @@ class GroupOp {
     Runtime& r = R();
     for (int attempt = 0; attempt < 2; ++attempt) {
       std::optional<cache::WinnerRecord> rec;
+      cache::Store* local = nullptr;  // valid while the cache dir stays the same
       {
         std::lock_guard<std::mutex> lock(r.store_mu);
         auto it = r.kernels.find(e.key);
@@ -512,8 +533,46 @@ class GroupOp {
           return SigEntry::kFailed;
         }
         rec = std::move(w).value();
+        local = *store;
       }
-      if (rec) return Load(e, *rec, stack);
+      // Local miss: ask the shared server (short timeout, back-off when it
+      // is down; outside store_mu); a found entry is stored locally,
+      // unverified unless trusted.
+      if (!rec && attempt == 0 && Remote() != nullptr) rec = Remote()->Lookup(e.key, local);
+      if (rec && !rec->verified && GetRuntimeOptions().tune.compile_only) {
+        e.failure = "kernel from " + rec->pulled_from + " not served: re-verification needs a GPU (compile-only run)";
+        e.state.store(SigEntry::kFailed);
+        return SigEntry::kFailed;
+      }
+      if (rec && !rec->verified) {
+        // Pulled or imported, not yet proven on this GPU: re-verify (the
+        // tuner verifies and times only this kernel) before first use.
+        auto rep = TuneTaskNow(*e.task, nullptr);
+        if (!rep.ok() || rep->winner_origin.empty()) {
+          e.failure = "kernel from " + rec->pulled_from + " not served: " +
+                      (rep.ok() ? std::string("it failed re-verification on this GPU")
+                                : "re-verification needs a GPU: " + rep.status().message());
+          e.state.store(SigEntry::kFailed);
+          return SigEntry::kFailed;
+        }
+        std::lock_guard<std::mutex> lock(r.store_mu);
+        auto store = StoreLocked();
+        auto w = store.ok() ? (*store)->GetWinner(e.key) : Expected<std::optional<cache::WinnerRecord>>(store.status());
+        if (!w.ok() || !w->has_value() || !(**w).verified) {
+          e.failure = "cache: re-verified winner for " + e.key + " cannot be read back";
+          e.state.store(SigEntry::kFailed);
+          return SigEntry::kFailed;
+        }
+        rec = std::move(**w);
+      }
+      if (rec) {
+        {
+          std::lock_guard<std::mutex> lock(r.store_mu);
+          auto store = StoreLocked();
+          if (store.ok()) (void)(*store)->RecordHit(e.key);  // once per process and key; best effort
+        }
+        return Load(e, *rec, stack);
+      }
       if (mode != Mode::kTuneSync || attempt == 1) break;
       size_t base = stack.size() - n_in_;
       std::vector<at::Tensor> ts;

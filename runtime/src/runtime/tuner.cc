@@ -159,7 +159,7 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
   if (!opt.compile_only && impl_->store != nullptr) {
     auto cached = impl_->store->GetWinner(report.task_key);
     if (!cached.ok()) return cached.status().WithContext("reading the kernel cache");
-    if (cached->has_value()) {
+    if (cached->has_value() && (**cached).verified) {
       const cache::WinnerRecord& w = **cached;
       report.from_cache = true;
       report.winner_origin = w.origin;
@@ -169,6 +169,15 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
       report.tune_seconds = SecondsSince(start);
       return report;
     }
+  }
+
+  // A pulled (unverified) entry is re-verified and re-timed here before it
+  // is ever served: it becomes the only candidate (DESIGN.md "HTTP sharing").
+  std::optional<cache::WinnerRecord> pulled;
+  if (!opt.compile_only && impl_->store != nullptr) {
+    auto cached = impl_->store->GetWinner(report.task_key);
+    if (!cached.ok()) return cached.status().WithContext("reading the kernel cache");
+    if (cached->has_value() && !(**cached).verified) pulled = std::move(**cached);
   }
 
   // The GPU check comes before generation so a GPU-less machine fails fast.
@@ -188,7 +197,30 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
   // what the precision policy forbids.
   std::vector<Candidate> candidates;
   std::unordered_set<std::string> seen;
+  if (pulled) {
+    auto plan = LaunchPlan::FromJson(pulled->launch_plan_json);
+    if (!plan.ok()) {
+      CandidateOutcome o;
+      o.origin = pulled->origin;
+      o.hash = pulled->candidate_hash;
+      o.outcome = "verify_failed";
+      o.error = "pulled entry has a bad launch plan: " + plan.status().message();
+      report.outcomes.push_back(std::move(o));
+      auto removed = impl_->store->RemoveUnverifiedWinner(report.task_key);
+      if (!removed.ok()) return removed.status();
+      report.tune_seconds = SecondsSince(start);
+      return report;
+    }
+    Candidate c;
+    c.origin = pulled->origin;
+    c.form = CandidateForm::kDevice;
+    c.source = pulled->source;
+    c.plan = *plan;
+    c.reduced_precision = pulled->reduced_precision;
+    candidates.push_back(std::move(c));
+  }
   for (const auto& gen : impl_->generators) {
+    if (pulled) break;  // re-verification only: the generators are not asked
     if (SecondsSince(start) >= opt.budget_s) break;
     auto generated = gen->Generate(task, opt.max_candidates);
     if (!generated.ok()) {
@@ -361,6 +393,8 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
       w.source = c.source;
       w.cubin = r.cubin;
       w.launch_plan_json = c.plan.ToJson();
+      w.verified = true;  // verified and timed on this GPU just now
+      if (pulled) w.pulled_from = pulled->pulled_from;
       w.baseline_us = report.baseline_us;
       w.best_us = r.time_us;
       w.speedup = report.speedup;
@@ -374,6 +408,12 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
       auto put = impl_->store->PutWinner(std::move(w));
       if (!put.ok()) return put.status().WithContext("storing the winner");
     }
+  }
+  if (pulled && !have_winner) {
+    // Failed re-verification (wrong, crashed, or not faster here): recorded
+    // above as an attempt and never served.
+    auto removed = impl_->store->RemoveUnverifiedWinner(report.task_key);
+    if (!removed.ok()) return removed.status().WithContext("dropping a pulled kernel that failed re-verification");
   }
   report.tune_seconds = SecondsSince(start);
   return report;

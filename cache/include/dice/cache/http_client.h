@@ -48,6 +48,15 @@ class CacheClient {
   /// its task_key differs from the requested one.
   Expected<std::optional<WinnerRecord>> Get(const std::string& task_key);
 
+  /// POST /v1/kernels/batch, in chunks of kMaxBatchKeys keys: the entries
+  /// the server holds for `task_keys` (keys it lacks are simply absent from
+  /// the result; order follows the server's answer). Every entry is checked
+  /// like Get's (content hash, key asked for).
+  /// Errors: kInvalidArgument for an invalid key (no request sent) or a 4xx;
+  /// kTimeout; kIoError for no connection or a 5xx; kCorrupt for a malformed
+  /// body or entry, an entry for a key not asked for, or a hash mismatch.
+  Expected<std::vector<WinnerRecord>> GetMany(const std::vector<std::string>& task_keys);
+
   /// PUT /v1/kernels/{rec.task_key} with content_hash recomputed
   /// (ContentHash). Returns true when the server stored it, false when it
   /// kept its existing entry (a speedup >= rec.speedup).

@@ -27,6 +27,14 @@
 //        "page_size":S,"total":T}; entries newest first, without source and
 //        cubin; arch optional (all archs when absent); page is 1-based,
 //        page_size in [1, kMaxPageSize]; anything else → 400.
+//   POST /v1/kernels/batch           body {"keys":["<task_key>",...]} (1 to
+//        kMaxBatchKeys keys, each 64 lowercase hex; else 400). 200
+//        {"entries":[WinnerToWireJson(rec,true)...],"missing":[keys without
+//        an entry],"damaged":[keys whose row fails its content hash]}.
+//        A read: no token needed.
+//   GET  / and /dashboard            200 text/html: a plain table of the
+//        entries (ops, input shapes, arch, speedup, origin, age, key), newest
+//        first, at most kDashboardRows rows; every field HTML-escaped.
 // Paths are matched against fixed patterns only; no request ever maps to a
 // file (a "../" or "%2e%2e" path is a 404 or 400).
 //
@@ -39,6 +47,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dice/cache/store.h"
 #include "dice/runtime/base64.h"
@@ -52,6 +61,23 @@ inline constexpr size_t kDefaultMaxBodyBytes = size_t{64} << 20;
 inline constexpr int kMaxPageSize = 1000;
 /// Default page_size of the list endpoint.
 inline constexpr int kDefaultPageSize = 100;
+/// Most keys one batch get may ask for.
+inline constexpr int kMaxBatchKeys = 256;
+/// Most rows the dashboard page lists (newest first).
+inline constexpr int kDashboardRows = 1000;
+
+/// `text` with &, <, >, " and ' replaced by HTML character references
+/// (HTML5 "escaping a string"), safe inside element text and quoted
+/// attribute values.
+std::string HtmlEscape(const std::string& text);
+
+/// The dashboard page (API v1 "GET /"): a complete HTML5 document with one
+/// table row per winner in `entries` (summaries suffice: source and cubin
+/// are not shown): ops (ir::Summary of graph_canonical, or "?" when it does
+/// not parse), input specs, arch, speedup ("%.2fx"), origin, age relative to
+/// `now` (unix seconds; "45s", "3m", "5h", "2d") and the first 16 hex digits
+/// of the key. Every field is HTML-escaped.
+std::string RenderDashboard(const std::vector<WinnerRecord>& entries, int64_t now, size_t total_entries);
 
 /// True when `key` is a task key as the API accepts it: exactly 64 lowercase
 /// hex digits (Task::Key). Anything else (upper case, "..", slashes) is not.

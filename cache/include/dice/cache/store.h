@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dice/runtime/status.h"
@@ -23,7 +24,9 @@
 namespace dice::cache {
 
 /// Current schema version written to meta('schema_version').
-inline constexpr int kSchemaVersion = 1;
+/// v1: winners, attempts, meta. v2: winners gain verified, pulled_from,
+/// hits and last_used_at (old rows: verified, local, 0 hits, never used).
+inline constexpr int kSchemaVersion = 2;
 
 /// A verified winner for one task key.
 struct WinnerRecord {
@@ -44,6 +47,42 @@ struct WinnerRecord {
   std::string versions_json;     ///< {"driver":..,"nvrtc":..,"abi":..,"dice":..}
   int64_t created_at = 0;        ///< unix seconds (set by PutWinner when 0)
   std::string content_hash;      ///< sha256 of source+cubin+plan (set by PutWinner)
+  /// True when this kernel was verified and timed on this machine's GPU (a
+  /// local tune, or a pulled entry re-verified here) or explicitly trusted
+  /// (`--trust-remote`). Pulled/imported entries arrive false and are never
+  /// served until re-verified (DESIGN.md "HTTP sharing").
+  bool verified = true;
+  std::string pulled_from;       ///< "" = tuned here; else the server URL or bundle file it came from
+  int64_t hits = 0;              ///< times the runtime loaded it (RecordHit); kept across PutWinner
+  int64_t last_used_at = 0;      ///< unix seconds of the last RecordHit, 0 = never
+};
+
+/// What `Stats` reports about a cache (for `dice cache stats`).
+struct CacheStats {
+  int64_t entries = 0;
+  int64_t unverified = 0;          ///< entries with verified == false (not served)
+  int64_t pulled = 0;              ///< entries with a non-empty pulled_from
+  int64_t hits = 0;                ///< sum of hits over all entries
+  int64_t payload_bytes = 0;       ///< sum of source + cubin + launch plan + IR bytes
+  int64_t file_bytes = 0;          ///< database file size (page_count * page_size), bytes
+  double geomean_speedup = 0;      ///< geometric mean of speedup over entries with speedup > 0 (0 if none)
+  double total_speedup = 0;        ///< sum(baseline_us) / sum(best_us): one call of every group, before/after
+  std::vector<std::pair<std::string, int64_t>> archs;  ///< (arch, entries), sorted by arch
+};
+
+/// Bounds for `CollectGarbage`; a zero field means "no bound".
+struct GcOptions {
+  int64_t max_payload_bytes = 0;   ///< keep the summed payload (CacheStats::payload_bytes) at most this
+  int64_t older_than_s = 0;        ///< drop entries neither created nor used within this many seconds
+  int64_t now = 0;                 ///< unix seconds taken as "now" (0 = the clock)
+};
+
+/// What `CollectGarbage` removed.
+struct GcResult {
+  int64_t removed = 0;             ///< winners removed (their attempts too)
+  int64_t removed_bytes = 0;       ///< their payload bytes
+  int64_t remaining = 0;           ///< winners left
+  int64_t remaining_bytes = 0;     ///< payload bytes left
 };
 
 /// One candidate attempt for a task key.
@@ -79,9 +118,12 @@ class Store {
   /// source/cubin/plan (a damaged row is never served).
   Expected<std::optional<WinnerRecord>> GetWinner(const std::string& task_key);
 
-  /// Inserts or replaces the winner for rec.task_key, keeping the existing
-  /// row when its speedup is >= rec.speedup (ties keep the earlier). Returns
-  /// true when rec was stored. Runs in one BEGIN IMMEDIATE transaction (the
+  /// Inserts or replaces the winner for rec.task_key. A verified row is
+  /// never replaced by an unverified one and an unverified row always gives
+  /// way to a verified one; otherwise the existing row stays when its
+  /// speedup is >= rec.speedup (ties keep the earlier). Returns true when
+  /// rec was stored (its hits/last_used_at are carried over from the row it
+  /// replaces when rec has none). Runs in one BEGIN IMMEDIATE transaction (the
   /// compare and the write are atomic across processes). Sets created_at to
   /// now when 0 and always recomputes content_hash (ContentHash).
   /// Errors: kInvalidArgument for an empty task key; kIoError.
@@ -92,6 +134,36 @@ class Store {
 
   /// All winners without source/cubin (for `dice cache ls`), newest first.
   Expected<std::vector<WinnerRecord>> ListWinners();
+
+  /// Counts one use of the winner: hits += 1, last_used_at = now. Called by
+  /// the runtime when it loads a winner (once per process and key, never on
+  /// the launch path). Returns false when the key is absent. Errors: kIoError.
+  Expected<bool> RecordHit(const std::string& task_key);
+
+  /// Marks the winner verified (after re-verification on this GPU) with the
+  /// times measured here. Returns false when the key is absent.
+  /// Errors: kInvalidArgument for best_us <= 0; kIoError.
+  Expected<bool> MarkVerified(const std::string& task_key, double baseline_us, double best_us);
+
+  /// Removes the winner only when it is unverified (a pulled kernel that
+  /// failed re-verification), keeping the key's attempts so the failure is
+  /// remembered. Returns false when absent or verified. Errors: kIoError.
+  Expected<bool> RemoveUnverifiedWinner(const std::string& task_key);
+
+  /// Entry counts, per-arch counts, hits, sizes and speedups (CacheStats).
+  /// Errors: kIoError.
+  Expected<CacheStats> Stats();
+
+  /// Removes winners (and their attempts) in one transaction: first every
+  /// winner whose max(created_at, last_used_at) is older than
+  /// `older_than_s`, then least recently used first (max of the two times,
+  /// then the smaller speedup) until the payload is within
+  /// `max_payload_bytes`; then checkpoints the WAL and VACUUMs so the file
+  /// shrinks. Errors: kInvalidArgument for a negative bound; kIoError.
+  Expected<GcResult> CollectGarbage(const GcOptions& options);
+
+  /// PRAGMA integrity_check: OK, or kCorrupt with SQLite's first findings.
+  Status CheckIntegrity();
 
   /// Records one attempt (insert or replace by (task_key, candidate_hash));
   /// created_at is set to now when 0. Errors: kInvalidArgument for an empty

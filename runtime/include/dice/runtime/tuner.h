@@ -68,6 +68,14 @@ class Tuner {
   /// (host memory, one per task input, contiguous, exactly TensorSpec::nbytes)
   /// added to the random verification trials. Errors: kNoDevice when not
   /// compile_only and no GPU; generator errors are folded into the report.
+  /// A verified cached winner is returned as is (from_cache). An unverified
+  /// one (pulled from a server or imported from a bundle, store.h
+  /// WinnerRecord::verified) is re-verified instead of tuned: its source is
+  /// compiled here (no extra NVRTC flags: the record carries none), verified
+  /// and timed like any candidate, with no generator asked; when it wins
+  /// (beats the baseline by the margin) it is stored verified with the local
+  /// times and cubin, otherwise the attempt is recorded and the unverified
+  /// row removed, so it is never served.
   Expected<TuneReport> Tune(const Task& task, const std::vector<std::string>* captured_inputs = nullptr);
 
  private:

@@ -1,0 +1,325 @@
+// `dice cache push | pull | export | import | gc | stats` (cli/cache_share.h).
+#include "cache_share.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "dice/cache/bundle.h"
+#include "dice/cache/http_client.h"
+#include "dice/cache/http_server.h"
+#include "dice/cache/store.h"
+
+namespace dice::cli {
+
+using namespace dice::cache;  // Store, WinnerRecord, CacheClient, bundles
+
+struct CacheShareCommands {
+  CLI::App* push = nullptr;
+  CLI::App* pull = nullptr;
+  CLI::App* export_cmd = nullptr;
+  CLI::App* import_cmd = nullptr;
+  CLI::App* gc = nullptr;
+  CLI::App* stats = nullptr;
+  std::string url, file, arch, token_file, cache_dir, max_size, older_than;
+  bool trust = false;
+  bool json = false;
+  int timeout_ms = 10000;
+};
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitBadInput = 2;
+
+int Fail(int code, const std::string& message) {
+  std::fprintf(stderr, "dice: error: %s\n", message.c_str());
+  return code;
+}
+
+// Bad input (a refused token, a malformed file, an invalid URL) is exit 2;
+// everything else (no connection, I/O) exit 1.
+int FailWith(const Status& st) {
+  const bool bad_input = st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kNotFound;
+  return Fail(bad_input ? kExitBadInput : kExitFailure, st.ToString());
+}
+
+std::string Bytes(int64_t n) {
+  char buf[32];
+  if (n >= (int64_t{1} << 30)) {
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(n) / (1 << 30));
+  } else if (n >= (1 << 20)) {
+    std::snprintf(buf, sizeof(buf), "%.2f MiB", static_cast<double>(n) / (1 << 20));
+  } else if (n >= (1 << 10)) {
+    std::snprintf(buf, sizeof(buf), "%.1f KiB", static_cast<double>(n) / (1 << 10));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(n));
+  }
+  return buf;
+}
+
+bool ValidUrl(const std::string& url) {
+  return (url.rfind("http://", 0) == 0 && url.size() > 7) || (url.rfind("https://", 0) == 0 && url.size() > 8);
+}
+
+Expected<std::unique_ptr<Store>> OpenLocal(const std::string& dir_arg) {
+  const std::string dir = dir_arg.empty() ? DefaultCacheDir() : dir_arg;
+  return Store::Open(DatabasePath(dir));
+}
+
+// The token for writes: first line of --token-file, else $DICE_REMOTE_TOKEN.
+Expected<std::string> ReadToken(const std::string& token_file) {
+  if (token_file.empty()) {
+    const char* env = std::getenv("DICE_REMOTE_TOKEN");
+    return std::string(env != nullptr ? env : "");
+  }
+  std::ifstream in(token_file);
+  std::string token;
+  if (!in || !std::getline(in, token) || token.empty()) {
+    return Status(StatusCode::kInvalidArgument, "cannot read a token from --token-file '" + token_file + "'");
+  }
+  return token;
+}
+
+int Push(const CacheShareCommands& c, const std::string& cache_dir) {
+  if (!ValidUrl(c.url)) return Fail(kExitBadInput, "URL '" + c.url + "' is not http://HOST:PORT or https://...");
+  auto token = ReadToken(c.token_file);
+  if (!token.ok()) return FailWith(token.status());
+  auto store = OpenLocal(cache_dir);
+  if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
+  auto rows = (*store)->ListWinners();
+  if (!rows.ok()) return FailWith(rows.status());
+  CacheClient client(c.url, *token, std::chrono::milliseconds(c.timeout_ms));
+  auto health = client.Health();
+  if (!health.ok()) return Fail(kExitFailure, "server not reachable: " + health.status().ToString());
+  int64_t pushed = 0, kept = 0, unverified = 0, considered = 0;
+  for (const WinnerRecord& s : *rows) {
+    if (!c.arch.empty() && s.arch != c.arch) continue;
+    ++considered;
+    if (!s.verified) {  // only kernels proven on a GPU here travel on
+      ++unverified;
+      continue;
+    }
+    auto rec = (*store)->GetWinner(s.task_key);
+    if (!rec.ok()) return FailWith(rec.status());
+    if (!rec->has_value()) continue;
+    auto stored = client.Put(**rec);
+    if (!stored.ok()) {
+      std::printf("pushed %lld, server kept its own %lld, before the error\n", static_cast<long long>(pushed),
+                  static_cast<long long>(kept));
+      return FailWith(stored.status());
+    }
+    ++(*stored ? pushed : kept);
+  }
+  std::printf("%lld winner(s)%s considered: %lld pushed, %lld kept by the server (its speedup was >=), "
+              "%lld unverified left out\n",
+              static_cast<long long>(considered), c.arch.empty() ? "" : (" for " + c.arch).c_str(),
+              static_cast<long long>(pushed), static_cast<long long>(kept), static_cast<long long>(unverified));
+  return kExitOk;
+}
+
+int Pull(const CacheShareCommands& c, const std::string& cache_dir) {
+  if (!ValidUrl(c.url)) return Fail(kExitBadInput, "URL '" + c.url + "' is not http://HOST:PORT or https://...");
+  auto store = OpenLocal(cache_dir);
+  if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
+  CacheClient client(c.url, "", std::chrono::milliseconds(c.timeout_ms));
+  auto list = client.List(c.arch);
+  if (!list.ok()) return FailWith(list.status());
+  std::vector<std::string> keys;
+  for (const WinnerRecord& s : *list) keys.push_back(s.task_key);
+  auto recs = client.GetMany(keys);
+  if (!recs.ok()) return FailWith(recs.status());
+  int64_t stored = 0, kept = 0;
+  for (WinnerRecord& rec : *recs) {
+    rec.verified = c.trust;
+    rec.pulled_from = c.url;
+    rec.hits = 0;
+    rec.last_used_at = 0;
+    auto put = (*store)->PutWinner(std::move(rec));
+    if (!put.ok()) return FailWith(put.status());
+    ++(*put ? stored : kept);
+  }
+  std::printf("%zu entr%s on the server%s: %lld stored, %lld kept (the local entry is verified or faster)\n",
+              keys.size(), keys.size() == 1 ? "y" : "ies", c.arch.empty() ? "" : (" for " + c.arch).c_str(),
+              static_cast<long long>(stored), static_cast<long long>(kept));
+  if (c.trust) {
+    std::printf("stored as trusted (--trust-remote): served without re-verification\n");
+  } else if (stored > 0) {
+    std::printf("stored unverified: each kernel is re-verified and re-timed on this machine's GPU before its "
+                "first use (dice run / tune); on a machine without a GPU they stay unverified and are not served\n");
+  }
+  return kExitOk;
+}
+
+int Export(const CacheShareCommands& c, const std::string& cache_dir) {
+  auto store = OpenLocal(cache_dir);
+  if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
+  auto r = ExportBundle(**store, c.file, c.arch);
+  if (!r.ok()) return FailWith(r.status());
+  std::printf("exported %lld winner(s)%s to %s (%s, bundle format %d, schema %d); %lld unverified left out\n",
+              static_cast<long long>(r->entries), c.arch.empty() ? "" : (" for " + c.arch).c_str(), c.file.c_str(),
+              Bytes(r->bytes).c_str(), kBundleFormatVersion, kSchemaVersion,
+              static_cast<long long>(r->skipped_unverified));
+  return kExitOk;
+}
+
+int Import(const CacheShareCommands& c, const std::string& cache_dir) {
+  auto store = OpenLocal(cache_dir);
+  if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
+  auto r = ImportBundle(**store, c.file, c.arch, c.trust);
+  if (!r.ok()) return FailWith(r.status());
+  std::printf("imported %s: %lld entr%s%s, %lld stored, %lld kept (the local entry is verified or faster)%s\n",
+              c.file.c_str(), static_cast<long long>(r->entries), r->entries == 1 ? "y" : "ies",
+              c.arch.empty() ? "" : (" for " + c.arch).c_str(), static_cast<long long>(r->stored),
+              static_cast<long long>(r->kept_existing),
+              c.trust ? "; trusted (--trust)" : "; unverified until re-verified on this machine's GPU");
+  return kExitOk;
+}
+
+int Gc(const CacheShareCommands& c, const std::string& cache_dir) {
+  GcOptions o;
+  if (c.max_size.empty() && c.older_than.empty()) {
+    return Fail(kExitBadInput, "give --max-size SIZE and/or --older-than AGE (e.g. --max-size 2GB --older-than 30d)");
+  }
+  if (!c.max_size.empty()) {
+    auto b = ParseByteSize(c.max_size);
+    if (!b) return Fail(kExitBadInput, "--max-size '" + c.max_size + "' is not a size (e.g. 2GB, 500MB, 1048576)");
+    o.max_payload_bytes = *b;
+  }
+  if (!c.older_than.empty()) {
+    auto s = ParseAge(c.older_than);
+    if (!s) return Fail(kExitBadInput, "--older-than '" + c.older_than + "' is not an age (e.g. 30d, 12h, 90m)");
+    o.older_than_s = *s;
+  }
+  auto store = OpenLocal(cache_dir);
+  if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
+  auto r = (*store)->CollectGarbage(o);
+  if (!r.ok()) return FailWith(r.status());
+  std::printf("removed %lld winner(s) (%s); %lld left (%s of kernels, IR and plans)\n",
+              static_cast<long long>(r->removed), Bytes(r->removed_bytes).c_str(),
+              static_cast<long long>(r->remaining), Bytes(r->remaining_bytes).c_str());
+  return kExitOk;
+}
+
+int Stats(const CacheShareCommands& c, const std::string& cache_dir) {
+  auto store = OpenLocal(cache_dir);
+  if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
+  auto s = (*store)->Stats();
+  if (!s.ok()) return FailWith(s.status());
+  if (c.json) {
+    nlohmann::json archs = nlohmann::json::object();
+    for (const auto& [arch, n] : s->archs) archs[arch] = n;
+    nlohmann::json j{{"path", (*store)->path()},         {"entries", s->entries},
+                     {"unverified", s->unverified},       {"pulled", s->pulled},
+                     {"hits", s->hits},                   {"payload_bytes", s->payload_bytes},
+                     {"file_bytes", s->file_bytes},       {"geomean_speedup", s->geomean_speedup},
+                     {"total_speedup", s->total_speedup}, {"archs", archs}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return kExitOk;
+  }
+  std::printf("cache:           %s\n", (*store)->path().c_str());
+  std::printf("entries:         %lld (%lld unverified, not served; %lld pulled or imported)\n",
+              static_cast<long long>(s->entries), static_cast<long long>(s->unverified),
+              static_cast<long long>(s->pulled));
+  std::string archs;
+  for (const auto& [arch, n] : s->archs) archs += (archs.empty() ? "" : ", ") + arch + " " + std::to_string(n);
+  std::printf("archs:           %s\n", archs.empty() ? "-" : archs.c_str());
+  std::printf("hits:            %lld (loads by the runtime, summed over entries)\n", static_cast<long long>(s->hits));
+  std::printf("size:            %s payload, %s file\n", Bytes(s->payload_bytes).c_str(), Bytes(s->file_bytes).c_str());
+  std::printf("speedup:         geomean %.2fx; total %.2fx (sum of baseline µs / sum of best µs)\n",
+              s->geomean_speedup, s->total_speedup);
+  return kExitOk;
+}
+
+}  // namespace
+
+std::optional<int64_t> ParseByteSize(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  if (i == 0 || i > 15) return std::nullopt;
+  const int64_t n = std::stoll(text.substr(0, i));
+  std::string unit;
+  for (size_t k = i; k < text.size(); ++k) unit += static_cast<char>(std::toupper(static_cast<unsigned char>(text[k])));
+  int shift;
+  if (unit.empty() || unit == "B") shift = 0;
+  else if (unit == "K" || unit == "KB" || unit == "KIB") shift = 10;
+  else if (unit == "M" || unit == "MB" || unit == "MIB") shift = 20;
+  else if (unit == "G" || unit == "GB" || unit == "GIB") shift = 30;
+  else if (unit == "T" || unit == "TB" || unit == "TIB") shift = 40;
+  else return std::nullopt;
+  if (n <= 0 || n > (std::numeric_limits<int64_t>::max() >> shift)) return std::nullopt;
+  return n << shift;
+}
+
+std::optional<int64_t> ParseAge(const std::string& text) {
+  if (text.size() < 2 || text.size() > 12) return std::nullopt;
+  const std::string digits = text.substr(0, text.size() - 1);
+  for (char ch : digits) {
+    if (!std::isdigit(static_cast<unsigned char>(ch))) return std::nullopt;
+  }
+  const int64_t n = std::stoll(digits);
+  int64_t unit;
+  switch (text.back()) {
+    case 's': unit = 1; break;
+    case 'm': unit = 60; break;
+    case 'h': unit = 3600; break;
+    case 'd': unit = 86400; break;
+    case 'w': unit = 7 * 86400; break;
+    default: return std::nullopt;
+  }
+  if (n <= 0) return std::nullopt;
+  return n * unit;
+}
+
+std::shared_ptr<CacheShareCommands> AddCacheShareCommands(CLI::App* cache) {
+  auto c = std::make_shared<CacheShareCommands>();
+  const char* cache_help = "cache directory (default $DICE_CACHE_DIR or ~/.cache/dice)";
+  c->push = cache->add_subcommand("push", "upload the local verified winners to a cache server");
+  c->push->add_option("url", c->url, "server, http://HOST:PORT")->required();
+  c->push->add_option("--token-file", c->token_file, "file whose first line is the bearer token "
+                                                     "(default $DICE_REMOTE_TOKEN)");
+  c->pull = cache->add_subcommand("pull", "fetch a cache server's winners into the local cache");
+  c->pull->add_option("url", c->url, "server, http://HOST:PORT")->required();
+  c->pull->add_flag("--trust-remote", c->trust, "store them as verified (skip re-verification on this GPU)");
+  for (CLI::App* sub : {c->push, c->pull}) {
+    sub->add_option("--timeout-ms", c->timeout_ms, "per-request timeout, ms")->check(CLI::Range(1, 600000));
+  }
+  c->export_cmd = cache->add_subcommand("export", "write the verified winners to a portable bundle file");
+  c->export_cmd->add_option("file", c->file, "bundle file to write")->required();
+  c->import_cmd = cache->add_subcommand("import", "read a bundle file into the local cache");
+  c->import_cmd->add_option("file", c->file, "bundle file to read")->required();
+  c->import_cmd->add_flag("--trust", c->trust, "store them as verified (skip re-verification on this GPU)");
+  for (CLI::App* sub : {c->push, c->pull, c->export_cmd, c->import_cmd}) {
+    sub->add_option("--arch", c->arch, "only this GPU arch, e.g. sm_90 (default: all)");
+  }
+  c->gc = cache->add_subcommand("gc", "remove old or least recently used winners to bound the cache");
+  c->gc->add_option("--max-size", c->max_size, "keep kernels+IR+plans within SIZE (2GB, 500MB; powers of 1024)");
+  c->gc->add_option("--older-than", c->older_than, "remove winners neither created nor used within AGE (30d, 12h)");
+  c->stats = cache->add_subcommand("stats", "entries, archs, hits, sizes and speedups of the cache");
+  c->stats->add_flag("--json", c->json, "print as JSON");
+  for (CLI::App* sub : {c->push, c->pull, c->export_cmd, c->import_cmd, c->gc, c->stats}) {
+    sub->add_option("--cache", c->cache_dir, cache_help);
+  }
+  return c;
+}
+
+std::optional<int> RunCacheShareCommand(const CacheShareCommands& c, const std::string& cache_dir) {
+  const std::string dir = c.cache_dir.empty() ? cache_dir : c.cache_dir;
+  if (c.push->parsed()) return Push(c, dir);
+  if (c.pull->parsed()) return Pull(c, dir);
+  if (c.export_cmd->parsed()) return Export(c, dir);
+  if (c.import_cmd->parsed()) return Import(c, dir);
+  if (c.gc->parsed()) return Gc(c, dir);
+  if (c.stats->parsed()) return Stats(c, dir);
+  return std::nullopt;
+}
+
+}  // namespace dice::cli

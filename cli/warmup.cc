@@ -1,0 +1,207 @@
+// `dice warmup` (cli/warmup.h).
+#include "warmup.h"
+
+#include <torch/cuda.h>
+#include <torch/script.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "dice/cache/store.h"
+#include "dice/reference/reference_executor.h"
+#include "dice/runtime/cuda_driver.h"
+#include "dice/runtime/ir.h"
+#include "dice/torch_ext/optimize.h"
+
+namespace dice::cli {
+
+struct WarmupCommand {
+  CLI::App* cmd = nullptr;
+  std::string model_path, shard = "0/1", cache_dir;
+  std::vector<std::string> sets;
+  double budget_s = 60;
+  int max_candidates = 16;
+  uint64_t seed = 0;
+  bool require_gpu = false;
+};
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitBadInput = 2;
+constexpr int kExitNoGpu = 3;
+
+int Fail(int code, const std::string& message) {
+  std::fprintf(stderr, "dice: error: %s\n", message.c_str());
+  return code;
+}
+
+// "i/n" with 0 <= i < n.
+bool ParseShard(const std::string& text, int* index, int* count) {
+  const size_t slash = text.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 >= text.size() || text.size() > 12) return false;
+  for (size_t k = 0; k < text.size(); ++k) {
+    if (k != slash && (text[k] < '0' || text[k] > '9')) return false;
+  }
+  *index = std::stoi(text.substr(0, slash));
+  *count = std::stoi(text.substr(slash + 1));
+  return *count >= 1 && *index < *count;
+}
+
+// One shape set "8x4096:f32,4096:f32" -> specs.
+Expected<std::vector<ir::TensorSpec>> ParseSet(const std::string& set) {
+  std::vector<ir::TensorSpec> specs;
+  size_t begin = 0;
+  while (begin <= set.size()) {
+    const size_t comma = set.find(',', begin);
+    const std::string one = set.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    auto spec = ir::ParseInputSpec(one);
+    if (!spec.ok()) return spec.status().WithContext("--input '" + set + "'");
+    specs.push_back(*spec);
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  return specs;
+}
+
+std::string Last(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+  const size_t nl = t.rfind('\n');
+  return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+int Warmup(const WarmupCommand& c) {
+  int shard = 0, shards = 1;
+  if (!ParseShard(c.shard, &shard, &shards)) {
+    return Fail(kExitBadInput, "--shard '" + c.shard + "' is not i/n with 0 <= i < n (e.g. 0/4)");
+  }
+  if (c.sets.empty()) return Fail(kExitBadInput, "no --input given (one per shape set, e.g. --input 8x4096:bf16)");
+  std::vector<std::vector<ir::TensorSpec>> sets;
+  for (const std::string& s : c.sets) {
+    auto specs = ParseSet(s);
+    if (!specs.ok()) return Fail(kExitBadInput, specs.status().message());
+    sets.push_back(*specs);
+  }
+  {
+    const std::string dir = c.cache_dir.empty() ? cache::DefaultCacheDir() : c.cache_dir;
+    auto store = cache::Store::Open(cache::DatabasePath(dir));
+    if (!store.ok()) return Fail(kExitBadInput, "kernel cache unusable: " + store.status().ToString());
+  }
+  auto device = QueryDevice(0);
+  const bool gpu = device.ok() && torch::cuda::is_available();
+  if (!gpu) {
+    const std::string why = device.ok() ? "PyTorch sees no CUDA device" : device.status().message();
+    if (c.require_gpu) return Fail(kExitNoGpu, "no CUDA device present (" + why + ")");
+    std::printf("dice: no CUDA device present (%s); warming up compile-only: candidates are generated and "
+                "compiled by NVRTC for sm_90; nothing is verified, timed or cached as a winner.\n", why.c_str());
+  } else {
+    std::printf("dice: warming up on %s (%s)\n", device->name.c_str(), device->arch.c_str());
+  }
+  int mine = 0;
+  for (size_t k = 0; k < sets.size(); ++k) mine += static_cast<int>(k % static_cast<size_t>(shards)) == shard;
+  std::printf("dice: %zu shape set(s), shard %d/%d takes %d\n", sets.size(), shard, shards, mine);
+  std::fflush(stdout);
+
+  const c10::Device dev = gpu ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  const auto start = std::chrono::steady_clock::now();
+  int done = 0, groups = 0, winners = 0, cached = 0, failed = 0;
+  for (size_t k = 0; k < sets.size(); ++k) {
+    if (static_cast<int>(k % static_cast<size_t>(shards)) != shard) continue;
+    const auto t0 = std::chrono::steady_clock::now();
+    torch::jit::Module module;
+    try {
+      module = torch::jit::load(c.model_path, dev);
+    } catch (const c10::Error& e) {
+      return Fail(kExitBadInput, "cannot load TorchScript model '" + c.model_path + "': " +
+                                     Last(e.what_without_backtrace()));
+    }
+    module.eval();
+    torch::manual_seed(c.seed);
+    std::vector<c10::IValue> inputs;
+    for (const auto& spec : sets[k]) {
+      inputs.emplace_back(torch::randn(spec.shape, torch::TensorOptions()
+                                                       .dtype(reference::ToScalarType(spec.dtype))
+                                                       .device(dev)));
+    }
+    try {
+      torch::NoGradGuard no_grad;
+      module.forward(inputs);
+    } catch (const c10::Error& e) {
+      return Fail(kExitBadInput, "--input '" + c.sets[k] + "': the model does not run on these inputs: " +
+                                     Last(e.what_without_backtrace()));
+    }
+    auto env = torch_ext::Options::FromEnv();
+    torch_ext::Options options = env.ok() ? *env : torch_ext::Options{};
+    if (!c.cache_dir.empty()) options.cache_dir = c.cache_dir;
+    options.example_inputs = inputs;
+    options.mode = torch_ext::Mode::kCache;
+    options.tune.compile_only = !gpu;
+    options.tune.budget_s = c.budget_s;
+    options.tune.max_candidates = c.max_candidates;
+    auto report = torch_ext::optimize(module, options);
+    if (!report.ok()) return Fail(kExitFailure, "--input '" + c.sets[k] + "': " + report.status().ToString());
+    auto tuned = torch_ext::TuneGroups(module, inputs, options);
+    ++done;
+    if (!tuned.ok()) {
+      ++failed;
+      std::printf("[%d/%d] set %zu (%s): tuning failed: %s\n", done, mine, k + 1, c.sets[k].c_str(),
+                  tuned.status().ToString().c_str());
+      std::fflush(stdout);
+      continue;
+    }
+    int set_winners = 0, set_cached = 0, set_compiled = 0;
+    std::string best;
+    for (const auto& r : *tuned) {
+      set_compiled += r.compiled;
+      if (!r.winner_origin.empty()) {
+        ++set_winners;
+        set_cached += r.from_cache;
+        char buf[48];
+        std::snprintf(buf, sizeof(buf), "%s%.2fx", best.empty() ? "" : " ", r.speedup);
+        best += buf;
+      }
+    }
+    groups += static_cast<int>(tuned->size());
+    winners += set_winners;
+    cached += set_cached;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("[%d/%d] set %zu (%s): %zu group(s), %d winner(s) (%d already cached)%s%s, %d candidate(s) "
+                "compiled, %.1f s\n",
+                done, mine, k + 1, c.sets[k].c_str(), tuned->size(), set_winners, set_cached,
+                best.empty() ? "" : ", speedups ", best.c_str(), set_compiled, secs);
+    std::fflush(stdout);
+  }
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("warm-up: %d set(s), %d group(s), %d winner(s) (%d already cached), %d set(s) failed, %.1f s%s\n",
+              done, groups, winners, cached, failed, total, gpu ? "" : " (compile-only: nothing cached)");
+  return failed == 0 ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+std::shared_ptr<WarmupCommand> AddWarmupCommand(CLI::App* app) {
+  auto c = std::make_shared<WarmupCommand>();
+  c->cmd = app->add_subcommand("warmup", "tune a model offline for a list of input shapes (tune-sync), with progress");
+  c->cmd->add_option("model", c->model_path, "TorchScript model file (torch.jit.save)")->required();
+  c->cmd->add_option("--input,-i", c->sets,
+                     "one shape set per flag: the forward() arguments, comma separated (8x4096:bf16[,4096:bf16])");
+  c->cmd->add_option("--shard", c->shard, "i/n: warm only the sets k with k % n == i (default 0/1)");
+  c->cmd->add_option("--cache", c->cache_dir, "cache directory (default $DICE_CACHE_DIR or ~/.cache/dice)");
+  c->cmd->add_option("--budget-s", c->budget_s, "tuning budget per fusion group, seconds");
+  c->cmd->add_option("--max-candidates", c->max_candidates, "candidates per generator and group")
+      ->check(CLI::Range(1, 256));
+  c->cmd->add_option("--seed", c->seed, "seed for the random inputs");
+  c->cmd->add_flag("--require-gpu", c->require_gpu, "exit 3 instead of running compile-only when no GPU is present");
+  return c;
+}
+
+std::optional<int> RunWarmupCommand(const WarmupCommand& c) {
+  if (!c.cmd->parsed()) return std::nullopt;
+  return Warmup(c);
+}
+
+}  // namespace dice::cli
