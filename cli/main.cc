@@ -5,6 +5,7 @@
 //   dice run     model.pt --input ...     (cache only: never tunes; hit/miss per group)
 //   dice profile model.pt --input ...     (fusion groups and what they cost)
 //   dice cache ls | show KEY | rm KEY [--cache DIR]
+//   dice generate --model DIR --task task.py [--mode e2e|infill] [-n N] [--seed S]   (cli/generate.cc)
 //
 // Exit codes: 0 success (also a compile-only tune on a machine without a
 // GPU), 1 a runtime failure (tuning error, outputs differ from eager),
@@ -37,6 +38,7 @@
 #include "dice/runtime/cuda_driver.h"
 #include "dice/runtime/ir.h"
 #include "dice/torch_ext/optimize.h"
+#include "generate.h"
 
 namespace {
 
@@ -472,6 +474,7 @@ int main(int argc, char** argv) {
   auto* tokenize = app.add_subcommand("tokenize", "print the token ids of stdin as a JSON array");
   tokenize->add_option("--model", tokenizer_dir, "checkpoint or tokenizer directory (vocab.json, merges.txt, "
                                                  "tokenizer_config.json)")->required();
+  auto* generate = dice::cli::AddGenerateCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -484,6 +487,7 @@ int main(int argc, char** argv) {
     if (run->parsed()) return CmdRunOrProfile(args, /*profile=*/false);
     if (profile->parsed()) return CmdRunOrProfile(args, /*profile=*/true);
     if (tokenize->parsed()) return CmdTokenize(tokenizer_dir);
+    if (generate->parsed()) return dice::cli::RunGenerateCommand();
     if (serve->parsed()) return CmdServe(serve_db, serve_listen, token_file);
     if (ls->parsed()) return CmdCache("ls", "", cache_dir);
     if (show->parsed()) return CmdCache("show", key, cache_dir);
