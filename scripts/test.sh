@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # The tokenizer fixture is checked against Hugging Face's tokenizer (PyPI).
 python3 -c 'import transformers' 2>/dev/null || python3 -m pip install -q transformers
+# The SDAR model tests write their reference checkpoints with safetensors (PyPI).
+python3 -c 'import safetensors' 2>/dev/null || python3 -m pip install -q safetensors
 BUILD_DIR=${BUILD_DIR:-build}
 cd "$BUILD_DIR"
 ctest --output-on-failure --timeout 600 -j "${JOBS:-2}" "$@"

@@ -137,8 +137,13 @@ TEST_F(DiffusionDecoderTest, BatchedGreedySamplesEqualTheSingleSample) {
   for (const auto& t : three.tokens) EXPECT_EQ(t, one.tokens[0]);
 }
 
+// top_k = 1 and a tiny top_p leave only the argmax token, with probability 1:
+// sampling then equals greedy decoding under the same filter (confidences all
+// 1, so both reveal left to right).
 TEST_F(DiffusionDecoderTest, TopKOneAndTinyTopPSampleTheGreedyToken) {
-  DecodeResult greedy = Run(prompt8_, Greedy(16));
+  DecodeOptions greedy_k1 = Greedy(16);
+  greedy_k1.top_k = 1;
+  DecodeResult greedy = Run(prompt8_, greedy_k1);
   DecodeOptions k1 = Greedy(16);
   k1.temperature = 1.5;
   k1.top_k = 1;
@@ -148,6 +153,7 @@ TEST_F(DiffusionDecoderTest, TopKOneAndTinyTopPSampleTheGreedyToken) {
   p.temperature = 1.5;
   p.top_p = 1e-6;
   p.num_samples = 2;
+  p.seed = 99;
   DecodeResult b = Run(prompt8_, p);
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(a.tokens[i], greedy.tokens[0]);

@@ -126,7 +126,7 @@ Expected<SdarModel> SdarModel::Load(const Checkpoint& checkpoint, const SdarMode
     // inv_freq = 1 / theta^(2i / head_dim), in float32 as Hugging Face does.
     auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(options.device);
     auto exponent = torch::arange(0, c.head_dim, 2, f32) / static_cast<double>(c.head_dim);
-    m.inv_freq_ = 1.0 / torch::pow(torch::full({}, c.rope_theta, f32), exponent);
+    m.inv_freq_ = 1.0 / torch::pow(c.rope_theta, exponent);
   } catch (const c10::Error& e) {
     return TorchError("SdarModel: RoPE table", e);
   }
