@@ -75,7 +75,9 @@ TEST_F(GenerateCliTest, DecodesEverySampleFromATinyCheckpointOnTheCpu) {
   for (const auto& s : j["samples"]) {
     EXPECT_LE(s["tokens"].size(), 12u);
     // Random weights write no code block: that is a recorded per-sample failure, not a crash.
-    if (s["code"].is_null()) EXPECT_NE(s["error"].get<std::string>().find("no code block"), std::string::npos);
+    if (s["code"].is_null()) {
+      EXPECT_NE(s["error"].get<std::string>().find("no code block"), std::string::npos);
+    }
   }
   // The same seed gives the same samples.
   Result again = Dice("generate --model " + model_ + " --task " + dir_ + "/task.py -n 2 --max-new-tokens 12 "
