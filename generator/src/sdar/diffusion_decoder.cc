@@ -13,6 +13,23 @@
 #include <utility>
 
 namespace dice {
+
+// Forward without the token-range check, which would synchronise the device
+// at every step: Decode checked the prompt, and every other id it feeds is
+// an argmax/sample over the vocabulary.
+struct SdarDecodeAccess {
+  static Expected<torch::Tensor> Forward(const SdarModel& model, const torch::Tensor& ids, KvCache* cache,
+                                         bool commit, bool compute_logits) {
+    DICE_RETURN_IF_ERROR(model.CheckForward(ids, cache, commit, /*check_ids=*/false));
+    try {
+      torch::NoGradGuard no_grad;
+      return model.ForwardImpl(ids, cache, commit, compute_logits);
+    } catch (const c10::Error& e) {
+      return Status(StatusCode::kInternal, std::string("SdarModel::Forward: ") + e.what_without_backtrace());
+    }
+  }
+};
+
 namespace {
 
 Status Invalid(const std::string& message) { return Status(StatusCode::kInvalidArgument, "Decode: " + message); }
@@ -120,8 +137,8 @@ Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>
                           .unsqueeze(0)
                           .expand({n, plen});
     if (whole > 0) {
-      auto pre = model.Forward(prompt_ids.narrow(1, 0, whole), &*cache, /*commit=*/true,
-                               /*compute_logits=*/false);
+      auto pre = SdarDecodeAccess::Forward(model, prompt_ids.narrow(1, 0, whole), &*cache, /*commit=*/true,
+                                           /*compute_logits=*/false);
       if (!pre.ok()) return pre.status();
       ++result.forward_passes;
     }
@@ -146,7 +163,7 @@ Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>
         // Static: the schedule finishes the block in min(S, n) steps, known
         // on the host; dynamic asks the device whether masks remain.
         if (o.remasking == Remasking::kStatic ? s >= std::min(S, n_masked) : !masked.any().item<bool>()) break;
-        auto logits = model.Forward(block, &*cache, /*commit=*/false);
+        auto logits = SdarDecodeAccess::Forward(model, block, &*cache, /*commit=*/false, /*compute_logits=*/true);
         if (!logits.ok()) return logits.status();
         ++steps;
         logits->select(-1, c.mask_token_id).fill_(neg_inf);
@@ -202,7 +219,8 @@ Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>
         for (int64_t r : keep) kept_rows.push_back(rows[r]);
         rows = std::move(kept_rows);
       }
-      auto committed = model.Forward(block, &*cache, /*commit=*/true, /*compute_logits=*/false);
+      auto committed =
+          SdarDecodeAccess::Forward(model, block, &*cache, /*commit=*/true, /*compute_logits=*/false);
       if (!committed.ok()) return committed.status();
       ++result.forward_passes;
       n_fixed = 0;

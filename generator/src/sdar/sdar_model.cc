@@ -165,11 +165,10 @@ torch::Tensor SdarModel::RmsNorm(const torch::Tensor& x, const torch::Tensor& we
   return weight * xf.to(x.scalar_type());
 }
 
-Expected<torch::Tensor> SdarModel::Forward(const torch::Tensor& ids, KvCache* cache, bool commit,
-                                           bool compute_logits) const {
+Status SdarModel::CheckForward(const torch::Tensor& ids, const KvCache* cache, bool commit, bool check_ids) const {
   const std::string where = "SdarModel::Forward: ";
   if (!ids.defined() || ids.dim() != 2 || c10::isFloatingType(ids.scalar_type()) ||
-      ids.scalar_type() == torch::kBool) {
+      c10::isComplexType(ids.scalar_type()) || ids.scalar_type() == torch::kBool) {
     return Status(StatusCode::kInvalidArgument,
                   where + "ids must be a 2-D integer tensor [batch, tokens], got " +
                       (ids.defined() ? std::string(c10::toString(ids.scalar_type())) + " " + ShapeText(ids)
@@ -177,12 +176,6 @@ Expected<torch::Tensor> SdarModel::Forward(const torch::Tensor& ids, KvCache* ca
   }
   const int64_t batch = ids.size(0), len = ids.size(1);
   if (batch == 0 || len == 0) return Status(StatusCode::kInvalidArgument, where + "ids " + ShapeText(ids) + " is empty");
-  const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
-  if (lo < 0 || hi >= config_.vocab_size) {
-    return Status(StatusCode::kInvalidArgument, where + "token id " + std::to_string(lo < 0 ? lo : hi) +
-                                                    " outside the vocabulary [0, " +
-                                                    std::to_string(config_.vocab_size) + ")");
-  }
   if (commit && cache == nullptr) return Status(StatusCode::kInvalidArgument, where + "commit needs a KV cache");
   if (commit && len % config_.block_size != 0) {
     return Status(StatusCode::kInvalidArgument, where + "commit of " + std::to_string(len) +
@@ -207,11 +200,29 @@ Expected<torch::Tensor> SdarModel::Forward(const torch::Tensor& ids, KvCache* ca
     return Status(StatusCode::kInvalidArgument, where + std::to_string(len) + " tokens exceed the context of " +
                                                     std::to_string(config_.max_position_embeddings));
   }
+  if (check_ids) {
+    try {
+      const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
+      if (lo < 0 || hi >= config_.vocab_size) {
+        return Status(StatusCode::kInvalidArgument, where + "token id " + std::to_string(lo < 0 ? lo : hi) +
+                                                        " outside the vocabulary [0, " +
+                                                        std::to_string(config_.vocab_size) + ")");
+      }
+    } catch (const c10::Error& e) {
+      return TorchError("SdarModel::Forward: reading ids", e);
+    }
+  }
+  return Status::Ok();
+}
+
+Expected<torch::Tensor> SdarModel::Forward(const torch::Tensor& ids, KvCache* cache, bool commit,
+                                           bool compute_logits) const {
+  DICE_RETURN_IF_ERROR(CheckForward(ids, cache, commit, /*check_ids=*/true));
   try {
     torch::NoGradGuard no_grad;
     return ForwardImpl(ids, cache, commit, compute_logits);
   } catch (const c10::Error& e) {
-    return TorchError(where.substr(0, where.size() - 2), e);
+    return TorchError("SdarModel::Forward", e);
   }
 }
 

@@ -32,6 +32,10 @@
 //      (output cut to max_new_tokens); finished samples leave the batch.
 // n samples of one prompt decode together as a batch of n rows.
 //
+// Host/device synchronisation (matters on a GPU): one read-back per block
+// (its tokens, for the EOS check) and, for dynamic remasking only, one per
+// denoising step (whether masks remain); static steps queue without waiting.
+//
 // Determinism: for a given model (device, dtype), prompt and options
 // (including seed) the tokens are the same on every run; the random stream
 // is a private torch::Generator seeded with `seed` on the model's device.

@@ -141,7 +141,12 @@ class SdarModel {
     torch::Tensor input_norm, q_proj, k_proj, v_proj, o_proj, q_norm, k_norm, post_norm, gate_proj, up_proj,
         down_proj;
   };
+  friend struct SdarDecodeAccess;  // diffusion_decoder.cc: forwards on ids it made itself
   SdarModel() = default;
+  /// The host-side checks of Forward (shape, dtype, cache batch/capacity,
+  /// commit rules); `check_ids` adds the token range check, which reads the
+  /// ids back (a device synchronisation when they live on a GPU).
+  Status CheckForward(const torch::Tensor& ids, const KvCache* cache, bool commit, bool check_ids) const;
   torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
   torch::Tensor ForwardImpl(const torch::Tensor& ids, KvCache* cache, bool commit, bool compute_logits) const;
 
