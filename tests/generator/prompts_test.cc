@@ -7,7 +7,11 @@
 
 #include <cstdio>
 #include <fstream>
+#include <cstdlib>
 #include <string>
+
+#include "dice/runtime/ir.h"
+#include "dice/runtime/task.h"
 
 namespace dice {
 namespace {
@@ -126,6 +130,55 @@ TEST(PromptsTest, CutOffBlockYieldsTheTextSoFarAndNoBlockIsAnError) {
   EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
   EXPECT_NE(none.status().message().find("no code block"), std::string::npos);
   EXPECT_NE(none.status().message().find("I cannot help"), std::string::npos);
+}
+
+// relu(x0 + x1) over two f32 [64, 128] inputs.
+Task AddReluTask() {
+  ir::Graph g;
+  g.inputs.push_back(ir::InputDecl{ir::DType::kFloat32, 2});
+  g.inputs.push_back(ir::InputDecl{ir::DType::kFloat32, 2});
+  ir::Op add;
+  add.kind = ir::OpKind::kAdd;
+  add.args = {0, 1};
+  g.ops.push_back(add);
+  ir::Op relu;
+  relu.kind = ir::OpKind::kRelu;
+  relu.args = {g.op_value(0)};
+  g.ops.push_back(relu);
+  g.outputs.push_back(g.op_value(1));
+  const auto spec = ir::TensorSpec::Contiguous(ir::DType::kFloat32, {64, 128});
+  auto t = Task::Make(g, {spec, spec}, TargetInfo{});
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return std::move(t).value();
+}
+
+TEST(PromptsTest, InfillingSkeletonDeclaresDiceForwardWithOneArgumentPerInput) {
+  auto s = BuildInfillingSkeleton(AddReluTask());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_NE(s->reference.find("class Model"), std::string::npos) << s->reference;
+  EXPECT_NE(s->reference.find("def get_inputs"), std::string::npos) << s->reference;
+  EXPECT_NE(s->prefix.find("from torch.utils.cpp_extension import load_inline"), std::string::npos);
+  EXPECT_NE(s->suffix.find("torch::Tensor dice_forward(torch::Tensor in0, torch::Tensor in1);"), std::string::npos)
+      << s->suffix;
+  EXPECT_NE(s->suffix.find("def forward(self, in0, in1):"), std::string::npos) << s->suffix;
+  EXPECT_NE(s->suffix.find("return dice_ext.dice_forward(in0, in1)"), std::string::npos) << s->suffix;
+  auto prompt = BuildInfillingPrompt(PromptTemplates::Default(), s->reference, s->prefix, s->suffix);
+  ASSERT_TRUE(prompt.ok()) << prompt.status().ToString();
+  EXPECT_NE(prompt->find("dice_forward"), std::string::npos);
+}
+
+// prefix + a middle defining `source` + suffix is a Python program that parses.
+TEST(PromptsTest, InfillingSkeletonWithAMiddleIsValidPython) {
+  auto s = BuildInfillingSkeleton(AddReluTask());
+  ASSERT_TRUE(s.ok());
+  const std::string program = s->prefix + "source = \"\"\"\n__global__ void k() {}\n\"\"\"\n" + s->suffix;
+  const std::string path = WriteTemp(program);
+  const std::string ref_path = WriteTemp(s->reference);
+  const int rc = std::system(("python3 -c 'import ast, sys; [ast.parse(open(p).read()) for p in sys.argv[1:]]' " +
+                              path + " " + ref_path).c_str());
+  std::remove(path.c_str());
+  std::remove(ref_path.c_str());
+  EXPECT_EQ(rc, 0) << program;
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "dice/runtime/ir.h"
+
 namespace dice {
 namespace {
 
@@ -134,6 +136,36 @@ Expected<std::string> BuildInfillingPrompt(const PromptTemplates& templates, con
                     Fill(templates.infilling, {{"reference", WithNewline(reference_program)},
                                                {"prefix", WithNewline(prefix)},
                                                {"suffix", WithNewline(suffix)}}));
+}
+
+Expected<InfillingSkeleton> BuildInfillingSkeleton(const Task& task) {
+  if (task.inputs.empty() || task.outputs.empty()) {
+    return Status(StatusCode::kInvalidArgument, "infilling skeleton for " + task.Describe() +
+                                                    ": the task needs at least one input and one output");
+  }
+  InfillingSkeleton s;
+  s.reference = ir::RenderReferenceProgram(task.graph, task.inputs, "cuda");
+  s.prefix = "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n";
+  std::string params, args;
+  for (size_t i = 0; i < task.inputs.size(); ++i) {
+    params += (i ? ", " : "") + std::string("torch::Tensor in") + std::to_string(i);
+    args += (i ? ", " : "") + std::string("in") + std::to_string(i);
+  }
+  const std::string ret = task.outputs.size() == 1 ? "torch::Tensor" : "std::vector<torch::Tensor>";
+  s.suffix = "\ncpp_src = \"\"\"\n" + ret + " dice_forward(" + params + ");\n\"\"\"\n\n"
+             "dice_ext = load_inline(\n"
+             "    name=\"dice_ext\",\n"
+             "    cpp_sources=cpp_src,\n"
+             "    cuda_sources=source,\n"
+             "    functions=[\"dice_forward\"],\n"
+             "    verbose=False,\n"
+             ")\n\n\n"
+             "class ModelNew(nn.Module):\n"
+             "    def __init__(self):\n"
+             "        super().__init__()\n\n"
+             "    def forward(self, " + args + "):\n"
+             "        return dice_ext.dice_forward(" + args + ")\n";
+  return s;
 }
 
 Expected<std::string> ExtractCodeBlock(const std::string& generated) {

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "dice/runtime/status.h"
+#include "dice/runtime/task.h"
 
 namespace dice {
 
@@ -63,6 +64,28 @@ Expected<std::string> BuildEndToEndPrompt(const PromptTemplates& templates, cons
 /// an empty prefix is allowed).
 Expected<std::string> BuildInfillingPrompt(const PromptTemplates& templates, const std::string& reference_program,
                                            const std::string& prefix, const std::string& suffix);
+
+/// An infilling prompt's parts for a runtime task: the reference program and
+/// the program around the missing CUDA source.
+struct InfillingSkeleton {
+  std::string reference;  ///< ir::RenderReferenceProgram(graph, inputs, "cuda")
+  /// Imports (torch, torch.nn, load_inline); the middle follows it.
+  std::string prefix;
+  /// Declares `dice_forward(torch::Tensor in0, ...)` (one argument per task
+  /// input; returns torch::Tensor for one output, std::vector<torch::Tensor>
+  /// for several) in `cpp_src`, builds it with load_inline from the middle's
+  /// `source` string, and defines `ModelNew` whose forward calls it. The
+  /// middle must define `source = """..."""` holding the kernels and
+  /// dice_forward.
+  std::string suffix;
+};
+
+/// The skeleton the runtime gives the model for a fusion group, so the model
+/// writes the kernels and dice_forward, nothing else (DICE's kernel
+/// infilling stage: a model cannot dodge writing a kernel by wrapping a
+/// library call in the module). Errors: kInvalidArgument when the task has
+/// no inputs or no outputs.
+Expected<InfillingSkeleton> BuildInfillingSkeleton(const Task& task);
 
 /// The code of a model answer: the body of the first fenced block
 /// (```lang ... ```; any language tag, or none). An answer that was cut off
