@@ -11,7 +11,10 @@ decoding recomputes the full sequence at every denoising step.
 
   python3 tests/generator/sdar_reference.py make-fixture --out DIR [--seed 0]
 
-writes into DIR (atomically: a temporary folder renamed at the end)
+  python3 tests/generator/sdar_reference.py make-random --config tests/data/sdar/config-4b.json \\
+      --out DIR [--layers N] [--dtype bf16]     # random weights at a real shape (benchmarks)
+
+make-fixture writes into DIR (atomically: a temporary folder renamed at the end)
   f32/      config.json + model.safetensors   tiny random untied checkpoint, F32
   bf16/     config.json + model.safetensors   tiny random tied checkpoint, BF16
   tok/      config.json + model.safetensors + tokenizer files: the real SDAR
@@ -266,13 +269,45 @@ def make_fixture(out_dir, seed):
         raise
 
 
+def make_random(config_path, out_dir, layers, dtype, seed):
+    """A random checkpoint at a real config (for benchmarks: decoding cost does
+    not depend on the weights when the schedule is static): config.json (with
+    num_hidden_layers overridden when `layers` is given), model.safetensors in
+    `dtype`, and the SDAR tokenizer files."""
+    with open(config_path) as f:
+        cfg = json.load(f)
+    if layers:
+        cfg["num_hidden_layers"] = layers
+    cfg.setdefault("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    cfg.setdefault("tie_word_embeddings", False)
+    os.makedirs(out_dir, exist_ok=True)
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[dtype]
+    w = {k: t.to(dt) for k, t in random_weights(cfg, seed).items()}
+    save_file(w, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    cfg["torch_dtype"] = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[dtype]
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
+        shutil.copy(os.path.join(SDAR_TOKENIZER_DIR, name), os.path.join(out_dir, name))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     mk = sub.add_parser("make-fixture", help="write tiny checkpoints and reference outputs")
     mk.add_argument("--out", required=True)
     mk.add_argument("--seed", type=int, default=0)
+    rnd = sub.add_parser("make-random", help="random checkpoint at a real config (benchmarks)")
+    rnd.add_argument("--config", required=True, help="config.json to copy, e.g. tests/data/sdar/config-4b.json")
+    rnd.add_argument("--out", required=True)
+    rnd.add_argument("--layers", type=int, default=0, help="override num_hidden_layers")
+    rnd.add_argument("--dtype", choices=("bf16", "f16", "f32"), default="bf16")
+    rnd.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    if args.cmd == "make-random":
+        make_random(args.config, args.out, args.layers, args.dtype, args.seed)
+        print(f"random checkpoint written to {args.out}")
+        return 0
     if args.cmd == "make-fixture":
         if os.path.exists(os.path.join(args.out, "reference.json")):
             print(f"fixture already in {args.out}")
