@@ -9,6 +9,7 @@
 #include "generate.h"
 
 #include <torch/cuda.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -150,11 +151,13 @@ int RunGenerateCommand() {
   o.eos_ids.clear();
   for (int32_t id : tok->eos_ids()) o.eos_ids.push_back(id);
   if (!a.quiet) {
-    o.on_block = [&](const DecodeProgress& p) {
-      std::fprintf(stderr, "\rdice: block %lld, %lld/%lld tokens, %lld sample(s) active, %.1f s",
+    // One line rewritten in place on a terminal; a line per block in a log.
+    const bool tty = ::isatty(STDERR_FILENO) != 0;
+    o.on_block = [&a, tty](const DecodeProgress& p) {
+      std::fprintf(stderr, "%sdice: block %lld, %lld/%lld tokens, %lld sample(s) active, %.1f s%s", tty ? "\r" : "",
                    static_cast<long long>(p.blocks), static_cast<long long>(p.generated_tokens),
-                   static_cast<long long>(a.max_new_tokens), static_cast<long long>(p.active_samples), p.elapsed_s);
-      if (p.active_samples == 0) std::fprintf(stderr, "\n");
+                   static_cast<long long>(a.max_new_tokens), static_cast<long long>(p.active_samples), p.elapsed_s,
+                   !tty || p.active_samples == 0 ? "\n" : "");
     };
   }
   std::printf("dice: %s prompt of %zu tokens; %lld sample(s) on %s (%s), %s remasking, %lld steps a block of %lld\n",
