@@ -7,6 +7,7 @@
 //   dice cache ls | show KEY | rm KEY [--cache DIR]
 //   dice cache push|pull URL, export|import FILE, gc, stats (cli/cache_share.h)
 //   dice warmup  model.pt --input SET [--input SET ...] [--shard i/n] (cli/warmup.h)
+//   dice generate --model DIR --task task.py [--mode e2e|infill] [-n N] [--seed S]   (cli/generate.cc)
 //
 // Exit codes: 0 success (also a compile-only tune on a machine without a
 // GPU), 1 a runtime failure (tuning error, outputs differ from eager),
@@ -41,6 +42,7 @@
 #include "dice/runtime/cuda_driver.h"
 #include "dice/runtime/ir.h"
 #include "dice/torch_ext/optimize.h"
+#include "generate.h"
 
 namespace {
 
@@ -478,6 +480,7 @@ int main(int argc, char** argv) {
   auto* tokenize = app.add_subcommand("tokenize", "print the token ids of stdin as a JSON array");
   tokenize->add_option("--model", tokenizer_dir, "checkpoint or tokenizer directory (vocab.json, merges.txt, "
                                                  "tokenizer_config.json)")->required();
+  auto* generate = dice::cli::AddGenerateCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -491,6 +494,7 @@ int main(int argc, char** argv) {
     if (profile->parsed()) return CmdRunOrProfile(args, /*profile=*/true);
     if (tokenize->parsed()) return CmdTokenize(tokenizer_dir);
     if (auto rc = dice::cli::RunWarmupCommand(*warmup)) return *rc;
+    if (generate->parsed()) return dice::cli::RunGenerateCommand();
     if (serve->parsed()) return CmdServe(serve_db, serve_listen, token_file);
     if (ls->parsed()) return CmdCache("ls", "", cache_dir);
     if (show->parsed()) return CmdCache("show", key, cache_dir);

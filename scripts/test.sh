@@ -11,6 +11,8 @@ python3 -c 'import transformers' 2>/dev/null || python3 -m pip install -q transf
 # The Python frontend's tests (torch_ext/python) run under pytest; wheel lets
 # them pip-install the package offline (--no-build-isolation). Both from PyPI.
 python3 -c 'import pytest, wheel' 2>/dev/null || python3 -m pip install -q pytest wheel
+# The SDAR model tests write their reference checkpoints with safetensors (PyPI).
+python3 -c 'import safetensors' 2>/dev/null || python3 -m pip install -q safetensors
 BUILD_DIR=${BUILD_DIR:-build}
 cd "$BUILD_DIR"
 ctest --output-on-failure --timeout 600 -j "${JOBS:-2}" "$@"

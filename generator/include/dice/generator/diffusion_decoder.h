@@ -1,0 +1,114 @@
+// dice/generator/diffusion_decoder.h — block-diffusion decoding with an
+// SdarModel (SDAR's generation procedure, as DICE uses it for rollouts).
+//
+// The algorithm (DESIGN.md "Decoding (SDAR)"):
+//   1. The prompt's whole blocks are prefilled into the KV cache with the
+//      block-causal mask (one forward, committed). A prompt whose length is
+//      not a multiple of block_size leaves a partial block: it is the first
+//      decoded block, its prompt tokens fixed and never masked.
+//   2. Each new block starts with every free position set to the mask token
+//      (config mask_token_id). Per denoising step the model scores the block
+//      against the cached prefix (no mask: the block sees the prefix and all
+//      of itself); the mask token's own logit is set to -inf; a token and its
+//      probability are drawn per position (greedy when temperature == 0,
+//      ties to the lowest id; else temperature, then top-k, then top-p
+//      filtering, then sampling); the confidence of a position is the
+//      probability of its drawn token. Still-masked positions are ranked by
+//      confidence (descending; ties to the lower position) and the first k
+//      revealed, where with n = masked positions at the block's start and S =
+//      denoising_steps, step s (0-based) has the schedule
+//        k_s = max(1, n / S + (s < n % S ? 1 : 0))       (SDAR's schedule)
+//      - static low-confidence remasking: k = k_s;
+//      - dynamic low-confidence remasking: k = max(k_s, #confidence >
+//        confidence_threshold);
+//      both capped by the positions still masked. The k_s sum to n over
+//      min(S, n) steps, so a block is complete after at most min(S, n) steps
+//      (static: exactly min(S, n); static with S = block_size reveals one
+//      token a step).
+//   3. A complete block is committed: one more forward writes its keys and
+//      values into the cache.
+//   4. A sample stops after a block that contains an EOS id (its output ends
+//      before the first EOS) or once max_new_tokens tokens are generated
+//      (output cut to max_new_tokens); finished samples leave the batch.
+// n samples of one prompt decode together as a batch of n rows.
+//
+// Host/device synchronisation (matters on a GPU): one read-back per block
+// (its tokens, for the EOS check) and, for dynamic remasking only, one per
+// denoising step (whether masks remain); static steps queue without waiting.
+//
+// Determinism: for a given model (device, dtype), prompt and options
+// (including seed) the tokens are the same on every run; the random stream
+// is a private torch::Generator seeded with `seed` on the model's device.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dice/generator/sdar_model.h"
+#include "dice/runtime/status.h"
+
+namespace dice {
+
+/// Low-confidence remasking schedule (see the header comment).
+enum class Remasking { kStatic, kDynamic };
+
+/// "static" / "dynamic".
+const char* RemaskingName(Remasking r);
+/// Parses "static" / "dynamic". Errors: kInvalidArgument naming the text.
+Expected<Remasking> ParseRemasking(const std::string& text);
+
+/// Reported after each block (for progress display).
+struct DecodeProgress {
+  int64_t blocks = 0;            ///< blocks finished so far
+  int64_t generated_tokens = 0;  ///< tokens generated per sample so far (the longest sample)
+  int64_t active_samples = 0;    ///< samples still decoding
+  int64_t denoising_steps = 0;   ///< forwards over uncommitted blocks so far
+  double elapsed_s = 0;          ///< wall time since Decode started, seconds
+};
+
+/// Decoding knobs. Defaults are DICE's rollout setting (block of the config,
+/// 4 denoising steps, dynamic remasking with threshold 0.9), greedy.
+struct DecodeOptions {
+  int64_t max_new_tokens = 256;    ///< >= 1
+  int64_t denoising_steps = 4;     ///< S per block, >= 1
+  Remasking remasking = Remasking::kDynamic;
+  double confidence_threshold = 0.9;  ///< dynamic only, in [0, 1]
+  double temperature = 0.0;        ///< 0 = greedy; > 0 samples
+  int64_t top_k = 0;               ///< 0 = off; else keep the k largest logits
+  double top_p = 1.0;              ///< (0, 1]; 1 = off; nucleus filtering
+  int64_t num_samples = 1;         ///< n rows decoded as one batch, >= 1
+  uint64_t seed = 0;               ///< seeds the sampling generator
+  /// Ids that end a sample: SDAR's {151643 <|endoftext|>, 151645 <|im_end|>}
+  /// by default; empty = decode until max_new_tokens.
+  std::vector<int64_t> eos_ids = {151643, 151645};
+  /// Called after every block when set (same thread).
+  std::function<void(const DecodeProgress&)> on_block;
+};
+
+/// What one Decode produced.
+struct DecodeResult {
+  /// Per sample: the generated token ids (prompt excluded, EOS excluded),
+  /// at most max_new_tokens each.
+  std::vector<std::vector<int32_t>> tokens;
+  /// Per sample: true when an EOS id ended it.
+  std::vector<bool> stopped_at_eos;
+  /// Denoising steps each block took, in order (the largest over the batch).
+  std::vector<int64_t> steps_per_block;
+  int64_t denoising_steps = 0;  ///< sum of steps_per_block
+  int64_t forward_passes = 0;   ///< prefill + denoising steps + commits
+  double seconds = 0;           ///< wall time of Decode
+};
+
+/// Decodes `prompt` (token ids; at least one, each in [0, vocab_size) and
+/// not the mask token) with `model`, `options.num_samples` samples batched.
+/// The KV cache holds prompt + max_new_tokens rounded up to whole blocks.
+/// Errors (kInvalidArgument, naming the field or token): an empty prompt, a
+/// token outside the vocabulary or equal to mask_token_id, an option out of
+/// range, prompt + max_new_tokens (rounded up to a block) longer than the
+/// context (max_position_embeddings); kInternal when LibTorch fails.
+Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>& prompt,
+                              const DecodeOptions& options);
+
+}  // namespace dice

@@ -1,0 +1,159 @@
+// dice/generator/sdar_model.h — the SDAR decoder (Qwen3 architecture with
+// block-causal attention) in LibTorch, with a KV cache for block diffusion.
+//
+// SDAR (the base of DICE, arXiv 2602.11715) is a Qwen3 decoder whose
+// attention is block-causal: the sequence is cut into blocks of
+// `block_size` tokens (4 in every released config) and a token attends to
+// every token of all earlier blocks and to every token of its own block (in
+// both directions), never to a later block. The layer stack is Hugging Face
+// Qwen3's (modeling_qwen3.py), in its tensor names:
+//   x = embed_tokens[ids]
+//   per layer: a = RMSNorm(x); q,k,v = a W_q^T, a W_k^T, a W_v^T;
+//              q,k = RMSNorm over head_dim (q_norm, k_norm); RoPE on q,k
+//              (rotate-half form, inv_freq = rope_theta^(-2i/head_dim),
+//              angles in float32); grouped-query attention (each KV head
+//              serves heads/kv_heads query heads), scale 1/sqrt(head_dim);
+//              x += o W_o^T; m = RMSNorm(x); x += (silu(m W_gate^T) *
+//              (m W_up^T)) W_down^T
+//   logits = RMSNorm(x) (lm_head or, when tied, embed_tokens)^T
+// RMSNorm(x) = w * x / sqrt(mean(x^2) + rms_norm_eps), computed in float32
+// and cast back, as Qwen3RMSNorm does. No biases (attention_bias false).
+//
+// Ownership and threads: an SdarModel owns its weights (copied out of the
+// checkpoint's mapping onto the target device and dtype; the Checkpoint may
+// be closed afterwards). Forward is const and may run concurrently on
+// different KvCaches; a KvCache must not be shared between concurrent calls.
+// All calls run under torch::NoGradGuard.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dice/generator/checkpoint.h"
+#include "dice/runtime/status.h"
+
+namespace dice {
+
+/// Where and in what precision the model computes.
+struct SdarModelOptions {
+  /// Device the weights live on and every forward runs on (CPU or cuda:N).
+  torch::Device device = torch::kCPU;
+  /// Compute dtype of weights and activations: kFloat32, kBFloat16 or
+  /// kFloat16. Checkpoint tensors of another float dtype are converted on
+  /// load. Norm statistics, RoPE angles and the returned logits are float32.
+  torch::ScalarType dtype = torch::kFloat32;
+};
+
+/// Keys and values of the committed prefix, per layer, for a batch of
+/// sequences that share one length (the decoder batches n samples of one
+/// prompt). Storage is preallocated to `capacity` positions: per layer
+/// K and V of shape [batch, num_key_value_heads, capacity, head_dim] in the
+/// model's dtype on its device. Positions [0, length) hold committed blocks;
+/// an uncommitted forward writes its keys/values into the slots after
+/// `length` as scratch and leaves `length` unchanged, so SDPA reads one view
+/// without concatenation. Movable, not copyable (it can be gigabytes).
+class KvCache {
+ public:
+  KvCache() = default;
+  KvCache(KvCache&&) = default;
+  KvCache& operator=(KvCache&&) = default;
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  /// Committed positions (a multiple of the model's block_size).
+  int64_t length() const { return length_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t batch() const { return batch_; }
+  /// Drops the committed prefix (length 0); storage is kept.
+  void Clear() { length_ = 0; }
+  /// Keeps only the rows `index` (int64 [n'], values in [0, batch)) of every
+  /// layer's K/V: used to drop finished samples from a batch. Errors:
+  /// kInvalidArgument for an index outside [0, batch) or not 1-D.
+  Status SelectBatch(const torch::Tensor& index);
+
+ private:
+  friend class SdarModel;
+  std::vector<torch::Tensor> k_, v_;
+  int64_t length_ = 0;
+  int64_t capacity_ = 0;
+  int64_t batch_ = 0;
+};
+
+/// The SDAR/Qwen3 decoder. Movable, not copyable.
+class SdarModel {
+ public:
+  /// Builds the model from an opened checkpoint: Checkpoint::Validate()
+  /// (missing tensor / wrong shape errors name the file and tensor), then
+  /// every tensor is copied to `options.device` in `options.dtype`.
+  /// A tied config (tie_word_embeddings) uses model.embed_tokens.weight as
+  /// the LM head and ignores any lm_head.weight.
+  /// Errors: those of Validate; kInvalidArgument for a dtype other than
+  /// f32/bf16/f16; kNoDevice when a CUDA device is asked for and none is
+  /// present; kInternal naming the tensor when LibTorch fails (e.g. out of
+  /// device memory).
+  static Expected<SdarModel> Load(const Checkpoint& checkpoint, const SdarModelOptions& options = {});
+  /// Checkpoint::Open(dir) then Load. Errors: those of Checkpoint::Open and Load.
+  static Expected<SdarModel> Load(const std::string& dir, const SdarModelOptions& options = {});
+
+  SdarModel(SdarModel&&) = default;
+  SdarModel& operator=(SdarModel&&) = default;
+  SdarModel(const SdarModel&) = delete;
+  SdarModel& operator=(const SdarModel&) = delete;
+
+  const SdarConfig& config() const { return config_; }
+  const SdarModelOptions& options() const { return options_; }
+
+  /// An empty cache for `batch` sequences of up to `capacity` positions
+  /// (committed plus the one block being denoised). Errors:
+  /// kInvalidArgument when batch < 1, capacity < 1 or capacity exceeds
+  /// max_position_embeddings (the context length); kInternal when the
+  /// allocation fails (message from LibTorch).
+  Expected<KvCache> NewCache(int64_t batch, int64_t capacity) const;
+
+  /// Runs the decoder over new tokens `ids` (integer tensor [B, L], any
+  /// device; values in [0, vocab_size)) placed at positions
+  /// P .. P+L-1 after the committed prefix, P = cache->length() (0 when
+  /// `cache` is null). Attention is block-causal over prefix + new tokens:
+  /// the new token at position p sees every cached position and every new
+  /// position q with q / block_size <= p / block_size. When all L tokens lie
+  /// in one block (the denoising step) no mask is built and SDPA may use its
+  /// flash/efficient kernels.
+  ///   cache == nullptr: a plain full-sequence forward (P = 0).
+  ///   commit == false: the cache's committed length is unchanged.
+  ///   commit == true: the new keys/values become part of the prefix
+  ///     (length += L); REQUIRES L % block_size == 0 so committed prefixes
+  ///     always end on a block boundary.
+  /// Returns float32 logits [B, L, vocab_size] on the model's device, or an
+  /// undefined tensor when `compute_logits` is false (a prefill or commit
+  /// pass whose logits nobody reads skips the LM head).
+  /// Errors (kInvalidArgument, naming the problem): ids not 2-D integer,
+  /// L == 0, a token id outside [0, vocab_size), B != cache->batch(),
+  /// P + L > cache->capacity(), commit with L not a multiple of block_size
+  /// or with a null cache; kInternal when LibTorch throws (message kept).
+  Expected<torch::Tensor> Forward(const torch::Tensor& ids, KvCache* cache = nullptr, bool commit = false,
+                                  bool compute_logits = true) const;
+
+ private:
+  struct Layer {
+    torch::Tensor input_norm, q_proj, k_proj, v_proj, o_proj, q_norm, k_norm, post_norm, gate_proj, up_proj,
+        down_proj;
+  };
+  friend struct SdarDecodeAccess;  // diffusion_decoder.cc: forwards on ids it made itself
+  SdarModel() = default;
+  /// The host-side checks of Forward (shape, dtype, cache batch/capacity,
+  /// commit rules); `check_ids` adds the token range check, which reads the
+  /// ids back (a device synchronisation when they live on a GPU).
+  Status CheckForward(const torch::Tensor& ids, const KvCache* cache, bool commit, bool check_ids) const;
+  torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
+  torch::Tensor ForwardImpl(const torch::Tensor& ids, KvCache* cache, bool commit, bool compute_logits) const;
+
+  SdarConfig config_;
+  SdarModelOptions options_;
+  torch::Tensor embed_, final_norm_, lm_head_, inv_freq_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace dice

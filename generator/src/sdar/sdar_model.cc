@@ -1,0 +1,287 @@
+// SDAR/Qwen3 decoder in LibTorch: see dice/generator/sdar_model.h.
+// No spdlog/fmt here: LibTorch bundles its own fmt.
+#include "dice/generator/sdar_model.h"
+
+#include <torch/cuda.h>
+
+#include <cstring>
+#include <optional>
+#include <utility>
+
+namespace dice {
+namespace {
+
+Status TorchError(const std::string& what, const c10::Error& e) {
+  return Status(StatusCode::kInternal, what + ": " + e.what_without_backtrace());
+}
+
+torch::ScalarType ToScalarType(WeightDtype dtype) {
+  switch (dtype) {
+    case WeightDtype::kF32: return torch::kFloat32;
+    case WeightDtype::kF16: return torch::kFloat16;
+    case WeightDtype::kBF16: return torch::kBFloat16;
+  }
+  return torch::kFloat32;
+}
+
+std::string ShapeText(const torch::Tensor& t) {
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
+torch::Tensor RotateHalf(const torch::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+}  // namespace
+
+Status KvCache::SelectBatch(const torch::Tensor& index) {
+  if (index.dim() != 1) return Status(StatusCode::kInvalidArgument, "KvCache::SelectBatch: index must be 1-D");
+  if (index.numel() > 0) {
+    const auto cpu = index.to(torch::kCPU, torch::kLong);
+    const int64_t lo = cpu.min().item<int64_t>(), hi = cpu.max().item<int64_t>();
+    if (lo < 0 || hi >= batch_) {
+      return Status(StatusCode::kInvalidArgument, "KvCache::SelectBatch: index " + std::to_string(lo < 0 ? lo : hi) +
+                                                      " outside the batch of " + std::to_string(batch_));
+    }
+  }
+  try {
+    for (auto* list : {&k_, &v_}) {
+      for (auto& t : *list) t = t.index_select(0, index.to(t.device(), torch::kLong));
+    }
+  } catch (const c10::Error& e) {
+    return TorchError("KvCache::SelectBatch", e);
+  }
+  batch_ = index.numel();
+  return Status::Ok();
+}
+
+Expected<SdarModel> SdarModel::Load(const std::string& dir, const SdarModelOptions& options) {
+  auto ckpt = Checkpoint::Open(dir);
+  if (!ckpt.ok()) return ckpt.status();
+  return Load(*ckpt, options);
+}
+
+Expected<SdarModel> SdarModel::Load(const Checkpoint& checkpoint, const SdarModelOptions& options) {
+  if (options.dtype != torch::kFloat32 && options.dtype != torch::kBFloat16 && options.dtype != torch::kFloat16) {
+    return Status(StatusCode::kInvalidArgument, std::string("SdarModel: compute dtype must be float32, bfloat16 or "
+                                                            "float16, got ") + c10::toString(options.dtype));
+  }
+  if (options.device.is_cuda() && !torch::cuda::is_available()) {
+    return Status(StatusCode::kNoDevice, "SdarModel: " + options.device.str() + " asked for but no CUDA device is "
+                                         "present");
+  }
+  DICE_RETURN_IF_ERROR(checkpoint.Validate());
+  SdarModel m;
+  m.config_ = checkpoint.config();
+  m.options_ = options;
+  const SdarConfig& c = m.config_;
+  torch::NoGradGuard no_grad;
+  // Copies one checkpoint tensor out of the mapping (which may be only
+  // 1-byte aligned) into an aligned host tensor, then onto the device.
+  auto get = [&](const std::string& name) -> Expected<torch::Tensor> {
+    auto view = checkpoint.Get(name);
+    if (!view.ok()) return view.status();
+    try {
+      auto host = torch::empty(view->shape, torch::TensorOptions().dtype(ToScalarType(view->dtype)));
+      if (view->nbytes) std::memcpy(host.data_ptr(), view->data, view->nbytes);
+      return host.to(options.device, options.dtype);
+    } catch (const c10::Error& e) {
+      return TorchError("SdarModel: loading " + name + " from " + checkpoint.FileOf(name), e);
+    }
+  };
+#define DICE_LOAD(dst, name)                   \
+  do {                                         \
+    auto _t = get(name);                       \
+    if (!_t.ok()) return _t.status();          \
+    dst = std::move(*_t);                      \
+  } while (0)
+  DICE_LOAD(m.embed_, "model.embed_tokens.weight");
+  DICE_LOAD(m.final_norm_, "model.norm.weight");
+  if (c.tie_word_embeddings) {
+    m.lm_head_ = m.embed_;
+  } else {
+    DICE_LOAD(m.lm_head_, "lm_head.weight");
+  }
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    Layer l;
+    DICE_LOAD(l.input_norm, p + "input_layernorm.weight");
+    DICE_LOAD(l.q_proj, p + "self_attn.q_proj.weight");
+    DICE_LOAD(l.k_proj, p + "self_attn.k_proj.weight");
+    DICE_LOAD(l.v_proj, p + "self_attn.v_proj.weight");
+    DICE_LOAD(l.o_proj, p + "self_attn.o_proj.weight");
+    DICE_LOAD(l.q_norm, p + "self_attn.q_norm.weight");
+    DICE_LOAD(l.k_norm, p + "self_attn.k_norm.weight");
+    DICE_LOAD(l.post_norm, p + "post_attention_layernorm.weight");
+    DICE_LOAD(l.gate_proj, p + "mlp.gate_proj.weight");
+    DICE_LOAD(l.up_proj, p + "mlp.up_proj.weight");
+    DICE_LOAD(l.down_proj, p + "mlp.down_proj.weight");
+    m.layers_.push_back(std::move(l));
+  }
+#undef DICE_LOAD
+  try {
+    // inv_freq = 1 / theta^(2i / head_dim), in float32 as Hugging Face does.
+    auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(options.device);
+    auto exponent = torch::arange(0, c.head_dim, 2, f32) / static_cast<double>(c.head_dim);
+    m.inv_freq_ = 1.0 / torch::pow(c.rope_theta, exponent);
+  } catch (const c10::Error& e) {
+    return TorchError("SdarModel: RoPE table", e);
+  }
+  return m;
+}
+
+Expected<KvCache> SdarModel::NewCache(int64_t batch, int64_t capacity) const {
+  if (batch < 1 || capacity < 1) {
+    return Status(StatusCode::kInvalidArgument, "KV cache needs batch >= 1 and capacity >= 1, got batch " +
+                                                    std::to_string(batch) + ", capacity " + std::to_string(capacity));
+  }
+  if (capacity > config_.max_position_embeddings) {
+    return Status(StatusCode::kInvalidArgument,
+                  "KV cache of " + std::to_string(capacity) + " positions exceeds the model's context of " +
+                      std::to_string(config_.max_position_embeddings) + " (max_position_embeddings)");
+  }
+  KvCache cache;
+  cache.batch_ = batch;
+  cache.capacity_ = capacity;
+  try {
+    auto opts = torch::TensorOptions().dtype(options_.dtype).device(options_.device);
+    for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+      cache.k_.push_back(torch::empty({batch, config_.num_key_value_heads, capacity, config_.head_dim}, opts));
+      cache.v_.push_back(torch::empty({batch, config_.num_key_value_heads, capacity, config_.head_dim}, opts));
+    }
+  } catch (const c10::Error& e) {
+    return TorchError("KV cache allocation (" + std::to_string(batch) + " x " + std::to_string(capacity) + ")", e);
+  }
+  return cache;
+}
+
+torch::Tensor SdarModel::RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const {
+  auto xf = x.to(torch::kFloat32);
+  auto var = xf.pow(2).mean(-1, /*keepdim=*/true);
+  xf = xf * torch::rsqrt(var + config_.rms_norm_eps);
+  return weight * xf.to(x.scalar_type());
+}
+
+Status SdarModel::CheckForward(const torch::Tensor& ids, const KvCache* cache, bool commit, bool check_ids) const {
+  const std::string where = "SdarModel::Forward: ";
+  if (!ids.defined() || ids.dim() != 2 || c10::isFloatingType(ids.scalar_type()) ||
+      c10::isComplexType(ids.scalar_type()) || ids.scalar_type() == torch::kBool) {
+    return Status(StatusCode::kInvalidArgument,
+                  where + "ids must be a 2-D integer tensor [batch, tokens], got " +
+                      (ids.defined() ? std::string(c10::toString(ids.scalar_type())) + " " + ShapeText(ids)
+                                     : std::string("an undefined tensor")));
+  }
+  const int64_t batch = ids.size(0), len = ids.size(1);
+  if (batch == 0 || len == 0) return Status(StatusCode::kInvalidArgument, where + "ids " + ShapeText(ids) + " is empty");
+  if (commit && cache == nullptr) return Status(StatusCode::kInvalidArgument, where + "commit needs a KV cache");
+  if (commit && len % config_.block_size != 0) {
+    return Status(StatusCode::kInvalidArgument, where + "commit of " + std::to_string(len) +
+                                                    " tokens: committed blocks must be whole (block_size " +
+                                                    std::to_string(config_.block_size) + ")");
+  }
+  if (cache != nullptr) {
+    if (cache->batch_ != batch) {
+      return Status(StatusCode::kInvalidArgument, where + "ids batch " + std::to_string(batch) +
+                                                      " differs from the KV cache batch " +
+                                                      std::to_string(cache->batch_));
+    }
+    if (cache->length_ + len > cache->capacity_) {
+      return Status(StatusCode::kInvalidArgument,
+                    where + std::to_string(cache->length_) + " cached + " + std::to_string(len) +
+                        " new positions exceed the KV cache capacity of " + std::to_string(cache->capacity_));
+    }
+    if (static_cast<int64_t>(cache->k_.size()) != config_.num_hidden_layers) {
+      return Status(StatusCode::kInvalidArgument, where + "KV cache was not made by this model (NewCache)");
+    }
+  } else if (len > config_.max_position_embeddings) {
+    return Status(StatusCode::kInvalidArgument, where + std::to_string(len) + " tokens exceed the context of " +
+                                                    std::to_string(config_.max_position_embeddings));
+  }
+  if (check_ids) {
+    try {
+      const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
+      if (lo < 0 || hi >= config_.vocab_size) {
+        return Status(StatusCode::kInvalidArgument, where + "token id " + std::to_string(lo < 0 ? lo : hi) +
+                                                        " outside the vocabulary [0, " +
+                                                        std::to_string(config_.vocab_size) + ")");
+      }
+    } catch (const c10::Error& e) {
+      return TorchError("SdarModel::Forward: reading ids", e);
+    }
+  }
+  return Status::Ok();
+}
+
+Expected<torch::Tensor> SdarModel::Forward(const torch::Tensor& ids, KvCache* cache, bool commit,
+                                           bool compute_logits) const {
+  DICE_RETURN_IF_ERROR(CheckForward(ids, cache, commit, /*check_ids=*/true));
+  try {
+    torch::NoGradGuard no_grad;
+    return ForwardImpl(ids, cache, commit, compute_logits);
+  } catch (const c10::Error& e) {
+    return TorchError("SdarModel::Forward", e);
+  }
+}
+
+torch::Tensor SdarModel::ForwardImpl(const torch::Tensor& ids_in, KvCache* cache, bool commit,
+                                     bool compute_logits) const {
+  const SdarConfig& c = config_;
+  const int64_t batch = ids_in.size(0), len = ids_in.size(1);
+  const int64_t start = cache ? cache->length_ : 0;
+  const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, hd = c.head_dim;
+  const auto device = options_.device;
+  auto ids = ids_in.to(device, torch::kLong);
+  auto x = embed_.index_select(0, ids.reshape({-1})).view({batch, len, c.hidden_size});
+
+  // RoPE for positions start .. start+len-1 (angles in float32, then cast).
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  auto pos = torch::arange(start, start + len, f32);
+  auto angles = torch::outer(pos, inv_freq_);
+  angles = torch::cat({angles, angles}, -1);
+  auto cos = angles.cos().to(options_.dtype), sin = angles.sin().to(options_.dtype);
+
+  // Block-causal mask over [new queries, prefix + new keys]; none when all new
+  // tokens share one block (they then see every key).
+  std::optional<torch::Tensor> mask;
+  const int64_t bs = c.block_size;
+  if (start / bs != (start + len - 1) / bs) {
+    auto i64 = torch::TensorOptions().dtype(torch::kLong).device(device);
+    auto q_block = torch::arange(start, start + len, i64).div(bs, "floor");
+    auto k_block = torch::arange(0, start + len, i64).div(bs, "floor");
+    mask = k_block.unsqueeze(0).le(q_block.unsqueeze(1));  // [len, start+len], true = attend
+  }
+
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    auto a = RmsNorm(x, l.input_norm);
+    auto q = RmsNorm(torch::linear(a, l.q_proj).view({batch, len, heads, hd}), l.q_norm).transpose(1, 2);
+    auto k = RmsNorm(torch::linear(a, l.k_proj).view({batch, len, kv_heads, hd}), l.k_norm).transpose(1, 2);
+    auto v = torch::linear(a, l.v_proj).view({batch, len, kv_heads, hd}).transpose(1, 2);
+    q = q * cos + RotateHalf(q) * sin;
+    k = k * cos + RotateHalf(k) * sin;
+    torch::Tensor keys = k, values = v;
+    if (cache != nullptr) {
+      // New keys/values go into the slots after the committed prefix: scratch
+      // for a denoising step, the prefix itself once committed.
+      cache->k_[i].narrow(2, start, len).copy_(k);
+      cache->v_[i].narrow(2, start, len).copy_(v);
+      keys = cache->k_[i].narrow(2, 0, start + len);
+      values = cache->v_[i].narrow(2, 0, start + len);
+    }
+    auto o = at::scaled_dot_product_attention(q, keys, values, mask, 0.0, /*is_causal=*/false,
+                                              /*scale=*/1.0 / std::sqrt(static_cast<double>(hd)),
+                                              /*enable_gqa=*/heads != kv_heads);
+    o = o.transpose(1, 2).reshape({batch, len, heads * hd});
+    x = x + torch::linear(o, l.o_proj);
+    auto m = RmsNorm(x, l.post_norm);
+    x = x + torch::linear(torch::silu(torch::linear(m, l.gate_proj)) * torch::linear(m, l.up_proj), l.down_proj);
+  }
+  if (commit) cache->length_ += len;
+  if (!compute_logits) return torch::Tensor();
+  return torch::linear(RmsNorm(x, final_norm_), lm_head_).to(torch::kFloat32);
+}
+
+}  // namespace dice

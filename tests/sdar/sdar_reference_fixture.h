@@ -1,0 +1,63 @@
+// Shared by the SDAR model/decoder tests: the plain-PyTorch reference's
+// outputs (tests/generator/sdar_reference.py make-fixture): two tiny random
+// checkpoints (f32 untied, bf16 tied), reference logits and greedy decodes.
+// The fixture is generated once per version of the script into the temp
+// folder (the folder name carries a hash of the script text; the script
+// writes atomically, so parallel test processes are safe).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "dice/generator/checkpoint.h"
+
+namespace dice::testing {
+
+/// The fixture folder, or "" after printing why it could not be made.
+inline const std::string& SdarReferenceDir() {
+  static const std::string dir = [] {
+    const std::string script = std::string(DICE_SOURCE_DIR) + "/tests/generator/sdar_reference.py";
+    std::ifstream in(script);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ostringstream name;
+    name << "dice_sdar_reference_" << std::hex << std::hash<std::string>{}(text);
+    const std::string out = (std::filesystem::temp_directory_path() / name.str()).string();
+    if (!std::filesystem::exists(out + "/reference.json")) {
+      const std::string cmd = "python3 '" + script + "' make-fixture --out '" + out + "'";
+      if (std::system(cmd.c_str()) != 0 || !std::filesystem::exists(out + "/reference.json")) {
+        std::fprintf(stderr, "could not make the SDAR reference fixture: %s\n", cmd.c_str());
+        return std::string();
+      }
+    }
+    return out;
+  }();
+  return dir;
+}
+
+/// reference.json of the fixture.
+inline nlohmann::json SdarReferenceJson() {
+  std::ifstream in(SdarReferenceDir() + "/reference.json");
+  return nlohmann::json::parse(in);
+}
+
+/// A float32 tensor of reference.safetensors (undefined when absent).
+inline torch::Tensor SdarReferenceTensor(const std::string& name) {
+  auto file = SafetensorsFile::Open(SdarReferenceDir() + "/reference.safetensors");
+  if (!file.ok()) return {};
+  auto view = file->Get(name);
+  if (!view.ok() || view->dtype != WeightDtype::kF32) return {};
+  auto t = torch::empty(view->shape, torch::kFloat32);
+  std::memcpy(t.data_ptr(), view->data, view->nbytes);
+  return t;
+}
+
+}  // namespace dice::testing
