@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "run_dice.h"
 #include "dice/cache/http_client.h"
 #include "dice/cache/http_server.h"
 #include "dice/cache/store.h"
@@ -35,23 +36,8 @@ using dice::cache::WinnerRecord;
 
 constexpr char kToken[] = "cli-share-token";
 
-struct DiceRun {
-  int code = -1;
-  std::string output;
-};
-
-DiceRun Dice(const std::string& args) {
-  const std::string cmd = std::string(DICE_CLI_PATH) + " " + args + " 2>&1";
-  DiceRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using ::dice::cli_test::DiceResult;
+using ::dice::cli_test::RunDice;
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -128,15 +114,15 @@ TEST_F(CacheShareCliTest, PushThenPullCarriesVerifiedWinnersAndMarksThemUnverifi
     pulled.verified = false;  // not proven here: must not travel on
     ASSERT_TRUE(*a->PutWinner(pulled));
   }
-  DiceRun push = Dice("cache push " + server_.url() + " --token-file " + dir_ + "/token " + CacheArg("a"));
+  DiceResult push = RunDice("cache push " + server_.url() + " --token-file " + dir_ + "/token " + CacheArg("a"));
   ASSERT_EQ(push.code, 0) << push.output;
   EXPECT_NE(push.output.find("2 pushed"), std::string::npos) << push.output;
   EXPECT_NE(push.output.find("1 unverified left out"), std::string::npos) << push.output;
-  DiceRun again = Dice("cache push " + server_.url() + " --token-file " + dir_ + "/token " + CacheArg("a"));
+  DiceResult again = RunDice("cache push " + server_.url() + " --token-file " + dir_ + "/token " + CacheArg("a"));
   ASSERT_EQ(again.code, 0) << again.output;
   EXPECT_NE(again.output.find("0 pushed, 2 kept"), std::string::npos) << again.output;
 
-  DiceRun pull = Dice("cache pull " + server_.url() + " --arch sm_90 " + CacheArg("b"));
+  DiceResult pull = RunDice("cache pull " + server_.url() + " --arch sm_90 " + CacheArg("b"));
   ASSERT_EQ(pull.code, 0) << pull.output;
   EXPECT_NE(pull.output.find("1 stored"), std::string::npos) << pull.output;
   EXPECT_NE(pull.output.find("re-verified"), std::string::npos) << pull.output;
@@ -151,14 +137,14 @@ TEST_F(CacheShareCliTest, PushThenPullCarriesVerifiedWinnersAndMarksThemUnverifi
     EXPECT_FALSE(b->GetWinner(Key(2))->has_value()) << "--arch sm_90 left sm_80 out";
     EXPECT_FALSE(b->GetWinner(Key(3))->has_value());
   }
-  DiceRun stats = Dice("cache stats --json " + CacheArg("b"));
+  DiceResult stats = RunDice("cache stats --json " + CacheArg("b"));
   ASSERT_EQ(stats.code, 0) << stats.output;
   auto j = nlohmann::json::parse(stats.output);
   EXPECT_EQ(j["entries"], 1);
   EXPECT_EQ(j["unverified"], 1);
   EXPECT_EQ(j["archs"]["sm_90"], 1);
 
-  DiceRun trusted = Dice("cache pull " + server_.url() + " --trust-remote " + CacheArg("c"));
+  DiceResult trusted = RunDice("cache pull " + server_.url() + " --trust-remote " + CacheArg("c"));
   ASSERT_EQ(trusted.code, 0) << trusted.output;
   auto c = Open("c");
   ASSERT_TRUE(c);
@@ -174,17 +160,17 @@ TEST_F(CacheShareCliTest, PushWithoutOrWithWrongTokenIsRefusedAndTheServerGetsNo
     ASSERT_TRUE(*a->PutWinner(Record(1, 2.0)));
   }
   ::unsetenv("DICE_REMOTE_TOKEN");
-  DiceRun none = Dice("cache push " + server_.url() + " " + CacheArg("a"));
+  DiceResult none = RunDice("cache push " + server_.url() + " " + CacheArg("a"));
   EXPECT_EQ(none.code, 2) << none.output;
   EXPECT_NE(none.output.find("401"), std::string::npos) << none.output;
-  DiceRun wrong = Dice("cache push " + server_.url() + " --token-file " + dir_ + "/wrong-token " + CacheArg("a"));
+  DiceResult wrong = RunDice("cache push " + server_.url() + " --token-file " + dir_ + "/wrong-token " + CacheArg("a"));
   EXPECT_EQ(wrong.code, 2) << wrong.output;
   EXPECT_NE(wrong.output.find("403"), std::string::npos) << wrong.output;
   CacheClient client(server_.url(), "");
   auto list = client.List();
   ASSERT_TRUE(list.ok()) << list.status().ToString();
   EXPECT_TRUE(list->empty());
-  DiceRun bad_url = Dice("cache push not-a-url " + CacheArg("a"));
+  DiceResult bad_url = RunDice("cache push not-a-url " + CacheArg("a"));
   EXPECT_EQ(bad_url.code, 2) << bad_url.output;
   EXPECT_NE(bad_url.output.find("not-a-url"), std::string::npos) << bad_url.output;
 }
@@ -193,7 +179,7 @@ TEST_F(CacheShareCliTest, PullFromAServerThatIsDownIsARuntimeFailure) {
   StartServer();
   const std::string url = server_.url();
   server_.Stop();
-  DiceRun pull = Dice("cache pull " + url + " --timeout-ms 500 " + CacheArg("b"));
+  DiceResult pull = RunDice("cache pull " + url + " --timeout-ms 500 " + CacheArg("b"));
   EXPECT_EQ(pull.code, 1) << pull.output;
   EXPECT_NE(pull.output.find(url), std::string::npos) << pull.output;
 }
@@ -206,10 +192,10 @@ TEST_F(CacheShareCliTest, ExportImportRoundTripAndABadBundleChangesNothing) {
     ASSERT_TRUE(*a->PutWinner(Record(2, 4.0, "sm_80")));
   }
   const std::string bundle = dir_ + "/kernels.bundle";
-  DiceRun ex = Dice("cache export " + bundle + " " + CacheArg("a"));
+  DiceResult ex = RunDice("cache export " + bundle + " " + CacheArg("a"));
   ASSERT_EQ(ex.code, 0) << ex.output;
   EXPECT_NE(ex.output.find("exported 2 winner(s)"), std::string::npos) << ex.output;
-  DiceRun im = Dice("cache import " + bundle + " --arch sm_80 " + CacheArg("b"));
+  DiceResult im = RunDice("cache import " + bundle + " --arch sm_80 " + CacheArg("b"));
   ASSERT_EQ(im.code, 0) << im.output;
   EXPECT_NE(im.output.find("1 stored"), std::string::npos) << im.output;
   {
@@ -222,7 +208,7 @@ TEST_F(CacheShareCliTest, ExportImportRoundTripAndABadBundleChangesNothing) {
     EXPECT_EQ(b->ListWinners()->size(), 1u);
   }
   std::ofstream(dir_ + "/garbage.bundle") << "{\"format\": \"dice-kernel-bundle\", \"format_version\": 99}";
-  DiceRun bad = Dice("cache import " + dir_ + "/garbage.bundle " + CacheArg("b"));
+  DiceResult bad = RunDice("cache import " + dir_ + "/garbage.bundle " + CacheArg("b"));
   EXPECT_EQ(bad.code, 2) << bad.output;
   EXPECT_NE(bad.output.find("format_version 99"), std::string::npos) << bad.output;
   auto b = Open("b");
@@ -238,21 +224,21 @@ TEST_F(CacheShareCliTest, GcBoundsTheCacheAndRejectsMalformedBounds) {
   }
   for (const std::string& args : {std::string("--max-size 2XB"), std::string("--older-than 30"),
                                   std::string("--max-size -5"), std::string("")}) {
-    DiceRun bad = Dice("cache gc " + args + " " + CacheArg("a"));
+    DiceResult bad = RunDice("cache gc " + args + " " + CacheArg("a"));
     EXPECT_EQ(bad.code, 2) << args << ": " << bad.output;
   }
   EXPECT_EQ(Open("a")->ListWinners()->size(), 3u) << "bad bounds removed something";
-  DiceRun old = Dice("cache gc --older-than 1d " + CacheArg("a"));  // every entry was created in 2023
+  DiceResult old = RunDice("cache gc --older-than 1d " + CacheArg("a"));  // every entry was created in 2023
   ASSERT_EQ(old.code, 0) << old.output;
   EXPECT_NE(old.output.find("removed 3 winner(s)"), std::string::npos) << old.output;
   {
     auto a = Open("a");
     for (int n = 1; n <= 3; ++n) ASSERT_TRUE(*a->PutWinner(Record(n, 2.0, "sm_90", 1000)));
   }
-  DiceRun size = Dice("cache gc --max-size 2KB " + CacheArg("a"));  // ~1.1 KB each: one fits
+  DiceResult size = RunDice("cache gc --max-size 2KB " + CacheArg("a"));  // ~1.1 KB each: one fits
   ASSERT_EQ(size.code, 0) << size.output;
   EXPECT_NE(size.output.find("removed 2 winner(s)"), std::string::npos) << size.output;
-  DiceRun stats = Dice("cache stats " + CacheArg("a"));
+  DiceResult stats = RunDice("cache stats " + CacheArg("a"));
   ASSERT_EQ(stats.code, 0) << stats.output;
   EXPECT_NE(stats.output.find("entries:         1 "), std::string::npos) << stats.output;
   EXPECT_NE(stats.output.find("geomean 2.00x"), std::string::npos) << stats.output;

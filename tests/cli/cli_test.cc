@@ -18,6 +18,7 @@
 #include <sstream>
 #include <string>
 
+#include "run_dice.h"
 #include "dice/generator/tokenizer.h"
 #include "dice/runtime/cuda_driver.h"
 
@@ -25,23 +26,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string output;  // stdout + stderr
-};
-
-Result RunDice(const std::string& args) {
-  const std::string cmd = std::string(DICE_CLI_PATH) + " " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using ::dice::cli_test::DiceResult;
+using ::dice::cli_test::RunDice;
 
 std::string ReadFile(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -71,7 +57,7 @@ class CliTest : public ::testing::Test {
 };
 
 TEST_F(CliTest, MissingModelFileIsBadInput) {
-  Result r = RunDice("tune " + (dir_ / "nope.pt").string() + " --input 8x8:f32 --cache " + Cache());
+  DiceResult r = RunDice("tune " + (dir_ / "nope.pt").string() + " --input 8x8:f32 --cache " + Cache());
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("cannot load TorchScript model"), std::string::npos) << r.output;
 }
@@ -79,24 +65,24 @@ TEST_F(CliTest, MissingModelFileIsBadInput) {
 TEST_F(CliTest, CorruptModelFileIsBadInput) {
   const fs::path bad = dir_ / "corrupt.pt";
   std::ofstream(bad) << "this is not a zip archive";
-  Result r = RunDice("run " + bad.string() + " --input 8x8:f32 --cache " + Cache());
+  DiceResult r = RunDice("run " + bad.string() + " --input 8x8:f32 --cache " + Cache());
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("corrupt.pt"), std::string::npos) << r.output;
 }
 
 TEST_F(CliTest, MalformedInputSpecNamesTheSpec) {
   for (const char* spec : {"8xq:f32", "8x8", "8x8:int64"}) {
-    Result r = RunDice("tune " + model_ + " --input " + spec + " --cache " + Cache());
+    DiceResult r = RunDice("tune " + model_ + " --input " + spec + " --cache " + Cache());
     EXPECT_EQ(r.code, 2) << spec << "\n" << r.output;
     EXPECT_NE(r.output.find(spec), std::string::npos) << r.output;
   }
-  Result none = RunDice("profile " + model_ + " --cache " + Cache());
+  DiceResult none = RunDice("profile " + model_ + " --cache " + Cache());
   EXPECT_EQ(none.code, 2) << none.output;
   EXPECT_NE(none.output.find("no --input"), std::string::npos) << none.output;
 }
 
 TEST_F(CliTest, WrongNumberOfInputsIsBadInput) {
-  Result r = RunDice("tune " + model_ + " --input 8x8:f32 --input 8x8:f32 --cache " + Cache());
+  DiceResult r = RunDice("tune " + model_ + " --input 8x8:f32 --input 8x8:f32 --cache " + Cache());
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("does not run on these inputs"), std::string::npos) << r.output;
 }
@@ -104,7 +90,7 @@ TEST_F(CliTest, WrongNumberOfInputsIsBadInput) {
 TEST_F(CliTest, UnwritableCacheDirectoryIsBadInput) {
   const fs::path file = dir_ / "a_file";
   std::ofstream(file) << "x";
-  Result r = RunDice("tune " + model_ + " --input 8x8:f32 --cache " + (file / "cache").string());
+  DiceResult r = RunDice("tune " + model_ + " --input 8x8:f32 --cache " + (file / "cache").string());
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("a_file"), std::string::npos) << r.output;
 }
@@ -115,7 +101,7 @@ TEST_F(CliTest, CorruptCacheFileIsReportedAndLeftIntact) {
   const std::string garbage(8192, '\x5a');
   std::ofstream(db, std::ios::binary) << garbage;
   for (const std::string& cmd : {"tune " + model_ + " --input 8x8:f32 --cache " + Cache(), "cache ls --cache " + Cache()}) {
-    Result r = RunDice(cmd);
+    DiceResult r = RunDice(cmd);
     EXPECT_EQ(r.code, 2) << cmd << "\n" << r.output;
     EXPECT_NE(r.output.find("kernels.db"), std::string::npos) << r.output;
     EXPECT_EQ(ReadFile(db), garbage) << "the cache file was modified";
@@ -123,21 +109,21 @@ TEST_F(CliTest, CorruptCacheFileIsReportedAndLeftIntact) {
 }
 
 TEST_F(CliTest, UnknownCacheKeyIsBadInput) {
-  Result r = RunDice("cache show deadbeef --cache " + Cache());
+  DiceResult r = RunDice("cache show deadbeef --cache " + Cache());
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("deadbeef"), std::string::npos) << r.output;
 }
 
 TEST_F(CliTest, TuneWithoutGpuRunsCompileOnlyAndSaysSo) {
   if (dice::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: the compile-only path does not apply";
-  Result r = RunDice("tune " + model_ + " --input 64x64:f32 --cache " + Cache());
+  DiceResult r = RunDice("tune " + model_ + " --input 64x64:f32 --cache " + Cache());
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("no CUDA device present"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("compile-only"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("outputs match eager"), std::string::npos) << r.output;
-  Result strict = RunDice("tune " + model_ + " --input 64x64:f32 --require-gpu --cache " + Cache());
+  DiceResult strict = RunDice("tune " + model_ + " --input 64x64:f32 --require-gpu --cache " + Cache());
   EXPECT_EQ(strict.code, 3) << strict.output;
-  Result ls = RunDice("cache ls --cache " + Cache());
+  DiceResult ls = RunDice("cache ls --cache " + Cache());
   EXPECT_EQ(ls.code, 0) << ls.output;
   EXPECT_NE(ls.output.find("0 winner(s)"), std::string::npos) << "compile-only must cache nothing:\n" << ls.output;
 }
@@ -147,7 +133,7 @@ TEST_F(CliTest, TuneWithoutGpuRunsCompileOnlyAndSaysSo) {
 namespace {
 TEST_F(CliTest, InputsThatDoNotFitTheModelAreBadInputForEveryCommand) {
   for (const std::string cmd : {"tune", "run", "profile"}) {
-    Result r = RunDice(cmd + " " + model_ + " --input 8x8:f32 --input 8x8:f32 --cache " + Cache());
+    DiceResult r = RunDice(cmd + " " + model_ + " --input 8x8:f32 --input 8x8:f32 --cache " + Cache());
     EXPECT_EQ(r.code, 2) << cmd << "\n" << r.output;
     EXPECT_NE(r.output.find("does not run on these inputs"), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << "no interpreter traceback expected:\n" << r.output;
@@ -163,14 +149,14 @@ TEST_F(CliTest, TokenizePrintsTheTokenizersIdsAsJson) {
   const std::string text = "__global__ void k(float* y) { y[threadIdx.x] = 0.5f; }\n<|im_end|>";
   const fs::path in = dir_ / "in.txt";
   std::ofstream(in, std::ios::binary) << text;
-  Result r = RunDice("tokenize --model " + model + " < " + in.string());
+  DiceResult r = RunDice("tokenize --model " + model + " < " + in.string());
   ASSERT_EQ(r.code, 0) << r.output;
   std::string want = "[";
   for (size_t i = 0; i < tok->Encode(text).size(); ++i) want += (i ? "," : "") + std::to_string(tok->Encode(text)[i]);
   want += "]\n";
   EXPECT_EQ(r.output.substr(r.output.rfind('[')), want);
   EXPECT_NE(want.find("151645"), std::string::npos) << "<|im_end|> must be one special token";
-  Result bad = RunDice("tokenize --model " + (dir_ / "nope").string() + " < " + in.string());
+  DiceResult bad = RunDice("tokenize --model " + (dir_ / "nope").string() + " < " + in.string());
   EXPECT_EQ(bad.code, 2) << bad.output;
   EXPECT_NE(bad.output.find("nope"), std::string::npos) << bad.output;
 }
@@ -209,7 +195,7 @@ TEST_F(CliTest, CacheServeAnswersHealthAndStopsOnSigterm) {
     stopped = ReadFile(log).find("stopped") != std::string::npos;
   }
   EXPECT_TRUE(stopped) << ReadFile(log);
-  Result bad = RunDice("cache serve --db " + db + " --listen nonsense");
+  DiceResult bad = RunDice("cache serve --db " + db + " --listen nonsense");
   EXPECT_EQ(bad.code, 2) << bad.output;
   EXPECT_NE(bad.output.find("nonsense"), std::string::npos) << bad.output;
 }

@@ -15,27 +15,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "run_dice.h"
 #include "../sdar/sdar_reference_fixture.h"
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string output;  // stdout + stderr
-};
-
-Result Dice(const std::string& args) {
-  const std::string cmd = std::string(DICE_CLI_PATH) + " " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using ::dice::cli_test::DiceResult;
+using ::dice::cli_test::RunDice;
 
 class GenerateCliTest : public ::testing::Test {
  protected:
@@ -59,7 +45,7 @@ class GenerateCliTest : public ::testing::Test {
 };
 
 TEST_F(GenerateCliTest, DecodesEverySampleFromATinyCheckpointOnTheCpu) {
-  Result r = Dice("generate --model " + model_ + " --task " + dir_ + "/task.py -n 2 --max-new-tokens 12 "
+  DiceResult r = RunDice("generate --model " + model_ + " --task " + dir_ + "/task.py -n 2 --max-new-tokens 12 "
                   "--remasking static --temperature 1 --seed 5 --json " + dir_ + "/out.json");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("e2e prompt of"), std::string::npos) << r.output;
@@ -80,7 +66,7 @@ TEST_F(GenerateCliTest, DecodesEverySampleFromATinyCheckpointOnTheCpu) {
     }
   }
   // The same seed gives the same samples.
-  Result again = Dice("generate --model " + model_ + " --task " + dir_ + "/task.py -n 2 --max-new-tokens 12 "
+  DiceResult again = RunDice("generate --model " + model_ + " --task " + dir_ + "/task.py -n 2 --max-new-tokens 12 "
                       "--remasking static --temperature 1 --seed 5 --quiet --json " + dir_ + "/again.json");
   ASSERT_EQ(again.code, 0) << again.output;
   std::ifstream in2(dir_ + "/again.json");
@@ -90,7 +76,7 @@ TEST_F(GenerateCliTest, DecodesEverySampleFromATinyCheckpointOnTheCpu) {
 }
 
 TEST_F(GenerateCliTest, InfillingModeUsesPrefixAndSuffix) {
-  Result r = Dice("generate --model " + model_ + " --task " + dir_ + "/task.py --mode infill --prefix " + dir_ +
+  DiceResult r = RunDice("generate --model " + model_ + " --task " + dir_ + "/task.py --mode infill --prefix " + dir_ +
                   "/prefix.py --suffix " + dir_ + "/suffix.py --max-new-tokens 4 --quiet --json " + dir_ +
                   "/out.json");
   ASSERT_EQ(r.code, 0) << r.output;
@@ -101,21 +87,21 @@ TEST_F(GenerateCliTest, InfillingModeUsesPrefixAndSuffix) {
 }
 
 TEST_F(GenerateCliTest, BadInputIsExitTwoNamingTheCause) {
-  Result no_task = Dice("generate --model " + model_ + " --task " + dir_ + "/missing.py");
+  DiceResult no_task = RunDice("generate --model " + model_ + " --task " + dir_ + "/missing.py");
   EXPECT_EQ(no_task.code, 2) << no_task.output;
   EXPECT_NE(no_task.output.find("missing.py"), std::string::npos) << no_task.output;
-  Result no_suffix = Dice("generate --model " + model_ + " --task " + dir_ + "/task.py --mode infill");
+  DiceResult no_suffix = RunDice("generate --model " + model_ + " --task " + dir_ + "/task.py --mode infill");
   EXPECT_EQ(no_suffix.code, 2) << no_suffix.output;
   EXPECT_NE(no_suffix.output.find("--prefix"), std::string::npos) << no_suffix.output;
   // Tokenizer files but no config.json / weights.
-  Result no_weights = Dice("generate --model " + std::string(DICE_SOURCE_DIR) + "/tests/data/sdar --task " + dir_ +
+  DiceResult no_weights = RunDice("generate --model " + std::string(DICE_SOURCE_DIR) + "/tests/data/sdar --task " + dir_ +
                            "/task.py");
   EXPECT_EQ(no_weights.code, 2) << no_weights.output;
   EXPECT_NE(no_weights.output.find("config.json"), std::string::npos) << no_weights.output;
-  Result bad_mode = Dice("generate --model " + model_ + " --task " + dir_ + "/task.py --mode fast");
+  DiceResult bad_mode = RunDice("generate --model " + model_ + " --task " + dir_ + "/task.py --mode fast");
   EXPECT_EQ(bad_mode.code, 2) << bad_mode.output;
   if (!torch::cuda::is_available()) {
-    Result gpu = Dice("generate --model " + model_ + " --task " + dir_ + "/task.py --device cuda");
+    DiceResult gpu = RunDice("generate --model " + model_ + " --task " + dir_ + "/task.py --device cuda");
     EXPECT_EQ(gpu.code, 3) << gpu.output;
     EXPECT_NE(gpu.output.find("no CUDA device"), std::string::npos) << gpu.output;
   }

@@ -12,27 +12,13 @@
 #include <cstdlib>
 #include <string>
 
+#include "run_dice.h"
 #include "dice/runtime/cuda_driver.h"
 
 namespace {
 
-struct WarmupRun {
-  int code = -1;
-  std::string output;
-};
-
-WarmupRun Dice(const std::string& args) {
-  const std::string cmd = std::string(DICE_CLI_PATH) + " " + args + " 2>&1";
-  WarmupRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using ::dice::cli_test::DiceResult;
+using ::dice::cli_test::RunDice;
 
 class WarmupCliTest : public ::testing::Test {
  protected:
@@ -52,7 +38,7 @@ class WarmupCliTest : public ::testing::Test {
 TEST_F(WarmupCliTest, WarmsEveryShapeSetOfItsShardWithProgress) {
   if (dice::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: this checks the compile-only path";
   const std::string sets = " --input 32x64:f32,64:f32 --input 16x128:f32,128:f32 --input 8x256:f32,256:f32";
-  WarmupRun all = Dice("warmup " + model_ + sets + " --cache " + dir_ + "/cache");
+  DiceResult all = RunDice("warmup " + model_ + sets + " --cache " + dir_ + "/cache");
   ASSERT_EQ(all.code, 0) << all.output;
   EXPECT_NE(all.output.find("compile-only"), std::string::npos) << all.output;
   EXPECT_NE(all.output.find("shard 0/1 takes 3"), std::string::npos) << all.output;
@@ -60,7 +46,7 @@ TEST_F(WarmupCliTest, WarmsEveryShapeSetOfItsShardWithProgress) {
   EXPECT_NE(all.output.find("[3/3] set 3 (8x256:f32,256:f32)"), std::string::npos) << all.output;
   EXPECT_NE(all.output.find("warm-up: 3 set(s), 3 group(s)"), std::string::npos) << all.output;
 
-  WarmupRun second = Dice("warmup " + model_ + sets + " --shard 1/2 --cache " + dir_ + "/cache");
+  DiceResult second = RunDice("warmup " + model_ + sets + " --shard 1/2 --cache " + dir_ + "/cache");
   ASSERT_EQ(second.code, 0) << second.output;
   EXPECT_NE(second.output.find("shard 1/2 takes 1"), std::string::npos) << second.output;
   EXPECT_NE(second.output.find("[1/1] set 2 (16x128:f32,128:f32)"), std::string::npos) << second.output;
@@ -70,19 +56,19 @@ TEST_F(WarmupCliTest, WarmsEveryShapeSetOfItsShardWithProgress) {
 TEST_F(WarmupCliTest, BadShardSpecOrInputsAreBadInput) {
   const std::string cache = " --cache " + dir_ + "/cache";
   for (const std::string& shard : {"2/2", "1", "a/b", "0/0"}) {
-    WarmupRun r = Dice("warmup " + model_ + " --input 8x8:f32,8:f32 --shard " + shard + cache);
+    DiceResult r = RunDice("warmup " + model_ + " --input 8x8:f32,8:f32 --shard " + shard + cache);
     EXPECT_EQ(r.code, 2) << shard << ": " << r.output;
     EXPECT_NE(r.output.find("--shard '" + shard + "'"), std::string::npos) << r.output;
   }
-  WarmupRun spec = Dice("warmup " + model_ + " --input 8x8:f32,8:q7" + cache);
+  DiceResult spec = RunDice("warmup " + model_ + " --input 8x8:f32,8:q7" + cache);
   EXPECT_EQ(spec.code, 2) << spec.output;
   EXPECT_NE(spec.output.find("8x8:f32,8:q7"), std::string::npos) << spec.output;
-  WarmupRun fit = Dice("warmup " + model_ + " --input 8x8:f32" + cache);
+  DiceResult fit = RunDice("warmup " + model_ + " --input 8x8:f32" + cache);
   EXPECT_EQ(fit.code, 2) << fit.output;
   EXPECT_NE(fit.output.find("does not run on these inputs"), std::string::npos) << fit.output;
-  WarmupRun none = Dice("warmup " + model_ + cache);
+  DiceResult none = RunDice("warmup " + model_ + cache);
   EXPECT_EQ(none.code, 2) << none.output;
-  WarmupRun missing = Dice("warmup " + dir_ + "/absent.pt --input 8x8:f32,8:f32" + cache);
+  DiceResult missing = RunDice("warmup " + dir_ + "/absent.pt --input 8x8:f32,8:f32" + cache);
   EXPECT_EQ(missing.code, 2) << missing.output;
   EXPECT_NE(missing.output.find("absent.pt"), std::string::npos) << missing.output;
 }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "relu_graph.h"
 #include "dice/cache/store.h"
 #include "dice/generator/generator.h"
 #include "dice/runtime/cuda_driver.h"
@@ -32,13 +33,7 @@ class CountingGenerator : public KernelGenerator {
 };
 
 Task ReluTask() {
-  ir::Graph g;
-  g.inputs.push_back(ir::InputDecl{ir::DType::kFloat32, 1});
-  ir::Op relu;
-  relu.kind = ir::OpKind::kRelu;
-  relu.args = {0};
-  g.ops.push_back(relu);
-  g.outputs = {1};
+  ir::Graph g = runtime_test::ReluGraph();
   auto task = Task::Make(g, {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {kN})}, TargetForDevice(0));
   EXPECT_TRUE(task.ok()) << task.status().ToString();
   return *task;

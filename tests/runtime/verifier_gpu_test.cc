@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "relu_graph.h"
 #include "dice/cache/store.h"
 #include "dice/generator/templates.h"
 #include "dice/runtime/compiler.h"
@@ -39,13 +40,7 @@ Expected<TargetInfo> LocalTarget() {
 }
 
 Task ReluTask(int64_t n) {
-  ir::Graph g;
-  g.inputs.push_back(ir::InputDecl{ir::DType::kFloat32, 1});
-  ir::Op relu;
-  relu.kind = ir::OpKind::kRelu;
-  relu.args = {0};
-  g.ops.push_back(relu);
-  g.outputs = {1};
+  ir::Graph g = runtime_test::ReluGraph();
   auto target = LocalTarget();
   EXPECT_TRUE(target.ok()) << target.status().ToString();
   auto task = Task::Make(g, {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {n})}, *target);

@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "relu_graph.h"
 #include "dice/cache/store.h"
 #include "dice/generator/templates.h"
 #include "dice/runtime/cuda_driver.h"
@@ -48,16 +49,7 @@ std::string MakeTempDir() {
   return tmpl;
 }
 
-ir::Graph ReluGraph() {
-  ir::Graph g;
-  g.inputs.push_back(ir::InputDecl{ir::DType::kFloat32, 1});
-  ir::Op relu;
-  relu.kind = ir::OpKind::kRelu;
-  relu.args = {0};
-  g.ops.push_back(relu);
-  g.outputs = {1};
-  return g;
-}
+using runtime_test::ReluGraph;
 
 Task ReluTask() {
   auto task = Task::Make(ReluGraph(), {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {4099})}, TargetInfo{});
