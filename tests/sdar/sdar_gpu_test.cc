@@ -16,20 +16,12 @@ namespace dice {
 namespace {
 
 using dice::testing::SdarReferenceDir;
+using dice::testing::SdarReferenceForwardIds;
 using dice::testing::SdarReferenceJson;
 using dice::testing::SdarReferenceTensor;
 
 #define DICE_REQUIRE_CUDA() \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine"
-
-torch::Tensor ForwardIds() {
-  auto ids = SdarReferenceJson()["forward_ids"].get<std::vector<std::vector<int64_t>>>();
-  auto t = torch::empty({static_cast<int64_t>(ids.size()), static_cast<int64_t>(ids[0].size())}, torch::kLong);
-  for (size_t b = 0; b < ids.size(); ++b) {
-    for (size_t i = 0; i < ids[b].size(); ++i) t[b][i] = ids[b][i];
-  }
-  return t;
-}
 
 Expected<SdarModel> LoadOnCuda(const std::string& sub, torch::ScalarType dtype) {
   SdarModelOptions o;
@@ -44,7 +36,7 @@ TEST(SdarGpuTest, Float32ForwardOnCudaMatchesReference) {
   auto loaded = LoadOnCuda("f32", torch::kFloat32);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   const SdarModel& m = *loaded;
-  auto logits = m.Forward(ForwardIds());
+  auto logits = m.Forward(SdarReferenceForwardIds());
   ASSERT_TRUE(logits.ok()) << logits.status().ToString();
   EXPECT_TRUE(logits->is_cuda());
   auto ref = SdarReferenceTensor("logits_f32");
@@ -59,7 +51,7 @@ TEST(SdarGpuTest, Bfloat16ForwardOnCudaStaysCloseToReference) {
   auto loaded = LoadOnCuda("bf16", torch::kBFloat16);  // BF16 checkpoint, bf16 compute
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   const SdarModel& m = *loaded;
-  auto logits = m.Forward(ForwardIds());
+  auto logits = m.Forward(SdarReferenceForwardIds());
   ASSERT_TRUE(logits.ok()) << logits.status().ToString();
   auto ref = SdarReferenceTensor("logits_bf16");  // same bf16 weights, float32 compute
   const double scale = ref.abs().max().item<double>();

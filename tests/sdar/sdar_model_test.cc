@@ -19,17 +19,9 @@ namespace dice {
 namespace {
 
 using dice::testing::SdarReferenceDir;
+using dice::testing::SdarReferenceForwardIds;
 using dice::testing::SdarReferenceJson;
 using dice::testing::SdarReferenceTensor;
-
-torch::Tensor ForwardIds() {
-  auto ids = SdarReferenceJson()["forward_ids"].get<std::vector<std::vector<int64_t>>>();
-  auto t = torch::empty({static_cast<int64_t>(ids.size()), static_cast<int64_t>(ids[0].size())}, torch::kLong);
-  for (size_t b = 0; b < ids.size(); ++b) {
-    for (size_t i = 0; i < ids[b].size(); ++i) t[b][i] = ids[b][i];
-  }
-  return t;
-}
 
 double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kFloat32) - b.to(torch::kFloat32)).abs().max().item<double>();
@@ -47,7 +39,7 @@ class SdarModelTest : public ::testing::Test {
 };
 
 TEST_F(SdarModelTest, FullSequenceForwardMatchesPythonReference) {
-  auto ids = ForwardIds();  // [2, 11]: two whole blocks and a partial one
+  auto ids = SdarReferenceForwardIds();  // [2, 11]: two whole blocks and a partial one
   auto ref = SdarReferenceTensor("logits_f32");
   ASSERT_TRUE(ref.defined());
   auto logits = model_->Forward(ids);
@@ -61,7 +53,7 @@ TEST_F(SdarModelTest, FullSequenceForwardMatchesPythonReference) {
 }
 
 TEST_F(SdarModelTest, KvCachedBlockByBlockForwardMatchesFullForward) {
-  auto ids = ForwardIds();
+  auto ids = SdarReferenceForwardIds();
   auto full = model_->Forward(ids);
   ASSERT_TRUE(full.ok()) << full.status().ToString();
   auto ref = SdarReferenceTensor("logits_f32");
@@ -86,7 +78,7 @@ TEST_F(SdarModelTest, KvCachedBlockByBlockForwardMatchesFullForward) {
 }
 
 TEST_F(SdarModelTest, PrefillOfSeveralBlocksUsesTheBlockCausalMask) {
-  auto ids = ForwardIds();
+  auto ids = SdarReferenceForwardIds();
   auto full = model_->Forward(ids);
   ASSERT_TRUE(full.ok());
   auto cache = model_->NewCache(2, 12);
@@ -100,7 +92,7 @@ TEST_F(SdarModelTest, PrefillOfSeveralBlocksUsesTheBlockCausalMask) {
 }
 
 TEST_F(SdarModelTest, TokensSeeTheirWholeBlockButNoLaterBlock) {
-  auto ids = ForwardIds().narrow(0, 0, 1).clone();
+  auto ids = SdarReferenceForwardIds().narrow(0, 0, 1).clone();
   auto base = model_->Forward(ids);
   ASSERT_TRUE(base.ok());
   auto changed = ids.clone();
@@ -118,7 +110,7 @@ TEST(SdarModelLoadTest, TiedBf16CheckpointMatchesReferenceInFloat32) {
   auto model = SdarModel::Load(SdarReferenceDir() + "/bf16");  // tied, BF16 weights, f32 compute
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   EXPECT_TRUE(model->config().tie_word_embeddings);
-  auto logits = model->Forward(ForwardIds());
+  auto logits = model->Forward(SdarReferenceForwardIds());
   ASSERT_TRUE(logits.ok());
   auto ref = SdarReferenceTensor("logits_bf16");
   ASSERT_TRUE(ref.defined());
@@ -131,7 +123,7 @@ TEST(SdarModelLoadTest, Bfloat16ComputeStaysCloseToFloat32) {
   opts.dtype = torch::kBFloat16;
   auto model = SdarModel::Load(SdarReferenceDir() + "/f32", opts);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  auto logits = model->Forward(ForwardIds());
+  auto logits = model->Forward(SdarReferenceForwardIds());
   ASSERT_TRUE(logits.ok()) << logits.status().ToString();
   EXPECT_EQ(logits->scalar_type(), torch::kFloat32);
   auto ref = SdarReferenceTensor("logits_f32");
@@ -176,7 +168,7 @@ TEST_F(SdarModelTest, RejectsCacheMisuse) {
 }
 
 TEST_F(SdarModelTest, SelectBatchKeepsTheChosenRows) {
-  auto ids = ForwardIds();
+  auto ids = SdarReferenceForwardIds();
   auto cache = model_->NewCache(2, 12);
   ASSERT_TRUE(cache.ok());
   ASSERT_TRUE(model_->Forward(ids.narrow(1, 0, 8), &*cache, true).ok());

@@ -60,4 +60,15 @@ inline torch::Tensor SdarReferenceTensor(const std::string& name) {
   return t;
 }
 
+/// The reference's "forward_ids" ([batch, tokens] int64, CPU): the token ids
+/// its logits fixture was computed on.
+inline torch::Tensor SdarReferenceForwardIds() {
+  auto ids = SdarReferenceJson()["forward_ids"].get<std::vector<std::vector<int64_t>>>();
+  auto t = torch::empty({static_cast<int64_t>(ids.size()), static_cast<int64_t>(ids[0].size())}, torch::kLong);
+  for (size_t b = 0; b < ids.size(); ++b) {
+    for (size_t i = 0; i < ids[b].size(); ++i) t[b][i] = ids[b][i];
+  }
+  return t;
+}
+
 }  // namespace dice::testing

@@ -628,13 +628,35 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text) const {
   return ids;
 }
 
+namespace {
+
+// Appends the raw bytes a byte-level vocabulary token stands for (each of its
+// code points maps back through the GPT-2 byte alphabet); malformed UTF-8 in
+// the token is skipped.
+void AppendTokenBytes(const std::string& tok, std::string* bytes) {
+  const ByteAlphabet& abc = Alphabet();
+  for (size_t i = 0; i < tok.size();) {
+    char32_t cp;
+    size_t bad = 1;
+    const size_t n = DecodeUtf8(tok, i, &cp, &bad);
+    if (n == 0) {
+      i += bad;
+      continue;
+    }
+    auto b = abc.decode.find(cp);
+    if (b != abc.decode.end()) bytes->push_back(static_cast<char>(b->second));
+    i += n;
+  }
+}
+
+}  // namespace
+
 std::string Tokenizer::Decode(const std::vector<int32_t>& ids) const {
   std::string out, bytes;
   auto flush = [&]() {
     out += SanitizeUtf8(bytes);
     bytes.clear();
   };
-  const ByteAlphabet& abc = Alphabet();
   for (int32_t id : ids) {
     auto a = impl_->added_by_id.find(id);
     if (a != impl_->added_by_id.end()) {
@@ -643,19 +665,7 @@ std::string Tokenizer::Decode(const std::vector<int32_t>& ids) const {
       continue;
     }
     if (id < 0 || id >= impl_->size) continue;
-    const std::string& tok = impl_->id_to_token[static_cast<size_t>(id)];
-    for (size_t i = 0; i < tok.size();) {
-      char32_t cp;
-      size_t bad = 1;
-      const size_t n = DecodeUtf8(tok, i, &cp, &bad);
-      if (n == 0) {
-        i += bad;
-        continue;
-      }
-      auto b = abc.decode.find(cp);
-      if (b != abc.decode.end()) bytes.push_back(static_cast<char>(b->second));
-      i += n;
-    }
+    AppendTokenBytes(impl_->id_to_token[static_cast<size_t>(id)], &bytes);
   }
   flush();
   return out;
@@ -665,20 +675,8 @@ std::string Tokenizer::TokenBytes(int32_t id) const {
   auto a = impl_->added_by_id.find(id);
   if (a != impl_->added_by_id.end()) return impl_->added[a->second].content;
   if (id < 0 || id >= impl_->size) return "";
-  const std::string& tok = impl_->id_to_token[static_cast<size_t>(id)];
   std::string bytes;
-  for (size_t i = 0; i < tok.size();) {
-    char32_t cp;
-    size_t bad = 1;
-    const size_t n = DecodeUtf8(tok, i, &cp, &bad);
-    if (n == 0) {
-      i += bad;
-      continue;
-    }
-    auto b = Alphabet().decode.find(cp);
-    if (b != Alphabet().decode.end()) bytes.push_back(static_cast<char>(b->second));
-    i += n;
-  }
+  AppendTokenBytes(impl_->id_to_token[static_cast<size_t>(id)], &bytes);
   return bytes;
 }
 
