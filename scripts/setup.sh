@@ -78,6 +78,9 @@ if [ -d "$ROOT/.deps/root/usr" ]; then
 fi
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
+# Optional: with ccache installed, rebuilds (and other checkouts under the same
+# CCACHE_BASEDIR) reuse objects. Not installed by this script.
+command -v ccache >/dev/null && EXTRA+=("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
 log "configuring $BUILD_DIR ($BUILD_TYPE)"
 cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" -DCMAKE_PREFIX_PATH="$PREFIX_PATH" \
   "${EXTRA[@]}" >"$BUILD_DIR.configure.log" 2>&1 || { cat "$BUILD_DIR.configure.log"; exit 1; }
