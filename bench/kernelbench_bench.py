@@ -109,6 +109,15 @@ def outputs_match(got, want):
     return True, f"max abs err {worst:.3g}"
 
 
+def group_stats():
+    """Per-fusion-group counters of this process (torch.ops.dice.group_stats:
+    calls, hits, fallbacks and their reasons); [] when the op is missing."""
+    try:
+        return json.loads(torch.ops.dice.group_stats())
+    except (AttributeError, RuntimeError):
+        return []
+
+
 def match_against_float64(model, inputs, got, want, strict_detail):
     """Second opinion when `got` misses eager's output by more than the
     per-dtype tolerance: long float32 reductions (a sum over 8192 products)
@@ -188,6 +197,7 @@ def run_task(path, args):
     os.environ["DICE_MODE"] = "cache"
     os.environ["DICE_CACHE_DIR"] = args.cache
     model.cuda()
+    stats_before = {g["id"]: g for g in group_stats()}
     with torch.no_grad():
         ref = model(*inputs)
         dm = torch.jit.load(pt).cuda().eval()
@@ -206,6 +216,16 @@ def run_task(path, args):
         rec["eager_us"], rec["compile_us"], rec["dice_us"] = us["eager"], us["compile"], us["dice"]
         if ma is not None:
             rec["max_autotune_us"] = us["max_autotune"]
+    # What the served model did per fusion group during this task: hits
+    # (winner kernel ran) and fallbacks with their reasons.
+    rec["serving"] = []
+    for g in group_stats():
+        old = stats_before.get(g["id"], {})
+        calls = g["calls"] - old.get("calls", 0)
+        if calls:
+            reasons = {r: n - old.get("fallback_reasons", {}).get(r, 0) for r, n in g["fallback_reasons"].items()}
+            rec["serving"].append({"group": g["summary"], "calls": calls, "hits": g["hits"] - old.get("hits", 0),
+                                   "fallback_reasons": {r: n for r, n in reasons.items() if n}})
     del compiled, ma, dm
     torch.cuda.empty_cache()
     os.environ["DICE_MODE"] = "off"

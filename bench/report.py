@@ -52,6 +52,13 @@ def main(paths):
               f"vs torch.compile {geomean([r['speedup_vs_compile'] for r in ok]):.3f}x; compile vs eager "
               f"{geomean([r['eager_us'] / r['compile_us'] for r in ok]):.3f}x; fused groups vs eager's kernels "
               f"{geomean(gs):.3f}x over {len(gs)} groups{ma_txt}")
+    # Groups with a tuned winner that the served model did not run every call.
+    missed = [(r["task"], g) for r in recs for g in r.get("serving", []) if g["hits"] < g["calls"]]
+    if missed:
+        print("\nServed model, groups not served on every call:")
+        for task, g in missed:
+            reasons = ", ".join(f"{k} x{n}" for k, n in g["fallback_reasons"].items()) or "-"
+            print(f"- {task}: {g['group']} {g['hits']}/{g['calls']} hits ({reasons})")
 
 
 if __name__ == "__main__":
