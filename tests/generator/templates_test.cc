@@ -325,6 +325,32 @@ TEST(TemplateGenerator, LongRowsGetAClusterPerRowOnSm90Only) {
   for (const auto& c : *c80) EXPECT_EQ(c.origin.find("cluster"), std::string::npos) << c.origin;
 }
 
+TEST(TemplateGenerator, LongRowsCachedInClusterSharedMemoryAreReadOnce) {
+  // softmax over [4096, 393216] f32: each 1.5 MB row split over a cluster of
+  // 8 CTAs, 192 KB of it in each CTA's dynamic shared memory.
+  GraphBuilder b;
+  int x = b.Input(DType::kFloat32, 2);
+  b.Output(b.Op(OpKind::kSoftmax, {x}, {1}));
+  auto all = GenerateAll(MakeTask(b.g, {Spec(DType::kFloat32, {4096, 393216})}));
+  const Candidate* smem = nullptr;
+  for (const auto& c : all)
+    if (c.origin == "template:row/cluster1024/q8/smem/online") smem = &c;
+  ASSERT_NE(smem, nullptr);
+  ASSERT_EQ(smem->plan.launches.size(), 1u);
+  EXPECT_EQ(smem->plan.launches[0].shared_mem_bytes, 49152u * 4u);
+  EXPECT_EQ(smem->plan.launches[0].grid[0], 4096u * 8u);
+  EXPECT_NE(smem->source.find("__cluster_dims__(8, 1, 1)"), std::string::npos);
+  EXPECT_NE(smem->source.find("extern __shared__ float dice_rowc[];"), std::string::npos);
+  // One global load of the input (the fill loop); the statistics pass and
+  // both output loops (reciprocal and division) read the shared-memory copy.
+  EXPECT_EQ(Count(smem->source, "dice_ld(in0"), 1);
+  EXPECT_EQ(Count(smem->source, "c0[k - kbeg]"), 4);
+  // (GenerateAll compiled every candidate, this one included, with NVRTC for sm_90.)
+  // A row too long for 8 CTAs' shared memory gets no smem schedule.
+  auto huge = GenerateAll(MakeTask(b.g, {Spec(DType::kFloat32, {64, 1 << 20})}));
+  for (const auto& c : huge) EXPECT_EQ(c.origin.find("/smem"), std::string::npos) << c.origin;
+}
+
 TEST(TemplateGenerator, InnerAxisReductionsGetTiles) {
   // max over dim 1 of [16, 4096, 4095]: rows are the 16 x 4095 (b, j) pairs,
   // adjacent in memory; a 32 x Y tile reads 32 of them per load and splits

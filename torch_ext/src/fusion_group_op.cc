@@ -172,6 +172,37 @@ cache::RemoteCache* Remote() {
   return r.remote.get();
 }
 
+// Why tuning stored no winner, for fallback reasons and logs: counts, the
+// baseline and the fastest verified candidate (µs), and the first failure.
+// E.g. "no winner (tuned: 6 tried, 6 compiled, 6 verified; baseline 11400.0
+// µs, best template:row/tile32x8/reg 11350.2 µs, needs < 0.95x of it)".
+std::string NoWinnerText(const TuneReport& rep, double margin) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "no winner (tuned: %d tried, %d compiled, %d verified", rep.tried, rep.compiled,
+                rep.verified);
+  std::string out = buf;
+  const CandidateOutcome* best = nullptr;
+  const CandidateOutcome* failed = nullptr;
+  for (const auto& o : rep.outcomes) {
+    if (o.time_us > 0 && (best == nullptr || o.time_us < best->time_us)) best = &o;
+    if (failed == nullptr && o.outcome != "slower" && o.outcome != "verified" && o.outcome != "winner" &&
+        o.outcome != "compiled")
+      failed = &o;
+  }
+  if (rep.baseline_us > 0) {
+    std::snprintf(buf, sizeof(buf), "; baseline %.1f µs", rep.baseline_us);
+    out += buf;
+  }
+  if (best != nullptr) {
+    char b2[256];
+    std::snprintf(b2, sizeof(b2), ", best %s %.1f µs, needs < %.2fx of it", best->origin.c_str(), best->time_us,
+                  1.0 - margin);
+    out += b2;
+  }
+  if (failed != nullptr) out += "; first failure " + failed->origin + ": " + failed->outcome;
+  return out + ")";
+}
+
 Expected<TuneReport> TuneTaskNow(const Task& task, const std::vector<std::string>* captured) {
   Runtime& r = R();
   std::lock_guard<std::mutex> tune_lock(r.tune_mu);
@@ -210,6 +241,7 @@ void TunerThreadMain() {
     }
     std::fprintf(stderr, "dice: tuned %s: speedup %.2fx (%s)\n", rep->description.c_str(), rep->speedup,
                  rep->winner_origin.empty() ? "no winner" : rep->winner_origin.c_str());
+    if (rep->winner_origin.empty()) job.entry->failure = NoWinnerText(*rep, GetRuntimeOptions().tune.margin);
     job.entry->state.store(rep->winner_origin.empty() ? SigEntry::kNoWinner : SigEntry::kUnknown);
   }
 }
@@ -503,7 +535,7 @@ class GroupOp {
       case SigEntry::kLoaded: return Launch(*e, stack, why);
       case SigEntry::kPending: *why = "tuning in progress"; return false;
       case SigEntry::kFailed: *why = e->failure; return false;
-      default: *why = "no winner"; return false;
+      default: *why = e->failure.empty() ? std::string("no winner") : e->failure; return false;
     }
   }
 
@@ -583,6 +615,10 @@ class GroupOp {
         e.failure = "tuning failed: " + rep.status().message();
         e.state.store(SigEntry::kFailed);
         return SigEntry::kFailed;
+      }
+      if (rep->winner_origin.empty()) {
+        e.failure = NoWinnerText(*rep, GetRuntimeOptions().tune.margin);
+        std::fprintf(stderr, "dice: tuned %s: %s\n", rep->description.c_str(), e.failure.c_str());
       }
     }
     e.state.store(SigEntry::kNoWinner);

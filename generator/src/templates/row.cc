@@ -25,6 +25,10 @@
 //               (cluster barrier + ld.shared::cluster) and the grid is capped
 //               so the rows in flight fit in L2: the outputs pass re-reads the
 //               row from L2 instead of HBM
+//   cluster<B>/q<Q>/smem  the cluster schedule with each CTA's chunk of the
+//               row cached in dynamic shared memory (up to ~200 KB a CTA):
+//               the row is read from HBM once, its later passes read shared
+//               memory (a 1.5 MB softmax row over a cluster of 8 CTAs)
 //   .../online  fused statistics: a pass saved per pair of dependent reductions
 //               - online softmax (Milakov & Gimelshein 2018, "Online normalizer
 //                 calculation for softmax"): Σ exp(t - max t) accumulates in the
@@ -59,6 +63,7 @@ struct RowCfg {
   int chunks = 1;  // split: chunks per row (one block each); cluster: CTAs per row (cluster size)
   int64_t grid = 0;  // cluster: CTAs launched (rows in flight x chunks), sized for L2 residency
   bool fused = false;  // fused statistics (online softmax, moments); see the header comment
+  bool smem = false;   // cluster: the CTA's chunk of every cached load kept in dynamic shared memory
 };
 
 struct RowInfo {
@@ -192,6 +197,11 @@ class RowEmitter {
     }
   }
   bool Chunked() const { return cfg_.mode == Mode::kSplit || cfg_.mode == Mode::kCluster; }
+  // The cached copy of load `id` at this thread's element: register slot
+  // (per > 0, loop index it) or the CTA's shared-memory chunk (smem, k - kbeg).
+  std::string CachedAt(int id) const {
+    return "c" + std::to_string(id) + (cfg_.smem ? "[k - kbeg]" : "[it]");
+  }
   std::string Tag() const;
   std::string LoadAt(int id, bool element) const {
     const Node& n = lo_.nodes[id];
@@ -246,7 +256,9 @@ std::string RowEmitter::Tag() const {
     case Mode::kWarp: return "warp" + reg + fused;
     case Mode::kBlock: return "block" + std::to_string(cfg_.threads) + reg + fused;
     case Mode::kSplit: return "split" + std::to_string(cfg_.threads) + "/c" + std::to_string(cfg_.chunks) + fused;
-    case Mode::kCluster: return "cluster" + std::to_string(cfg_.threads) + "/q" + std::to_string(cfg_.chunks) + fused;
+    case Mode::kCluster:
+      return "cluster" + std::to_string(cfg_.threads) + "/q" + std::to_string(cfg_.chunks) + (cfg_.smem ? "/smem" : "") +
+             fused;
     case Mode::kTile: return "tile32x" + std::to_string(cfg_.threads / 32) + reg + fused;
   }
   return "";
@@ -286,7 +298,7 @@ void RowEmitter::EmitFusedFinish(int primary, const std::string& ind, std::strin
 void RowEmitter::ElementLoop(const std::string& ind, const std::function<void(const std::string&)>& body,
                              std::string* s, bool use_cache) const {
   const int G = Group();
-  if (use_cache) {
+  if (use_cache && !cfg_.smem) {
     const bool exact = static_cast<int64_t>(cfg_.per) * G == ri_.L;
     *s += ind + "#pragma unroll\n";
     *s += ind + "for (int it = 0; it < " + std::to_string(cfg_.per) + "; ++it) {\n";
@@ -334,7 +346,7 @@ void RowEmitter::EmitLevel(int level, const std::string& ind, std::string* s, bo
       ind,
       [&](const std::string& in2) {
         auto load = [&](int id) {
-          if (use_cache && HasRExtent(lo_, ri_, id)) return "c" + std::to_string(id) + "[it]";
+          if (use_cache && HasRExtent(lo_, ri_, id)) return CachedAt(id);
           return LoadAt(id, true);
         };
         EmitNodes(lo_, targets, load, in2, s);
@@ -425,7 +437,7 @@ void RowEmitter::EmitOutputLoop(const std::vector<int>& targets, const std::stri
       ind,
       [&](const std::string& in2) {
         auto load = [&](int id) {
-          if (use_cache && HasRExtent(lo_, ri_, id)) return "c" + std::to_string(id) + "[it]";
+          if (use_cache && HasRExtent(lo_, ri_, id)) return CachedAt(id);
           return LoadAt(id, true);
         };
         std::function<bool(int)> invariant = nullptr;
@@ -581,16 +593,37 @@ std::string RowEmitter::ClusterKernel(const std::string& name) const {
   s += "  const " + idx_ + " kbeg = chunk * " + Lit(CL) + ";\n";
   s += "  const " + idx_ + " kend = kbeg + " + Lit(CL) + " < " + Lit(ri_.L) + " ? kbeg + " + Lit(CL) + " : " +
        Lit(ri_.L) + ";\n";
+  const bool sm = cfg_.smem;
+  if (sm) {
+    // The chunk of each cached load: CL floats per load, in dynamic shared memory.
+    s += "  extern __shared__ float dice_rowc[];\n";
+    for (size_t j = 0; j < ri_.cached_loads.size(); ++j)
+      s += "  float* const c" + std::to_string(ri_.cached_loads[j]) + " = dice_rowc + " +
+           std::to_string(static_cast<int64_t>(j) * CL) + ";\n";
+  }
   s += "  for (" + idx_ + " row = (" + idx_ + ")blockIdx.x / " + Lit(Q) + "; row < " + Lit(ri_.rows) +
        "; row += (" + idx_ + ")gridDim.x / " + Lit(Q) + ") {\n";
+  if (sm) {
+    // One read of the chunk from global memory. Every later loop gives each
+    // thread the same k as this one, so a thread reads back only what it
+    // wrote: no barrier needed. Unrolled so that eight loads per thread are
+    // in flight (one CTA of T threads per SM holds the whole chunk).
+    s += "    #pragma unroll 8\n";
+    ElementLoop(
+        "    ",
+        [&](const std::string& in2) {
+          for (int id : ri_.cached_loads) s += in2 + CachedAt(id) + " = " + LoadAt(id, true) + ";\n";
+        },
+        &s, false);
+  }
   for (int l = 1; l <= ri_.max_level; ++l) {
     if (Q == 1) {
-      EmitLevel(l, "    ", &s, false);
+      EmitLevel(l, "    ", &s, sm);
       continue;
     }
     // This CTA's partials, published in its shared memory ...
     s += "    {\n";
-    EmitLevel(l, "      ", &s, false);
+    EmitLevel(l, "      ", &s, sm);
     for (int id : ri_.reduces)
       if (ri_.level[id] == l)
         s += "      if (tid == 0u) dice_cl[" + std::to_string(ri_.slot.at(id)) + "] = " +
@@ -603,7 +636,7 @@ std::string RowEmitter::ClusterKernel(const std::string& name) const {
                 "for (unsigned q = 0u; q < " + std::to_string(Q) + "u; ++q) ", false, "    ", &s);
     s += "    dice_cluster_sync();  // peers have read dice_cl before the next row overwrites it\n";
   }
-  EmitFullOutputs("    ", &s, false);
+  EmitFullOutputs("    ", &s, sm);
   EmitRowOutputs("    ", "chunk == 0u && tid == 0u", &s);
   s += "  }\n}\n";
   return s;
@@ -670,6 +703,9 @@ Candidate RowEmitter::Build() {
   } else if (cfg_.mode == Mode::kCluster) {
     s += ClusterKernel(base);
     launch(base, cfg_.grid);
+    if (cfg_.smem)
+      c.plan.launches.back().shared_mem_bytes = static_cast<uint32_t>(
+          ri_.cached_loads.size() * static_cast<uint64_t>((ri_.L + cfg_.chunks - 1) / cfg_.chunks) * sizeof(float));
   } else {
     s += FusedKernel(base);
     int64_t per_block = cfg_.mode == Mode::kColumn ? cfg_.threads
@@ -738,11 +774,25 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
     cfg.grid = live * Q;
     order.push_back(cfg);
   };
+  // A row cached in the shared memory of a cluster's CTAs (Q = 1..8, at most
+  // ~200 KB a CTA): read once from HBM whatever the L2 holds. Cluster of the
+  // fewest CTAs whose chunk fits.
+  auto cluster_smem = [&](int T) {
+    if (sm < 90 || ri.L < 16384 || ri.cached_loads.empty()) return;
+    const int64_t per_elem = static_cast<int64_t>(ri.cached_loads.size()) * 4;
+    int Q = 1;
+    while (Q < 8 && ((ri.L + Q - 1) / Q) * per_elem > (int64_t{200} << 10)) Q *= 2;
+    if (((ri.L + Q - 1) / Q) * per_elem > (int64_t{200} << 10) || ri.L / Q < T) return;
+    RowCfg cfg{Mode::kCluster, T, 0, Q};
+    cfg.smem = true;
+    cfg.grid = std::min<int64_t>(ri.rows, 4096) * Q;
+    order.push_back(cfg);
+  };
   const bool few_long_rows = ri.rows <= 264 && ri.L >= 16384;
   if (ri.inner) {
     column(128); tile(8); tile(16); column(256); block(256); warp(); block(128);
   } else if (few_long_rows) {
-    split(512); split(256); cluster(1024); block(1024); block(512); block(256);
+    split(512); split(256); cluster(1024); cluster_smem(1024); block(1024); block(512); block(256);
   } else if (ri.L <= 16) {
     column(128); warp(); column(256); block(128);
   } else if (ri.L <= 1024) {
@@ -752,7 +802,8 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
   } else {
     // Measured on H200 (4096 x 393216 log_softmax, 32768 x 65535 L1 norm): a
     // block of 1024 per row beat the L2-sized cluster grids; they stay as options.
-    block(1024); block(512); cluster(1024); block(256); split(512); warp(); cluster(512);
+    cluster_smem(1024); block(1024); block(512); cluster(1024); cluster_smem(512); block(256); split(512); warp();
+    cluster(512);
   }
   // With fused statistics available (softmax, normalisations), each schedule
   // comes first in its one-pass-fewer form, followed by the two-pass forms.
