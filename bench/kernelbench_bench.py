@@ -4,7 +4,7 @@
 For each task file (KernelBench format: Model, get_inputs, get_init_inputs):
   1. eager time and torch.compile (default; max-autotune with --max-autotune),
   2. trace to TorchScript, `dice tune` it (subprocess; winners go to --cache),
-  3. load the traced model in THIS process with libdice_torch_ext loaded and
+  3. load the traced (and frozen) model in THIS process with libdice_torch_ext loaded and
      DICE_MODE=cache (the registered TorchScript pass forms fusion groups and
      serves the cached winners), check its outputs against eager within the
      per-dtype tolerance, and time it with the same timer.
@@ -165,7 +165,11 @@ def run_task(path, args):
         if args.max_autotune:
             ma = torch.compile(model, mode="max-autotune-no-cudagraphs")
             ma(*inputs)
-        traced = torch.jit.trace(model, tuple(inputs), check_trace=False)
+        # Frozen (parameters become constants), as dice::torch_ext::optimize
+        # does: the registered pass sees no types for unfrozen parameters
+        # (module attributes) and would leave their ops out of the groups
+        # that `dice tune` (which freezes) tuned.
+        traced = torch.jit.freeze(torch.jit.trace(model, tuple(inputs), check_trace=False).eval())
     pt = os.path.join(args.workdir, name + ".pt")
     traced.save(pt)
     # Give the GPU memory back while `dice tune` (and its worker) run: large

@@ -71,6 +71,13 @@ Expected<std::pair<ir::DType, int>> TypeOf(const Value* v, size_t index) {
   if (!tt) return Status(StatusCode::kUnsupported, "operand " + std::to_string(index) + " is not a tensor");
   auto st = tt->scalarType();
   auto rank = tt->dim();
+  if (!st && v->node()->kind() == c10::prim::GetAttr)
+    // The profiling executor records no types for module attributes: an
+    // unfrozen parameter (group_norm's weight) keeps its op out of groups.
+    return Status(StatusCode::kUnsupported, "input " + std::to_string(index) + " is module attribute '" +
+                                                v->node()->s(c10::attr::name) +
+                                                "' of unknown type: freeze the module (torch.jit.freeze, or "
+                                                "dice::torch_ext::optimize, which freezes) to fuse it");
   if (!st) return Status(StatusCode::kUnsupported, "unknown dtype (input " + std::to_string(index) + ")");
   if (!rank) return Status(StatusCode::kUnsupported, "unknown rank (input " + std::to_string(index) + ")");
   auto dt = reference::FromScalarType(*st);
