@@ -1,4 +1,5 @@
 // Graph capture, the fusion pass and the fallback path on the CPU.
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -329,6 +330,40 @@ TEST_F(CaptureTest, ProfilingExecutorRunsThePassWhenDiceModeIsSet) {
   ASSERT_NE(last, nullptr);
   EXPECT_GE(CountKind(last->toString(), "= dice::FusionGroup"), 1) << last->toString();
   EXPECT_TRUE(torch::equal(got, original.forward(in).toTensor()));
+}
+
+TEST_F(CaptureTest, ReductionsOverDifferentAxesGoToSeparateGroups) {
+  // KernelBench level2/75's epilogue: group_norm (over each group's channels)
+  // feeding amin over dim 1: one kernel cannot reduce over both, so the pass
+  // forms two groups. amax and mean over the same dim (level2/80) stay one.
+  auto m = Compile(R"(
+def forward(self, x, b):
+    y = torch.group_norm(x, 4)
+    z = torch.amin(y, 1, keepdim=True)
+    w = z + b
+    u = torch.amax(x, 1, keepdim=True)
+    v = torch.mean(u * 2.0, 1, keepdim=True)
+    return w, v
+)");
+  Options opt;
+  opt.example_inputs = {torch::randn({8, 32}), torch::randn({8, 1})};
+  auto rep = optimize(m, opt);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  std::vector<std::vector<ir::OpKind>> groups;
+  for (const auto& g : rep->groups) groups.push_back(NonConstantOps(g.group.graph));
+  const std::vector<ir::OpKind> gn = {ir::OpKind::kGroupNorm};
+  const std::vector<ir::OpKind> amin_add = {ir::OpKind::kAmin, ir::OpKind::kAdd};
+  const std::vector<ir::OpKind> amax_mean = {ir::OpKind::kAmax, ir::OpKind::kMul, ir::OpKind::kMean};
+  EXPECT_NE(std::find(groups.begin(), groups.end(), gn), groups.end()) << rep->graph;
+  EXPECT_NE(std::find(groups.begin(), groups.end(), amin_add), groups.end()) << rep->graph;
+  EXPECT_NE(std::find(groups.begin(), groups.end(), amax_mean), groups.end()) << rep->graph;
+  EXPECT_EQ(groups.size(), 3u) << rep->graph;
+  // The fallback still computes the original outputs.
+  torch::NoGradGuard no_grad;
+  auto x = torch::randn({8, 32}), b = torch::randn({8, 1});
+  auto out = m.forward({x, b}).toTuple();
+  auto want = torch::amin(torch::group_norm(x, 4), 1, true) + b;
+  EXPECT_TRUE(torch::allclose(out->elements()[0].toTensor(), want, 1e-5, 1e-6));
 }
 
 }  // namespace

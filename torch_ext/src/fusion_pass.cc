@@ -4,10 +4,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
 #include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/pass_manager.h>
@@ -58,6 +61,71 @@ bool IsInlinableConstant(const Value* v) {
   for (const Value* e : n->inputs())
     if (e->node()->kind() != c10::prim::Constant) return false;
   return true;
+}
+
+// The reduced axes of a reduction node, as a comparable signature: "" for a
+// node that reduces nothing; "dims:1" / "dims:0,2" (normalised with the input
+// rank when known) or "dims:all" for ops with a `dim` argument; a signature
+// unique to the node where the axes cannot be named (group_norm's channel
+// groups, unknown ranks); layer_norm / rms_norm name their last axes.
+std::string ReductionSignature(const Node* n) {
+  static const std::unordered_set<std::string> with_dim = {
+      "aten::sum",     "aten::mean",        "aten::amax",       "aten::amin",     "aten::max",
+      "aten::min",     "aten::softmax",     "aten::log_softmax", "aten::_softmax", "aten::_log_softmax",
+      "aten::logsumexp", "aten::norm",      "aten::linalg_vector_norm", "aten::prod", "aten::var",
+      "aten::std",     "aten::argmax",      "aten::argmin",     "aten::all",      "aten::any"};
+  static const std::unordered_set<std::string> implicit = {
+      "aten::layer_norm", "aten::group_norm", "aten::instance_norm", "aten::rms_norm",
+      "aten::native_layer_norm", "aten::native_group_norm"};
+  const std::string kind = n->kind().toQualString();
+  if (!implicit.count(kind) && !with_dim.count(kind)) return "";
+  const std::string unique = "node:" + std::to_string(reinterpret_cast<uintptr_t>(n));
+  if (n->inputs().empty()) return unique;
+  std::optional<size_t> rank;
+  if (auto tt = n->input(0)->type()->cast<c10::TensorType>()) rank = tt->dim();
+  if (implicit.count(kind)) {
+    // layer_norm / rms_norm reduce over the last len(normalized_shape) axes.
+    const c10::FunctionSchema* schema = n->maybeSchema();
+    auto idx = schema ? schema->argumentIndexWithName("normalized_shape") : std::nullopt;
+    auto iv = idx ? torch::jit::toIValue(n->input(*idx)) : std::nullopt;
+    if (!iv || !iv->isIntList() || !rank || iv->toIntVector().size() > *rank) return unique;
+    const size_t k = iv->toIntVector().size();
+    std::string sig = "dims:";
+    for (size_t d = *rank - k; d < *rank; ++d) sig += (d > *rank - k ? "," : "") + std::to_string(d);
+    return sig;
+  }
+  const c10::FunctionSchema* schema = n->maybeSchema();
+  if (schema == nullptr) return unique;
+  auto idx = schema->argumentIndexWithName("dim");
+  if (!idx) {
+    // Binary max/min (elementwise) reduce nothing; a whole-tensor sum/amax does.
+    if ((kind == "aten::max" || kind == "aten::min") && n->inputs().size() == 2) return "";
+    return "dims:all";
+  }
+  auto iv = torch::jit::toIValue(n->input(*idx));
+  if (!iv) return unique;
+  std::vector<int64_t> dims;
+  if (iv->isInt()) dims.push_back(iv->toInt());
+  else if (iv->isIntList()) dims = iv->toIntVector();
+  else if (iv->isNone()) return "dims:all";
+  else return unique;
+  for (auto& d : dims)
+    if (d < 0 && rank) d += static_cast<int64_t>(*rank);
+  std::sort(dims.begin(), dims.end());
+  if (dims.empty()) return "dims:all";
+  std::string sig = "dims:";
+  for (size_t i = 0; i < dims.size(); ++i) sig += (i ? "," : "") + std::to_string(dims[i]);
+  return sig;
+}
+
+// Reduction signatures of a node or of every node inside a fusion group.
+void CollectReductions(const Node* n, std::unordered_set<std::string>* sigs) {
+  if (n->kind() == FusionGroupSymbol()) {
+    for (const Node* inner : n->g(c10::attr::Subgraph)->nodes()) CollectReductions(inner, sigs);
+    return;
+  }
+  std::string sig = ReductionSignature(n);
+  if (!sig.empty()) sigs->insert(std::move(sig));
 }
 
 // Moves non-tensor constant inputs of `group` into its subgraph.
@@ -203,7 +271,15 @@ class Fuser {
     }
     // Latest producer first: it is the one that can move next to the group.
     std::sort(producers.begin(), producers.end(), [](Node* a, Node* b) { return a->isAfter(b); });
+    std::unordered_set<std::string> group_reductions;
+    CollectReductions(group, &group_reductions);
     for (Node* p : producers) {
+      // One kernel reduces over one set of axes (the row templates' rows):
+      // a producer reducing over other axes than the group starts its own
+      // group (group_norm feeding amin over channels: two groups, two kernels).
+      std::unordered_set<std::string> sigs = group_reductions;
+      CollectReductions(p, &sigs);
+      if (sigs.size() > 1) continue;
       if (!alias_db_->moveBeforeTopologicallyValid(p, group)) continue;
       supported_.erase(p);
       torch::jit::SubgraphUtils::mergeNodeIntoSubgraph(p, group);
