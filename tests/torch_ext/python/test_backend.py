@@ -103,6 +103,33 @@ def test_layer_norm_with_residual_is_one_group():
     assert_fell_back_without_gpu(rep)
 
 
+def test_reductions_over_different_axes_form_separate_groups():
+    # KernelBench level2/75's epilogue: group_norm, then amin over channels,
+    # then a bias: one kernel cannot reduce over both axes sets, so two groups.
+    # amax then mean over the same dim (level2/80) stay one group.
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gn = nn.GroupNorm(4, 32)
+
+        def forward(self, x, b):
+            y = torch.amin(self.gn(x), dim=1, keepdim=True) + b
+            u = torch.amax(x, dim=1, keepdim=True)
+            return y, torch.mean(u * 2.0, dim=1, keepdim=True)
+
+    m = M().eval()
+    x, b = torch.randn(8, 32), torch.randn(8, 1)
+    got, want = compile_and_run(m, x, b)
+    torch.testing.assert_close(got, want)
+    rep = dice_torch.last_report()
+    ops = [g.torch_ops for g in rep.groups]
+    gn = [o for o in ops if any("group_norm" in t for t in o)]
+    assert len(gn) == 1 and not any("amin" in t for t in gn[0]), ops
+    assert ["aten.amin.default", "aten.add.Tensor"] in ops, ops
+    assert ["aten.amax.default", "aten.mul.Tensor", "aten.mean.dim"] in ops, ops
+    assert_fell_back_without_gpu(rep)
+
+
 def test_elementwise_chain_with_broadcasting_and_scalars():
     torch.manual_seed(0)
 

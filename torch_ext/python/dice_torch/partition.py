@@ -5,7 +5,9 @@ The FX twin of the TorchScript pass (``torch_ext/include/dice/torch_ext/
 fusion_pass.h``): groups are maximal connected sets of supported nodes
 (``capture.unsupported_reason`` is None), grown in topological order by
 merging a node into its producers' groups only when the merged set stays
-convex (no path leaves the group and comes back, so one call can replace it).
+convex (no path leaves the group and comes back, so one call can replace it)
+and every reduction in it runs over the same axes (one kernel reduces over one
+set of axes: group_norm feeding amin over channels becomes two groups).
 Groups made only of casts are dissolved. Everything else (matmuls, views,
 unsupported dtypes, ...) stays in the graph as it was, and is reported with
 its reason.
@@ -68,11 +70,65 @@ def _convex(members: set[torch.fx.Node], order: dict[torch.fx.Node, int]) -> boo
     return True
 
 
+_DIM_REDUCTIONS = {
+    "sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "_softmax", "_log_softmax",
+    "logsumexp", "norm", "linalg_vector_norm", "prod", "var", "std", "var_mean", "argmax", "argmin", "all", "any",
+}
+_LAST_AXES_NORMS = {"layer_norm", "native_layer_norm", "rms_norm"}
+_OPAQUE_NORMS = {"group_norm", "native_group_norm", "instance_norm"}
+
+
+def _rank(arg) -> int | None:
+    val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+    return val.dim() if isinstance(val, torch.Tensor) else None
+
+
+def reduction_signature(node: torch.fx.Node):
+    """The axes a node reduces over, comparable across nodes: None for a node
+    that reduces nothing, ("dims", (1,)) / ("dims", "all") for ops with a
+    dim argument (negative dims normalised with the input's rank), the last
+    axes for layer_norm / rms_norm, and a signature unique to the node where
+    the axes cannot be named (group_norm's channel groups). The twin of
+    ReductionSignature in torch_ext/src/fusion_pass.cc."""
+    tgt = node.target
+    if not isinstance(tgt, torch._ops.OpOverload):
+        return None
+    name = tgt._schema.name.split("::")[-1]
+    if name not in _DIM_REDUCTIONS and name not in _LAST_AXES_NORMS and name not in _OPAQUE_NORMS:
+        return None
+    unique = ("node", id(node))
+    if name in _OPAQUE_NORMS or not node.args:
+        return unique
+    rank = _rank(node.args[0])
+    names = [a.name for a in tgt._schema.arguments]
+    args = dict(zip(names, node.args))
+    args.update(node.kwargs)
+    if name in _LAST_AXES_NORMS:
+        shape = args.get("normalized_shape")
+        if rank is None or not isinstance(shape, (list, tuple)) or len(shape) > rank:
+            return unique
+        return ("dims", tuple(range(rank - len(shape), rank)))
+    if "dim" not in names:
+        if name in ("max", "min") and len(node.args) == 2 and isinstance(node.args[1], torch.fx.Node):
+            return None  # elementwise maximum / minimum
+        return ("dims", "all")
+    dim = args.get("dim")
+    if dim is None or dim == []:
+        return ("dims", "all")
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    if not all(isinstance(d, int) for d in dims):
+        return unique
+    if rank is not None:
+        dims = [d + rank if d < 0 else d for d in dims]
+    return ("dims", tuple(sorted(dims)))
+
+
 def propose_groups(graph: torch.fx.Graph) -> tuple[list[list[torch.fx.Node]], list[LeftOut]]:
     """Groups of supported nodes (each in graph order) and the call nodes left out."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     group_of: dict[torch.fx.Node, int] = {}
     groups: dict[int, set[torch.fx.Node]] = {}
+    reductions: dict[int, set] = {}
     left_out: list[LeftOut] = []
     next_id = 0
     for node in graph.nodes:
@@ -86,6 +142,8 @@ def propose_groups(graph: torch.fx.Graph) -> tuple[list[list[torch.fx.Node]], li
         gid = next_id
         next_id += 1
         groups[gid] = {node}
+        sig = reduction_signature(node)
+        reductions[gid] = {sig} if sig is not None else set()
         group_of[node] = gid
         producers = [a for a in node.all_input_nodes if a in group_of]
         for p in producers:
@@ -93,11 +151,13 @@ def propose_groups(graph: torch.fx.Graph) -> tuple[list[list[torch.fx.Node]], li
             if pg == gid:
                 continue
             merged = groups[pg] | groups[gid]
-            if _convex(merged, order):
+            sigs = reductions[pg] | reductions[gid]
+            if len(sigs) <= 1 and _convex(merged, order):
                 for n in groups[gid]:
                     group_of[n] = pg
                 groups[pg] = merged
-                del groups[gid]
+                reductions[pg] = sigs
+                del groups[gid], reductions[gid]
                 gid = pg
     out = []
     for members in groups.values():
