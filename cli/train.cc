@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dice/training/dataset.h"
+#include "dice/training/files.h"
 #include "dice/training/model_init.h"
 #include "dice/training/rl.h"
 #include "dice/training/sft.h"
