@@ -96,6 +96,9 @@ TEST_F(TrainingPipeline, DatasetSftRlCheckpointDecode) {
   nlohmann::json dup = {{"id", "relu-again"}, {"pytorch_code", "def forward(self, x):\n    return torch.relu(x)\n"},
                         {"cuda_code", "source = \"\"\"\n" + Kernel(kOps[0]) + "\"\"\"\n"}, {"level", 1}};
   corpus += dup.dump() + "\n";
+  // The end-to-end task set's shape: "idx", a string level, no solution.
+  corpus += R"({"idx": "9", "level": "2", "pytorch_code": "def forward(self, x):\n    return x\n", "cuda_code": ""})"
+            "\n";
   WriteText(Path("corpus.jsonl"), corpus);
   DatasetOptions d;
   d.corpora = {Path("corpus.jsonl")};
@@ -103,8 +106,9 @@ TEST_F(TrainingPipeline, DatasetSftRlCheckpointDecode) {
   d.heldout_percent = 0;  // the tiny set is all training data here
   auto ds = BuildDataset(d, nullptr);
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
-  EXPECT_EQ(ds->read, 6);
+  EXPECT_EQ(ds->read, 7);
   EXPECT_EQ(ds->malformed, 1);
+  EXPECT_EQ(ds->no_answer, 1);
   EXPECT_EQ(ds->duplicates, 1);  // relu-again's program equals relu's
   EXPECT_EQ(ds->infill, 4);
   EXPECT_EQ(ds->e2e, 4);

@@ -1,6 +1,7 @@
 // The CuKe builder: see dice/training/dataset.h. Torch-free.
 #include "dice/training/dataset.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -189,13 +190,20 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
         return j.is_object() && j.contains(k) && j[k].is_string() ? j[k].get_ptr<const std::string*>() : nullptr;
       };
       const std::string *ref = str("pytorch_code"), *cuda = str("cuda_code");
-      if (!j.is_object() || !j.contains("id") || ref == nullptr || cuda == nullptr || ref->empty() || cuda->empty()) {
+      // The id is "id" (infilling set) or "idx" (end-to-end set).
+      const char* id_key = j.is_object() && j.contains("id") ? "id" : "idx";
+      if (!j.is_object() || !j.contains(id_key) || ref == nullptr || cuda == nullptr || ref->empty()) {
         ++r.malformed;
         continue;
       }
-      const std::string id = j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump();
+      if (cuda->empty()) {  // a task without a reference solution: no pair to learn from
+        ++r.no_answer;
+        continue;
+      }
+      const std::string id = j[id_key].is_string() ? j[id_key].get<std::string>() : j[id_key].dump();
       int level = 0;
       if (j.contains("level") && j["level"].is_number_integer()) level = j["level"].get<int>();
+      if (j.contains("level") && j["level"].is_string()) level = std::atoi(j["level"].get<std::string>().c_str());
       if (level < 1 || level > 3) level = LevelFromOps(ForwardCalls(*ref));
       std::optional<double> speedup;
       if (j.contains("speedup") && j["speedup"].is_number()) speedup = j["speedup"].get<double>();

@@ -219,6 +219,7 @@ Expected<RlReport> RunRl(const RlOptions& o, const std::function<void(const std:
         for (int64_t i = 0; i < o.group_size; ++i) {
           Rollout& r = group[i];
           double reward = 0;
+          std::string why;
           auto code = ExtractCodeBlock(tokenizer->Decode(r.answer));
           if (code.ok()) {
             auto cand = DeviceFormCandidate(*code, "rl:" + task.id + ":" + std::to_string(i));
@@ -227,8 +228,17 @@ Expected<RlReport> RunRl(const RlOptions& o, const std::function<void(const std:
               if (compiled.ok()) {
                 ++sr.compiled;
                 reward = 1.0;
+              } else {
+                why = compiled.status().message();
               }
+            } else {
+              why = cand.status().message();
             }
+          } else {
+            why = code.status().message();
+          }
+          if (r.injected && reward == 0) {  // a known-good answer that earns nothing is worth a look
+            log("rl: known-good answer of " + task.id + " earns no reward: " + why.substr(0, why.find('\n', 200)));
           }
           r.reward = reward;
           rewards.push_back(reward);

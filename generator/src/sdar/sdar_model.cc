@@ -165,7 +165,8 @@ torch::Tensor SdarModel::RmsNorm(const torch::Tensor& x, const torch::Tensor& we
   return weight * xf.to(x.scalar_type());
 }
 
-Status SdarModel::CheckForward(const torch::Tensor& ids, const KvCache* cache, bool commit, bool check_ids) const {
+Status SdarModel::CheckForward(const torch::Tensor& ids, const KvCache* cache, bool commit, bool check_ids,
+                               bool check_context) const {
   const std::string where = "SdarModel::Forward: ";
   if (!ids.defined() || ids.dim() != 2 || c10::isFloatingType(ids.scalar_type()) ||
       c10::isComplexType(ids.scalar_type()) || ids.scalar_type() == torch::kBool) {
@@ -196,7 +197,7 @@ Status SdarModel::CheckForward(const torch::Tensor& ids, const KvCache* cache, b
     if (static_cast<int64_t>(cache->k_.size()) != config_.num_hidden_layers) {
       return Status(StatusCode::kInvalidArgument, where + "KV cache was not made by this model (NewCache)");
     }
-  } else if (len > config_.max_position_embeddings) {
+  } else if (check_context && len > config_.max_position_embeddings) {
     return Status(StatusCode::kInvalidArgument, where + std::to_string(len) + " tokens exceed the context of " +
                                                     std::to_string(config_.max_position_embeddings));
   }
@@ -235,7 +236,7 @@ torch::Tensor BlockCausalMask(const torch::Tensor& q_positions, const torch::Ten
 
 Expected<torch::Tensor> SdarModel::ForwardPacked(const torch::Tensor& ids, const torch::Tensor& positions,
                                                  const torch::Tensor& mask) const {
-  DICE_RETURN_IF_ERROR(CheckForward(ids, nullptr, /*commit=*/false, /*check_ids=*/true));
+  DICE_RETURN_IF_ERROR(CheckForward(ids, nullptr, /*commit=*/false, /*check_ids=*/true, /*check_context=*/false));
   const int64_t len = ids.size(1);
   if (!positions.defined() || positions.dim() != 1 || positions.size(0) != len ||
       positions.scalar_type() != torch::kLong) {
@@ -250,6 +251,12 @@ Expected<torch::Tensor> SdarModel::ForwardPacked(const torch::Tensor& ids, const
                                                     (mask.defined() ? ShapeText(mask) : "undefined"));
   }
   try {
+    const int64_t lo = positions.min().item<int64_t>(), hi = positions.max().item<int64_t>();
+    if (lo < 0 || hi >= config_.max_position_embeddings) {
+      return Status(StatusCode::kInvalidArgument, "SdarModel::ForwardPacked: position " +
+                                                      std::to_string(lo < 0 ? lo : hi) + " outside the context [0, " +
+                                                      std::to_string(config_.max_position_embeddings) + ")");
+    }
     return ForwardImpl(ids, nullptr, /*commit=*/false, /*compute_logits=*/true, positions, mask);
   } catch (const c10::Error& e) {
     return TorchError("SdarModel::ForwardPacked", e);

@@ -154,9 +154,10 @@ class SdarModel {
   /// next to its clean copy (SDAR/BD3-LM style) and how TraceRL packs the
   /// rebuilt denoising states of a rollout. Returns float32 logits
   /// [B, L, vocab_size]; gradients reach the tensors of NamedWeights() when
-  /// they require grad. Errors: kInvalidArgument for a bad ids tensor (as
-  /// Forward) or positions/mask of the wrong shape or dtype; kInternal when
-  /// LibTorch throws.
+  /// they require grad. L may exceed the context (copies share positions);
+  /// the positions may not. Errors: kInvalidArgument for a bad ids tensor
+  /// (as Forward), positions/mask of the wrong shape or dtype, or a position
+  /// outside [0, max_position_embeddings); kInternal when LibTorch throws.
   Expected<torch::Tensor> ForwardPacked(const torch::Tensor& ids, const torch::Tensor& positions,
                                         const torch::Tensor& mask) const;
 
@@ -178,7 +179,10 @@ class SdarModel {
   /// The host-side checks of Forward (shape, dtype, cache batch/capacity,
   /// commit rules); `check_ids` adds the token range check, which reads the
   /// ids back (a device synchronisation when they live on a GPU).
-  Status CheckForward(const torch::Tensor& ids, const KvCache* cache, bool commit, bool check_ids) const;
+  /// `check_context` = false skips the cache-less length check (ForwardPacked
+  /// checks its positions against the context instead).
+  Status CheckForward(const torch::Tensor& ids, const KvCache* cache, bool commit, bool check_ids,
+                      bool check_context = true) const;
   torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
   torch::Tensor ForwardImpl(const torch::Tensor& ids, KvCache* cache, bool commit, bool compute_logits,
                             const torch::Tensor& positions = {}, const torch::Tensor& mask = {}) const;

@@ -9,11 +9,14 @@
 //       its launch plan). Unverified winners (pulled, never re-verified) are
 //       dropped; the cache's measured speedup is the filter's input.
 //   (b) KernelBench-format corpora (a JSON array or JSONL of objects with
-//       id, pytorch_code, cuda_code and optionally prefix, middle, suffix,
-//       level, speedup), e.g. the DICE RL infilling set: each item gives an
+//       id (or idx), pytorch_code, cuda_code and optionally prefix, middle,
+//       suffix, level (integer or digit string), speedup), e.g. the DICE RL
+//       infilling set; an item whose cuda_code is empty is a task without a
+//       solution and is counted as no_answer, not written. Each item gives an
 //       "e2e" example (cuda_code is the answer) and, when prefix/middle/suffix
 //       are present, an "infill" example.
 // Filters, in order, each with a count in the report: malformed item;
+// corpus task without an answer;
 // unverified cache winner; speedup < min_speedup (only where a speedup is
 // known: corpus items carry none unless the file gives one, and re-timing
 // them needs a GPU and the Python worker, which this builder does not run —
@@ -50,6 +53,7 @@ struct DatasetOptions {
 struct DatasetReport {
   int64_t read = 0;               ///< items read from all sources
   int64_t malformed = 0;          ///< dropped: missing/ill-typed fields
+  int64_t no_answer = 0;          ///< dropped: a corpus task with an empty cuda_code (no pair)
   int64_t unverified_winner = 0;  ///< dropped: cache winner never verified
   int64_t below_speedup = 0;      ///< dropped: known speedup < min_speedup
   int64_t not_timed = 0;          ///< kept without a speedup (unverified-here)
