@@ -200,7 +200,13 @@ Expected<Candidate> DeviceFormCandidate(const std::string& code_in, const std::s
     open = code_in.find("\"\"\"", close + 3);
   }
   std::smatch m;
-  const std::regex torch_include(R"(^\s*#\s*include\s*[<"](torch|ATen|c10|pybind11)/)");
+  // NVRTC has the CUDA toolkit's headers (cuda_fp16.h, cuda_bf16.h, ...)
+  // but no C++ standard library or framework headers: drop those includes
+  // (device code gets expf/sqrtf/... as builtins).
+  // Host API headers (cuda.h, cuda_runtime.h) pull in the C library, which
+  // NVRTC lacks: only device-side toolkit headers are kept.
+  const std::regex torch_include(
+      R"(^\s*#\s*include\s*[<"](?!cuda_fp16|cuda_bf16|cuda_fp8|cuda/|cub/|cooperative_groups|math_constants|mma\.h))");
   const std::regex host_use(R"(\btorch::|\bat::|\bTORCH_|\bPYBIND11|\bc10::)");
   const std::regex kernel(R"(__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(\w+))");
   std::string out;
@@ -225,7 +231,14 @@ Expected<Candidate> DeviceFormCandidate(const std::string& code_in, const std::s
   Candidate c;
   c.origin = origin;
   c.form = CandidateForm::kDevice;
-  c.source = out;
+  // What the dropped headers gave device code: fixed-width integers (as
+  // glibc defines them) and the C math constants.
+  c.source = "typedef signed char int8_t;\ntypedef unsigned char uint8_t;\ntypedef short int16_t;\n"
+             "typedef unsigned short uint16_t;\ntypedef int int32_t;\ntypedef unsigned int uint32_t;\n"
+             "typedef long int64_t;\ntypedef unsigned long uint64_t;\ntypedef unsigned long size_t;\n"
+             "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n"
+             "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif\n"
+             "#ifndef FLT_MAX\n#define FLT_MAX 3.402823466e+38f\n#endif\n" + out;
   for (const auto& n : names) {
     KernelLaunch l;
     l.kernel = n;

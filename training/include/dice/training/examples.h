@@ -61,7 +61,11 @@ Expected<PromptAndAnswer> ExamplePromptAndAnswer(const CukeExample& example, con
 
 /// The device form (runtime/candidate.h) of CUDA text taken from a model's
 /// answer, for NVRTC: the text inside a Python `source = """..."""` when
-/// present; torch/ATen/c10/pybind includes dropped; top-level items that use
+/// present; includes other than the toolkit's device headers (cuda_fp16.h,
+/// cuda_bf16.h, cuda_fp8.h, cuda/, cub/, cooperative_groups, math_constants.h,
+/// mma.h) dropped — NVRTC has no C library, C++ standard library or torch
+/// headers — and a prelude defining the <cstdint> integer types (as glibc
+/// does), size_t, INFINITY, NAN and FLT_MAX put first; top-level items that use
 /// torch host types (torch::, at::, TORCH_, PYBIND11) dropped (they need
 /// nvcc + LibTorch: the extension form); non-template `__global__` kernels
 /// given C linkage; one launch (grid 1, block 1) per kernel so the compiler
