@@ -70,6 +70,17 @@ TEST_F(TrainCliTest, BadInputIsExitTwoNamingTheCause) {
   DiceResult garbage = RunDice("train dataset --corpus " + dir_ + "/garbage.json --out " + dir_ + "/o.jsonl");
   EXPECT_EQ(garbage.code, 2) << garbage.output;
   EXPECT_NE(garbage.output.find("garbage.json"), std::string::npos) << garbage.output;
+  // A checkpoint of another architecture: weights of one shape, a config of another.
+  ASSERT_EQ(RunDice("train init --out " + dir_ + "/small --byte-tokenizer --hidden 32 --layers 1 --heads 2 "
+                    "--kv-heads 1 --head-dim 16 --intermediate 64").code, 0);
+  ASSERT_EQ(RunDice("train init --out " + dir_ + "/wide --byte-tokenizer --hidden 64 --layers 1 --heads 2 "
+                    "--kv-heads 1 --head-dim 32 --intermediate 64").code, 0);
+  ASSERT_EQ(std::system(("cp " + dir_ + "/wide/config.json " + dir_ + "/small/config.json").c_str()), 0);
+  std::ofstream(dir_ + "/one.jsonl") << R"({"id": "a", "kind": "e2e", "reference": "r", "program": "p"})" << "\n";
+  DiceResult other = RunDice("train sft --model " + dir_ + "/small --data " + dir_ + "/one.jsonl --out " + dir_ +
+                             "/o2 --steps 1");
+  EXPECT_EQ(other.code, 2) << other.output;
+  EXPECT_NE(other.output.find("model.embed_tokens.weight"), std::string::npos) << other.output;
   DiceResult init_both = RunDice("train init --out " + dir_ + "/m");
   EXPECT_EQ(init_both.code, 2) << init_both.output;
   EXPECT_NE(init_both.output.find("--byte-tokenizer"), std::string::npos) << init_both.output;
