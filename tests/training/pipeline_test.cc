@@ -245,6 +245,49 @@ TEST_F(TrainingPipeline, SftResumesFromItsCheckpoint) {
   EXPECT_NE(no_state.status().message().find("trainer_state.json"), std::string::npos) << no_state.status().ToString();
 }
 
+TEST_F(TrainingPipeline, HeldOutTasksAreNeverTrainedOn) {
+  // The split is a function of the task hash, fixed when the dataset is
+  // built: with every task held out, SFT has nothing to train on.
+  nlohmann::json item = {{"id", "h"}, {"pytorch_code", "def forward(self, x):\n    return torch.relu(x)\n"},
+                         {"cuda_code", Kernel(kOps[0])}, {"middle", Kernel(kOps[0])}, {"suffix", "y"}};
+  WriteText(Path("held.json"), "[" + item.dump() + "]");
+  DatasetOptions d;
+  d.corpora = {Path("held.json")};
+  d.out_path = Path("held.jsonl");
+  d.heldout_percent = 100;
+  auto ds = BuildDataset(d, nullptr);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->heldout, ds->written);
+  d.out_path = Path("held_again.jsonl");
+  ASSERT_TRUE(BuildDataset(d, nullptr).ok());
+  std::vector<std::string> skipped;
+  auto a = ReadExamples(Path("held.jsonl"), &skipped), b = ReadExamples(Path("held_again.jsonl"), &skipped);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->front().task_hash, b->front().task_hash);  // the same task, the same split key
+  SdarConfig c;  // a model of its own: ctest runs each test in a fresh process and directory
+  c.hidden_size = 16;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 1;
+  c.head_dim = 8;
+  c.intermediate_size = 32;
+  c.vocab_size = 260;
+  c.mask_token_id = 259;
+  c.max_position_embeddings = 512;
+  c.tie_word_embeddings = true;
+  ASSERT_TRUE(InitRandomCheckpoint(c, Path("held_model"), 5).ok());
+  ASSERT_TRUE(WriteByteTokenizer(Path("held_model")).ok());
+  SftOptions s;
+  s.model_dir = Path("held_model");
+  s.data_path = Path("held.jsonl");
+  s.out_dir = Path("sft_held");
+  s.templates_path = Path("templates.json");
+  s.steps = 1;
+  auto sft = RunSft(s, nullptr);
+  ASSERT_FALSE(sft.ok());
+  EXPECT_NE(sft.status().message().find("no usable training example"), std::string::npos) << sft.status().ToString();
+}
+
 TEST(TrainingExamples, MalformedLinesNameFileAndLine) {
   auto e = CukeExample::FromJsonLine("{\"id\": \"x\", \"kind\": \"infill\", \"reference\": \"r\"}", "f.jsonl:3");
   ASSERT_FALSE(e.ok());
