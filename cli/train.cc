@@ -115,10 +115,10 @@ int RunDataset(const TrainArgs& a) {
       static_cast<long long>(r->unverified_winner),
       a.data.min_speedup, static_cast<long long>(r->below_speedup), static_cast<long long>(r->duplicates),
       static_cast<long long>(r->not_timed));
-  std::printf("dataset: wrote %lld examples to %s (infill %lld, e2e %lld, device %lld; level 1/2/3: %lld/%lld/%lld; "
-              "held out %lld)\n",
+  std::printf("dataset: wrote %lld examples to %s (infill %lld, e2e %lld, device %lld, task %lld; level 1/2/3: "
+              "%lld/%lld/%lld; held out %lld)\n",
               static_cast<long long>(r->written), a.data.out_path.c_str(), static_cast<long long>(r->infill),
-              static_cast<long long>(r->e2e), static_cast<long long>(r->device),
+              static_cast<long long>(r->e2e), static_cast<long long>(r->device), static_cast<long long>(r->task),
               static_cast<long long>(r->level_counts[0]), static_cast<long long>(r->level_counts[1]),
               static_cast<long long>(r->level_counts[2]), static_cast<long long>(r->heldout));
   return kExitOk;
@@ -173,6 +173,7 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   a.dataset->add_option("--out", a.data.out_path, "output JSONL")->required();
   a.dataset->add_option("--min-speedup", a.data.min_speedup, "keep pairs at least this much faster than eager");
   a.dataset->add_option("--heldout-percent", a.data.heldout_percent, "share of tasks (by task hash) held out");
+  a.dataset->add_flag("--keep-tasks", a.data.keep_tasks, "write answer-less corpus items as stage-2 RL tasks (kind task)");
 
   auto& s = a.sft_opts;
   a.sft = train->add_subcommand("sft", "supervised fine-tuning with the block-diffusion masked-token loss");

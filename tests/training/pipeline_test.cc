@@ -119,6 +119,16 @@ TEST_F(TrainingPipeline, DatasetSftRlCheckpointDecode) {
   EXPECT_EQ(examples->size(), 8u);
   EXPECT_EQ(examples->front().verified, "unverified-here");
   EXPECT_EQ(examples->front().difficulty, "single_op");
+  // --keep-tasks: the answer-less item becomes a stage-2 RL task (level from the file).
+  d.keep_tasks = true;
+  d.out_path = Path("with_tasks.jsonl");
+  auto with_tasks = BuildDataset(d, nullptr);
+  ASSERT_TRUE(with_tasks.ok()) << with_tasks.status().ToString();
+  EXPECT_EQ(with_tasks->task, 1);
+  auto tasks = ReadExamples(Path("with_tasks.jsonl"), &skipped);
+  ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
+  EXPECT_EQ(tasks->back().kind, "task");
+  EXPECT_EQ(tasks->back().level, 2);
   // Infill-only SFT/RL set: the four kernels.
   std::string infill;
   for (const auto& e : *examples) {

@@ -196,15 +196,26 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
         ++r.malformed;
         continue;
       }
-      if (cuda->empty()) {  // a task without a reference solution: no pair to learn from
-        ++r.no_answer;
-        continue;
-      }
       const std::string id = j[id_key].is_string() ? j[id_key].get<std::string>() : j[id_key].dump();
       int level = 0;
       if (j.contains("level") && j["level"].is_number_integer()) level = j["level"].get<int>();
       if (j.contains("level") && j["level"].is_string()) level = std::atoi(j["level"].get<std::string>().c_str());
       if (level < 1 || level > 3) level = LevelFromOps(ForwardCalls(*ref));
+      if (cuda->empty()) {  // a task without a reference solution: no pair to learn from
+        ++r.no_answer;
+        if (o.keep_tasks) {
+          CukeExample t;
+          t.id = "corpus:" + id;
+          t.kind = "task";
+          t.level = level;
+          t.source = "corpus:" + path;
+          t.reference = *ref;
+          t.verified = "unverified-here";
+          t.hash = NormalisedSourceHash(*ref);
+          keep(std::move(t));
+        }
+        continue;
+      }
       std::optional<double> speedup;
       if (j.contains("speedup") && j["speedup"].is_number()) speedup = j["speedup"].get<double>();
       if (speedup && *speedup < o.min_speedup) {
@@ -244,6 +255,7 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
     r.infill += e.kind == "infill";
     r.e2e += e.kind == "e2e";
     r.device += e.kind == "device";
+    r.task += e.kind == "task";
     r.heldout += e.split == "heldout";
     r.level_counts[e.level - 1]++;
   }

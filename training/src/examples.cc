@@ -25,7 +25,7 @@ std::string CukeExample::ToJsonLine() const {
                       {"split", split}};
   if (kind == "e2e") {
     j["program"] = program;
-  } else {
+  } else if (kind != "task") {
     j["prefix"] = prefix;
     j["middle"] = middle;
     j["suffix"] = suffix;
@@ -49,12 +49,12 @@ Expected<CukeExample> CukeExample::FromJsonLine(const std::string& line, const s
   };
   DICE_RETURN_IF_ERROR(str("id", &e.id, true));
   DICE_RETURN_IF_ERROR(str("kind", &e.kind, true));
-  if (e.kind != "infill" && e.kind != "e2e" && e.kind != "device") {
-    return Corrupt(where, "kind \"" + e.kind + "\" is not infill, e2e or device");
+  if (e.kind != "infill" && e.kind != "e2e" && e.kind != "device" && e.kind != "task") {
+    return Corrupt(where, "kind \"" + e.kind + "\" is not infill, e2e, device or task");
   }
   DICE_RETURN_IF_ERROR(str("reference", &e.reference, true));
   DICE_RETURN_IF_ERROR(str("prefix", &e.prefix, false));
-  DICE_RETURN_IF_ERROR(str("middle", &e.middle, e.kind != "e2e"));
+  DICE_RETURN_IF_ERROR(str("middle", &e.middle, e.kind == "infill" || e.kind == "device"));
   DICE_RETURN_IF_ERROR(str("suffix", &e.suffix, false));
   DICE_RETURN_IF_ERROR(str("program", &e.program, e.kind == "e2e"));
   DICE_RETURN_IF_ERROR(str("difficulty", &e.difficulty, false));
@@ -103,7 +103,11 @@ Expected<std::vector<CukeExample>> ReadExamples(const std::string& path, std::ve
 
 Expected<PromptAndAnswer> ExamplePromptAndAnswer(const CukeExample& e, const PromptTemplates& templates) {
   PromptAndAnswer pa;
-  if (e.kind == "e2e") {
+  if (e.kind == "task") {
+    auto user = BuildEndToEndPrompt(templates, e.reference);
+    if (!user.ok()) return user.status();
+    pa.prompt = ChatPrompt(templates.system, *user);
+  } else if (e.kind == "e2e") {
     auto user = BuildEndToEndPrompt(templates, e.reference);
     if (!user.ok()) return user.status();
     pa.prompt = ChatPrompt(templates.system, *user);

@@ -124,7 +124,8 @@ Expected<RlReport> RunRl(const RlOptions& o, const std::function<void(const std:
   for (const auto& s : skipped) log("skipped malformed line: " + s);
   std::vector<CukeExample> tasks;
   for (auto& e : *all) {
-    const bool kind_ok = o.stage == "e2e" ? e.kind == "e2e" : (e.kind == "infill" || e.kind == "device");
+    const bool kind_ok =
+        o.stage == "e2e" ? (e.kind == "e2e" || e.kind == "task") : (e.kind == "infill" || e.kind == "device");
     if (kind_ok && e.split != "heldout") tasks.push_back(std::move(e));
   }
   if (tasks.empty()) return Bad(o.tasks_path + " has no training task for stage " + o.stage);

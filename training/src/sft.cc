@@ -90,6 +90,7 @@ Expected<SftReport> RunSft(const SftOptions& o, const std::function<void(const s
       ++heldout;
       continue;
     }
+    if (e.kind == "task") continue;  // no answer to learn from (RL only)
     auto pa = ExamplePromptAndAnswer(e, templates);
     if (!pa.ok()) {
       log("skipped example " + e.id + ": " + pa.status().message());

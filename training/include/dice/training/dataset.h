@@ -48,17 +48,18 @@ struct DatasetOptions {
   std::string out_path;                ///< JSONL output (examples.h schema)
   double min_speedup = 2.0;
   double heldout_percent = 10.0;       ///< [0, 100]
+  bool keep_tasks = false;             ///< write answer-less corpus items as kind "task" (stage-2 RL tasks)
 };
 
 struct DatasetReport {
   int64_t read = 0;               ///< items read from all sources
   int64_t malformed = 0;          ///< dropped: missing/ill-typed fields
-  int64_t no_answer = 0;          ///< dropped: a corpus task with an empty cuda_code (no pair)
+  int64_t no_answer = 0;          ///< a corpus task with an empty cuda_code: dropped, or written as "task" with keep_tasks
   int64_t unverified_winner = 0;  ///< dropped: cache winner never verified
   int64_t below_speedup = 0;      ///< dropped: known speedup < min_speedup
   int64_t not_timed = 0;          ///< kept without a speedup (unverified-here)
   int64_t duplicates = 0;         ///< dropped: same normalised answer
-  int64_t written = 0, infill = 0, e2e = 0, device = 0, heldout = 0;
+  int64_t written = 0, infill = 0, e2e = 0, device = 0, task = 0, heldout = 0;
   int64_t level_counts[3] = {0, 0, 0};
   bool gpu_present = false;
   std::string verification_note;  ///< what was (not) re-verified here and why

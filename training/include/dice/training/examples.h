@@ -19,7 +19,7 @@ namespace dice::training {
 /// One CuKe example (a JSONL line). Fields as in training/README.md.
 struct CukeExample {
   std::string id;          ///< stable id ("corpus:6995", "cache:<task key>")
-  std::string kind;        ///< "infill" | "e2e" | "device"
+  std::string kind;        ///< "infill" | "e2e" | "device" | "task" (an e2e task without an answer: RL only)
   int level = 1;           ///< KernelBench level 1..3
   std::string difficulty;  ///< "single_op" | "fused_chain" | "network"
   std::string source;      ///< where it came from ("cache:<db>", "corpus:<file>")
@@ -37,8 +37,8 @@ struct CukeExample {
   /// Parses one line. `where` ("file:line") prefixes errors.
   /// Errors: kCorrupt naming `where` and the field (not JSON, not an object,
   /// a missing/ill-typed required field: id, kind, reference and, per kind,
-  /// middle (infill, device) or program (e2e); an unknown kind; a level
-  /// outside 1..3).
+  /// middle (infill, device) or program (e2e; a task needs none); an
+  /// unknown kind; a level outside 1..3).
   static Expected<CukeExample> FromJsonLine(const std::string& line, const std::string& where);
 };
 
@@ -51,7 +51,8 @@ Expected<std::vector<CukeExample>> ReadExamples(const std::string& path, std::ve
 
 /// The chat prompt (ChatPrompt with `templates`.system) and the answer text
 /// the model is trained to produce: a fenced code block holding the middle
-/// (infill, device) or the program (e2e). Errors: those of
+/// (infill, device) or the program (e2e); a task has the end-to-end prompt
+/// and an empty answer. Errors: those of
 /// BuildInfillingPrompt / BuildEndToEndPrompt.
 struct PromptAndAnswer {
   std::string prompt;

@@ -4,7 +4,8 @@
 //
 // One step:
 //   1. The data schedule (examples.h TaskSchedule) picks tasks_per_step
-//      tasks (stage "infill": kind infill/device examples; "e2e": kind e2e).
+//      tasks (stage "infill": kind infill/device examples; "e2e": kind e2e
+//      and task).
 //   2. Each task is decoded G = group_size times (one batch, temperature
 //      sampling, DecodeOptions from the options) and every token's
 //      denoising step is recorded (DecodeResult::trace_*). With
