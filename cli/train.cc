@@ -109,9 +109,11 @@ int RunDataset(const TrainArgs& a) {
   auto r = training::BuildDataset(a.data, Log);
   if (!r.ok()) return Fail(r.status());
   std::printf(
-      "dataset: read %lld; dropped: malformed %lld, no answer %lld, unverified winner %lld, speedup < %.2fx %lld, "
+      "dataset: read %lld; dropped: malformed %lld, no answer %lld%s, unverified winner %lld, speedup < %.2fx %lld, "
       "duplicate %lld; kept without timing (unverified-here) %lld\n",
-      static_cast<long long>(r->read), static_cast<long long>(r->malformed), static_cast<long long>(r->no_answer),
+      static_cast<long long>(r->read), static_cast<long long>(r->malformed),
+      static_cast<long long>(a.data.keep_tasks ? 0 : r->no_answer),
+      a.data.keep_tasks ? (" (" + std::to_string(r->no_answer) + " answer-less items kept as tasks)").c_str() : "",
       static_cast<long long>(r->unverified_winner),
       a.data.min_speedup, static_cast<long long>(r->below_speedup), static_cast<long long>(r->duplicates),
       static_cast<long long>(r->not_timed));
