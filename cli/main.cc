@@ -43,6 +43,7 @@
 #include "dice/runtime/ir.h"
 #include "dice/torch_ext/optimize.h"
 #include "generate.h"
+#include "train.h"
 
 namespace {
 
@@ -481,6 +482,7 @@ int main(int argc, char** argv) {
   tokenize->add_option("--model", tokenizer_dir, "checkpoint or tokenizer directory (vocab.json, merges.txt, "
                                                  "tokenizer_config.json)")->required();
   auto* generate = dice::cli::AddGenerateCommand(app);
+  auto* train = dice::cli::AddTrainCommand(app);  // dice train init|dataset|sft|rl (cli/train.h)
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -495,6 +497,7 @@ int main(int argc, char** argv) {
     if (tokenize->parsed()) return CmdTokenize(tokenizer_dir);
     if (auto rc = dice::cli::RunWarmupCommand(*warmup)) return *rc;
     if (generate->parsed()) return dice::cli::RunGenerateCommand();
+    if (train->parsed()) return dice::cli::RunTrainCommand();
     if (serve->parsed()) return CmdServe(serve_db, serve_listen, token_file);
     if (ls->parsed()) return CmdCache("ls", "", cache_dir);
     if (show->parsed()) return CmdCache("show", key, cache_dir);

@@ -127,6 +127,8 @@ Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>
   const int64_t n = o.num_samples;
   result.tokens.assign(n, {});
   result.stopped_at_eos.assign(n, false);
+  result.trace_tokens.assign(n, {});
+  result.trace_steps.assign(n, {});
   try {
     torch::NoGradGuard no_grad;
     const auto device = model.options().device;
@@ -156,6 +158,7 @@ Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>
         block.narrow(1, 0, n_fixed).copy_(prompt_ids.narrow(0, 0, batch).narrow(1, whole, n_fixed));
         masked.narrow(1, 0, n_fixed).fill_(false);
       }
+      auto step_of = torch::full({batch, bs}, -1, torch::TensorOptions().dtype(torch::kLong).device(device));
       const int64_t n_masked = bs - n_fixed;
       const int64_t S = o.denoising_steps;
       int64_t steps = 0;
@@ -177,6 +180,7 @@ Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>
         auto take_sorted = positions < k.unsqueeze(1);  // the first k of the ranking
         auto reveal = torch::zeros_like(masked).scatter(1, order, take_sorted);
         block = torch::where(reveal, x0, block);
+        step_of = step_of.masked_fill(reveal, s);
         masked = masked.logical_and(reveal.logical_not());
       }
       result.steps_per_block.push_back(steps);
@@ -186,11 +190,17 @@ Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>
       // Collect the block's new tokens; a sample ends at its first EOS.
       auto host = block.narrow(1, n_fixed, bs - n_fixed).to(torch::kCPU).contiguous();
       const int64_t* data = host.data_ptr<int64_t>();
+      auto host_steps = step_of.narrow(1, n_fixed, bs - n_fixed).to(torch::kCPU).contiguous();
+      const int64_t* step_data = host_steps.data_ptr<int64_t>();
       generated += bs - n_fixed;
       std::vector<int64_t> keep;
       for (int64_t r = 0; r < batch; ++r) {
         const int64_t sample = rows[r];
         auto& out = result.tokens[sample];
+        for (int64_t j = 0; j < bs - n_fixed; ++j) {
+          result.trace_tokens[sample].push_back(static_cast<int32_t>(data[r * (bs - n_fixed) + j]));
+          result.trace_steps[sample].push_back(static_cast<int32_t>(step_data[r * (bs - n_fixed) + j]));
+        }
         for (int64_t j = 0; j < bs - n_fixed; ++j) {
           const int64_t t = data[r * (bs - n_fixed) + j];
           if (std::find(o.eos_ids.begin(), o.eos_ids.end(), t) != o.eos_ids.end()) {

@@ -165,7 +165,8 @@ torch::Tensor SdarModel::RmsNorm(const torch::Tensor& x, const torch::Tensor& we
   return weight * xf.to(x.scalar_type());
 }
 
-Status SdarModel::CheckForward(const torch::Tensor& ids, const KvCache* cache, bool commit, bool check_ids) const {
+Status SdarModel::CheckForward(const torch::Tensor& ids, const KvCache* cache, bool commit, bool check_ids,
+                               bool check_context) const {
   const std::string where = "SdarModel::Forward: ";
   if (!ids.defined() || ids.dim() != 2 || c10::isFloatingType(ids.scalar_type()) ||
       c10::isComplexType(ids.scalar_type()) || ids.scalar_type() == torch::kBool) {
@@ -196,7 +197,7 @@ Status SdarModel::CheckForward(const torch::Tensor& ids, const KvCache* cache, b
     if (static_cast<int64_t>(cache->k_.size()) != config_.num_hidden_layers) {
       return Status(StatusCode::kInvalidArgument, where + "KV cache was not made by this model (NewCache)");
     }
-  } else if (len > config_.max_position_embeddings) {
+  } else if (check_context && len > config_.max_position_embeddings) {
     return Status(StatusCode::kInvalidArgument, where + std::to_string(len) + " tokens exceed the context of " +
                                                     std::to_string(config_.max_position_embeddings));
   }
@@ -226,8 +227,68 @@ Expected<torch::Tensor> SdarModel::Forward(const torch::Tensor& ids, KvCache* ca
   }
 }
 
+torch::Tensor BlockCausalMask(const torch::Tensor& q_positions, const torch::Tensor& k_positions,
+                              int64_t block_size) {
+  auto q_block = q_positions.to(torch::kLong).div(block_size, "floor");
+  auto k_block = k_positions.to(torch::kLong).div(block_size, "floor");
+  return k_block.unsqueeze(0).le(q_block.unsqueeze(1));  // [q, k], true = attend
+}
+
+Expected<torch::Tensor> SdarModel::ForwardPacked(const torch::Tensor& ids, const torch::Tensor& positions,
+                                                 const torch::Tensor& mask) const {
+  DICE_RETURN_IF_ERROR(CheckForward(ids, nullptr, /*commit=*/false, /*check_ids=*/true, /*check_context=*/false));
+  const int64_t len = ids.size(1);
+  if (!positions.defined() || positions.dim() != 1 || positions.size(0) != len ||
+      positions.scalar_type() != torch::kLong) {
+    return Status(StatusCode::kInvalidArgument, "SdarModel::ForwardPacked: positions must be int64 [" +
+                                                    std::to_string(len) + "], got " +
+                                                    (positions.defined() ? ShapeText(positions) : "undefined"));
+  }
+  if (!mask.defined() || mask.dim() != 2 || mask.size(0) != len || mask.size(1) != len ||
+      mask.scalar_type() != torch::kBool) {
+    return Status(StatusCode::kInvalidArgument, "SdarModel::ForwardPacked: mask must be bool [" +
+                                                    std::to_string(len) + ", " + std::to_string(len) + "], got " +
+                                                    (mask.defined() ? ShapeText(mask) : "undefined"));
+  }
+  try {
+    const int64_t lo = positions.min().item<int64_t>(), hi = positions.max().item<int64_t>();
+    if (lo < 0 || hi >= config_.max_position_embeddings) {
+      return Status(StatusCode::kInvalidArgument, "SdarModel::ForwardPacked: position " +
+                                                      std::to_string(lo < 0 ? lo : hi) + " outside the context [0, " +
+                                                      std::to_string(config_.max_position_embeddings) + ")");
+    }
+    return ForwardImpl(ids, nullptr, /*commit=*/false, /*compute_logits=*/true, positions, mask);
+  } catch (const c10::Error& e) {
+    return TorchError("SdarModel::ForwardPacked", e);
+  }
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> SdarModel::NamedWeights() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  out.emplace_back("model.embed_tokens.weight", embed_);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const Layer& l = layers_[i];
+    out.emplace_back(p + "input_layernorm.weight", l.input_norm);
+    out.emplace_back(p + "self_attn.q_proj.weight", l.q_proj);
+    out.emplace_back(p + "self_attn.k_proj.weight", l.k_proj);
+    out.emplace_back(p + "self_attn.v_proj.weight", l.v_proj);
+    out.emplace_back(p + "self_attn.o_proj.weight", l.o_proj);
+    out.emplace_back(p + "self_attn.q_norm.weight", l.q_norm);
+    out.emplace_back(p + "self_attn.k_norm.weight", l.k_norm);
+    out.emplace_back(p + "post_attention_layernorm.weight", l.post_norm);
+    out.emplace_back(p + "mlp.gate_proj.weight", l.gate_proj);
+    out.emplace_back(p + "mlp.up_proj.weight", l.up_proj);
+    out.emplace_back(p + "mlp.down_proj.weight", l.down_proj);
+  }
+  out.emplace_back("model.norm.weight", final_norm_);
+  if (!config_.tie_word_embeddings) out.emplace_back("lm_head.weight", lm_head_);
+  return out;
+}
+
 torch::Tensor SdarModel::ForwardImpl(const torch::Tensor& ids_in, KvCache* cache, bool commit,
-                                     bool compute_logits) const {
+                                     bool compute_logits, const torch::Tensor& positions,
+                                     const torch::Tensor& mask_in) const {
   const SdarConfig& c = config_;
   const int64_t batch = ids_in.size(0), len = ids_in.size(1);
   const int64_t start = cache ? cache->length_ : 0;
@@ -238,7 +299,7 @@ torch::Tensor SdarModel::ForwardImpl(const torch::Tensor& ids_in, KvCache* cache
 
   // RoPE for positions start .. start+len-1 (angles in float32, then cast).
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-  auto pos = torch::arange(start, start + len, f32);
+  auto pos = positions.defined() ? positions.to(device, torch::kFloat32) : torch::arange(start, start + len, f32);
   auto angles = torch::outer(pos, inv_freq_);
   angles = torch::cat({angles, angles}, -1);
   auto cos = angles.cos().to(options_.dtype), sin = angles.sin().to(options_.dtype);
@@ -247,11 +308,11 @@ torch::Tensor SdarModel::ForwardImpl(const torch::Tensor& ids_in, KvCache* cache
   // tokens share one block (they then see every key).
   std::optional<torch::Tensor> mask;
   const int64_t bs = c.block_size;
-  if (start / bs != (start + len - 1) / bs) {
+  if (mask_in.defined()) {
+    mask = mask_in.to(device);  // ForwardPacked: the caller's layout
+  } else if (start / bs != (start + len - 1) / bs) {
     auto i64 = torch::TensorOptions().dtype(torch::kLong).device(device);
-    auto q_block = torch::arange(start, start + len, i64).div(bs, "floor");
-    auto k_block = torch::arange(0, start + len, i64).div(bs, "floor");
-    mask = k_block.unsqueeze(0).le(q_block.unsqueeze(1));  // [len, start+len], true = attend
+    mask = BlockCausalMask(torch::arange(start, start + len, i64), torch::arange(0, start + len, i64), bs);
   }
 
   for (size_t i = 0; i < layers_.size(); ++i) {

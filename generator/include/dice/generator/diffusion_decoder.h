@@ -94,6 +94,15 @@ struct DecodeResult {
   std::vector<std::vector<int32_t>> tokens;
   /// Per sample: true when an EOS id ended it.
   std::vector<bool> stopped_at_eos;
+  /// Per sample: the decoding trace TraceRL needs (dice::training). Every
+  /// token of every block the sample decoded, in order, NOT cut at EOS or
+  /// max_new_tokens (the prompt tokens of a first partial block excluded),
+  /// and beside it the 0-based denoising step of its block at which it was
+  /// revealed. trace_tokens[i].size() == trace_steps[i].size() ==
+  /// (blocks decoded) * block_size - (prompt length % block_size);
+  /// tokens[i] is a prefix of trace_tokens[i].
+  std::vector<std::vector<int32_t>> trace_tokens;
+  std::vector<std::vector<int32_t>> trace_steps;
   /// Denoising steps each block took, in order (the largest over the batch).
   std::vector<int64_t> steps_per_block;
   int64_t denoising_steps = 0;  ///< sum of steps_per_block

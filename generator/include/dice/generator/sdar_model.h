@@ -23,13 +23,14 @@
 // checkpoint's mapping onto the target device and dtype; the Checkpoint may
 // be closed afterwards). Forward is const and may run concurrently on
 // different KvCaches; a KvCache must not be shared between concurrent calls.
-// All calls run under torch::NoGradGuard.
+// All calls except ForwardPacked (training) run under torch::NoGradGuard.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dice/generator/checkpoint.h"
@@ -81,6 +82,15 @@ class KvCache {
   int64_t capacity_ = 0;
   int64_t batch_ = 0;
 };
+
+/// SDAR's block-causal attention mask: bool [q_positions.numel(),
+/// k_positions.numel()] where entry (i, j) is true (attend) iff
+/// k_positions[j] / block_size <= q_positions[i] / block_size. Positions are
+/// int64 1-D tensors on one device; the result lives there too. The
+/// decoder's own forwards and dice::training's packed masks use this one
+/// definition.
+torch::Tensor BlockCausalMask(const torch::Tensor& q_positions, const torch::Tensor& k_positions,
+                              int64_t block_size);
 
 /// The SDAR/Qwen3 decoder. Movable, not copyable.
 class SdarModel {
@@ -136,6 +146,29 @@ class SdarModel {
   Expected<torch::Tensor> Forward(const torch::Tensor& ids, KvCache* cache = nullptr, bool commit = false,
                                   bool compute_logits = true) const;
 
+  /// Training forward (used by dice::training; autograd stays enabled, no KV
+  /// cache): runs the decoder over `ids` (integer [B, L]) whose token j sits
+  /// at RoPE position `positions[j]` (int64 [L]) and attends to key j' iff
+  /// `mask[j][j']` (bool [L, L], true = attend; every row needs one true).
+  /// This is how block-diffusion training packs a noised copy of a sequence
+  /// next to its clean copy (SDAR/BD3-LM style) and how TraceRL packs the
+  /// rebuilt denoising states of a rollout. Returns float32 logits
+  /// [B, L, vocab_size]; gradients reach the tensors of NamedWeights() when
+  /// they require grad. L may exceed the context (copies share positions);
+  /// the positions may not. Errors: kInvalidArgument for a bad ids tensor
+  /// (as Forward), positions/mask of the wrong shape or dtype, or a position
+  /// outside [0, max_position_embeddings); kInternal when LibTorch throws.
+  Expected<torch::Tensor> ForwardPacked(const torch::Tensor& ids, const torch::Tensor& positions,
+                                        const torch::Tensor& mask) const;
+
+  /// The weights by Hugging Face tensor name, in SdarConfig::ExpectedTensors()
+  /// order (a tied model lists model.embed_tokens.weight once and no
+  /// lm_head.weight). The tensors share storage with the model: setting
+  /// requires_grad on them, or updating them in place under NoGradGuard,
+  /// trains the model (dice::training does both). Float tensors in
+  /// options().dtype on options().device.
+  std::vector<std::pair<std::string, torch::Tensor>> NamedWeights() const;
+
  private:
   struct Layer {
     torch::Tensor input_norm, q_proj, k_proj, v_proj, o_proj, q_norm, k_norm, post_norm, gate_proj, up_proj,
@@ -146,9 +179,13 @@ class SdarModel {
   /// The host-side checks of Forward (shape, dtype, cache batch/capacity,
   /// commit rules); `check_ids` adds the token range check, which reads the
   /// ids back (a device synchronisation when they live on a GPU).
-  Status CheckForward(const torch::Tensor& ids, const KvCache* cache, bool commit, bool check_ids) const;
+  /// `check_context` = false skips the cache-less length check (ForwardPacked
+  /// checks its positions against the context instead).
+  Status CheckForward(const torch::Tensor& ids, const KvCache* cache, bool commit, bool check_ids,
+                      bool check_context = true) const;
   torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
-  torch::Tensor ForwardImpl(const torch::Tensor& ids, KvCache* cache, bool commit, bool compute_logits) const;
+  torch::Tensor ForwardImpl(const torch::Tensor& ids, KvCache* cache, bool commit, bool compute_logits,
+                            const torch::Tensor& positions = {}, const torch::Tensor& mask = {}) const;
 
   SdarConfig config_;
   SdarModelOptions options_;

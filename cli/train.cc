@@ -1,0 +1,243 @@
+// `dice train ...`: see cli/train.h. Torch-free (the training library's
+// public headers used here do not include LibTorch).
+#include "train.h"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "dice/training/dataset.h"
+#include "dice/training/files.h"
+#include "dice/training/model_init.h"
+#include "dice/training/rl.h"
+#include "dice/training/sft.h"
+
+namespace dice::cli {
+namespace {
+
+constexpr int kExitOk = 0, kExitFailure = 1, kExitBadInput = 2, kExitNoGpu = 3;
+
+struct TrainArgs {
+  CLI::App *init = nullptr, *dataset = nullptr, *sft = nullptr, *rl = nullptr;
+  // init
+  std::string init_out, init_tokenizer;
+  bool byte_tokenizer = false;
+  int64_t hidden = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 16, intermediate = 128, vocab = 0,
+          context = 4096;
+  uint64_t init_seed = 0;
+  // dataset
+  training::DatasetOptions data;
+  training::SftOptions sft_opts;
+  training::RlOptions rl_opts;
+};
+
+TrainArgs& Args() {
+  static TrainArgs a;
+  return a;
+}
+
+int ExitFor(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kNoDevice:
+      return kExitNoGpu;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kCorrupt:
+    case StatusCode::kUnsupported:
+      return kExitBadInput;
+    default:
+      return kExitFailure;
+  }
+}
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "dice train: %s\n", s.ToString().c_str());
+  return ExitFor(s);
+}
+
+void Log(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+int RunInit(const TrainArgs& a) {
+  if (a.byte_tokenizer == !a.init_tokenizer.empty()) {
+    return Fail(Status(StatusCode::kInvalidArgument, "train init: give exactly one of --byte-tokenizer or --tokenizer DIR"));
+  }
+  SdarConfig c;
+  c.hidden_size = a.hidden;
+  c.num_hidden_layers = a.layers;
+  c.num_attention_heads = a.heads;
+  c.num_key_value_heads = a.kv_heads;
+  c.head_dim = a.head_dim;
+  c.intermediate_size = a.intermediate;
+  c.max_position_embeddings = a.context;
+  c.tie_word_embeddings = true;
+  c.block_size = 4;
+  if (a.byte_tokenizer) {
+    c.vocab_size = a.vocab > 0 ? a.vocab : 260;
+    c.mask_token_id = 259;
+    if (c.vocab_size < 260) {
+      return Fail(Status(StatusCode::kInvalidArgument, "train init: the byte tokenizer needs --vocab >= 260"));
+    }
+  } else {
+    c.vocab_size = a.vocab > 0 ? a.vocab : 151936;
+    c.mask_token_id = 151669;
+  }
+  auto s = training::InitRandomCheckpoint(c, a.init_out, a.init_seed);
+  if (!s.ok()) return Fail(s);
+  if (a.byte_tokenizer) {
+    s = training::WriteByteTokenizer(a.init_out);
+  } else {
+    for (const char* name : {"vocab.json", "merges.txt", "tokenizer_config.json", "tokenizer.json"}) {
+      auto text = training::ReadFile(a.init_tokenizer + "/" + name);
+      if (!text.ok()) {
+        if (std::string(name) == "tokenizer.json") continue;  // optional
+        return Fail(text.status());
+      }
+      s = training::WriteFileAtomic(a.init_out + "/" + name, *text);
+      if (!s.ok()) return Fail(s);
+    }
+  }
+  if (!s.ok()) return Fail(s);
+  Log("train init: wrote a random SDAR model (hidden " + std::to_string(c.hidden_size) + ", " +
+      std::to_string(c.num_hidden_layers) + " layers, vocab " + std::to_string(c.vocab_size) + ") to " + a.init_out);
+  return kExitOk;
+}
+
+int RunDataset(const TrainArgs& a) {
+  auto r = training::BuildDataset(a.data, Log);
+  if (!r.ok()) return Fail(r.status());
+  std::printf(
+      "dataset: read %lld; dropped: malformed %lld, no answer %lld%s, unverified winner %lld, speedup < %.2fx %lld, "
+      "duplicate %lld; kept without timing (unverified-here) %lld\n",
+      static_cast<long long>(r->read), static_cast<long long>(r->malformed),
+      static_cast<long long>(a.data.keep_tasks ? 0 : r->no_answer),
+      a.data.keep_tasks ? (" (" + std::to_string(r->no_answer) + " answer-less items kept as tasks)").c_str() : "",
+      static_cast<long long>(r->unverified_winner),
+      a.data.min_speedup, static_cast<long long>(r->below_speedup), static_cast<long long>(r->duplicates),
+      static_cast<long long>(r->not_timed));
+  std::printf("dataset: wrote %lld examples to %s (infill %lld, e2e %lld, device %lld, task %lld; level 1/2/3: "
+              "%lld/%lld/%lld; held out %lld)\n",
+              static_cast<long long>(r->written), a.data.out_path.c_str(), static_cast<long long>(r->infill),
+              static_cast<long long>(r->e2e), static_cast<long long>(r->device), static_cast<long long>(r->task),
+              static_cast<long long>(r->level_counts[0]), static_cast<long long>(r->level_counts[1]),
+              static_cast<long long>(r->level_counts[2]), static_cast<long long>(r->heldout));
+  return kExitOk;
+}
+
+int RunSft(const TrainArgs& a) {
+  auto r = training::RunSft(a.sft_opts, Log);
+  if (!r.ok()) return Fail(r.status());
+  double first = 0, last = 0;
+  const size_t n = r->losses.size(), k = std::min<size_t>(10, n);
+  for (size_t i = 0; i < k; ++i) {
+    first += r->losses[i] / k;
+    last += r->losses[n - k + i] / k;
+  }
+  std::printf("sft: done, %zu steps, first-%zu mean loss %.4f, last-%zu mean loss %.4f, %.0f tokens/s, checkpoint %s\n",
+              n, k, first, k, last, r->tokens_per_s, r->checkpoint.c_str());
+  return kExitOk;
+}
+
+int RunRl(const TrainArgs& a) {
+  auto r = training::RunRl(a.rl_opts, Log);
+  if (!r.ok()) return Fail(r.status());
+  std::printf("rl: done, %zu steps, parameter change (L2) %.6g, checkpoint %s\n", r->steps.size(), r->parameter_change,
+              r->checkpoint.c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+CLI::App* AddTrainCommand(CLI::App& app) {
+  TrainArgs& a = Args();
+  auto* train = app.add_subcommand("train", "build the DICE generator: CuKe dataset, block-diffusion SFT, BiC-RL");
+  train->require_subcommand(1);
+
+  a.init = train->add_subcommand("init", "write a randomly initialised SDAR-architecture checkpoint");
+  a.init->add_option("--out", a.init_out, "checkpoint directory to write")->required();
+  a.init->add_flag("--byte-tokenizer", a.byte_tokenizer, "write a 260-token byte-level tokenizer (tiny models)");
+  a.init->add_option("--tokenizer", a.init_tokenizer, "copy vocab.json/merges.txt/tokenizer_config.json from DIR");
+  a.init->add_option("--hidden", a.hidden, "hidden_size")->check(CLI::Range(8, 16384));
+  a.init->add_option("--layers", a.layers, "num_hidden_layers")->check(CLI::Range(1, 256));
+  a.init->add_option("--heads", a.heads, "num_attention_heads")->check(CLI::Range(1, 256));
+  a.init->add_option("--kv-heads", a.kv_heads, "num_key_value_heads")->check(CLI::Range(1, 256));
+  a.init->add_option("--head-dim", a.head_dim, "head_dim")->check(CLI::Range(2, 1024));
+  a.init->add_option("--intermediate", a.intermediate, "intermediate_size")->check(CLI::Range(1, 1 << 20));
+  a.init->add_option("--vocab", a.vocab, "vocab_size (default 260 byte / 151936 Qwen)");
+  a.init->add_option("--context", a.context, "max_position_embeddings")->check(CLI::Range(16, 1 << 20));
+  a.init->add_option("--seed", a.init_seed, "initialisation seed");
+
+  a.dataset = train->add_subcommand("dataset", "build a CuKe JSONL dataset (training/README.md schema)");
+  a.dataset->add_option("--cache-db", a.data.cache_dbs, "dice cache SQLite file (repeatable)");
+  a.dataset->add_option("--corpus", a.data.corpora, "KernelBench-format JSON/JSONL corpus (repeatable)");
+  a.dataset->add_option("--out", a.data.out_path, "output JSONL")->required();
+  a.dataset->add_option("--min-speedup", a.data.min_speedup, "keep pairs at least this much faster than eager");
+  a.dataset->add_option("--heldout-percent", a.data.heldout_percent, "share of tasks (by task hash) held out");
+  a.dataset->add_flag("--keep-tasks", a.data.keep_tasks, "write answer-less corpus items as stage-2 RL tasks (kind task)");
+
+  auto& s = a.sft_opts;
+  a.sft = train->add_subcommand("sft", "supervised fine-tuning with the block-diffusion masked-token loss");
+  a.sft->add_option("--model", s.model_dir, "starting checkpoint directory")->required();
+  a.sft->add_option("--data", s.data_path, "CuKe JSONL")->required();
+  a.sft->add_option("--out", s.out_dir, "checkpoint directory to write")->required();
+  a.sft->add_option("--resume", s.resume_dir, "continue from a checkpoint written by dice train sft");
+  a.sft->add_option("--templates", s.templates_path, "prompt templates JSON");
+  a.sft->add_option("--csv", s.csv_path, "per-step CSV (default OUT/sft_log.csv)");
+  a.sft->add_option("--device", s.device, "cpu | cuda | cuda:N");
+  a.sft->add_option("--steps", s.steps, "optimiser steps");
+  a.sft->add_option("--batch-size", s.batch_size, "examples per micro-batch");
+  a.sft->add_option("--grad-accum", s.grad_accum, "micro-batches per step");
+  a.sft->add_option("--max-length", s.max_length, "tokens per example");
+  a.sft->add_option("--warmup-steps", s.warmup_steps, "linear warm-up steps");
+  a.sft->add_option("--save-every", s.save_every, "checkpoint every N steps (0 = at the end)");
+  a.sft->add_option("--lr", s.lr, "peak learning rate");
+  a.sft->add_option("--min-lr-ratio", s.min_lr_ratio, "cosine floor as a fraction of --lr");
+  a.sft->add_option("--weight-decay", s.weight_decay, "AdamW weight decay");
+  a.sft->add_option("--grad-clip", s.grad_clip, "global gradient norm clip (<= 0 off)");
+  a.sft->add_option("--seed", s.seed, "noise and data-order seed");
+  a.sft->add_flag("!--no-bf16", s.bf16, "CUDA: compute in float32 instead of bf16 autocast");
+
+  auto& r = a.rl_opts;
+  a.rl = train->add_subcommand("rl", "BiC-RL: TraceRL on decoder rollouts, NVRTC-compiled rewards");
+  a.rl->add_option("--model", r.model_dir, "starting checkpoint (the SFT model; also the KL reference)")->required();
+  a.rl->add_option("--tasks", r.tasks_path, "CuKe JSONL of tasks")->required();
+  a.rl->add_option("--out", r.out_dir, "checkpoint directory to write")->required();
+  a.rl->add_option("--stage", r.stage, "infill (stage 1) | e2e (stage 2)");
+  a.rl->add_option("--inject-known-good", r.inject_path, "JSONL of known-good answers put into each group");
+  a.rl->add_option("--inject-per-group", r.inject_per_group, "known-good rollouts per group");
+  a.rl->add_option("--templates", r.templates_path, "prompt templates JSON");
+  a.rl->add_option("--csv", r.csv_path, "per-step CSV (default OUT/rl_log.csv)");
+  a.rl->add_option("--device", r.device, "cpu | cuda | cuda:N");
+  a.rl->add_option("--arch", r.arch, "NVRTC target of the reward compile");
+  a.rl->add_option("--schedule", r.schedule, "ordered | adaptive");
+  a.rl->add_option("--advance-at", r.advance_at, "adaptive: success rate that advances the level");
+  a.rl->add_option("--steps", r.steps, "RL steps");
+  a.rl->add_option("--tasks-per-step", r.tasks_per_step, "tasks per step");
+  a.rl->add_option("--group-size", r.group_size, "rollouts per task (G)");
+  a.rl->add_option("--max-new-tokens", r.max_new_tokens, "rollout length cap");
+  a.rl->add_option("--denoising-steps", r.denoising_steps, "denoising steps per block");
+  a.rl->add_option("--threshold", r.confidence_threshold, "dynamic remasking confidence threshold");
+  a.rl->add_option("--temperature", r.temperature, "rollout sampling temperature");
+  a.rl->add_option("--inner-epochs", r.inner_epochs, "updates per batch of rollouts");
+  a.rl->add_option("--save-every", r.save_every, "checkpoint every N steps (0 = at the end)");
+  a.rl->add_option("--lr", r.lr, "learning rate");
+  a.rl->add_option("--clip-eps", r.clip_eps, "PPO clip epsilon");
+  a.rl->add_option("--beta", r.beta, "k3 KL coefficient");
+  a.rl->add_option("--grad-clip", r.grad_clip, "global gradient norm clip (<= 0 off)");
+  a.rl->add_option("--speedup-bonus", r.speedup_bonus, "reward bonus per log2 speedup (0 = off, as in the paper)");
+  a.rl->add_option("--seed", r.seed, "rollout seed");
+  return train;
+}
+
+int RunTrainCommand() {
+  TrainArgs& a = Args();
+  if (a.init->parsed()) return RunInit(a);
+  if (a.dataset->parsed()) return RunDataset(a);
+  if (a.sft->parsed()) return RunSft(a);
+  if (a.rl->parsed()) return RunRl(a);
+  return kExitBadInput;
+}
+
+}  // namespace dice::cli

@@ -1,0 +1,351 @@
+// The training module end to end on a tiny random SDAR-architecture model
+// (issue 4's CPU "done when"): dataset -> SFT (loss falls) -> RL (one
+// stage-1 step, NVRTC-compiled rewards, known-good answers injected) ->
+// checkpoint -> the generator loads it and decodes. Also: resume, bad input.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "dice/generator/diffusion_decoder.h"
+#include "dice/generator/sdar_model.h"
+#include "dice/generator/tokenizer.h"
+#include "dice/training/checkpoint_io.h"
+#include "dice/training/dataset.h"
+#include "dice/training/examples.h"
+#include "dice/training/rl.h"
+#include "dice/training/sft.h"
+
+namespace dice::training {
+namespace {
+
+// Four elementwise tasks in the KernelBench format (pytorch_code, cuda_code,
+// prefix/middle/suffix), the middle a device-form CUDA kernel.
+struct Op {
+  const char* name;
+  const char* torch_expr;
+  const char* cuda_expr;
+};
+constexpr Op kOps[] = {{"relu", "torch.relu(x)", "v > 0.f ? v : 0.f"},
+                       {"neg", "torch.neg(x)", "-v"},
+                       {"square", "torch.square(x)", "v * v"},
+                       {"double", "torch.mul(x, 2.0)", "2.f * v"}};
+
+std::string Kernel(const Op& op) {
+  return std::string("__global__ void ") + op.name +
+         "_kernel(const float* x, float* y, int n) {\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+         "  if (i < n) { float v = x[i]; y[i] = " + op.cuda_expr + "; }\n}\n";
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+class TrainingPipeline : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/dice_training_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    // One intra-op thread: on a 2-core CI machine that is also building,
+    // LibTorch's thread pool oversubscribes the cores and runs ~15x slower.
+    torch::set_num_threads(1);
+    WriteText(Path("templates.json"), R"({"system": "", "infilling": "R:{reference}\nP:{prefix}\nS:{suffix}", )"
+                                      R"("end_to_end": "R:{reference}"})");
+  }
+  // rm -rf: LibTorch's exported std::filesystem::remove_all crashes when interposed.
+  static void TearDownTestSuite() { (void)!std::system(("rm -rf '" + dir_ + "'").c_str()); }
+  static std::string Path(const std::string& name) { return dir_ + "/" + name; }
+  static std::string dir_;
+};
+std::string TrainingPipeline::dir_;
+
+TEST_F(TrainingPipeline, DatasetSftRlCheckpointDecode) {
+  // A tiny SDAR-architecture model with a byte-level tokenizer.
+  SdarConfig c;
+  c.hidden_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.intermediate_size = 128;
+  c.vocab_size = 260;
+  c.mask_token_id = 259;
+  c.max_position_embeddings = 1024;
+  c.tie_word_embeddings = true;
+  ASSERT_TRUE(InitRandomCheckpoint(c, Path("init"), 7).ok());
+  ASSERT_TRUE(WriteByteTokenizer(Path("init")).ok());
+
+  // 1. dataset: a KernelBench-format corpus with one malformed item and one duplicate.
+  std::string corpus;
+  for (const Op& op : kOps) {
+    nlohmann::json j = {{"id", op.name},
+                        {"pytorch_code", std::string("def forward(self, x):\n    return ") + op.torch_expr + "\n"},
+                        {"cuda_code", "source = \"\"\"\n" + Kernel(op) + "\"\"\"\n"},
+                        {"prefix", ""},
+                        {"middle", Kernel(op)},
+                        {"suffix", "y = k(x)"},
+                        {"level", 1}};
+    corpus += j.dump() + "\n";
+  }
+  corpus += "{\"id\": \"broken\", \"pytorch_code\": 3}\n";
+  nlohmann::json dup = {{"id", "relu-again"}, {"pytorch_code", "def forward(self, x):\n    return torch.relu(x)\n"},
+                        {"cuda_code", "source = \"\"\"\n" + Kernel(kOps[0]) + "\"\"\"\n"}, {"level", 1}};
+  corpus += dup.dump() + "\n";
+  // The end-to-end task set's shape: "idx", a string level, no solution.
+  corpus += R"({"idx": "9", "level": "2", "pytorch_code": "def forward(self, x):\n    return x\n", "cuda_code": ""})"
+            "\n";
+  WriteText(Path("corpus.jsonl"), corpus);
+  DatasetOptions d;
+  d.corpora = {Path("corpus.jsonl")};
+  d.out_path = Path("cuke.jsonl");
+  d.heldout_percent = 0;  // the tiny set is all training data here
+  auto ds = BuildDataset(d, nullptr);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->read, 7);
+  EXPECT_EQ(ds->malformed, 1);
+  EXPECT_EQ(ds->no_answer, 1);
+  EXPECT_EQ(ds->duplicates, 1);  // relu-again's program equals relu's
+  EXPECT_EQ(ds->infill, 4);
+  EXPECT_EQ(ds->e2e, 4);
+  std::vector<std::string> skipped;
+  auto examples = ReadExamples(Path("cuke.jsonl"), &skipped);
+  ASSERT_TRUE(examples.ok()) << examples.status().ToString();
+  EXPECT_TRUE(skipped.empty());
+  EXPECT_EQ(examples->size(), 8u);
+  EXPECT_EQ(examples->front().verified, "unverified-here");
+  EXPECT_EQ(examples->front().difficulty, "single_op");
+  // --keep-tasks: the answer-less item becomes a stage-2 RL task (level from the file).
+  d.keep_tasks = true;
+  d.out_path = Path("with_tasks.jsonl");
+  auto with_tasks = BuildDataset(d, nullptr);
+  ASSERT_TRUE(with_tasks.ok()) << with_tasks.status().ToString();
+  EXPECT_EQ(with_tasks->task, 1);
+  auto tasks = ReadExamples(Path("with_tasks.jsonl"), &skipped);
+  ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
+  EXPECT_EQ(tasks->back().kind, "task");
+  EXPECT_EQ(tasks->back().level, 2);
+  // Infill-only SFT/RL set: the four kernels.
+  std::string infill;
+  for (const auto& e : *examples) {
+    if (e.kind == "infill") infill += e.ToJsonLine() + "\n";
+  }
+  WriteText(Path("infill.jsonl"), infill);
+
+  // 2. SFT: the loss falls over 50 steps on the fixed tiny set.
+  SftOptions s;
+  s.model_dir = Path("init");
+  s.data_path = Path("infill.jsonl");
+  s.out_dir = Path("sft");
+  s.templates_path = Path("templates.json");
+  s.steps = 50;
+  s.batch_size = 4;
+  s.warmup_steps = 5;
+  s.lr = 3e-3;
+  s.seed = 1;
+  auto sft = RunSft(s, nullptr);
+  ASSERT_TRUE(sft.ok()) << sft.status().ToString();
+  ASSERT_EQ(sft->losses.size(), 50u);
+  const double first = std::accumulate(sft->losses.begin(), sft->losses.begin() + 10, 0.0) / 10;
+  const double last = std::accumulate(sft->losses.end() - 10, sft->losses.end(), 0.0) / 10;
+  EXPECT_LT(last, 0.8 * first) << "first-10 mean " << first << ", last-10 mean " << last;
+  std::printf("sft: first-10 mean loss %.4f, last-10 mean loss %.4f, %.0f tokens/s\n", first, last, sft->tokens_per_s);
+
+  // 3. RL: one stage-1 step; random rollouts earn nothing, the injected
+  // known-good answer compiles with NVRTC (sm_90), so the group has signal.
+  RlOptions r;
+  r.model_dir = Path("sft");
+  r.tasks_path = Path("infill.jsonl");
+  r.inject_path = Path("infill.jsonl");
+  r.out_dir = Path("rl");
+  r.templates_path = Path("templates.json");
+  r.stage = "infill";
+  r.steps = 1;
+  r.group_size = 4;
+  r.max_new_tokens = 48;
+  r.lr = 1e-3;
+  auto rl = RunRl(r, nullptr);
+  ASSERT_TRUE(rl.ok()) << rl.status().ToString();
+  ASSERT_EQ(rl->steps.size(), 1u);
+  const RlStepReport& st = rl->steps[0];
+  EXPECT_EQ(st.rollouts, 4);
+  EXPECT_EQ(st.injected, 1);
+  EXPECT_GE(st.compiled, 1);  // the known-good kernel really compiled
+  EXPECT_EQ(st.level, 1);
+  EXPECT_EQ(st.groups_used, 1) << "no advantage signal: " << st.compiled << " of 4 compiled";
+  EXPECT_GT(st.scored_tokens, 0);
+  EXPECT_GT(rl->parameter_change, 0.0);
+  EXPECT_NE(rl->correctness_note.find("correctness not checked"), std::string::npos);
+  std::printf("rl: reward %.3f, compiled %lld/4, loss %.5f, parameter change %.4g; %s\n", st.mean_reward,
+              static_cast<long long>(st.compiled), st.loss, rl->parameter_change, rl->correctness_note.c_str());
+
+  // 4. The generator loads the RL checkpoint and decodes; its weights differ from SFT's.
+  auto model = SdarModel::Load(Path("rl"));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto before = SdarModel::Load(Path("sft"));
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  auto w1 = model->NamedWeights(), w0 = before->NamedWeights();
+  double diff = 0;
+  for (size_t i = 0; i < w1.size(); ++i) diff += (w1[i].second - w0[i].second).abs().sum().item<double>();
+  EXPECT_GT(diff, 0.0);
+  auto tok = Tokenizer::Load(Path("rl"));
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  DecodeOptions o;
+  o.max_new_tokens = 16;
+  o.eos_ids = {};
+  auto out = Decode(*model, tok->Encode("R:torch.relu(x)"), o);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->tokens[0].size(), 16u);
+}
+
+TEST_F(TrainingPipeline, SftResumesFromItsCheckpoint) {
+  SdarConfig c;
+  c.hidden_size = 32;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 1;
+  c.head_dim = 16;
+  c.intermediate_size = 64;
+  c.vocab_size = 260;
+  c.mask_token_id = 259;
+  c.max_position_embeddings = 512;
+  c.tie_word_embeddings = true;
+  ASSERT_TRUE(InitRandomCheckpoint(c, Path("small"), 3).ok());
+  ASSERT_TRUE(WriteByteTokenizer(Path("small")).ok());
+  CukeExample e;
+  e.id = "t";
+  e.kind = "infill";
+  e.reference = "torch.relu(x)";
+  e.middle = Kernel(kOps[0]);
+  e.suffix = "y";
+  WriteText(Path("one.jsonl"), e.ToJsonLine() + "\nnot json\n");
+  SftOptions s;
+  s.model_dir = Path("small");
+  s.data_path = Path("one.jsonl");
+  s.templates_path = Path("templates.json");
+  s.out_dir = Path("sft_a");
+  s.steps = 6;
+  s.save_every = 3;
+  s.batch_size = 1;
+  s.max_length = 256;
+  auto a = RunSft(s, nullptr);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->skipped_lines, 1);  // "not json" is reported, not fatal
+  s.resume_dir = Path("sft_a");
+  s.out_dir = Path("sft_b");
+  s.steps = 9;
+  auto b = RunSft(s, nullptr);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->first_step, 6);
+  EXPECT_EQ(b->losses.size(), 3u);
+  // Bad input: a missing checkpoint, and a resume directory without state.
+  s.resume_dir = "";
+  s.model_dir = Path("no_such_model");
+  auto missing = RunSft(s, nullptr);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("no_such_model"), std::string::npos) << missing.status().ToString();
+  s.model_dir = Path("small");
+  s.resume_dir = Path("small");
+  auto no_state = RunSft(s, nullptr);
+  ASSERT_FALSE(no_state.ok());
+  EXPECT_NE(no_state.status().message().find("trainer_state.json"), std::string::npos) << no_state.status().ToString();
+}
+
+TEST_F(TrainingPipeline, HeldOutTasksAreNeverTrainedOn) {
+  // The split is a function of the task hash, fixed when the dataset is
+  // built: with every task held out, SFT has nothing to train on.
+  nlohmann::json item = {{"id", "h"}, {"pytorch_code", "def forward(self, x):\n    return torch.relu(x)\n"},
+                         {"cuda_code", Kernel(kOps[0])}, {"middle", Kernel(kOps[0])}, {"suffix", "y"}};
+  WriteText(Path("held.json"), "[" + item.dump() + "]");
+  DatasetOptions d;
+  d.corpora = {Path("held.json")};
+  d.out_path = Path("held.jsonl");
+  d.heldout_percent = 100;
+  auto ds = BuildDataset(d, nullptr);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->heldout, ds->written);
+  d.out_path = Path("held_again.jsonl");
+  ASSERT_TRUE(BuildDataset(d, nullptr).ok());
+  std::vector<std::string> skipped;
+  auto a = ReadExamples(Path("held.jsonl"), &skipped), b = ReadExamples(Path("held_again.jsonl"), &skipped);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->front().task_hash, b->front().task_hash);  // the same task, the same split key
+  SdarConfig c;  // a model of its own: ctest runs each test in a fresh process and directory
+  c.hidden_size = 16;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 1;
+  c.head_dim = 8;
+  c.intermediate_size = 32;
+  c.vocab_size = 260;
+  c.mask_token_id = 259;
+  c.max_position_embeddings = 512;
+  c.tie_word_embeddings = true;
+  ASSERT_TRUE(InitRandomCheckpoint(c, Path("held_model"), 5).ok());
+  ASSERT_TRUE(WriteByteTokenizer(Path("held_model")).ok());
+  SftOptions s;
+  s.model_dir = Path("held_model");
+  s.data_path = Path("held.jsonl");
+  s.out_dir = Path("sft_held");
+  s.templates_path = Path("templates.json");
+  s.steps = 1;
+  auto sft = RunSft(s, nullptr);
+  ASSERT_FALSE(sft.ok());
+  EXPECT_NE(sft.status().message().find("no usable training example"), std::string::npos) << sft.status().ToString();
+}
+
+TEST(TrainingExamples, MalformedLinesNameFileAndLine) {
+  auto e = CukeExample::FromJsonLine("{\"id\": \"x\", \"kind\": \"infill\", \"reference\": \"r\"}", "f.jsonl:3");
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(e.status().message().find("f.jsonl:3"), std::string::npos);
+  EXPECT_NE(e.status().message().find("middle"), std::string::npos);
+  auto bad_level = CukeExample::FromJsonLine(
+      "{\"id\": \"x\", \"kind\": \"e2e\", \"reference\": \"r\", \"program\": \"p\", \"level\": 7}", "f.jsonl:4");
+  ASSERT_FALSE(bad_level.ok());
+  EXPECT_NE(bad_level.status().message().find("level 7"), std::string::npos);
+}
+
+TEST(TrainingExamples, DeviceFormKeepsKernelsAndDropsTorchHostCode) {
+  const std::string program =
+      "import torch\nsource = \"\"\"\n#include <torch/extension.h>\n#include <cuda_runtime.h>\n"
+      "__device__ float sq(float v) { return v * v; }\n"
+      "__global__ void k(const float* x, float* y, int n) { int i = threadIdx.x; if (i < n) y[i] = sq(x[i]); }\n"
+      "torch::Tensor k_cuda(torch::Tensor x) { auto y = torch::empty_like(x); return y; }\n\"\"\"\n";
+  auto c = DeviceFormCandidate(program, "t");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->source.find("torch::"), std::string::npos);
+  EXPECT_NE(c->source.find("extern \"C\" __global__ void k("), std::string::npos);
+  EXPECT_NE(c->source.find("__device__ float sq"), std::string::npos);
+  ASSERT_EQ(c->plan.launches.size(), 1u);
+  EXPECT_EQ(c->plan.launches[0].kernel, "k");
+  EXPECT_FALSE(DeviceFormCandidate("int main() { return 0; }", "t").ok());
+}
+
+TEST(TrainingSchedule, OrderedTakesLevelsInOrderAndAdaptiveAdvances) {
+  TaskSchedule ordered({3, 1, 2, 1}, TaskSchedule::Mode::kOrdered, 2);
+  EXPECT_EQ(ordered.Next(), (std::vector<size_t>{1, 3}));  // level 1 first
+  EXPECT_EQ(ordered.Next(), (std::vector<size_t>{2, 0}));  // then 2, then 3
+  TaskSchedule adaptive({1, 1, 2, 3}, TaskSchedule::Mode::kAdaptive, 1, 0.5, 4);
+  EXPECT_EQ(adaptive.current_level(), 1);
+  adaptive.Report({0, 0, 0, 1});  // 25% < 50%: stay
+  EXPECT_EQ(adaptive.current_level(), 1);
+  EXPECT_EQ(adaptive.Next(), (std::vector<size_t>{0}));
+  adaptive.Report({1, 1, 1, 1});  // the running rate passes 0.5: advance
+  EXPECT_EQ(adaptive.current_level(), 2);
+  EXPECT_EQ(adaptive.Next(), (std::vector<size_t>{2}));
+}
+
+TEST(TrainingSchedule, SchedulerLrWarmsUpThenDecays) {
+  EXPECT_DOUBLE_EQ(ScheduledLr(1, 100, 10, 1.0, 0.1), 0.1);
+  EXPECT_DOUBLE_EQ(ScheduledLr(10, 100, 10, 1.0, 0.1), 1.0);
+  EXPECT_NEAR(ScheduledLr(100, 100, 10, 1.0, 0.1), 0.1, 1e-12);
+  EXPECT_LT(ScheduledLr(60, 100, 10, 1.0, 0.1), ScheduledLr(30, 100, 10, 1.0, 0.1));
+}
+
+}  // namespace
+}  // namespace dice::training

@@ -1,0 +1,108 @@
+// The generator hooks training relies on (additive, in generator/):
+// SdarModel::ForwardPacked, NamedWeights, BlockCausalMask and the decoder's
+// per-token step trace, on a tiny random model written by InitRandomCheckpoint.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "dice/generator/diffusion_decoder.h"
+#include "dice/generator/sdar_model.h"
+#include "dice/training/checkpoint_io.h"
+
+namespace dice::training {
+namespace {
+
+class SdarHooks : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/dice_sdar_hooks_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    torch::set_num_threads(1);
+    SdarConfig c;
+    c.hidden_size = 32;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 8;
+    c.intermediate_size = 64;
+    c.vocab_size = 50;
+    c.mask_token_id = 49;
+    c.max_position_embeddings = 64;
+    c.tie_word_embeddings = false;
+    ASSERT_TRUE(InitRandomCheckpoint(c, dir_, 11).ok());
+  }
+  // rm -rf: LibTorch's exported std::filesystem::remove_all crashes when interposed.
+  static void TearDownTestSuite() { (void)!std::system(("rm -rf '" + dir_ + "'").c_str()); }
+  static std::string dir_;
+};
+std::string SdarHooks::dir_;
+
+TEST_F(SdarHooks, PackedForwardWithTheBlockCausalMaskEqualsForward) {
+  auto model = SdarModel::Load(dir_);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto ids = torch::randint(0, 48, {2, 11}, torch::kLong);
+  auto plain = model->Forward(ids);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  auto pos = torch::arange(11, torch::kLong);
+  auto packed = model->ForwardPacked(ids, pos, BlockCausalMask(pos, pos, model->config().block_size));
+  ASSERT_TRUE(packed.ok()) << packed.status().ToString();
+  EXPECT_TRUE(torch::allclose(*plain, *packed, 1e-5, 1e-5));
+}
+
+TEST_F(SdarHooks, PackedForwardIsDifferentiableAndChecksItsInputs) {
+  auto model = SdarModel::Load(dir_);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto weights = model->NamedWeights();
+  EXPECT_EQ(weights.size(), model->config().ExpectedTensors().size());  // untied: lm_head listed
+  for (auto& [name, t] : weights) t.requires_grad_(true);
+  // Longer than the context (80 > 64) is fine when the positions stay inside it.
+  auto pos = torch::arange(40, torch::kLong).repeat({2});
+  auto ids = torch::randint(0, 48, {1, 80}, torch::kLong);
+  auto mask = BlockCausalMask(pos, pos, 4);
+  auto out = model->ForwardPacked(ids, pos, mask);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  out->sum().backward();
+  EXPECT_TRUE(weights.front().second.grad().defined());
+  EXPECT_GT(weights.front().second.grad().abs().sum().item<double>(), 0.0);
+  auto far = model->ForwardPacked(ids, pos + 30, mask);
+  ASSERT_FALSE(far.ok());
+  EXPECT_NE(far.status().message().find("outside the context"), std::string::npos) << far.status().ToString();
+  auto bad_mask = model->ForwardPacked(ids, pos, mask.to(torch::kFloat));
+  ASSERT_FALSE(bad_mask.ok());
+  EXPECT_NE(bad_mask.status().message().find("mask must be bool"), std::string::npos);
+}
+
+TEST_F(SdarHooks, DecodeRecordsTheStepOfEveryToken) {
+  auto model = SdarModel::Load(dir_);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  DecodeOptions o;
+  o.max_new_tokens = 10;
+  o.denoising_steps = 4;
+  o.remasking = Remasking::kStatic;  // one token a step: every step 0..3 appears in each whole block
+  o.num_samples = 2;
+  o.temperature = 1.0;
+  o.eos_ids = {};
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6};  // a partial block of 2 prompt tokens
+  auto r = Decode(*model, prompt, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (int i = 0; i < 2; ++i) {
+    const auto& toks = r->trace_tokens[i];
+    const auto& steps = r->trace_steps[i];
+    ASSERT_EQ(toks.size(), steps.size());
+    EXPECT_EQ((prompt.size() + toks.size()) % 4, 0u);
+    ASSERT_GE(toks.size(), r->tokens[i].size());
+    EXPECT_TRUE(std::equal(r->tokens[i].begin(), r->tokens[i].end(), toks.begin()));  // a prefix
+    // The first (partial) block has 2 free slots: steps 0 and 1; whole blocks 0..3.
+    std::vector<int32_t> first(steps.begin(), steps.begin() + 2);
+    std::sort(first.begin(), first.end());
+    EXPECT_EQ(first, (std::vector<int32_t>{0, 1}));
+    std::vector<int32_t> second(steps.begin() + 2, steps.begin() + 6);
+    std::sort(second.begin(), second.end());
+    EXPECT_EQ(second, (std::vector<int32_t>{0, 1, 2, 3}));
+  }
+}
+
+}  // namespace
+}  // namespace dice::training

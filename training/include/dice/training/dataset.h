@@ -1,0 +1,80 @@
+// dice/training/dataset.h — `dice train dataset`: the CuKe builder (DICE
+// arXiv 2602.11715: PyTorch -> CUDA pairs kept only at a verified speedup of
+// at least 2.0x over eager). Torch-free.
+//
+// Sources:
+//   (a) dice kernel caches (cache/ library, SQLite): every winner becomes a
+//       "device" example (reference = the group's KernelBench-style program
+//       rendered from its IR; middle = the device-form CUDA source; suffix =
+//       its launch plan). Unverified winners (pulled, never re-verified) are
+//       dropped; the cache's measured speedup is the filter's input.
+//   (b) KernelBench-format corpora (a JSON array or JSONL of objects with
+//       id (or idx), pytorch_code, cuda_code and optionally prefix, middle,
+//       suffix, level (integer or digit string), speedup), e.g. the DICE RL
+//       infilling set; an item whose cuda_code is empty is a task without a
+//       solution and is counted as no_answer, not written. Each item gives an
+//       "e2e" example (cuda_code is the answer) and, when prefix/middle/suffix
+//       are present, an "infill" example.
+// Filters, in order, each with a count in the report: malformed item;
+// corpus task without an answer;
+// unverified cache winner; speedup < min_speedup (only where a speedup is
+// known: corpus items carry none unless the file gives one, and re-timing
+// them needs a GPU and the Python worker, which this builder does not run —
+// such items are kept and marked verified = "unverified-here"); duplicate
+// answer (sha256 of the answer with comments removed and whitespace
+// collapsed).
+// Difficulty: the item's level when given, else from the op count (IR ops
+// for cache winners; torch/F/nn/self.* calls in the reference's forward for
+// corpus items): 1 op -> single_op (level 1), 2..6 -> fused_chain (level 2),
+// more -> network (level 3).
+// Held-out split, fixed before training: a task whose sha256 of the
+// normalised reference, read as a number, falls in the first
+// heldout_percent of the hash space is "heldout" (never trained on; SFT and
+// RL skip it), else "train".
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dice/runtime/status.h"
+
+namespace dice::training {
+
+struct DatasetOptions {
+  std::vector<std::string> cache_dbs;  ///< dice cache SQLite files
+  std::vector<std::string> corpora;    ///< KernelBench-format JSON / JSONL files
+  std::string out_path;                ///< JSONL output (examples.h schema)
+  double min_speedup = 2.0;
+  double heldout_percent = 10.0;       ///< [0, 100]
+  bool keep_tasks = false;             ///< write answer-less corpus items as kind "task" (stage-2 RL tasks)
+};
+
+struct DatasetReport {
+  int64_t read = 0;               ///< items read from all sources
+  int64_t malformed = 0;          ///< dropped: missing/ill-typed fields
+  int64_t no_answer = 0;          ///< a corpus task with an empty cuda_code: dropped, or written as "task" with keep_tasks
+  int64_t unverified_winner = 0;  ///< dropped: cache winner never verified
+  int64_t below_speedup = 0;      ///< dropped: known speedup < min_speedup
+  int64_t not_timed = 0;          ///< kept without a speedup (unverified-here)
+  int64_t duplicates = 0;         ///< dropped: same normalised answer
+  int64_t written = 0, infill = 0, e2e = 0, device = 0, task = 0, heldout = 0;
+  int64_t level_counts[3] = {0, 0, 0};
+  bool gpu_present = false;
+  std::string verification_note;  ///< what was (not) re-verified here and why
+};
+
+/// The dedupe key: hex sha256 of `source` with // and /* */ comments
+/// removed and every whitespace run collapsed to one space (trimmed).
+std::string NormalisedSourceHash(const std::string& source);
+
+/// Builds the dataset. `log` gets human-readable lines (may be null).
+/// Errors: kInvalidArgument for no source, no --out, min_speedup < 0 or
+/// heldout_percent outside [0, 100]; kNotFound / kIoError / kCorrupt naming
+/// a source that cannot be read or is not JSON/JSONL at all (a malformed
+/// item inside a readable file is counted, not fatal); kIoError for the
+/// output.
+Expected<DatasetReport> BuildDataset(const DatasetOptions& options, const std::function<void(const std::string&)>& log);
+
+}  // namespace dice::training

@@ -1,0 +1,108 @@
+// dice/training/examples.h — the CuKe example schema (one JSON object per
+// line; documented in training/README.md), reading it back, turning an
+// example into the prompt/completion text the model trains on, the
+// device-form view of a completion that RL rewards compile, and the data
+// schedule of BiC-RL. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dice/generator/prompts.h"
+#include "dice/runtime/candidate.h"
+#include "dice/runtime/status.h"
+
+namespace dice::training {
+
+/// One CuKe example (a JSONL line). Fields as in training/README.md.
+struct CukeExample {
+  std::string id;          ///< stable id ("corpus:6995", "cache:<task key>")
+  std::string kind;        ///< "infill" | "e2e" | "device" | "task" (an e2e task without an answer: RL only)
+  int level = 1;           ///< KernelBench level 1..3
+  std::string difficulty;  ///< "single_op" | "fused_chain" | "network"
+  std::string source;      ///< where it came from ("cache:<db>", "corpus:<file>")
+  std::string reference;   ///< the PyTorch reference program
+  std::string prefix, middle, suffix;  ///< infill/device: the program around and the CUDA middle
+  std::string program;     ///< e2e: the whole CUDA program (answer)
+  std::optional<double> speedup;  ///< over eager, when timed
+  std::string verified;    ///< "gpu:<name>" | "cache" | "unverified-here"
+  std::string hash;        ///< sha256 of the normalised answer source (dedupe key)
+  std::string task_hash;   ///< sha256 of the normalised reference (split key)
+  std::string split;       ///< "train" | "heldout"
+
+  /// The JSON line (no trailing newline).
+  std::string ToJsonLine() const;
+  /// Parses one line. `where` ("file:line") prefixes errors.
+  /// Errors: kCorrupt naming `where` and the field (not JSON, not an object,
+  /// a missing/ill-typed required field: id, kind, reference and, per kind,
+  /// middle (infill, device) or program (e2e; a task needs none); an
+  /// unknown kind; a level outside 1..3).
+  static Expected<CukeExample> FromJsonLine(const std::string& line, const std::string& where);
+};
+
+/// Reads a JSONL file of CukeExamples. A malformed line is skipped and its
+/// error ("file:line: ...") appended to `skipped` (when not null); blank
+/// lines are ignored. Errors: kNotFound / kIoError for the file;
+/// kInvalidArgument when no line is valid (naming the file and the first
+/// error).
+Expected<std::vector<CukeExample>> ReadExamples(const std::string& path, std::vector<std::string>* skipped);
+
+/// The chat prompt (ChatPrompt with `templates`.system) and the answer text
+/// the model is trained to produce: a fenced code block holding the middle
+/// (infill, device) or the program (e2e); a task has the end-to-end prompt
+/// and an empty answer. Errors: those of
+/// BuildInfillingPrompt / BuildEndToEndPrompt.
+struct PromptAndAnswer {
+  std::string prompt;
+  std::string answer;
+};
+Expected<PromptAndAnswer> ExamplePromptAndAnswer(const CukeExample& example, const PromptTemplates& templates);
+
+/// The device form (runtime/candidate.h) of CUDA text taken from a model's
+/// answer, for NVRTC: the text inside a Python `source = """..."""` when
+/// present; includes other than the toolkit's device headers (cuda_fp16.h,
+/// cuda_bf16.h, cuda_fp8.h, cuda/, cub/, cooperative_groups, math_constants.h,
+/// mma.h) dropped — NVRTC has no C library, C++ standard library or torch
+/// headers — and a prelude defining the <cstdint> integer types (as glibc
+/// does), size_t, INFINITY, NAN and FLT_MAX put first; top-level items that use
+/// torch host types (torch::, at::, TORCH_, PYBIND11) dropped (they need
+/// nvcc + LibTorch: the extension form); non-template `__global__` kernels
+/// given C linkage; one launch (grid 1, block 1) per kernel so the compiler
+/// checks every kernel exists. Errors: kNotFound when no `__global__` kernel
+/// remains.
+Expected<Candidate> DeviceFormCandidate(const std::string& code, const std::string& origin);
+
+/// BiC-RL data scheduling over tasks of levels 1..3 (DICE: single operators,
+/// then fused chains, then networks, taken in order).
+///   kOrdered: tasks sorted by level (stable), `per_step` taken per step in
+///     that order, wrapping around at the end.
+///   kAdaptive: only the current level's tasks are taken (in order, wrapping
+///     within the level) until the running success rate over the last
+///     `window` rewards reaches `advance_at`, then the next level.
+class TaskSchedule {
+ public:
+  enum class Mode { kOrdered, kAdaptive };
+  /// REQUIRES: levels non-empty, per_step >= 1, window >= 1.
+  TaskSchedule(std::vector<int> levels, Mode mode, int64_t per_step, double advance_at = 0.5, int64_t window = 16);
+  /// Indices (into `levels`) of the next step's tasks.
+  std::vector<size_t> Next();
+  /// Feeds the rewards of the last step (adaptive: may advance the level).
+  void Report(const std::vector<double>& rewards);
+  /// The level now drawn from (adaptive), or the level of the next task.
+  int current_level() const;
+
+ private:
+  std::vector<int> levels_;
+  std::vector<size_t> order_;
+  Mode mode_;
+  int64_t per_step_;
+  double advance_at_;
+  int64_t window_;
+  size_t cursor_ = 0;
+  int level_ = 0;
+  std::vector<double> recent_;
+};
+
+}  // namespace dice::training

@@ -1,0 +1,100 @@
+// dice/training/rl.h — `dice train rl`: BiC-RL (DICE arXiv 2602.11715), the
+// TraceRL objective (dice/training/losses.h) on rollouts of the generator's
+// block-diffusion decoder, rewarded by the runtime's NVRTC compiler.
+//
+// One step:
+//   1. The data schedule (examples.h TaskSchedule) picks tasks_per_step
+//      tasks (stage "infill": kind infill/device examples; "e2e": kind e2e
+//      and task).
+//   2. Each task is decoded G = group_size times (one batch, temperature
+//      sampling, DecodeOptions from the options) and every token's
+//      denoising step is recorded (DecodeResult::trace_*). With
+//      --inject-known-good, the last `inject_per_group` rollouts of a group
+//      whose task has a known-good answer are replaced by that answer,
+//      traced left to right (token j of a block revealed at step
+//      j * steps / block_size), so a random model's groups still carry an
+//      advantage.
+//   3. Reward per rollout: the answer's code block turned into the device
+//      form (DeviceFormCandidate) and compiled by NVRTC for `arch`
+//      (runtime/compiler.h CompileCandidate) AND correct. Correctness needs
+//      a GPU and the task's reference run; this build does not check it:
+//      the reason is logged and reward = compiles (compile-only). With
+//      speedup_bonus > 0 a verified speedup s would add bonus * log2(s); it
+//      is off by default, as in the paper, and has no effect compile-only.
+//   4. Group-normalised advantages; groups with equal rewards are dropped.
+//   5. The rollout policy's log-probs (logp_old) and the frozen reference
+//      model's (logp_ref, the starting checkpoint) are computed once; then
+//      inner_epochs AdamW updates on the TraceRL loss (token mean over the
+//      step's scored tokens), gradients clipped to grad_clip.
+// A checkpoint (checkpoint_io.h) is written every save_every steps and at
+// the end. Progress, mean reward and throughput are logged and written to a
+// CSV. Only split "train" tasks are used.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dice/runtime/status.h"
+
+namespace dice::training {
+
+struct RlOptions {
+  std::string model_dir;        ///< starting checkpoint (the SFT model); also the KL reference
+  std::string tasks_path;       ///< CuKe JSONL of tasks
+  std::string out_dir;
+  std::string stage = "infill"; ///< "infill" (stage 1) | "e2e" (stage 2)
+  std::string inject_path;      ///< JSONL {"id", "answer"} or CuKe lines (middle/program) of known-good answers
+  std::string templates_path;   ///< prompt templates JSON; "" = built-in
+  std::string csv_path;         ///< "" = out_dir/rl_log.csv
+  std::string device = "cpu";
+  std::string arch = "sm_90";   ///< NVRTC target of the reward compile
+  std::string schedule = "ordered";  ///< "ordered" | "adaptive"
+  double advance_at = 0.5;      ///< adaptive: running success rate that advances the level
+  int64_t steps = 1;
+  int64_t tasks_per_step = 1;
+  int64_t group_size = 16;      ///< G rollouts per task
+  int64_t inject_per_group = 1;
+  int64_t max_new_tokens = 256;
+  int64_t denoising_steps = 4;
+  double confidence_threshold = 0.9;  ///< dynamic low-confidence remasking
+  double temperature = 1.0;
+  int64_t inner_epochs = 1;
+  int64_t save_every = 0;
+  double lr = 1e-6;
+  double clip_eps = 0.2;
+  double beta = 0.01;
+  double grad_clip = 1.0;
+  double speedup_bonus = 0.0;   ///< off by default (paper: binary reward)
+  uint64_t seed = 0;
+};
+
+/// What one RL step did.
+struct RlStepReport {
+  int64_t step = 0;
+  int level = 0;               ///< level of the step's first task
+  double mean_reward = 0;      ///< over all rollouts of the step (injected included)
+  double policy_reward = 0;    ///< over the decoded (not injected) rollouts only
+  int64_t rollouts = 0, injected = 0, compiled = 0;
+  int64_t groups_used = 0, groups_dropped = 0;
+  int64_t scored_tokens = 0;
+  double loss = 0;
+  double rollout_tokens_per_s = 0;
+  double seconds = 0;
+};
+
+struct RlReport {
+  std::vector<RlStepReport> steps;
+  double parameter_change = 0;  ///< L2 norm of (final - initial) weights
+  std::string correctness_note; ///< why correctness was not checked, when it was not
+  std::string checkpoint;
+};
+
+/// Runs BiC-RL. Errors: kInvalidArgument for bad options (naming the flag),
+/// no task of the stage's kind, a malformed inject file; those of the
+/// checkpoint/model/tokenizer loaders; kNoDevice for cuda without a GPU;
+/// kInternal when LibTorch fails (the last checkpoint stays intact).
+Expected<RlReport> RunRl(const RlOptions& options, const std::function<void(const std::string&)>& log);
+
+}  // namespace dice::training

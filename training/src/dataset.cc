@@ -1,0 +1,268 @@
+// The CuKe builder: see dice/training/dataset.h. Torch-free.
+#include "dice/training/dataset.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "dice/cache/store.h"
+#include "dice/runtime/cuda_driver.h"
+#include "dice/runtime/ir.h"
+#include "dice/training/files.h"
+#include "dice/training/examples.h"
+
+namespace dice::training {
+namespace {
+
+std::string StripAndCollapse(const std::string& s) {
+  std::string out;
+  bool space = false;
+  for (size_t i = 0; i < s.size();) {
+    if (s.compare(i, 2, "//") == 0) {
+      i = s.find('\n', i);
+      if (i == std::string::npos) break;
+      continue;
+    }
+    if (s.compare(i, 2, "/*") == 0) {
+      i = s.find("*/", i + 2);
+      if (i == std::string::npos) break;
+      i += 2;
+      continue;
+    }
+    const char c = s[i++];
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+      space = true;
+      continue;
+    }
+    if (space && !out.empty()) out.push_back(' ');
+    space = false;
+    out.push_back(c);
+  }
+  return out;
+}
+
+int LevelFromOps(int64_t ops) { return ops <= 1 ? 1 : ops <= 6 ? 2 : 3; }
+const char* DifficultyOf(int level) { return level == 1 ? "single_op" : level == 2 ? "fused_chain" : "network"; }
+
+// Calls in the reference's forward body: torch.*, F.*, nn.*, self.<attr>(.
+int64_t ForwardCalls(const std::string& program) {
+  size_t at = program.find("def forward");
+  if (at == std::string::npos) return 1;
+  size_t end = program.find("\ndef ", at + 1);
+  const size_t cls = program.find("\nclass ", at + 1);
+  if (cls != std::string::npos && (end == std::string::npos || cls < end)) end = cls;
+  const std::string body = program.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  int64_t n = 0;
+  for (const char* p : {"torch.", "F.", "nn.", "self."}) {
+    for (size_t k = body.find(p); k != std::string::npos; k = body.find(p, k + 1)) {
+      if (k > 0 && (std::isalnum(static_cast<unsigned char>(body[k - 1])) || body[k - 1] == '_')) continue;
+      size_t j = k + std::string(p).size();
+      while (j < body.size() && (std::isalnum(static_cast<unsigned char>(body[j])) || body[j] == '_' || body[j] == '.')) ++j;
+      if (j < body.size() && body[j] == '(') ++n;
+    }
+  }
+  return std::max<int64_t>(1, n);
+}
+
+bool InHeldout(const std::string& task_hash, double percent) {
+  // First 8 hex digits as a fraction of 2^32.
+  const double x = static_cast<double>(std::stoul(task_hash.substr(0, 8), nullptr, 16)) / 4294967296.0;
+  return x * 100.0 < percent;
+}
+
+// "f32[1024,8192];f32[8192]" (WinnerRecord::input_specs) -> contiguous specs.
+std::vector<ir::TensorSpec> ParseSpecList(const std::string& text) {
+  std::vector<ir::TensorSpec> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ';')) {
+    const size_t open = item.find('['), close = item.find(']');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    auto dtype = ir::ParseDType(item.substr(0, open));
+    if (!dtype.ok()) continue;
+    std::vector<int64_t> shape;
+    std::stringstream dims(item.substr(open + 1, close - open - 1));
+    std::string d;
+    while (std::getline(dims, d, ',')) {
+      if (!d.empty()) shape.push_back(std::stoll(d));
+    }
+    out.push_back(ir::TensorSpec::Contiguous(*dtype, shape));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string NormalisedSourceHash(const std::string& source) { return ir::Sha256Hex(StripAndCollapse(source)); }
+
+Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::function<void(const std::string&)>& log_fn) {
+  auto log = [&](const std::string& line) {
+    if (log_fn) log_fn(line);
+  };
+  auto bad = [](const std::string& m) { return Status(StatusCode::kInvalidArgument, "dice train dataset: " + m); };
+  if (o.cache_dbs.empty() && o.corpora.empty()) return bad("give at least one --cache-db or --corpus source");
+  if (o.out_path.empty()) return bad("--out is required");
+  if (!(o.min_speedup >= 0)) return bad("--min-speedup must be >= 0");
+  if (!(o.heldout_percent >= 0 && o.heldout_percent <= 100)) return bad("--heldout-percent must be in [0, 100]");
+  DatasetReport r;
+  r.gpu_present = QueryDevice(0).ok();
+  r.verification_note =
+      r.gpu_present
+          ? "a GPU is present, but re-verifying and timing imported KernelBench-format pairs needs the Python "
+            "worker, which this builder does not run yet: imported pairs are marked unverified-here"
+          : "no GPU here: imported pairs are not re-verified or timed and are marked unverified-here; cache winners "
+            "keep the speedup measured where they were tuned";
+  log("dataset: " + r.verification_note);
+
+  std::vector<CukeExample> out;
+  std::set<std::string> seen;
+  auto keep = [&](CukeExample e) {
+    if (!seen.insert(e.kind + ":" + e.hash).second) {
+      ++r.duplicates;
+      return;
+    }
+    e.task_hash = NormalisedSourceHash(e.reference);
+    e.split = InHeldout(e.task_hash, o.heldout_percent) ? "heldout" : "train";
+    e.difficulty = DifficultyOf(e.level);
+    out.push_back(std::move(e));
+  };
+
+  for (const auto& db : o.cache_dbs) {
+    auto store = cache::Store::Open(db);
+    if (!store.ok()) return Status(store.status().code(), "cache " + db + ": " + store.status().message());
+    auto winners = (*store)->ListWinners();
+    if (!winners.ok()) return Status(winners.status().code(), "cache " + db + ": " + winners.status().message());
+    for (const auto& w : *winners) {
+      ++r.read;
+      auto graph = ir::Parse(w.graph_canonical);
+      if (!graph.ok() || w.source.empty()) {
+        ++r.malformed;
+        continue;
+      }
+      if (!w.verified) {
+        ++r.unverified_winner;
+        continue;
+      }
+      if (w.speedup < o.min_speedup) {
+        ++r.below_speedup;
+        continue;
+      }
+      CukeExample e;
+      e.id = "cache:" + w.task_key;
+      e.kind = "device";
+      e.level = LevelFromOps(static_cast<int64_t>(graph->ops.size()));
+      e.source = "cache:" + db;
+      e.reference = ir::RenderReferenceProgram(*graph, ParseSpecList(w.input_specs), "cuda");
+      e.prefix = "// device form: extern \"C\" __global__ kernels, launched by the plan below\n";
+      e.middle = w.source;
+      e.suffix = "// launch plan: " + w.launch_plan_json + "\n";
+      e.speedup = w.speedup;
+      e.verified = "cache:" + (w.gpu_name.empty() ? w.arch : w.gpu_name);
+      e.hash = NormalisedSourceHash(w.source);
+      keep(std::move(e));
+    }
+  }
+
+  for (const auto& path : o.corpora) {
+    auto text = ReadFile(path);
+    if (!text.ok()) return text.status();
+    std::vector<nlohmann::json> items;
+    auto whole = nlohmann::json::parse(*text, nullptr, false);
+    if (!whole.is_discarded() && whole.is_array()) {
+      for (auto& j : whole) items.push_back(std::move(j));
+    } else {
+      std::stringstream ss(*text);
+      std::string line;
+      int64_t valid = 0;
+      while (std::getline(ss, line)) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        auto j = nlohmann::json::parse(line, nullptr, false);
+        valid += !j.is_discarded();
+        items.push_back(j.is_discarded() ? nlohmann::json() : std::move(j));
+      }
+      if (valid == 0) return Status(StatusCode::kCorrupt, "corpus " + path + " is neither a JSON array nor JSONL");
+    }
+    for (const auto& j : items) {
+      ++r.read;
+      auto str = [&](const char* k) -> const std::string* {
+        return j.is_object() && j.contains(k) && j[k].is_string() ? j[k].get_ptr<const std::string*>() : nullptr;
+      };
+      const std::string *ref = str("pytorch_code"), *cuda = str("cuda_code");
+      // The id is "id" (infilling set) or "idx" (end-to-end set).
+      const char* id_key = j.is_object() && j.contains("id") ? "id" : "idx";
+      if (!j.is_object() || !j.contains(id_key) || ref == nullptr || cuda == nullptr || ref->empty()) {
+        ++r.malformed;
+        continue;
+      }
+      const std::string id = j[id_key].is_string() ? j[id_key].get<std::string>() : j[id_key].dump();
+      int level = 0;
+      if (j.contains("level") && j["level"].is_number_integer()) level = j["level"].get<int>();
+      if (j.contains("level") && j["level"].is_string()) level = std::atoi(j["level"].get<std::string>().c_str());
+      if (level < 1 || level > 3) level = LevelFromOps(ForwardCalls(*ref));
+      if (cuda->empty()) {  // a task without a reference solution: no pair to learn from
+        ++r.no_answer;
+        if (o.keep_tasks) {
+          CukeExample t;
+          t.id = "corpus:" + id;
+          t.kind = "task";
+          t.level = level;
+          t.source = "corpus:" + path;
+          t.reference = *ref;
+          t.verified = "unverified-here";
+          t.hash = NormalisedSourceHash(*ref);
+          keep(std::move(t));
+        }
+        continue;
+      }
+      std::optional<double> speedup;
+      if (j.contains("speedup") && j["speedup"].is_number()) speedup = j["speedup"].get<double>();
+      if (speedup && *speedup < o.min_speedup) {
+        ++r.below_speedup;
+        continue;
+      }
+      if (!speedup) ++r.not_timed;
+      CukeExample base;
+      base.id = "corpus:" + id;
+      base.level = level;
+      base.source = "corpus:" + path;
+      base.reference = *ref;
+      base.speedup = speedup;
+      base.verified = "unverified-here";
+      CukeExample e2e = base;
+      e2e.kind = "e2e";
+      e2e.program = *cuda;
+      e2e.hash = NormalisedSourceHash(*cuda);
+      keep(std::move(e2e));
+      const std::string *prefix = str("prefix"), *middle = str("middle"), *suffix = str("suffix");
+      if (middle != nullptr && !middle->empty() && suffix != nullptr) {
+        CukeExample in = base;
+        in.kind = "infill";
+        in.prefix = prefix ? *prefix : "";
+        in.middle = *middle;
+        in.suffix = *suffix;
+        in.hash = NormalisedSourceHash(*middle);
+        keep(std::move(in));
+      }
+    }
+  }
+
+  std::string body;
+  for (const auto& e : out) {
+    body += e.ToJsonLine() + "\n";
+    ++r.written;
+    r.infill += e.kind == "infill";
+    r.e2e += e.kind == "e2e";
+    r.device += e.kind == "device";
+    r.task += e.kind == "task";
+    r.heldout += e.split == "heldout";
+    r.level_counts[e.level - 1]++;
+  }
+  const size_t slash = o.out_path.rfind('/');
+  if (slash != std::string::npos && slash > 0) DICE_RETURN_IF_ERROR(MakeDirs(o.out_path.substr(0, slash)));
+  DICE_RETURN_IF_ERROR(WriteFileAtomic(o.out_path, body));
+  return r;
+}
+
+}  // namespace dice::training

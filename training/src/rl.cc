@@ -1,0 +1,347 @@
+// `dice train rl` (BiC-RL with TraceRL): see dice/training/rl.h.
+// No spdlog/fmt here: LibTorch bundles its own fmt.
+#include "dice/training/rl.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "dice/generator/diffusion_decoder.h"
+#include "dice/generator/prompts.h"
+#include "dice/generator/sdar_model.h"
+#include "dice/generator/tokenizer.h"
+#include "dice/runtime/compiler.h"
+#include "dice/training/checkpoint_io.h"
+#include "dice/training/examples.h"
+#include "dice/training/losses.h"
+#include "trainer_common.h"
+
+namespace dice::training {
+namespace {
+
+Status Bad(const std::string& m) { return Status(StatusCode::kInvalidArgument, "dice train rl: " + m); }
+
+Status CheckOptions(const RlOptions& o) {
+  if (o.model_dir.empty()) return Bad("--model is required");
+  if (o.tasks_path.empty()) return Bad("--tasks is required");
+  if (o.out_dir.empty()) return Bad("--out is required");
+  if (o.stage != "infill" && o.stage != "e2e") return Bad("--stage must be infill or e2e, got '" + o.stage + "'");
+  if (o.schedule != "ordered" && o.schedule != "adaptive") {
+    return Bad("--schedule must be ordered or adaptive, got '" + o.schedule + "'");
+  }
+  if (!(o.advance_at >= 0 && o.advance_at <= 1)) return Bad("--advance-at must be in [0, 1]");
+  if (o.steps < 1) return Bad("--steps must be >= 1");
+  if (o.tasks_per_step < 1) return Bad("--tasks-per-step must be >= 1");
+  if (o.group_size < 2) return Bad("--group-size must be >= 2 (advantages are normalised within a group)");
+  if (o.inject_per_group < 0 || o.inject_per_group >= o.group_size) {
+    return Bad("--inject-per-group must be in [0, group size)");
+  }
+  if (o.max_new_tokens < 1) return Bad("--max-new-tokens must be >= 1");
+  if (o.denoising_steps < 1) return Bad("--denoising-steps must be >= 1");
+  if (o.inner_epochs < 1) return Bad("--inner-epochs must be >= 1");
+  if (!(o.lr > 0)) return Bad("--lr must be > 0");
+  if (!(o.clip_eps > 0)) return Bad("--clip-eps must be > 0");
+  if (!(o.beta >= 0)) return Bad("--beta must be >= 0");
+  if (!(o.temperature >= 0)) return Bad("--temperature must be >= 0");
+  if (!(o.speedup_bonus >= 0)) return Bad("--speedup-bonus must be >= 0");
+  return Status::Ok();
+}
+
+// Known-good answers by task id, from JSONL lines {"id", "answer"} or CuKe
+// example lines (their middle/program, fenced as SFT trains it).
+Expected<std::map<std::string, std::string>> ReadKnownGood(const std::string& path, const PromptTemplates& templates) {
+  std::map<std::string, std::string> out;
+  if (path.empty()) return out;
+  std::ifstream in(path);
+  if (!in) return Bad("--inject-known-good " + path + " cannot be opened");
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(n);
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.is_object() && j.contains("answer")) {
+      if (!j["answer"].is_string() || !j.contains("id") || !j["id"].is_string()) {
+        return Bad(where + ": a known-good line needs string fields \"id\" and \"answer\"");
+      }
+      out[j["id"].get<std::string>()] = j["answer"].get<std::string>();
+      continue;
+    }
+    auto e = CukeExample::FromJsonLine(line, where);
+    if (!e.ok()) return Bad("known-good answers: " + e.status().message());
+    auto pa = ExamplePromptAndAnswer(*e, templates);
+    if (!pa.ok()) return Bad(where + ": " + pa.status().message());
+    out[e->id] = pa->answer;
+  }
+  return out;
+}
+
+struct Rollout {
+  RolloutTrace trace;
+  std::vector<int32_t> answer;  // cut at EOS
+  bool injected = false;
+  double reward = 0;
+  double advantage = 0;
+};
+
+}  // namespace
+
+Expected<RlReport> RunRl(const RlOptions& o, const std::function<void(const std::string&)>& log_fn) {
+  auto log = [&](const std::string& line) {
+    if (log_fn) log_fn(line);
+  };
+  DICE_RETURN_IF_ERROR(CheckOptions(o));
+  auto device = ParseTrainDevice(o.device);
+  if (!device.ok()) return device.status();
+  auto tokenizer = Tokenizer::Load(o.model_dir);
+  if (!tokenizer.ok()) return tokenizer.status();
+  SdarModelOptions mo;
+  mo.device = *device;
+  auto model = SdarModel::Load(o.model_dir, mo);
+  if (!model.ok()) return model.status();
+  auto reference = SdarModel::Load(o.model_dir, mo);  // frozen KL reference
+  if (!reference.ok()) return reference.status();
+  const SdarConfig& cfg = model->config();
+  auto eos = EndOfTurnId(*tokenizer, cfg);
+  if (!eos.ok()) return eos.status();
+  std::vector<int64_t> eos_ids = {*eos};
+  const int32_t eot = tokenizer->TokenToId("<|endoftext|>");
+  if (eot >= 0 && eot != *eos) eos_ids.push_back(eot);
+
+  PromptTemplates templates = PromptTemplates::Default();
+  if (!o.templates_path.empty()) {
+    auto t = PromptTemplates::Load(o.templates_path);
+    if (!t.ok()) return t.status();
+    templates = *t;
+  }
+  std::vector<std::string> skipped;
+  auto all = ReadExamples(o.tasks_path, &skipped);
+  if (!all.ok()) return all.status();
+  for (const auto& s : skipped) log("skipped malformed line: " + s);
+  std::vector<CukeExample> tasks;
+  for (auto& e : *all) {
+    const bool kind_ok =
+        o.stage == "e2e" ? (e.kind == "e2e" || e.kind == "task") : (e.kind == "infill" || e.kind == "device");
+    if (kind_ok && e.split != "heldout") tasks.push_back(std::move(e));
+  }
+  if (tasks.empty()) return Bad(o.tasks_path + " has no training task for stage " + o.stage);
+  auto known_good = ReadKnownGood(o.inject_path, templates);
+  if (!known_good.ok()) return known_good.status();
+  std::vector<int> levels;
+  for (const auto& t : tasks) levels.push_back(t.level);
+  TaskSchedule schedule(levels, o.schedule == "adaptive" ? TaskSchedule::Mode::kAdaptive : TaskSchedule::Mode::kOrdered,
+                        o.tasks_per_step, o.advance_at, std::max<int64_t>(o.group_size, 8));
+
+  RlReport report;
+  report.correctness_note =
+      torch::cuda::is_available()
+          ? "correctness not checked: the reward's verifier run of RL tasks (reference program on the GPU) is not "
+            "wired into dice train rl yet; reward = compiles (NVRTC)"
+          : "correctness not checked: no CUDA device on this machine (verification runs kernels on a GPU); reward = "
+            "compiles (NVRTC " + o.arch + ")";
+  log("rl: " + report.correctness_note);
+  if (o.speedup_bonus > 0) log("rl: --speedup-bonus has no effect while correctness/timing is not checked");
+  log("rl: " + std::to_string(tasks.size()) + " tasks (stage " + o.stage + "), " +
+      std::to_string(known_good->size()) + " known-good answers, group size " + std::to_string(o.group_size));
+
+  auto weights = model->NamedWeights();
+  std::vector<torch::Tensor> params, initial;
+  for (auto& [name, t] : weights) {
+    initial.push_back(t.detach().clone());
+    params.push_back(t.requires_grad_(true));
+  }
+  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(o.lr).weight_decay(0.0).betas({0.9, 0.95}));
+  DICE_RETURN_IF_ERROR(MakeDirs(o.out_dir));
+  const std::string csv_path = o.csv_path.empty() ? o.out_dir + "/rl_log.csv" : o.csv_path;
+  std::ofstream csv(csv_path, std::ios::trunc);
+  if (!csv) return Status(StatusCode::kIoError, "cannot write " + csv_path);
+  csv << "step,level,mean_reward,policy_reward,rollouts,injected,compiled,groups_used,groups_dropped,scored_tokens,"
+         "loss,rollout_tokens_per_s,seconds\n";
+
+  const int64_t B = cfg.block_size;
+  try {
+    for (int64_t step = 1; step <= o.steps; ++step) {
+      const auto t0 = std::chrono::steady_clock::now();
+      RlStepReport sr;
+      sr.step = step;
+      const auto picked = schedule.Next();
+      sr.level = tasks[picked.front()].level;
+      std::vector<Rollout> used;  // rollouts of groups that carry signal
+      std::vector<double> step_rewards;
+      double policy_reward_sum = 0, decode_s = 0;
+      int64_t policy_rollouts = 0, decoded_tokens = 0;
+      for (size_t ti = 0; ti < picked.size(); ++ti) {
+        const CukeExample& task = tasks[picked[ti]];
+        auto pa = ExamplePromptAndAnswer(task, templates);
+        if (!pa.ok()) return pa.status();
+        const std::vector<int32_t> prompt = tokenizer->Encode(pa->prompt);
+        DecodeOptions d;
+        d.max_new_tokens = o.max_new_tokens;
+        d.denoising_steps = o.denoising_steps;
+        d.remasking = Remasking::kDynamic;
+        d.confidence_threshold = o.confidence_threshold;
+        d.temperature = o.temperature;
+        d.num_samples = o.group_size;
+        d.seed = o.seed * 1000003ULL + static_cast<uint64_t>(step) * 1009ULL + ti;
+        d.eos_ids = eos_ids;
+        auto decoded = Decode(*model, prompt, d);
+        if (!decoded.ok()) return decoded.status();
+        decode_s += decoded->seconds;
+        std::vector<Rollout> group(o.group_size);
+        for (int64_t i = 0; i < o.group_size; ++i) {
+          group[i].trace = {prompt, decoded->trace_tokens[i], decoded->trace_steps[i]};
+          group[i].answer = decoded->tokens[i];
+          decoded_tokens += static_cast<int64_t>(decoded->trace_tokens[i].size());
+        }
+        auto good = known_good->find(task.id);
+        if (good != known_good->end()) {
+          for (int64_t i = o.group_size - o.inject_per_group; i < o.group_size; ++i) {
+            Rollout& r = group[i];
+            r.injected = true;
+            r.answer = tokenizer->Encode(good->second);
+            std::vector<int32_t> toks = r.answer;
+            toks.push_back(static_cast<int32_t>(*eos));
+            const int64_t plen = static_cast<int64_t>(prompt.size());
+            while ((plen + static_cast<int64_t>(toks.size())) % B != 0) toks.push_back(static_cast<int32_t>(*eos));
+            std::vector<int32_t> steps;
+            for (size_t j = 0; j < toks.size(); ++j) {
+              const int64_t offset = (plen + static_cast<int64_t>(j)) % B;
+              steps.push_back(static_cast<int32_t>(offset * o.denoising_steps / B));
+            }
+            r.trace = {prompt, toks, steps};
+          }
+        }
+        // Reward: the answer's kernels compile (NVRTC, device form).
+        std::vector<double> rewards;
+        for (int64_t i = 0; i < o.group_size; ++i) {
+          Rollout& r = group[i];
+          double reward = 0;
+          std::string why;
+          auto code = ExtractCodeBlock(tokenizer->Decode(r.answer));
+          if (code.ok()) {
+            auto cand = DeviceFormCandidate(*code, "rl:" + task.id + ":" + std::to_string(i));
+            if (cand.ok()) {
+              auto compiled = CompileCandidate(*cand, o.arch);
+              if (compiled.ok()) {
+                ++sr.compiled;
+                reward = 1.0;
+              } else {
+                why = compiled.status().message();
+              }
+            } else {
+              why = cand.status().message();
+            }
+          } else {
+            why = code.status().message();
+          }
+          if (r.injected && reward == 0) {  // a known-good answer that earns nothing is worth a look
+            log("rl: known-good answer of " + task.id + " earns no reward: " + why.substr(0, why.find('\n', 200)));
+          }
+          r.reward = reward;
+          rewards.push_back(reward);
+          step_rewards.push_back(reward);
+          if (r.injected) {
+            ++sr.injected;
+          } else {
+            policy_reward_sum += reward;
+            ++policy_rollouts;
+          }
+        }
+        auto adv = GroupAdvantages(rewards);
+        if (!adv) {
+          ++sr.groups_dropped;
+          continue;
+        }
+        ++sr.groups_used;
+        for (int64_t i = 0; i < o.group_size; ++i) {
+          group[i].advantage = (*adv)[i];
+          used.push_back(std::move(group[i]));
+        }
+      }
+      schedule.Report(step_rewards);
+      sr.rollouts = static_cast<int64_t>(step_rewards.size());
+      for (double r : step_rewards) sr.mean_reward += r / std::max<size_t>(1, step_rewards.size());
+      sr.policy_reward = policy_rollouts ? policy_reward_sum / policy_rollouts : 0;
+      sr.rollout_tokens_per_s = decode_s > 0 ? decoded_tokens / decode_s : 0;
+
+      // TraceRL update on the groups that carry an advantage.
+      if (!used.empty()) {
+        std::vector<PackedTrace> packed;
+        std::vector<torch::Tensor> old_lp, ref_lp;
+        int64_t total = 0;
+        {
+          torch::NoGradGuard no_grad;
+          for (const auto& r : used) {
+            auto p = PackTrace(r.trace, B, cfg.mask_token_id, *device);
+            if (!p.ok()) return p.status();
+            auto lo = model->ForwardPacked(p->ids, p->positions, p->mask);
+            if (!lo.ok()) return lo.status();
+            auto lr = reference->ForwardPacked(p->ids, p->positions, p->mask);
+            if (!lr.ok()) return lr.status();
+            old_lp.push_back(ScoredLogProbs(*lo, p->scored, p->targets, cfg.mask_token_id));
+            ref_lp.push_back(ScoredLogProbs(*lr, p->scored, p->targets, cfg.mask_token_id));
+            total += p->scored.size(0);
+            packed.push_back(std::move(*p));
+          }
+        }
+        sr.scored_tokens = total;
+        for (int64_t epoch = 0; epoch < o.inner_epochs; ++epoch) {
+          optimizer.zero_grad();
+          double loss_sum = 0;
+          for (size_t i = 0; i < used.size(); ++i) {
+            const int64_t n = packed[i].scored.size(0);
+            if (n == 0) continue;
+            auto logits = model->ForwardPacked(packed[i].ids, packed[i].positions, packed[i].mask);
+            if (!logits.ok()) return logits.status();
+            auto lp = ScoredLogProbs(*logits, packed[i].scored, packed[i].targets, cfg.mask_token_id);
+            auto a = torch::full({n}, used[i].advantage, lp.options());
+            auto loss = TraceRlLoss(lp, old_lp[i], ref_lp[i], a, o.clip_eps, o.beta);
+            if (!loss.ok()) return loss.status();
+            auto part = *loss * (static_cast<double>(n) / static_cast<double>(total));
+            part.backward();
+            loss_sum += part.item<double>();
+          }
+          if (o.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params, o.grad_clip);
+          optimizer.step();
+          sr.loss = loss_sum;
+        }
+      }
+      sr.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      report.steps.push_back(sr);
+      csv << sr.step << "," << sr.level << "," << sr.mean_reward << "," << sr.policy_reward << "," << sr.rollouts << ","
+          << sr.injected << "," << sr.compiled << "," << sr.groups_used << "," << sr.groups_dropped << ","
+          << sr.scored_tokens << "," << sr.loss << "," << sr.rollout_tokens_per_s << "," << sr.seconds << "\n";
+      csv.flush();
+      char line[320];
+      std::snprintf(line, sizeof line,
+                    "rl step %lld/%lld level %d reward %.3f (policy %.3f) compiled %lld/%lld injected %lld groups "
+                    "%lld used %lld dropped, %lld tokens scored, loss %.5f, rollout %.0f tok/s, %.1f s",
+                    static_cast<long long>(step), static_cast<long long>(o.steps), sr.level, sr.mean_reward,
+                    sr.policy_reward, static_cast<long long>(sr.compiled), static_cast<long long>(sr.rollouts),
+                    static_cast<long long>(sr.injected), static_cast<long long>(sr.groups_used),
+                    static_cast<long long>(sr.groups_dropped), static_cast<long long>(sr.scored_tokens), sr.loss,
+                    sr.rollout_tokens_per_s, sr.seconds);
+      log(line);
+      if ((o.save_every > 0 && step % o.save_every == 0) || step == o.steps) {
+        DICE_RETURN_IF_ERROR(SaveCheckpoint(*model, o.model_dir, o.out_dir));
+        DICE_RETURN_IF_ERROR(SaveTrainerState(o.out_dir, "rl", step, optimizer));
+        report.checkpoint = o.out_dir;
+        log("rl: checkpoint " + o.out_dir + " (step " + std::to_string(step) + ")");
+      }
+    }
+    torch::NoGradGuard no_grad;
+    double sq = 0;
+    for (size_t i = 0; i < params.size(); ++i) sq += (params[i].detach() - initial[i]).pow(2).sum().item<double>();
+    report.parameter_change = std::sqrt(sq);
+  } catch (const c10::Error& e) {
+    return Status(StatusCode::kInternal, std::string("dice train rl: ") + e.what_without_backtrace() +
+                                             (report.checkpoint.empty() ? "" : "; last checkpoint " + report.checkpoint));
+  }
+  return report;
+}
+
+}  // namespace dice::training

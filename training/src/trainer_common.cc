@@ -1,0 +1,91 @@
+// Private trainer helpers: see trainer_common.h.
+// No spdlog/fmt here: LibTorch bundles its own fmt.
+#include "trainer_common.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <nlohmann/json.hpp>
+
+#include "dice/training/checkpoint_io.h"
+
+namespace dice::training {
+
+Expected<torch::Device> ParseTrainDevice(const std::string& text) {
+  if (text == "cpu") return torch::Device(torch::kCPU);
+  if (text.rfind("cuda", 0) == 0) {
+    torch::Device d(torch::kCPU);
+    try {
+      d = torch::Device(text);
+    } catch (const c10::Error&) {
+      return Status(StatusCode::kInvalidArgument, "--device '" + text + "' is not cpu, cuda or cuda:N");
+    }
+    if (!torch::cuda::is_available()) {
+      return Status(StatusCode::kNoDevice, "--device " + text + " asked for but no CUDA device is present");
+    }
+    return d;
+  }
+  return Status(StatusCode::kInvalidArgument, "--device '" + text + "' is not cpu, cuda or cuda:N");
+}
+
+Expected<int64_t> EndOfTurnId(const Tokenizer& tokenizer, const SdarConfig& config) {
+  int64_t id = tokenizer.TokenToId("<|im_end|>");
+  if (id < 0) id = tokenizer.TokenToId("<|endoftext|>");
+  if (id < 0 || id >= config.vocab_size) {
+    return Status(StatusCode::kInvalidArgument, "the tokenizer has no <|im_end|> or <|endoftext|> token inside the "
+                                                "model's vocabulary of " + std::to_string(config.vocab_size));
+  }
+  return id;
+}
+
+AutocastGuard::AutocastGuard(bool enabled) : enabled_(enabled) {
+  if (!enabled_) return;
+  previous_ = at::autocast::is_autocast_enabled(at::kCUDA);
+  at::autocast::set_autocast_enabled(at::kCUDA, true);
+  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (!enabled_) return;
+  at::autocast::set_autocast_enabled(at::kCUDA, previous_);
+  at::autocast::clear_cache();
+}
+
+Status SaveTrainerState(const std::string& out_dir, const std::string& kind, int64_t step,
+                        torch::optim::Optimizer& optimizer) {
+  try {
+    torch::save(optimizer, out_dir + "/optimizer.pt.tmp");
+  } catch (const c10::Error& e) {
+    return Status(StatusCode::kInternal, "saving " + out_dir + "/optimizer.pt: " + e.what_without_backtrace());
+  }
+  if (std::rename((out_dir + "/optimizer.pt.tmp").c_str(), (out_dir + "/optimizer.pt").c_str()) != 0) {
+    return Status(StatusCode::kIoError, "cannot rename " + out_dir + "/optimizer.pt.tmp");
+  }
+  nlohmann::json j = {{"kind", kind}, {"step", step}};
+  return WriteFileAtomic(out_dir + "/trainer_state.json", j.dump(2) + "\n");
+}
+
+Expected<int64_t> LoadTrainerState(const std::string& dir, const std::string& kind, torch::optim::Optimizer* optimizer) {
+  auto text = ReadFile(dir + "/trainer_state.json");
+  if (!text.ok()) {
+    return Status(StatusCode::kNotFound, "cannot resume from " + dir + ": " + text.status().message());
+  }
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer() ||
+      !j.contains("kind") || !j["kind"].is_string()) {
+    return Status(StatusCode::kCorrupt, dir + "/trainer_state.json: expected {\"kind\": string, \"step\": integer}");
+  }
+  if (j["kind"].get<std::string>() != kind) {
+    return Status(StatusCode::kCorrupt, dir + "/trainer_state.json is a " + j["kind"].get<std::string>() +
+                                            " state, not " + kind);
+  }
+  auto opt = ReadFile(dir + "/optimizer.pt");
+  if (!opt.ok()) return Status(StatusCode::kNotFound, "cannot resume from " + dir + ": " + opt.status().message());
+  try {
+    torch::load(*optimizer, dir + "/optimizer.pt");
+  } catch (const c10::Error& e) {
+    return Status(StatusCode::kInternal, "loading " + dir + "/optimizer.pt: " + e.what_without_backtrace());
+  }
+  return j["step"].get<int64_t>();
+}
+
+}  // namespace dice::training
