@@ -103,6 +103,7 @@ struct Runtime {
   // Tuning.
   std::mutex tune_mu;  // one Tune at a time
   std::unique_ptr<Tuner> tuner;
+  std::vector<std::shared_ptr<KernelGenerator>> generators;  // empty = TemplateGenerator only
   std::mutex queue_mu;
   std::condition_variable queue_cv;
   std::deque<TuneJob> queue;
@@ -183,7 +184,8 @@ Expected<TuneReport> TuneTaskNow(const Task& task, const std::vector<std::string
     store = *s;
   }
   if (!r.tuner) {
-    std::vector<std::shared_ptr<KernelGenerator>> gens{std::make_shared<TemplateGenerator>()};
+    std::vector<std::shared_ptr<KernelGenerator>> gens = r.generators;
+    if (gens.empty()) gens.push_back(std::make_shared<TemplateGenerator>());
     r.tuner = std::make_unique<Tuner>(store, std::move(gens), GetRuntimeOptions().tune);
   }
   return r.tuner->Tune(task, captured);
@@ -807,6 +809,13 @@ Expected<CapturedGroup> GetRegisteredGroup(int id) {
   GroupRecord* rec = FindRecord(id);
   if (!rec) return Status(StatusCode::kNotFound, "no fusion group with id " + std::to_string(id));
   return rec->group;
+}
+
+void SetGenerators(std::vector<std::shared_ptr<KernelGenerator>> generators) {
+  Runtime& r = R();
+  std::lock_guard<std::mutex> tune_lock(r.tune_mu);
+  r.generators = std::move(generators);
+  r.tuner.reset();  // the next tune builds a Tuner with them
 }
 
 void SetRuntimeOptions(const Options& options) {
