@@ -12,7 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <future>
+#include <iterator>
 #include <sstream>
 #include <thread>
 #include <cmath>

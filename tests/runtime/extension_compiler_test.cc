@@ -2,8 +2,9 @@
 // builds a hand-written KernelBench-style source against LibTorch's headers
 // into a shared object exporting dice_ext_forward; a compile error, a source
 // without dice_forward and an nvcc run past its deadline are errors with a
-// reason; the Tuner's compile-only path builds extension candidates and
-// records parse failures reported by a generator. No GPU needed.
+// reason; the Tuner's compile-only path builds extension candidates (one
+// parsed from a hand-written DICE-style completion) and records parse
+// failures reported by a generator. No GPU needed.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "dice/generator/completion_parser.h"
 #include "dice/runtime/extension_compiler.h"
 #include "dice/runtime/task.h"
 #include "dice/runtime/tuner.h"
@@ -83,13 +85,19 @@ TEST(ExtensionCompilerTest, EntryPointCallsDiceForwardWithEveryInput) {
   EXPECT_NE(tu.find(kExtensionEntryName), std::string::npos);
 }
 
-// A generator with a good and a broken extension candidate and one output
-// that did not parse.
+// A generator that answers like DICE: a hand-written completion (prose, a
+// fenced Python middle with the `source` string) parsed by the generator's
+// parser into the good candidate, a broken extension candidate, and one
+// output that did not parse.
 class ExtensionGenerator : public KernelGenerator {
  public:
   std::string name() const override { return "fixed-ext"; }
   Expected<std::vector<Candidate>> Generate(const Task&, int) override {
-    return std::vector<Candidate>{GoodReluExtension(), BrokenReluExtension()};
+    const std::string completion = "The kernel fuses the op.\n```python\nsource = \"\"\"\n" +
+                                   GoodReluExtension().source + "\"\"\"\n```\n";
+    auto parsed = ParseExtensionCandidate(completion, "ext:relu");
+    if (!parsed.ok()) return parsed.status();
+    return std::vector<Candidate>{*parsed, BrokenReluExtension()};
   }
   std::vector<GenerationFailure> TakeFailures() override {
     return {GenerationFailure{"dice:sample2", "generated text has no code block", "just prose"}};
