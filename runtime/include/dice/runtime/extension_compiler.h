@@ -7,9 +7,12 @@
 // (or returning std::vector<torch::Tensor> / std::tuple<torch::Tensor...> for
 // several outputs), one argument per task input, in task order.
 // CompileExtension writes the source into a fresh temporary directory, adds
-//   - a shim `torch/extension.h` that includes <torch/all.h> only (the real
-//     header pulls in Python.h and pybind11, absent from LibTorch-only
-//     installs), found before LibTorch's own include directories, and
+//   - a shim `torch/extension.h` found before LibTorch's own include
+//     directories (the real header pulls in Python.h and pybind11, absent
+//     from LibTorch-only installs): <torch/types.h>, <torch/cuda.h>,
+//     <torch/utils.h> and <ATen/cuda/CUDAContext.h> — the tensor API that
+//     KernelBench/DICE sources use; $DICE_EXTENSION_FULL_TORCH=1 makes it
+//     <torch/all.h> (the whole C++ frontend, a ~4x slower build), and
 //   - an `extern "C"` entry point `dice_ext_forward` (ExtensionEntryFn below)
 //     that calls dice_forward with the task's input tensors and flattens what
 //     it returns into a std::vector<at::Tensor>,
