@@ -212,7 +212,7 @@ struct GeneratorArgs {
   std::string kind = "templates";  ///< templates | dice | both
   std::string model_dir;           ///< DICE/SDAR checkpoint directory (dice, both)
   int samples = 4;                 ///< DICE samples per fusion group
-  int64_t max_new_tokens = 1024;   ///< DICE tokens per sample at most
+  int64_t max_new_tokens = 2048;   ///< DICE tokens per sample at most (a kernel answer is ~1-2k tokens)
 };
 
 /// The generators for `g`; DICE decodes on the GPU in bf16 when one is
