@@ -302,6 +302,12 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
       o.origin = candidates[i].origin;
       o.hash = candidates[i].Hash();
       Status st;
+      if (candidates[i].form == CandidateForm::kExtension && SecondsSince(start) >= opt.budget_s) {
+        o.outcome = "skipped";
+        o.error = "tuning budget exhausted";
+        report.outcomes.push_back(std::move(o));
+        continue;
+      }
       if (candidates[i].form == CandidateForm::kDevice) {
         const auto& r = compiled[next_device++];
         if (r.ok()) o.compile_ms = r->compile_ms;
