@@ -7,7 +7,9 @@
 // failures reported by a generator. No GPU needed.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
+#include <thread>
 #include <map>
 #include <iterator>
 #include <memory>
@@ -69,6 +71,29 @@ TEST(ExtensionCompilerTest, NvccPastItsDeadlineIsKilledAndReportedAsTimeout) {
   EXPECT_EQ(build.status().code(), StatusCode::kTimeout) << build.status().ToString();
 }
 
+TEST(ExtensionCompilerTest, CompileOnlyTunerStopsBuildingAtTheBudget) {
+  auto task = Task::Make(runtime_test::ReluGraph(), {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {64})},
+                         TargetInfo{});
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  class OneExtension : public KernelGenerator {
+   public:
+    std::string name() const override { return "one"; }
+    Expected<std::vector<Candidate>> Generate(const Task&, int) override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // generation eats the budget
+      return std::vector<Candidate>{GoodReluExtension()};
+    }
+  };
+  TuneOptions o;
+  o.compile_only = true;
+  o.budget_s = 0.2;  // spent by generation, before the first build
+  Tuner tuner(nullptr, {std::make_shared<OneExtension>()}, o);
+  auto report = tuner.Tune(*task);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_EQ(report->outcomes.size(), 1u);
+  EXPECT_EQ(report->outcomes[0].outcome, "skipped");
+  EXPECT_EQ(report->outcomes[0].error, "tuning budget exhausted");
+}
+
 TEST(ExtensionCompilerTest, RejectsDeviceFormAndMalformedArch) {
   Candidate device = GoodReluExtension();
   device.form = CandidateForm::kDevice;
@@ -110,6 +135,7 @@ TEST(ExtensionCompilerTest, CompileOnlyTunerBuildsExtensionCandidatesAndRecordsP
   ASSERT_TRUE(task.ok()) << task.status().ToString();
   TuneOptions o;
   o.compile_only = true;
+  o.budget_s = 3600;  // a loaded 2-core machine takes minutes per LibTorch-header build
   Tuner tuner(nullptr, {std::make_shared<ExtensionGenerator>()}, o);
   auto report = tuner.Tune(*task);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
