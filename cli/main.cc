@@ -36,6 +36,8 @@
 #include "warmup.h"
 #include "dice/cache/http_server.h"
 #include "dice/cache/store.h"
+#include "dice/generator/dice_generator.h"
+#include "dice/generator/templates.h"
 #include "dice/generator/tokenizer.h"
 #include "dice/reference/device_compare.h"
 #include "dice/reference/reference_executor.h"
@@ -206,14 +208,52 @@ std::string Fixed(double v, int digits = 1) {
   return buf;
 }
 
-int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool require_gpu) {
+/// Which generators `dice tune` asks (--generator, --model, --samples).
+struct GeneratorArgs {
+  std::string kind = "templates";  ///< templates | dice | both
+  std::string model_dir;           ///< DICE/SDAR checkpoint directory (dice, both)
+  int samples = 4;                 ///< DICE samples per fusion group
+  int64_t max_new_tokens = 2048;   ///< DICE tokens per sample at most (a kernel answer is ~1-2k tokens)
+};
+
+/// The generators for `g`; DICE decodes on the GPU in bf16 when one is
+/// present, else on the CPU in f32. Errors (bad input): dice/both without
+/// --model, an unloadable checkpoint.
+bool MakeGenerators(const GeneratorArgs& g, bool gpu, std::vector<std::shared_ptr<dice::KernelGenerator>>* out,
+                    std::string* error) {
+  if (g.kind == "templates" || g.kind == "both") out->push_back(std::make_shared<dice::TemplateGenerator>());
+  if (g.kind == "dice" || g.kind == "both") {
+    if (g.model_dir.empty()) {
+      *error = "--generator " + g.kind + " needs --model DIR (a DICE/SDAR checkpoint directory)";
+      return false;
+    }
+    dice::DiceGeneratorOptions o;
+    o.model_dir = g.model_dir;
+    o.model.device = gpu ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+    o.model.dtype = gpu ? torch::kBFloat16 : torch::kFloat32;
+    o.num_samples = g.samples;
+    o.decode.max_new_tokens = g.max_new_tokens;
+    o.progress = true;
+    std::printf("dice: loading the DICE checkpoint %s on %s\n", g.model_dir.c_str(), gpu ? "cuda:0 (bf16)" : "cpu (f32)");
+    auto gen = dice::DiceGenerator::Load(std::move(o));
+    if (!gen.ok()) {
+      *error = "--model " + g.model_dir + ": " + gen.status().ToString();
+      return false;
+    }
+    out->push_back(std::shared_ptr<dice::KernelGenerator>(std::move(*gen)));
+  }
+  return true;
+}
+
+int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool require_gpu,
+            const GeneratorArgs& generator_args) {
   auto device = dice::QueryDevice(0);
   const bool gpu = device.ok() && torch::cuda::is_available();
   if (!gpu) {
     const std::string why = device.ok() ? "PyTorch sees no CUDA device" : device.status().message();
     if (require_gpu) return Fail(kExitNoGpu, "no CUDA device present (" + why + ")");
     std::printf("dice: no CUDA device present (%s).\n"
-                "dice: running compile-only: candidates are generated and compiled by NVRTC for sm_90; "
+                "dice: running compile-only: candidates are generated and compiled for sm_90 (NVRTC for device form, nvcc for extension form); "
                 "nothing is verified, timed or cached as a winner.\n", why.c_str());
   } else {
     std::printf("dice: tuning on %s (%s)\n", device->name.c_str(), device->arch.c_str());
@@ -235,6 +275,10 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
     }
     before_us = TimeForward(eager.module, eager.inputs, gpu, args.reps);
   }
+
+  std::vector<std::shared_ptr<dice::KernelGenerator>> generators;
+  if (!MakeGenerators(generator_args, gpu, &generators, &error)) return Fail(kExitBadInput, error);
+  dice::torch_ext::SetGenerators(std::move(generators));
 
   auto options = BaseOptions(args, tuned.inputs);
   options.mode = dice::torch_ext::Mode::kCache;
@@ -454,6 +498,14 @@ int main(int argc, char** argv) {
   tune->add_option("--budget-s", budget_s, "tuning budget per fusion group, seconds");
   tune->add_option("--max-candidates", max_candidates, "candidates per generator and group")->check(CLI::Range(1, 256));
   tune->add_flag("--require-gpu", require_gpu, "exit 3 instead of running compile-only when no GPU is present");
+  GeneratorArgs generator_args;
+  tune->add_option("--generator", generator_args.kind, "candidate sources: templates (default), dice or both")
+      ->check(CLI::IsMember({"templates", "dice", "both"}));
+  tune->add_option("--model", generator_args.model_dir, "DICE/SDAR checkpoint directory (for --generator dice|both)");
+  tune->add_option("--samples", generator_args.samples, "DICE samples per fusion group (also capped by "
+                                                        "--max-candidates)")->check(CLI::Range(1, 1024));
+  tune->add_option("--max-new-tokens", generator_args.max_new_tokens, "DICE tokens per sample at most")
+      ->check(CLI::Range(int64_t{4}, int64_t{1} << 20));
   auto* run = app.add_subcommand("run", "run with cached winners only (never tunes); report hit/miss per group");
   AddModelArgs(run, &args);
   auto* profile = app.add_subcommand("profile", "which fusion groups cost what (µs, calls)");
@@ -491,7 +543,7 @@ int main(int argc, char** argv) {
   }
   dice::torch_ext::EnsureRegistered();
   try {
-    if (tune->parsed()) return CmdTune(args, budget_s, max_candidates, require_gpu);
+    if (tune->parsed()) return CmdTune(args, budget_s, max_candidates, require_gpu, generator_args);
     if (run->parsed()) return CmdRunOrProfile(args, /*profile=*/false);
     if (profile->parsed()) return CmdRunOrProfile(args, /*profile=*/true);
     if (tokenize->parsed()) return CmdTokenize(tokenizer_dir);

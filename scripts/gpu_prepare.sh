@@ -4,7 +4,8 @@
 # httplib.h). Downloads them as .deb files into .deps/ (git-ignored), which
 # the device call carries (`carry: [".deps", ...]`) and scripts/setup.sh
 # unpacks there. Also copies the KernelBench task files the benchmark needs
-# into .deps/kernelbench (../shared does not travel), and pytest wheels into
+# into .deps/kernelbench (../shared does not travel), the infilling items and
+# SDAR configs into .deps/dice-rl and .deps/sdar, and pytest wheels into
 # .deps/wheels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,5 +16,13 @@ mkdir -p .deps
 python3 -m pip download -q -d .deps/wheels pytest wheel
 if [ -d ../shared/data/kernelbench ]; then
   rm -rf .deps/kernelbench && cp -r ../shared/data/kernelbench .deps/kernelbench
+fi
+# The DICE kernel-infilling evaluation items (bench/infill_eval.py) and the
+# SDAR configs (bench/sdar_decode_reference.py, sdar_decode_bench).
+if [ -d ../shared/data/dice-rl ]; then
+  mkdir -p .deps/dice-rl && cp ../shared/data/dice-rl/kernel_infilling_evaluation.json .deps/dice-rl/
+fi
+if [ -d ../shared/data/sdar ]; then
+  mkdir -p .deps/sdar && cp ../shared/data/sdar/config-*.json .deps/sdar/
 fi
 du -sh .deps

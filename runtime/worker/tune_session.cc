@@ -8,8 +8,13 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <chrono>
+#include <iterator>
+#include <sstream>
+#include <thread>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -21,6 +26,7 @@
 #include "dice/runtime/comparator.h"
 #include "dice/runtime/compiler.h"
 #include "dice/runtime/cuda_driver.h"
+#include "dice/runtime/extension_compiler.h"
 #include "dice/runtime/ir.h"
 #include "dice/runtime/kernel_launcher.h"
 
@@ -245,18 +251,99 @@ Status SyncContext(const Session& ss, const char* what) {
   return Status::Ok();
 }
 
+// How a candidate runs: a device-form cubin launched through its plan, or
+// an extension-form shared object called through dice_ext_forward.
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  // Runs the candidate once on `t` (no synchronisation) leaving its outputs
+  // in b.typed.
+  virtual Status Run(const Trial& t, Buffers& b, void* stream) const = 0;
+  // What is timed: one run without any copy the verifier needs.
+  virtual Status RunForTiming(const Trial& t, Buffers& b, void* stream) const { return Run(t, b, stream); }
+};
+
+class CubinRunner : public Runner {
+ public:
+  explicit CubinRunner(const LoadedKernel& k) : k_(k) {}
+  Status Run(const Trial& t, Buffers& b, void* stream) const override {
+    std::vector<void*> ptrs;
+    ptrs.reserve(t.inputs.size() + b.typed.size());
+    for (const auto& x : t.inputs) ptrs.push_back(x.data_ptr());
+    for (const auto& y : b.typed) ptrs.push_back(y.data_ptr());
+    return k_.Launch(ptrs.data(), b.workspace.defined() ? b.workspace.data_ptr() : nullptr, stream);
+  }
+
+ private:
+  const LoadedKernel& k_;
+};
+
+// Calls dice_forward (through the entry point extension_compiler.h adds) on
+// PyTorch's current stream. The extension allocates its own outputs; before
+// every verification run, blocks the size of each output are allocated,
+// filled with the poison byte and released, so the caching allocator hands
+// the extension poisoned memory, and stale results of an earlier run cannot
+// pass for fresh ones. The results are checked for count, shape and dtype,
+// then copied into the verifier's buffers.
+class ExtensionRunner : public Runner {
+ public:
+  ExtensionRunner(ExtensionEntryFn fn, const std::vector<ir::TensorSpec>& outputs) : fn_(fn), outputs_(outputs) {}
+
+  Status Call(const Trial& t, std::vector<at::Tensor>* out) const {
+    char error[2048] = {0};
+    const int rc = fn_(t.inputs.data(), static_cast<int>(t.inputs.size()), out, error, sizeof(error));
+    if (rc != 0) return Status(StatusCode::kVerifyFailed, std::string("dice_forward failed: ") + error);
+    return Status::Ok();
+  }
+
+  Status Run(const Trial& t, Buffers& b, void* /*stream*/) const override {
+    {
+      std::vector<at::Tensor> poison;
+      for (const auto& raw : b.bytes) poison.push_back(at::empty_like(raw).fill_(static_cast<int64_t>(kPoisonByte)));
+    }
+    std::vector<at::Tensor> out;
+    DICE_RETURN_IF_ERROR(Call(t, &out));
+    if (out.size() != b.typed.size()) {
+      return Status(StatusCode::kVerifyFailed, "dice_forward returned " + std::to_string(out.size()) +
+                                                   " tensor(s), the task has " + std::to_string(b.typed.size()) +
+                                                   " output(s)");
+    }
+    for (size_t o = 0; o < out.size(); ++o) {
+      const at::Tensor& got = out[o];
+      const ir::TensorSpec& spec = outputs_[o];
+      if (!got.defined() || got.device() != b.typed[o].device() || got.sizes().vec() != spec.shape ||
+          got.scalar_type() != b.typed[o].scalar_type()) {
+        std::ostringstream what;
+        if (!got.defined()) {
+          what << "undefined";
+        } else {
+          what << got.scalar_type() << got.sizes() << " on " << got.device();
+        }
+        return Status(StatusCode::kVerifyFailed, "dice_forward output " + std::to_string(o) + " is " + what.str() +
+                                                     ", the task expects " + spec.ToString() + " on " +
+                                                     b.typed[o].device().str());
+      }
+      b.typed[o].copy_(got);
+    }
+    return Status::Ok();
+  }
+
+  Status RunForTiming(const Trial& t, Buffers& /*b*/, void* /*stream*/) const override {
+    std::vector<at::Tensor> out;
+    return Call(t, &out);
+  }
+
+ private:
+  ExtensionEntryFn fn_;
+  const std::vector<ir::TensorSpec>& outputs_;
+};
+
 // Launches the candidate once (no synchronisation).
-Status LaunchOnce(const LoadedKernel& k, const Trial& t, Buffers& b, void* stream) {
-  std::vector<void*> ptrs;
-  ptrs.reserve(t.inputs.size() + b.typed.size());
-  for (const auto& x : t.inputs) ptrs.push_back(x.data_ptr());
-  for (const auto& y : b.typed) ptrs.push_back(y.data_ptr());
-  return k.Launch(ptrs.data(), b.workspace.defined() ? b.workspace.data_ptr() : nullptr, stream);
-}
+Status LaunchOnce(const Runner& k, const Trial& t, Buffers& b, void* stream) { return k.Run(t, b, stream); }
 
 // Poisons the outputs (0xFF: NaN in every dtype), zeroes the workspace,
 // launches, and waits. kCrashed = sticky CUDA error (fatal).
-Status RunOnce(const Session& ss, const LoadedKernel& k, const Trial& t, Buffers& b) {
+Status RunOnce(const Session& ss, const Runner& k, const Trial& t, Buffers& b) {
   for (auto& raw : b.bytes) raw.fill_(static_cast<int64_t>(kPoisonByte));
   if (b.workspace.defined()) b.workspace.zero_();
   Status st = LaunchOnce(k, t, b, at::cuda::getCurrentCUDAStream().stream());
@@ -272,11 +359,11 @@ Tolerance ToleranceFor(const worker::TuneRequest& req, const Candidate& c, ir::D
 
 // Runs the candidate on every trial: every element against the reference,
 // then a repeat run that must agree with the first (races, uninitialised reads).
-Status VerifyTrial(const Session& ss, const Candidate& c, const LoadedKernel& k, const Trial& t, Buffers& b);
+Status VerifyTrial(const Session& ss, const Candidate& c, const Runner& k, const Trial& t, Buffers& b);
 
 // Verifies on the resident `trials`, then on random trials [lazy_first,
 // lazy_last) rebuilt one at a time from their seeds (same inputs as if kept).
-Status VerifyOn(const Session& ss, const Candidate& c, const LoadedKernel& k, const std::vector<Trial>& trials,
+Status VerifyOn(const Session& ss, const Candidate& c, const Runner& k, const std::vector<Trial>& trials,
                 Buffers& b, int lazy_first = 0, int lazy_last = 0) {
   for (const Trial& t : trials) DICE_RETURN_IF_ERROR(VerifyTrial(ss, c, k, t, b));
   for (int i = lazy_first; i < lazy_last; ++i) {
@@ -287,7 +374,7 @@ Status VerifyOn(const Session& ss, const Candidate& c, const LoadedKernel& k, co
   return Status::Ok();
 }
 
-Status VerifyTrial(const Session& ss, const Candidate& c, const LoadedKernel& k, const Trial& t, Buffers& b) {
+Status VerifyTrial(const Session& ss, const Candidate& c, const Runner& k, const Trial& t, Buffers& b) {
   {
     Status st = RunOnce(ss, k, t, b);
     if (!st.ok()) return st.WithContext(t.label);
@@ -355,11 +442,15 @@ Expected<double> MedianMicros(Session& ss, const std::function<Status()>& fn) {
   return us[reps / 2];
 }
 
-// Verifies and times one compiled candidate.
-worker::CandidateResult Evaluate(Session& ss, const worker::TuneItem& item, const CompileResult& compiled) {
+// Verifies and times one compiled candidate: a cubin (`compiled`) or, for
+// extension form, the shared object of `ext` (dlopen'ed here and kept open
+// for the worker's lifetime: unloading CUDA code mid-process is not worth
+// the risk in a short-lived worker).
+worker::CandidateResult Evaluate(Session& ss, const worker::TuneItem& item, const CompileResult& compiled,
+                                 const ExtensionBuild* ext = nullptr) {
   worker::CandidateResult r;
   r.id = item.id;
-  r.compile_ms = compiled.compile_ms;
+  r.compile_ms = ext != nullptr ? ext->compile_ms() : compiled.compile_ms;
   const Candidate& c = item.candidate;
   auto fail = [&](const Status& st, const std::string& context) {
     if (st.code() == StatusCode::kCrashed) {
@@ -372,25 +463,50 @@ worker::CandidateResult Evaluate(Session& ss, const worker::TuneItem& item, cons
     return r;
   };
   try {
-    auto k = LoadedKernel::Load(compiled.cubin, c.plan, static_cast<int>(ss.req->inputs.size()),
-                                static_cast<int>(ss.outputs.size()));
-    if (!k.ok()) return fail(k.status(), "loading the cubin");
+    std::unique_ptr<LoadedKernel> loaded;
+    std::unique_ptr<Runner> runner;
+    std::string binary;  // what a winner stores: the cubin, or the shared object's bytes
+    if (ext != nullptr) {
+      void* handle = ::dlopen(ext->library_path().c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (handle == nullptr) {
+        r.outcome = "compile_error";
+        r.error = Clip(std::string("dlopen of the compiled extension failed: ") + ::dlerror());
+        return r;
+      }
+      auto fn = reinterpret_cast<ExtensionEntryFn>(::dlsym(handle, kExtensionEntryName));
+      if (fn == nullptr) {
+        r.outcome = "compile_error";
+        r.error = std::string("the compiled extension has no ") + kExtensionEntryName;
+        return r;
+      }
+      std::ifstream so(ext->library_path(), std::ios::binary);
+      binary.assign(std::istreambuf_iterator<char>(so), std::istreambuf_iterator<char>());
+      runner = std::make_unique<ExtensionRunner>(fn, ss.outputs);
+    } else {
+      auto k = LoadedKernel::Load(compiled.cubin, c.plan, static_cast<int>(ss.req->inputs.size()),
+                                  static_cast<int>(ss.outputs.size()));
+      if (!k.ok()) return fail(k.status(), "loading the cubin");
+      loaded = std::move(*k);
+      runner = std::make_unique<CubinRunner>(*loaded);
+      binary = compiled.cubin;
+    }
+    const Runner* k = runner.get();
     Buffers b = MakeBuffers(ss, c.plan);
-    Status st = VerifyOn(ss, c, **k, ss.trials, b, ss.lazy_first, ss.lazy_last);
+    Status st = VerifyOn(ss, c, *k, ss.trials, b, ss.lazy_first, ss.lazy_last);
     if (!st.ok()) return fail(st, "");
 
     void* stream = at::cuda::getCurrentCUDAStream().stream();
     const Trial& t0 = ss.trials.front();
     auto us = MedianMicros(ss, [&] {
       if (b.workspace.defined()) b.workspace.zero_();
-      return LaunchOnce(**k, t0, b, stream);
+      return k->RunForTiming(t0, b, stream);
     });
     if (!us.ok()) return fail(us.status(), "timing");
 
     if (ss.baseline_us > 0 && ss.baseline_us / *us > kReverifySpeedup) {
       const int first = ss.req->trials, last = kReverifyFactor * ss.req->trials;
       if (ss.lazy_last > 0) {
-        st = VerifyOn(ss, c, **k, {}, b, first, last);  // large task: rebuilt one at a time
+        st = VerifyOn(ss, c, *k, {}, b, first, last);  // large task: rebuilt one at a time
       } else if (!ss.extra_trials) {
         std::vector<Trial> extra;
         for (int i = first; i < last; ++i) {
@@ -400,7 +516,7 @@ worker::CandidateResult Evaluate(Session& ss, const worker::TuneItem& item, cons
         }
         ss.extra_trials = std::move(extra);
       }
-      if (ss.lazy_last == 0) st = VerifyOn(ss, c, **k, *ss.extra_trials, b);
+      if (ss.lazy_last == 0) st = VerifyOn(ss, c, *k, *ss.extra_trials, b);
       if (!st.ok()) {
         return fail(st, "re-verification with " + std::to_string(kReverifyFactor) + "x the trials (speedup " +
                             std::to_string(ss.baseline_us / *us) + "x > " + std::to_string(kReverifySpeedup) + "x)");
@@ -408,7 +524,7 @@ worker::CandidateResult Evaluate(Session& ss, const worker::TuneItem& item, cons
     }
     r.outcome = "verified";
     r.time_us = *us;
-    r.cubin = compiled.cubin;
+    r.cubin = std::move(binary);
     return r;
   } catch (const c10::Error& e) {
     // A torch call failed: after a sticky CUDA error every call does.
@@ -449,7 +565,7 @@ static bool RunTuneRequestImpl(const worker::TuneRequest& req, const SendFn& sen
   ss.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(req.device));
 
   // Precision policy and form first, then compile everything in parallel.
-  std::vector<const worker::TuneItem*> to_compile;
+  std::vector<const worker::TuneItem*> to_compile, to_build;
   for (const auto& item : req.items) {
     worker::CandidateResult r;
     r.id = item.id;
@@ -457,9 +573,8 @@ static bool RunTuneRequestImpl(const worker::TuneRequest& req, const SendFn& sen
     if (item.candidate.reduced_precision && !req.allow_reduced_precision) {
       r.error = "uses reduced precision internally; not allowed by the precision policy";
       if (emit(worker::EncodeResult(r))) return true;
-    } else if (item.candidate.form != CandidateForm::kDevice) {
-      r.error = "extension-form candidates are not handled by the NVRTC worker";
-      if (emit(worker::EncodeResult(r))) return true;
+    } else if (item.candidate.form == CandidateForm::kExtension) {
+      to_build.push_back(&item);
     } else {
       to_compile.push_back(&item);
     }
@@ -478,6 +593,34 @@ static bool RunTuneRequestImpl(const worker::TuneRequest& req, const SendFn& sen
     r.outcome = "compile_error";
     r.error = Clip(compiled[i].status().message());
     if (emit(worker::EncodeResult(r))) return true;
+  }
+  // Extension-form candidates: nvcc, several at a time (each takes tens of
+  // seconds and ~1-2 GB of memory).
+  std::vector<std::unique_ptr<ExtensionBuild>> builds(to_build.size());
+  {
+    ExtensionCompileOptions eo;
+    eo.timeout_s = req.extension_compile_timeout_s;
+    const int n_in = static_cast<int>(req.inputs.size());
+    const size_t parallel = std::max<size_t>(1, std::min<size_t>(8, std::thread::hardware_concurrency() / 2));
+    std::vector<std::optional<Expected<std::unique_ptr<ExtensionBuild>>>> results(to_build.size());
+    for (size_t first = 0; first < to_build.size(); first += parallel) {
+      std::vector<std::thread> threads;
+      for (size_t i = first; i < std::min(to_build.size(), first + parallel); ++i) {
+        threads.emplace_back([&, i] { results[i].emplace(CompileExtension(to_build[i]->candidate, req.arch, n_in, eo)); });
+      }
+      for (auto& t : threads) t.join();
+    }
+    for (size_t i = 0; i < to_build.size(); ++i) {
+      if (results[i]->ok()) {
+        builds[i] = std::move(**results[i]);
+        continue;
+      }
+      worker::CandidateResult r;
+      r.id = to_build[i]->id;
+      r.outcome = "compile_error";
+      r.error = Clip(results[i]->status().message());
+      if (emit(worker::EncodeResult(r))) return true;
+    }
   }
 
   try {
@@ -546,6 +689,24 @@ static bool RunTuneRequestImpl(const worker::TuneRequest& req, const SendFn& sen
       }
       if (emit(worker::EncodeBegin(item.id))) return true;
       worker::CandidateResult r = Evaluate(ss, item, *compiled[i]);
+      if (emit(worker::EncodeResult(r))) return true;
+      if (r.fatal) return true;
+    }
+    for (size_t i = 0; i < to_build.size(); ++i) {
+      if (!builds[i]) continue;  // compile error, already reported
+      const worker::TuneItem& item = *to_build[i];
+      if (SecondsSince(start) >= req.budget_s) {
+        worker::CandidateResult r;
+        r.id = item.id;
+        r.outcome = "skipped";
+        r.error = "tuning budget exhausted";
+        r.compile_ms = builds[i]->compile_ms();
+        if (emit(worker::EncodeResult(r))) return true;
+        continue;
+      }
+      if (emit(worker::EncodeBegin(item.id))) return true;
+      worker::CandidateResult r = Evaluate(ss, item, CompileResult{}, builds[i].get());
+      builds[i].reset();  // the files go; a loaded library stays mapped
       if (emit(worker::EncodeResult(r))) return true;
       if (r.fatal) return true;
     }

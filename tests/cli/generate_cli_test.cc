@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <torch/cuda.h>
+#include <torch/script.h>
 #include <unistd.h>
 
 #include <array>
@@ -105,6 +106,44 @@ TEST_F(GenerateCliTest, BadInputIsExitTwoNamingTheCause) {
     EXPECT_EQ(gpu.code, 3) << gpu.output;
     EXPECT_NE(gpu.output.find("no CUDA device"), std::string::npos) << gpu.output;
   }
+}
+
+// `dice tune --generator both`: the templates and the DICE checkpoint are both
+// asked for every fusion group. Without a GPU it is the compile-only path;
+// the tiny random checkpoint decodes greedily (deterministic) and writes no
+// code, so its samples are reported as parse_error lines, and the run still
+// succeeds with the templates' candidates compiled.
+TEST_F(GenerateCliTest, TuneWithBothGeneratorsReportsDiceSamples) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is present: this checks the compile-only path";
+  const std::string model_pt = dir_ + "/model.pt";
+  torch::jit::Module m("Model");
+  m.define("def forward(self, x):\n  return torch.relu(x * 2.0) + 1.0\n");
+  m.save(model_pt);
+  DiceResult r = RunDice("tune " + model_pt + " --input 64x64:f32 --cache " + dir_ + "/cache --generator both --model " +
+                         model_ + " --samples 2 --max-new-tokens 16");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("compile-only"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("loading the DICE checkpoint"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("dice: decoding "), std::string::npos) << "progress while decoding: " << r.output;
+  EXPECT_NE(r.output.find("dice:sample0: parse_error"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("dice:sample1: parse_error"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("outputs match eager"), std::string::npos) << r.output;
+}
+
+TEST_F(GenerateCliTest, TuneWithDiceGeneratorNeedsACheckpoint) {
+  const std::string model_pt = dir_ + "/model.pt";
+  torch::jit::Module m("Model");
+  m.define("def forward(self, x):\n  return torch.relu(x)\n");
+  m.save(model_pt);
+  DiceResult no_model = RunDice("tune " + model_pt + " --input 8x8:f32 --cache " + dir_ + "/cache --generator dice");
+  EXPECT_EQ(no_model.code, 2) << no_model.output;
+  EXPECT_NE(no_model.output.find("needs --model"), std::string::npos) << no_model.output;
+  DiceResult bad_model = RunDice("tune " + model_pt + " --input 8x8:f32 --cache " + dir_ +
+                                 "/cache --generator dice --model " + dir_ + "/no-such-checkpoint");
+  EXPECT_EQ(bad_model.code, 2) << bad_model.output;
+  EXPECT_NE(bad_model.output.find("no-such-checkpoint"), std::string::npos) << bad_model.output;
+  DiceResult bad_kind = RunDice("tune " + model_pt + " --input 8x8:f32 --generator magic");
+  EXPECT_EQ(bad_kind.code, 2) << bad_kind.output;
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 // The dice::FusionGroup operator (TorchScript frontend) and the dice::run_group
 // dispatcher op (torch.fx frontend, run_group.h): winner kernel or fallback,
 // plus the process-wide group table, runtime options and background tuner.
+#include <dlfcn.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -33,6 +36,7 @@
 #include "dice/reference/reference_executor.h"
 #include "dice/runtime/compiler.h"
 #include "dice/runtime/cuda_driver.h"
+#include "dice/runtime/extension_compiler.h"
 #include "dice/runtime/kernel_launcher.h"
 #include "dice/runtime/task.h"
 #include "dice/runtime/tuner.h"
@@ -70,6 +74,7 @@ struct SigEntry {
   std::atomic<int> state{kUnknown};
   std::string failure;
   std::shared_ptr<LoadedKernel> kernel;
+  ExtensionEntryFn extension = nullptr;  // an extension-form winner (the kernel is then null)
   std::vector<std::vector<int64_t>> out_shapes;
   std::vector<at::ScalarType> out_dtypes;
 };
@@ -95,6 +100,7 @@ struct Runtime {
   std::unique_ptr<cache::Store> store;
   std::string store_dir;
   std::map<std::string, std::shared_ptr<LoadedKernel>> kernels;
+  std::map<std::string, ExtensionEntryFn> extensions;  // loaded extension winners (never unloaded)
 
   // Shared cache server ($DICE_REMOTE_CACHE), asked on a local miss.
   std::once_flag remote_once;
@@ -103,6 +109,7 @@ struct Runtime {
   // Tuning.
   std::mutex tune_mu;  // one Tune at a time
   std::unique_ptr<Tuner> tuner;
+  std::vector<std::shared_ptr<KernelGenerator>> generators;  // empty = TemplateGenerator only
   std::mutex queue_mu;
   std::condition_variable queue_cv;
   std::deque<TuneJob> queue;
@@ -214,7 +221,8 @@ Expected<TuneReport> TuneTaskNow(const Task& task, const std::vector<std::string
     store = *s;
   }
   if (!r.tuner) {
-    std::vector<std::shared_ptr<KernelGenerator>> gens{std::make_shared<TemplateGenerator>()};
+    std::vector<std::shared_ptr<KernelGenerator>> gens = r.generators;
+    if (gens.empty()) gens.push_back(std::make_shared<TemplateGenerator>());
     r.tuner = std::make_unique<Tuner>(store, std::move(gens), GetRuntimeOptions().tune);
   }
   return r.tuner->Tune(task, captured);
@@ -552,6 +560,12 @@ class GroupOp {
           e.state.store(SigEntry::kLoaded);
           return SigEntry::kLoaded;
         }
+        auto ext = r.extensions.find(e.key);
+        if (ext != r.extensions.end()) {
+          e.extension = ext->second;
+          e.state.store(SigEntry::kLoaded);
+          return SigEntry::kLoaded;
+        }
         auto store = StoreLocked();
         if (!store.ok()) {
           e.failure = "cache: " + store.status().message();
@@ -625,7 +639,47 @@ class GroupOp {
     return SigEntry::kNoWinner;
   }
 
+  // An extension-form winner (versions "form":"extension"; the cubin field
+  // holds the shared object nvcc built and the worker verified): written to
+  // a private temporary file, dlopen'ed, its entry point kept; the library
+  // stays loaded for the process's lifetime.
+  int LoadExtension(SigEntry& e, const cache::WinnerRecord& rec) {
+    auto fail = [&](const std::string& why) {
+      e.failure = "extension load failed: " + why;
+      e.state.store(SigEntry::kFailed);
+      return SigEntry::kFailed;
+    };
+    const char* tmp = std::getenv("TMPDIR");
+    std::string path = std::string(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp") + "/dice-winner-XXXXXX.so";
+    int fd = ::mkstemps(path.data(), 3);
+    if (fd < 0) return fail("mkstemps " + path);
+    size_t off = 0;
+    while (off < rec.cubin.size()) {
+      ssize_t w = ::write(fd, rec.cubin.data() + off, rec.cubin.size() - off);
+      if (w <= 0) break;
+      off += static_cast<size_t>(w);
+    }
+    ::close(fd);
+    if (off != rec.cubin.size()) {
+      ::unlink(path.c_str());
+      return fail("writing " + path);
+    }
+    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    ::unlink(path.c_str());
+    if (handle == nullptr) return fail(std::string("dlopen: ") + ::dlerror());
+    auto fn = reinterpret_cast<ExtensionEntryFn>(::dlsym(handle, kExtensionEntryName));
+    if (fn == nullptr) return fail(std::string("no ") + kExtensionEntryName + " in the cached library");
+    {
+      std::lock_guard<std::mutex> lock(R().store_mu);
+      R().extensions[e.key] = fn;
+    }
+    e.extension = fn;
+    e.state.store(SigEntry::kLoaded, std::memory_order_release);
+    return SigEntry::kLoaded;
+  }
+
   int Load(SigEntry& e, const cache::WinnerRecord& rec, const torch::jit::Stack& stack) {
+    if (rec.versions_json.find("\"form\":\"extension\"") != std::string::npos) return LoadExtension(e, rec);
     auto plan = LaunchPlan::FromJson(rec.launch_plan_json);
     if (!plan.ok()) {
       e.failure = "bad launch plan: " + plan.status().message();
@@ -659,7 +713,37 @@ class GroupOp {
     return SigEntry::kPending;
   }
 
+  // Calls an extension winner's dice_forward; its outputs must match the
+  // task's (count, shape, dtype), else the group falls back from now on.
+  bool LaunchExtension(SigEntry& e, torch::jit::Stack& stack, std::string* why) {
+    size_t base = stack.size() - n_in_;
+    std::vector<at::Tensor> ins;
+    ins.reserve(n_in_);
+    for (size_t i = 0; i < n_in_; ++i) ins.push_back(stack[base + i].toTensor());
+    std::vector<at::Tensor> outs;
+    char error[1024] = {0};
+    c10::DeviceGuard guard(ins.front().device());
+    int rc = e.extension(ins.data(), static_cast<int>(ins.size()), &outs, error, sizeof(error));
+    std::string bad = rc != 0 ? std::string("dice_forward failed: ") + error : std::string();
+    if (bad.empty() && outs.size() != n_out_) bad = "dice_forward returned a wrong number of outputs";
+    for (size_t o = 0; bad.empty() && o < outs.size(); ++o) {
+      if (!outs[o].defined() || outs[o].sizes().vec() != e.out_shapes[o] || outs[o].scalar_type() != e.out_dtypes[o]) {
+        bad = "dice_forward output " + std::to_string(o) + " has the wrong shape or dtype";
+      }
+    }
+    if (!bad.empty()) {
+      e.failure = bad;
+      e.state.store(SigEntry::kFailed);
+      *why = e.failure;
+      return false;
+    }
+    torch::jit::drop(stack, n_in_);
+    for (auto& o : outs) stack.emplace_back(std::move(o));
+    return true;
+  }
+
   bool Launch(SigEntry& e, torch::jit::Stack& stack, std::string* why) {
+    if (e.extension != nullptr) return LaunchExtension(e, stack, why);
     size_t base = stack.size() - n_in_;
     const at::Tensor& first = stack[base].toTensor();
     c10::Device dev = first.device();
@@ -843,6 +927,13 @@ Expected<CapturedGroup> GetRegisteredGroup(int id) {
   GroupRecord* rec = FindRecord(id);
   if (!rec) return Status(StatusCode::kNotFound, "no fusion group with id " + std::to_string(id));
   return rec->group;
+}
+
+void SetGenerators(std::vector<std::shared_ptr<KernelGenerator>> generators) {
+  Runtime& r = R();
+  std::lock_guard<std::mutex> tune_lock(r.tune_mu);
+  r.generators = std::move(generators);
+  r.tuner.reset();  // the next tune builds a Tuner with them
 }
 
 void SetRuntimeOptions(const Options& options) {

@@ -1,6 +1,8 @@
 // DICE generator prompts and answer parsing: see dice/generator/prompts.h.
 #include "dice/generator/prompts.h"
 
+#include <algorithm>
+
 #include <sys/stat.h>
 
 #include <fstream>
@@ -171,8 +173,11 @@ Expected<InfillingSkeleton> BuildInfillingSkeleton(const Task& task) {
 Expected<std::string> ExtractCodeBlock(const std::string& generated) {
   size_t open = generated.find("```");
   if (open == std::string::npos) {
-    return Status(StatusCode::kNotFound, "generated text has no code block: \"" + generated.substr(0, 80) +
-                                             (generated.size() > 80 ? "...\"" : "\""));
+    // Quote at most 80 bytes, cut on a UTF-8 character boundary.
+    size_t cut = std::min<size_t>(generated.size(), 80);
+    while (cut > 0 && cut < generated.size() && (static_cast<unsigned char>(generated[cut]) & 0xC0) == 0x80) --cut;
+    return Status(StatusCode::kNotFound, "generated text has no code block: \"" + generated.substr(0, cut) +
+                                             (generated.size() > cut ? "...\"" : "\""));
   }
   const size_t line_end = generated.find('\n', open);
   if (line_end == std::string::npos) return std::string();  // cut off right after the fence

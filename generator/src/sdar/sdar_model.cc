@@ -5,6 +5,7 @@
 #include <torch/cuda.h>
 
 #include <cstring>
+#include <map>
 #include <optional>
 #include <utility>
 
@@ -74,10 +75,6 @@ Expected<SdarModel> SdarModel::Load(const Checkpoint& checkpoint, const SdarMode
                                          "present");
   }
   DICE_RETURN_IF_ERROR(checkpoint.Validate());
-  SdarModel m;
-  m.config_ = checkpoint.config();
-  m.options_ = options;
-  const SdarConfig& c = m.config_;
   torch::NoGradGuard no_grad;
   // Copies one checkpoint tensor out of the mapping (which may be only
   // 1-byte aligned) into an aligned host tensor, then onto the device.
@@ -92,6 +89,55 @@ Expected<SdarModel> SdarModel::Load(const Checkpoint& checkpoint, const SdarMode
       return TorchError("SdarModel: loading " + name + " from " + checkpoint.FileOf(name), e);
     }
   };
+  return Build(checkpoint.config(), options, get);
+}
+
+Expected<SdarModel> SdarModel::Random(const SdarConfig& config, const SdarModelOptions& options, uint64_t seed) {
+  if (options.dtype != torch::kFloat32 && options.dtype != torch::kBFloat16 && options.dtype != torch::kFloat16) {
+    return Status(StatusCode::kInvalidArgument, std::string("SdarModel: compute dtype must be float32, bfloat16 or "
+                                                            "float16, got ") + c10::toString(options.dtype));
+  }
+  if (options.device.is_cuda() && !torch::cuda::is_available()) {
+    return Status(StatusCode::kNoDevice, "SdarModel: " + options.device.str() + " asked for but no CUDA device is "
+                                         "present");
+  }
+  torch::NoGradGuard no_grad;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& t : config.ExpectedTensors()) shapes[t.name] = t.shape;
+  // A private generator of the device's kind: the global one is left alone.
+  at::Generator device_gen;
+  try {
+    const torch::Device dev = options.device.is_cuda() && options.device.index() < 0
+                                  ? torch::Device(torch::kCUDA, 0) : options.device;
+    device_gen = at::globalContext().defaultGenerator(dev).clone();
+    device_gen.set_current_seed(seed);
+  } catch (const c10::Error& e) {
+    return TorchError("SdarModel::Random: random generator", e);
+  }
+  auto get = [&](const std::string& name) -> Expected<torch::Tensor> {
+    auto it = shapes.find(name);
+    if (it == shapes.end()) return Status(StatusCode::kInternal, "SdarModel::Random: no shape for " + name);
+    try {
+      auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(options.device);
+      torch::Tensor t = torch::randn(it->second, device_gen, opts);
+      // Norm weights near 1, projections and embeddings with std 0.02 (the
+      // Qwen3 initializer_range).
+      t = it->second.size() == 1 ? t.mul_(0.02).add_(1.0) : t.mul_(0.02);
+      return t.to(options.dtype);
+    } catch (const c10::Error& e) {
+      return TorchError("SdarModel::Random: " + name, e);
+    }
+  };
+  return Build(config, options, get);
+}
+
+Expected<SdarModel> SdarModel::Build(const SdarConfig& config, const SdarModelOptions& options,
+                                     const std::function<Expected<torch::Tensor>(const std::string&)>& get) {
+  SdarModel m;
+  m.config_ = config;
+  m.options_ = options;
+  const SdarConfig& c = m.config_;
+  torch::NoGradGuard no_grad;
 #define DICE_LOAD(dst, name)                   \
   do {                                         \
     auto _t = get(name);                       \

@@ -20,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "dice/runtime/compiler.h"
+#include "dice/runtime/extension_compiler.h"
 #include "dice/runtime/worker_pool.h"
 #include "dice/runtime/worker_protocol.h"
 
@@ -108,6 +109,8 @@ struct Tuner::Impl {
       WorkerPoolOptions po;
       po.worker_path = options.worker_path;
       po.size = 1;
+      // The setup phase includes the nvcc builds of extension-form candidates.
+      po.startup_timeout_s = std::max(po.startup_timeout_s, 120 + 2 * options.extension_compile_timeout_s);
       pool = std::make_unique<WorkerPool>(po);
     }
     auto h = pool->Hello();
@@ -223,6 +226,29 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
     if (pulled) break;  // re-verification only: the generators are not asked
     if (SecondsSince(start) >= opt.budget_s) break;
     auto generated = gen->Generate(task, opt.max_candidates);
+    // Outputs that did not become candidates (a model answer without code):
+    // failed attempts with their reason, identified by the text's hash.
+    for (GenerationFailure& f : gen->TakeFailures()) {
+      CandidateOutcome o;
+      o.origin = f.origin;
+      Candidate raw;
+      raw.form = CandidateForm::kExtension;
+      raw.source = f.text;
+      o.hash = raw.Hash();
+      o.outcome = "parse_error";
+      o.error = f.reason;
+      if (impl_->store != nullptr && !opt.compile_only) {
+        cache::AttemptRecord a;
+        a.task_key = report.task_key;
+        a.candidate_hash = o.hash;
+        a.origin = o.origin;
+        a.outcome = o.outcome;
+        a.error = o.error;
+        Status st = impl_->store->RecordAttempt(std::move(a));
+        if (!st.ok()) spdlog::warn("dice: could not record an attempt: {}", st.ToString());
+      }
+      report.outcomes.push_back(std::move(o));
+    }
     if (!generated.ok()) {
       CandidateOutcome o;
       o.origin = "generator:" + gen->name();
@@ -254,11 +280,6 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
         report.outcomes.push_back(std::move(skip));
         continue;
       }
-      if (c.form != CandidateForm::kDevice) {
-        skip.error = "extension-form candidates are not handled by the NVRTC worker";
-        report.outcomes.push_back(std::move(skip));
-        continue;
-      }
       ++taken;
       candidates.push_back(std::move(c));
     }
@@ -266,18 +287,42 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
   report.tried = static_cast<int>(candidates.size());
 
   if (opt.compile_only) {
-    auto compiled = CompileAll(candidates, task.target.arch);
+    // Device form with NVRTC (in parallel), extension form with nvcc (one at
+    // a time: a LibTorch-header build takes ~1-2 GB and tens of seconds).
+    std::vector<Candidate> device;
+    for (const Candidate& c : candidates) {
+      if (c.form == CandidateForm::kDevice) device.push_back(c);
+    }
+    auto compiled = CompileAll(device, task.target.arch);
+    ExtensionCompileOptions eo;
+    eo.timeout_s = opt.extension_compile_timeout_s;
+    size_t next_device = 0;
     for (size_t i = 0; i < candidates.size(); ++i) {
       CandidateOutcome o;
       o.origin = candidates[i].origin;
       o.hash = candidates[i].Hash();
-      if (compiled[i].ok()) {
+      Status st;
+      if (candidates[i].form == CandidateForm::kExtension && SecondsSince(start) >= opt.budget_s) {
+        o.outcome = "skipped";
+        o.error = "tuning budget exhausted";
+        report.outcomes.push_back(std::move(o));
+        continue;
+      }
+      if (candidates[i].form == CandidateForm::kDevice) {
+        const auto& r = compiled[next_device++];
+        if (r.ok()) o.compile_ms = r->compile_ms;
+        st = r.status();
+      } else {
+        auto r = CompileExtension(candidates[i], task.target.arch, static_cast<int>(task.inputs.size()), eo);
+        if (r.ok()) o.compile_ms = (*r)->compile_ms();
+        st = r.status();
+      }
+      if (st.ok()) {
         o.outcome = "compiled";
-        o.compile_ms = compiled[i]->compile_ms;
         ++report.compiled;
       } else {
         o.outcome = "compile_error";
-        o.error = FirstLines(compiled[i].status().message());
+        o.error = FirstLines(st.message());
       }
       report.outcomes.push_back(std::move(o));
     }
@@ -321,6 +366,7 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
   }
   const double budget_left = std::max(opt.budget_s - SecondsSince(start), 0.0);
   req.budget_s = budget_left;
+  req.extension_compile_timeout_s = opt.extension_compile_timeout_s;
   auto run = impl_->pool->Tune(req, opt.candidate_timeout_s, budget_left);
   if (!run.ok()) return run.status();
   // The worker that served this call may have been replaced; its facts stay.
@@ -403,7 +449,9 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
                                        {"nvrtc", hello->nvrtc_version},
                                        {"abi", kRuntimeAbiVersion},
                                        {"torch", hello->torch_version},
-                                       {"dice", DICE_VERSION_STRING}}
+                                       {"dice", DICE_VERSION_STRING},
+                                       // extension form: `cubin` holds the nvcc-built shared object
+                                       {"form", c.form == CandidateForm::kExtension ? "extension" : "device"}}
                             .dump();
       auto put = impl_->store->PutWinner(std::move(w));
       if (!put.ok()) return put.status().WithContext("storing the winner");

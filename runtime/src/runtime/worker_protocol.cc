@@ -175,7 +175,8 @@ std::string EncodeTuneRequest(const TuneRequest& r) {
             {"measure_baseline", r.measure_baseline},
             {"known_baseline_us", r.known_baseline_us},
             {"captured_path", r.captured_path},
-            {"captured_bytes", r.captured_bytes}};
+            {"captured_bytes", r.captured_bytes},
+            {"extension_compile_timeout_s", r.extension_compile_timeout_s}};
   return j.dump();
 }
 
@@ -209,6 +210,7 @@ Expected<Request> DecodeRequest(std::string_view payload) {
     t.known_baseline_us = j.value("known_baseline_us", 0.0);
     t.captured_path = j.value("captured_path", std::string());
     t.captured_bytes = j.value("captured_bytes", uint64_t{0});
+    t.extension_compile_timeout_s = j.value("extension_compile_timeout_s", 300.0);
   } catch (const std::exception& e) {
     return Status(StatusCode::kCorrupt, std::string("tune request: ") + e.what());
   }

@@ -29,6 +29,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -108,6 +109,15 @@ class SdarModel {
   /// Checkpoint::Open(dir) then Load. Errors: those of Checkpoint::Open and Load.
   static Expected<SdarModel> Load(const std::string& dir, const SdarModelOptions& options = {});
 
+  /// A model of `config` with random weights drawn on `options.device`
+  /// (seeded: the same seed gives the same weights on a device): randn x
+  /// 0.02 for embeddings and projections, 1 + randn x 0.02 for norm
+  /// weights. For benchmarks and tests at real shapes without a checkpoint
+  /// (issue 3: no weights can be downloaded). Errors: as Load (dtype,
+  /// kNoDevice, kInternal for an allocation failure naming the tensor).
+  static Expected<SdarModel> Random(const SdarConfig& config, const SdarModelOptions& options = {},
+                                    uint64_t seed = 0);
+
   SdarModel(SdarModel&&) = default;
   SdarModel& operator=(SdarModel&&) = default;
   SdarModel(const SdarModel&) = delete;
@@ -176,6 +186,10 @@ class SdarModel {
   };
   friend struct SdarDecodeAccess;  // diffusion_decoder.cc: forwards on ids it made itself
   SdarModel() = default;
+  // Fills the model from `get(name)` (a tensor of SdarConfig::ExpectedTensors'
+  // shape, already on the device in the compute dtype) for every tensor.
+  static Expected<SdarModel> Build(const SdarConfig& config, const SdarModelOptions& options,
+                                   const std::function<Expected<torch::Tensor>(const std::string&)>& get);
   /// The host-side checks of Forward (shape, dtype, cache batch/capacity,
   /// commit rules); `check_ids` adds the token range check, which reads the
   /// ids back (a device synchronisation when they live on a GPU).

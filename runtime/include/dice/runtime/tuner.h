@@ -1,6 +1,7 @@
 // dice/runtime/tuner.h — task -> candidates -> compile -> verify -> time -> winner.
 //
-// The Tuner asks its generators for candidates, skips those already
+// The Tuner asks its generators for candidates (device form: NVRTC;
+// extension form: nvcc + LibTorch headers, extension_compiler.h), skips those already
 // attempted (cache attempts table), and hands the rest to a worker process
 // (worker_pool.h) that compiles them with NVRTC, verifies them against the
 // reference executor and times them against PyTorch running the same
@@ -30,13 +31,17 @@ struct TuneOptions {
   bool compile_only = false;    ///< no GPU: generate + NVRTC compile, never store a winner
   std::string worker_path;      ///< dice-worker binary ("" = next to this library / build path)
   int device = 0;               ///< CUDA ordinal the worker uses
+  /// nvcc limit per extension-form candidate (extension_compiler.h), seconds.
+  /// A worker's setup phase (which includes these builds) may take up to
+  /// 120 s + 2x this before it counts as hung.
+  double extension_compile_timeout_s = 300;
 };
 
 /// What happened to one candidate.
 struct CandidateOutcome {
   std::string origin;
   std::string hash;
-  std::string outcome;     ///< "compiled" (compile-only) | "compile_error" | "verify_failed" | "crashed" | "timeout" | "slower" | "winner" | "verified" | "skipped"
+  std::string outcome;     ///< "compiled" (compile-only) | "compile_error" | "parse_error" (a generator output with no candidate) | "verify_failed" | "crashed" | "timeout" | "slower" | "winner" | "verified" | "skipped"
   std::string error;       ///< reason, first lines
   double compile_ms = 0;
   double time_us = 0;      ///< median µs when timed

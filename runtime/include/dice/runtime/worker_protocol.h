@@ -97,6 +97,7 @@ struct TuneRequest {
   double known_baseline_us = 0;          ///< baseline from an earlier worker (used when !measure_baseline)
   std::string captured_path;             ///< file of captured input bytes, "" = none
   uint64_t captured_bytes = 0;           ///< its size, bytes
+  double extension_compile_timeout_s = 300;  ///< nvcc limit per extension-form candidate, seconds
 };
 
 /// Outcome of one candidate as the worker saw it. `outcome` is one of
@@ -106,9 +107,9 @@ struct CandidateResult {
   int id = 0;
   std::string outcome;
   std::string error;        ///< reason, first lines (empty when verified)
-  double compile_ms = 0;    ///< NVRTC wall time, milliseconds
+  double compile_ms = 0;    ///< NVRTC (device form) or nvcc (extension form) wall time, milliseconds
   double time_us = 0;       ///< median kernel time, µs (verified only)
-  std::string cubin;        ///< ELF bytes (verified only)
+  std::string cubin;        ///< ELF bytes (verified only): the cubin, or the shared object of an extension-form candidate
   bool fatal = false;       ///< the worker exits after sending this result
 };
 

@@ -72,6 +72,12 @@ struct Options {
 /// cache dir, tune options). optimize() sets them; until then they come from
 /// Options::FromEnv() (an invalid DICE_MODE reads as kOff).
 void SetRuntimeOptions(const Options& options);
+
+/// Sets the kernel generators the process's tuner asks, in order (default,
+/// and when `generators` is empty: the TemplateGenerator alone). E.g.
+/// {TemplateGenerator, DiceGenerator} for `dice tune --generator both`.
+/// Takes effect for the next tuned task (waits for a running one).
+void SetGenerators(std::vector<std::shared_ptr<KernelGenerator>> generators);
 Options GetRuntimeOptions();
 
 /// One fusion group formed in a graph.

@@ -1,0 +1,175 @@
+// sdar_decode_bench — block-diffusion decode throughput of the C++ SDAR
+// decoder (dice/generator/diffusion_decoder.h) with random weights at real
+// shapes (issue 3 "Benchmark"): per config.json and batch size, one decode
+// of --new tokens after a --prompt-token prompt, static low-confidence
+// remasking revealing one token a step (--steps = block size), EOS off so
+// every sample runs to --new tokens (random weights then cost what real ones
+// do). Reports tokens/s = batch x new tokens / decode wall time (prefill
+// included), after one short warm-up decode per batch size.
+//
+//   sdar_decode_bench --config bench/configs/sdar-1.7b-like.json --config .deps/sdar/config-4b.json
+//       --batch 1,16,128 [--prompt 512] [--new 256] [--steps 4] [--device cuda] [--dtype bf16] [--json out.jsonl]
+//   sdar_decode_bench --tiny      (CPU, bench/configs/sdar-tiny.json-like shape, seconds)
+//
+// Output: one table row per (config, batch); with --json one JSON line each
+// ({"impl":"dice-cpp","config":..,"batch":..,"tokens_per_s":..,...}).
+// Exit status: 0 ok, 2 bad input (unreadable config, bad flag), 3 no GPU for
+// --device cuda, 1 a decode failed.
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dice/generator/checkpoint.h"
+#include "dice/generator/diffusion_decoder.h"
+#include "dice/generator/sdar_model.h"
+
+namespace {
+
+std::vector<int64_t> ParseList(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(std::stoll(item));
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"SDAR block-diffusion decode throughput (random weights)"};
+  std::vector<std::string> configs;
+  std::string batches = "1,16,128", device = "cuda", dtype = "bf16", json_path;
+  int64_t prompt_len = 512, new_tokens = 256, steps = 4;
+  uint64_t seed = 0;
+  bool tiny = false;
+  app.add_option("--config", configs, "SDAR config.json (repeat for several)");
+  app.add_option("--batch", batches, "comma-separated batch sizes");
+  app.add_option("--prompt", prompt_len, "prompt tokens")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--new", new_tokens, "new tokens per sample")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--steps", steps, "denoising steps per block")->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  app.add_option("--device", device, "cuda, cuda:N or cpu");
+  app.add_option("--dtype", dtype, "bf16, f16 or f32")->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  app.add_option("--seed", seed, "weights and prompt seed");
+  app.add_option("--json", json_path, "append one JSON line per row to this file");
+  app.add_flag("--tiny", tiny, "CPU smoke run: tiny built-in shape, prompt 16, 8 new tokens, batch 1,2, f32");
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<std::pair<std::string, dice::SdarConfig>> shapes;
+  if (tiny) {
+    dice::SdarConfig c;
+    c.hidden_size = 64;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 16;
+    c.intermediate_size = 128;
+    c.vocab_size = 512;
+    c.max_position_embeddings = 1024;
+    c.mask_token_id = 511;
+    shapes.emplace_back("tiny", c);
+    device = "cpu";
+    dtype = "f32";
+    prompt_len = 16;
+    new_tokens = 8;
+    batches = "1,2";
+  }
+  for (const auto& path : configs) {
+    auto c = dice::SdarConfig::Load(path);
+    if (!c.ok()) {
+      std::fprintf(stderr, "sdar_decode_bench: error: %s\n", c.status().ToString().c_str());
+      return 2;
+    }
+    shapes.emplace_back(path, *c);
+  }
+  if (shapes.empty()) {
+    std::fprintf(stderr, "sdar_decode_bench: error: give --config FILE (repeatable) or --tiny\n");
+    return 2;
+  }
+  std::vector<int64_t> batch_sizes;
+  try {
+    batch_sizes = ParseList(batches);
+  } catch (const std::exception&) {
+    std::fprintf(stderr, "sdar_decode_bench: error: --batch '%s' is not a comma-separated list\n", batches.c_str());
+    return 2;
+  }
+  dice::SdarModelOptions mo;
+  try {
+    mo.device = torch::Device(device);
+  } catch (const c10::Error&) {
+    std::fprintf(stderr, "sdar_decode_bench: error: --device '%s' is not a device\n", device.c_str());
+    return 2;
+  }
+  if (mo.device.is_cuda() && !torch::cuda::is_available()) {
+    std::fprintf(stderr, "sdar_decode_bench: error: --device %s but no CUDA device is present\n", device.c_str());
+    return 3;
+  }
+  mo.dtype = dtype == "bf16" ? torch::kBFloat16 : dtype == "f16" ? torch::kFloat16 : torch::kFloat32;
+
+  std::printf("%-40s %6s %8s %6s %10s %12s %9s\n", "config", "batch", "prompt", "new", "seconds", "tokens/s",
+              "forwards");
+  std::ofstream json_out;
+  if (!json_path.empty()) json_out.open(json_path, std::ios::app);
+  for (const auto& [name, config] : shapes) {
+    auto model = dice::SdarModel::Random(config, mo, seed);
+    if (!model.ok()) {
+      std::fprintf(stderr, "sdar_decode_bench: error: %s: %s\n", name.c_str(), model.status().ToString().c_str());
+      return 1;
+    }
+    // A prompt of random ordinary tokens (never the mask token).
+    std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
+    for (int64_t i = 0; i < prompt_len; ++i) {
+      prompt[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 17) % (config.mask_token_id > 0 ? config.mask_token_id : config.vocab_size - 1));
+    }
+    for (int64_t batch : batch_sizes) {
+      dice::DecodeOptions o;
+      o.remasking = dice::Remasking::kStatic;
+      o.denoising_steps = steps;
+      o.eos_ids.clear();
+      o.num_samples = batch;
+      o.max_new_tokens = std::min<int64_t>(new_tokens, 2 * config.block_size);  // warm-up
+      auto warm = dice::Decode(*model, prompt, o);
+      if (!warm.ok()) {
+        std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
+                     static_cast<long long>(batch), warm.status().ToString().c_str());
+        return 1;
+      }
+      o.max_new_tokens = new_tokens;
+      if (mo.device.is_cuda()) torch::cuda::synchronize();
+      auto r = dice::Decode(*model, prompt, o);
+      if (mo.device.is_cuda()) torch::cuda::synchronize();
+      if (!r.ok()) {
+        std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
+                     static_cast<long long>(batch), r.status().ToString().c_str());
+        return 1;
+      }
+      int64_t generated = 0;
+      for (const auto& t : r->tokens) generated += static_cast<int64_t>(t.size());
+      const double tps = r->seconds > 0 ? generated / r->seconds : 0.0;
+      std::printf("%-40s %6lld %8lld %6lld %10.3f %12.1f %9lld\n", name.c_str(), static_cast<long long>(batch),
+                  static_cast<long long>(prompt_len), static_cast<long long>(new_tokens), r->seconds, tps,
+                  static_cast<long long>(r->forward_passes));
+      std::fflush(stdout);
+      if (json_out.is_open()) {
+        json_out << nlohmann::json{{"impl", "dice-cpp"},       {"config", name},
+                                   {"batch", batch},           {"prompt", prompt_len},
+                                   {"new_tokens", new_tokens}, {"steps", steps},
+                                   {"dtype", dtype},           {"device", mo.device.str()},
+                                   {"seconds", r->seconds},    {"generated_tokens", generated},
+                                   {"tokens_per_s", tps},      {"forward_passes", r->forward_passes}}
+                        .dump()
+                 << "\n";
+      }
+    }
+  }
+  return 0;
+}

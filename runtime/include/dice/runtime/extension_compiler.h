@@ -1,0 +1,105 @@
+// dice/runtime/extension_compiler.h — nvcc compilation of extension-form
+// candidates (DESIGN.md "Candidate", form 2; issue 3 "Extension form").
+//
+// An extension-form candidate is CUDA C++ written against LibTorch's C++ API
+// (KernelBench / DICE output): kernels plus a host function
+//   torch::Tensor dice_forward(torch::Tensor in0, ..., torch::Tensor inN)
+// (or returning std::vector<torch::Tensor> / std::tuple<torch::Tensor...> for
+// several outputs), one argument per task input, in task order.
+// CompileExtension writes the source into a fresh temporary directory, adds
+//   - a shim `torch/extension.h` found before LibTorch's own include
+//     directories (the real header pulls in Python.h and pybind11, absent
+//     from LibTorch-only installs): <torch/types.h>, <torch/cuda.h>,
+//     <torch/utils.h> and <ATen/cuda/CUDAContext.h> — the tensor API that
+//     KernelBench/DICE sources use; $DICE_EXTENSION_FULL_TORCH=1 makes it
+//     <torch/all.h> (the whole C++ frontend, a ~4x slower build), and
+//   - an `extern "C"` entry point `dice_ext_forward` (ExtensionEntryFn below)
+//     that calls dice_forward with the task's input tensors and flattens what
+//     it returns into a std::vector<at::Tensor>,
+// and runs nvcc (-shared, -fPIC, -arch=<task arch>, the flags PyTorch's
+// cpp_extension uses for CUDA sources, LibTorch's include directories, linked
+// --as-needed against c10/c10_cuda/torch_cpu/torch_cuda and the shared CUDA
+// runtime) into `libdice_ext.so` there. No GPU is needed to compile.
+// Torch-free: only paths to LibTorch's headers and libraries are used (baked
+// in at configure time, overridable by environment variables, see below).
+// Thread-safe: every call has its own directory and nvcc process.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dice/runtime/candidate.h"
+#include "dice/runtime/status.h"
+
+namespace dice {
+
+/// Name of the C entry point every compiled extension exports.
+inline constexpr const char* kExtensionEntryName = "dice_ext_forward";
+
+/// Signature of the entry point. `inputs` points at `num_inputs` at::Tensor
+/// objects (the task's inputs, in order); `outputs` at a
+/// std::vector<at::Tensor> that receives dice_forward's results. Returns 0
+/// on success; otherwise writes a NUL-terminated reason (a C++ exception's
+/// what(), or an argument-count mismatch) of at most `error_size` bytes into
+/// `error` and returns non-zero. The caller must use the same LibTorch build
+/// the extension was compiled against.
+using ExtensionEntryFn = int (*)(const void* inputs, int num_inputs, void* outputs, char* error,
+                                 unsigned long error_size);
+
+/// How to run nvcc. Empty fields take the build's defaults, which the
+/// environment overrides: $DICE_NVCC (nvcc binary), $DICE_TORCH_INCLUDE_DIRS
+/// (':'-separated), $DICE_TORCH_LIB_DIR.
+struct ExtensionCompileOptions {
+  std::string nvcc;                       ///< "" = $DICE_NVCC or the toolkit's nvcc
+  std::vector<std::string> include_dirs;  ///< LibTorch include dirs ("" = configured ones)
+  std::string torch_lib_dir;              ///< dir of libc10.so / libtorch_cuda.so ("" = configured)
+  double timeout_s = 300;                 ///< nvcc wall-clock limit, seconds; the process group is killed after it
+  std::string temp_root;                  ///< parent of the build dir ("" = $TMPDIR or /tmp)
+};
+
+/// A built extension: a temporary directory holding the source, the shim,
+/// the nvcc log and the shared object. The directory and its files are
+/// removed when the object is destroyed (dlclose the library first).
+class ExtensionBuild {
+ public:
+  ~ExtensionBuild();
+  ExtensionBuild(const ExtensionBuild&) = delete;
+  ExtensionBuild& operator=(const ExtensionBuild&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  /// Absolute path of libdice_ext.so.
+  const std::string& library_path() const { return library_; }
+  /// nvcc's output (warnings), may be empty.
+  const std::string& log() const { return log_; }
+  /// Wall time of the nvcc run, milliseconds.
+  double compile_ms() const { return compile_ms_; }
+
+ private:
+  friend Expected<std::unique_ptr<ExtensionBuild>> CompileExtension(const Candidate&, const std::string&, int,
+                                                                    const ExtensionCompileOptions&);
+  ExtensionBuild() = default;
+  std::string dir_, library_, log_;
+  std::vector<std::string> files_;  // removed in the destructor, then dirs_ (deepest first)
+  std::vector<std::string> dirs_;
+  double compile_ms_ = 0;
+};
+
+/// Compiles an extension-form `candidate` for `arch` ("sm_90") whose
+/// dice_forward takes `num_inputs` tensors (>= 1).
+/// Errors: kInvalidArgument for a device-form candidate, a malformed arch or
+/// num_inputs < 1; kCompileError when the source does not define
+/// dice_forward (checked before nvcc runs: "no dice_forward ...") or nvcc
+/// fails (message: the first lines of nvcc's log, which names the source
+/// line); kTimeout when nvcc exceeds options.timeout_s (it is killed);
+/// kNotFound when nvcc or LibTorch's headers are missing; kIoError when the
+/// temporary directory cannot be written.
+Expected<std::unique_ptr<ExtensionBuild>> CompileExtension(const Candidate& candidate, const std::string& arch,
+                                                           int num_inputs,
+                                                           const ExtensionCompileOptions& options = {});
+
+/// The CUDA source nvcc compiles for `candidate`: its source followed by the
+/// entry point for `num_inputs` inputs (exposed for tests and debugging).
+std::string ExtensionTranslationUnit(const Candidate& candidate, int num_inputs);
+
+}  // namespace dice

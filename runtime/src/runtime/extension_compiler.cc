@@ -1,0 +1,308 @@
+// extension_compiler.cc — nvcc builds of extension-form candidates
+// (extension_compiler.h). nvcc runs as a child process (posix_spawn) in its
+// own process group with its output in a log file; a run past the deadline
+// has its whole group (cicc, ptxas, the host compiler) killed.
+#include "dice/runtime/extension_compiler.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace dice {
+namespace {
+
+#ifndef DICE_NVCC_PATH
+#define DICE_NVCC_PATH "/usr/local/cuda/bin/nvcc"
+#endif
+#ifndef DICE_TORCH_INCLUDE_DIRS
+#define DICE_TORCH_INCLUDE_DIRS ""
+#endif
+#ifndef DICE_TORCH_LIB_DIR
+#define DICE_TORCH_LIB_DIR ""
+#endif
+#ifndef DICE_TORCH_CXX_FLAGS
+#define DICE_TORCH_CXX_FLAGS ""
+#endif
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<std::string> Split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : text) {
+    if (c == sep) {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' ? std::string(v) : fallback;
+}
+
+bool IsFile(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+bool IsDir(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool IsValidArch(const std::string& arch) {
+  if (arch.size() <= 3 || arch.compare(0, 3, "sm_") != 0) return false;
+  size_t i = 3;
+  while (i < arch.size() && arch[i] >= '0' && arch[i] <= '9') ++i;
+  if (i == 3) return false;
+  return i == arch.size() || (i + 1 == arch.size() && (arch[i] == 'a' || arch[i] == 'f'));
+}
+
+Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return Status(StatusCode::kIoError, "cannot write '" + path + "': " + strerror(errno));
+  return Status::Ok();
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The first `max_lines` lines of `text` that mention an error, else its head.
+std::string ErrorLines(const std::string& text, int max_lines = 20) {
+  std::istringstream in(text);
+  std::string line, errors, head;
+  int n_err = 0, n_head = 0;
+  while (std::getline(in, line)) {
+    if (n_head < max_lines) {
+      head += line + "\n";
+      ++n_head;
+    }
+    if (n_err < max_lines && line.find("error") != std::string::npos) {
+      errors += line + "\n";
+      ++n_err;
+    }
+  }
+  return errors.empty() ? head : errors;
+}
+
+// True when `source` mentions dice_forward outside comments (a cheap check
+// that turns the most common failure of a model answer into a clear reason
+// before a 30 s nvcc run).
+bool DefinesDiceForward(const std::string& source) {
+  size_t pos = 0;
+  while ((pos = source.find("dice_forward", pos)) != std::string::npos) {
+    size_t line_start = source.rfind('\n', pos);
+    line_start = line_start == std::string::npos ? 0 : line_start + 1;
+    const std::string before = source.substr(line_start, pos - line_start);
+    if (before.find("//") == std::string::npos && source.find('(', pos) != std::string::npos) return true;
+    pos += 12;
+  }
+  return false;
+}
+
+// The tensor API KernelBench/DICE sources use (torch::Tensor, factories such
+// as torch::empty_like, TORCH_CHECK, ATen ops, at::cuda streams) without
+// the C++ frontend's nn/optim/data/jit headers, which would make every build
+// several times slower; $DICE_EXTENSION_FULL_TORCH=1 includes <torch/all.h>.
+constexpr const char* kShimHeader =
+    "// Written by the DICE runtime: LibTorch-only stand-in for torch/extension.h\n"
+    "// (the real header needs Python.h and pybind11).\n"
+    "#pragma once\n"
+    "#include <torch/types.h>\n"
+    "#include <torch/cuda.h>\n"
+    "#include <torch/utils.h>\n"
+    "#include <ATen/cuda/CUDAContext.h>\n";
+constexpr const char* kFullShimHeader =
+    "// Written by the DICE runtime: LibTorch-only stand-in for torch/extension.h\n"
+    "#pragma once\n"
+    "#include <torch/all.h>\n"
+    "#include <ATen/cuda/CUDAContext.h>\n";
+
+}  // namespace
+
+ExtensionBuild::~ExtensionBuild() {
+  for (const auto& f : files_) ::unlink(f.c_str());
+  for (auto it = dirs_.rbegin(); it != dirs_.rend(); ++it) ::rmdir(it->c_str());
+}
+
+std::string ExtensionTranslationUnit(const Candidate& candidate, int num_inputs) {
+  std::string tu = candidate.source;
+  if (!tu.empty() && tu.back() != '\n') tu += '\n';
+  std::string args;
+  for (int i = 0; i < num_inputs; ++i) args += (i ? ", " : "") + std::string("in[") + std::to_string(i) + "]";
+  tu +=
+      "\n// ---- entry point added by the DICE runtime (extension_compiler.h) ----\n"
+      "#include <cstdio>\n#include <tuple>\n#include <utility>\n#include <vector>\n"
+      "namespace dice_ext_detail {\n"
+      "inline void Collect(const at::Tensor& t, std::vector<at::Tensor>* out) { out->push_back(t); }\n"
+      "inline void Collect(const std::vector<at::Tensor>& v, std::vector<at::Tensor>* out) {\n"
+      "  for (const auto& t : v) out->push_back(t);\n}\n"
+      "template <typename... T>\n"
+      "void Collect(const std::tuple<T...>& t, std::vector<at::Tensor>* out) {\n"
+      "  std::apply([out](const auto&... x) { (Collect(x, out), ...); }, t);\n}\n"
+      "}  // namespace dice_ext_detail\n"
+      "extern \"C\" __attribute__((visibility(\"default\"))) int dice_ext_forward(\n"
+      "    const void* inputs, int num_inputs, void* outputs, char* error, unsigned long error_size) {\n"
+      "  try {\n"
+      "    if (num_inputs != " + std::to_string(num_inputs) + ") {\n"
+      "      std::snprintf(error, error_size, \"dice_forward was built for " + std::to_string(num_inputs) +
+      " inputs, called with %d\", num_inputs);\n"
+      "      return 2;\n    }\n"
+      "    const at::Tensor* in = static_cast<const at::Tensor*>(inputs);\n"
+      "    dice_ext_detail::Collect(dice_forward(" + args + "), static_cast<std::vector<at::Tensor>*>(outputs));\n"
+      "    return 0;\n"
+      "  } catch (const std::exception& e) {\n"
+      "    std::snprintf(error, error_size, \"%s\", e.what());\n    return 1;\n"
+      "  } catch (...) {\n"
+      "    std::snprintf(error, error_size, \"dice_forward threw a non-standard exception\");\n    return 1;\n  }\n"
+      "}\n";
+  return tu;
+}
+
+Expected<std::unique_ptr<ExtensionBuild>> CompileExtension(const Candidate& candidate, const std::string& arch,
+                                                           int num_inputs, const ExtensionCompileOptions& options) {
+  if (candidate.form != CandidateForm::kExtension) {
+    return Status(StatusCode::kInvalidArgument, "CompileExtension: candidate '" + candidate.origin +
+                                                    "' is device form (use CompileCandidate)");
+  }
+  if (!IsValidArch(arch)) return Status(StatusCode::kInvalidArgument, "malformed arch '" + arch + "' (want sm_XX)");
+  if (num_inputs < 1) {
+    return Status(StatusCode::kInvalidArgument, "CompileExtension: num_inputs is " + std::to_string(num_inputs));
+  }
+  if (!DefinesDiceForward(candidate.source)) {
+    return Status(StatusCode::kCompileError,
+                  "no dice_forward in the source: an extension-form candidate must define the host function "
+                  "dice_forward(in0, ...) that the skeleton declares");
+  }
+  const std::string nvcc = !options.nvcc.empty() ? options.nvcc : EnvOr("DICE_NVCC", DICE_NVCC_PATH);
+  if (::access(nvcc.c_str(), X_OK) != 0) {
+    return Status(StatusCode::kNotFound, "nvcc '" + nvcc + "' not found or not executable (set DICE_NVCC)");
+  }
+  std::vector<std::string> includes = options.include_dirs;
+  if (includes.empty()) {
+    const char* env = std::getenv("DICE_TORCH_INCLUDE_DIRS");
+    includes = env != nullptr && env[0] != '\0' ? Split(env, ':') : Split(DICE_TORCH_INCLUDE_DIRS, ':');
+  }
+  bool have_torch = false;
+  for (const auto& d : includes) have_torch = have_torch || IsFile(d + "/torch/types.h");
+  if (!have_torch) {
+    std::string list;
+    for (const auto& d : includes) list += (list.empty() ? "" : ":") + d;
+    return Status(StatusCode::kNotFound, "LibTorch headers (torch/types.h) not found in '" + list +
+                                             "' (set DICE_TORCH_INCLUDE_DIRS, ':'-separated)");
+  }
+  const std::string lib_dir = !options.torch_lib_dir.empty() ? options.torch_lib_dir
+                                                             : EnvOr("DICE_TORCH_LIB_DIR", DICE_TORCH_LIB_DIR);
+
+  std::string root = options.temp_root.empty() ? EnvOr("TMPDIR", "/tmp") : options.temp_root;
+  std::string tmpl = root + "/dice-ext-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    return Status(StatusCode::kIoError, "mkdtemp '" + tmpl + "': " + strerror(errno));
+  }
+  std::unique_ptr<ExtensionBuild> build(new ExtensionBuild());
+  build->dir_ = tmpl;
+  build->dirs_ = {tmpl, tmpl + "/shim", tmpl + "/shim/torch"};
+  for (size_t i = 1; i < build->dirs_.size(); ++i) {
+    if (::mkdir(build->dirs_[i].c_str(), 0700) != 0) {
+      return Status(StatusCode::kIoError, "mkdir '" + build->dirs_[i] + "': " + strerror(errno));
+    }
+  }
+  const std::string src = tmpl + "/dice_ext.cu", shim = tmpl + "/shim/torch/extension.h",
+                    log = tmpl + "/nvcc.log";
+  build->library_ = tmpl + "/libdice_ext.so";
+  build->files_ = {src, shim, log, build->library_};
+  DICE_RETURN_IF_ERROR(WriteText(shim, EnvOr("DICE_EXTENSION_FULL_TORCH", "0") == "1" ? kFullShimHeader : kShimHeader));
+  DICE_RETURN_IF_ERROR(WriteText(src, ExtensionTranslationUnit(candidate, num_inputs)));
+
+  // -O1 applies to host code only (dice_forward); device code is optimised by ptxas regardless.
+  std::vector<std::string> argv = {nvcc, "-std=c++17", "-O1", "-shared", "-Xcompiler", "-fPIC",
+                                   "-arch=" + arch, "--expt-relaxed-constexpr",
+                                   // The defines PyTorch's cpp_extension passes for CUDA sources, so
+                                   // KernelBench/DICE code compiles here as under load_inline.
+                                   "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+                                   "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
+                                   "-DTORCH_EXTENSION_NAME=dice_ext", "-I" + tmpl + "/shim"};
+  for (const auto& flag : Split(DICE_TORCH_CXX_FLAGS, ' ')) {
+    if (flag.rfind("-D", 0) == 0) argv.push_back(flag);
+  }
+  for (const auto& d : includes) argv.push_back("-I" + d);
+  for (const auto& f : candidate.extra_flags) argv.push_back(f);
+  argv.insert(argv.end(), {src, "-o", build->library_, "--cudart", "shared"});
+  if (!lib_dir.empty() && IsDir(lib_dir)) {
+    argv.insert(argv.end(), {"-L" + lib_dir, "-Xlinker", "--as-needed", "-lc10", "-lc10_cuda", "-ltorch_cpu",
+                             "-ltorch_cuda", "-Xlinker", "-rpath=" + lib_dir});
+  }
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  const auto start = Clock::now();
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, nvcc.c_str(), &actions, &attr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return Status(StatusCode::kIoError, "posix_spawn '" + nvcc + "': " + strerror(rc));
+
+  int status = 0;
+  bool timed_out = false;
+  for (;;) {
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) return Status(StatusCode::kIoError, std::string("waitpid nvcc: ") + strerror(errno));
+    if (std::chrono::duration<double>(Clock::now() - start).count() > options.timeout_s) {
+      ::kill(-pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  build->compile_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  build->log_ = ReadText(log);
+  if (timed_out) {
+    return Status(StatusCode::kTimeout, "nvcc exceeded its " + std::to_string(options.timeout_s) +
+                                            " s limit and was killed");
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !IsFile(build->library_)) {
+    std::string how = WIFEXITED(status) ? "exited with status " + std::to_string(WEXITSTATUS(status))
+                                        : "was killed by signal " + std::to_string(WTERMSIG(status));
+    return Status(StatusCode::kCompileError, "nvcc " + how + ":\n" + ErrorLines(build->log_));
+  }
+  return build;
+}
+
+}  // namespace dice

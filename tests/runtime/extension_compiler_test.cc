@@ -1,0 +1,156 @@
+// Extension-form candidates on a CPU machine (extension_compiler.h): nvcc
+// builds a hand-written KernelBench-style source against LibTorch's headers
+// into a shared object exporting dice_ext_forward; a compile error, a source
+// without dice_forward and an nvcc run past its deadline are errors with a
+// reason; the Tuner's compile-only path builds extension candidates (one
+// parsed from a hand-written DICE-style completion) and records parse
+// failures reported by a generator. No GPU needed.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+#include <map>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dice/generator/completion_parser.h"
+#include "dice/runtime/extension_compiler.h"
+#include "dice/runtime/task.h"
+#include "dice/runtime/tuner.h"
+#include "extension_sources.h"
+#include "relu_graph.h"
+
+namespace dice {
+namespace {
+
+using runtime_test::BrokenReluExtension;
+using runtime_test::GoodReluExtension;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(ExtensionCompilerTest, BuildsAKnownGoodSourceIntoASharedObjectWithTheEntryPoint) {
+  auto build = CompileExtension(GoodReluExtension(), "sm_90", 1);
+  ASSERT_TRUE(build.ok()) << build.status().ToString();
+  const std::string so = ReadAll((*build)->library_path());
+  ASSERT_GT(so.size(), 4u);
+  EXPECT_EQ(so.substr(0, 4), std::string("\x7f" "ELF")) << "not an ELF shared object";
+  EXPECT_NE(so.find(kExtensionEntryName), std::string::npos) << "dice_ext_forward is not exported";
+  EXPECT_GT((*build)->compile_ms(), 0);
+  const std::string dir = (*build)->dir();
+  build->reset();
+  std::ifstream gone(dir + "/libdice_ext.so");
+  EXPECT_FALSE(gone.good()) << "the build directory is removed with the ExtensionBuild";
+}
+
+TEST(ExtensionCompilerTest, CompileErrorCarriesNvccsMessage) {
+  auto build = CompileExtension(BrokenReluExtension(), "sm_90", 1);
+  ASSERT_FALSE(build.ok());
+  EXPECT_EQ(build.status().code(), StatusCode::kCompileError);
+  EXPECT_NE(build.status().message().find("undeclared_zero"), std::string::npos) << build.status().message();
+}
+
+TEST(ExtensionCompilerTest, SourceWithoutDiceForwardIsRejectedBeforeNvccRuns) {
+  Candidate c = runtime_test::ExtensionCandidate("ext:none", "__global__ void k(float* y) { y[0] = 1.0f; }\n");
+  auto build = CompileExtension(c, "sm_90", 1);
+  ASSERT_FALSE(build.ok());
+  EXPECT_EQ(build.status().code(), StatusCode::kCompileError);
+  EXPECT_NE(build.status().message().find("no dice_forward"), std::string::npos) << build.status().message();
+}
+
+TEST(ExtensionCompilerTest, NvccPastItsDeadlineIsKilledAndReportedAsTimeout) {
+  ExtensionCompileOptions o;
+  o.timeout_s = 0.3;  // a LibTorch-header build takes tens of seconds
+  auto build = CompileExtension(GoodReluExtension(), "sm_90", 1, o);
+  ASSERT_FALSE(build.ok());
+  EXPECT_EQ(build.status().code(), StatusCode::kTimeout) << build.status().ToString();
+}
+
+TEST(ExtensionCompilerTest, CompileOnlyTunerStopsBuildingAtTheBudget) {
+  auto task = Task::Make(runtime_test::ReluGraph(), {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {64})},
+                         TargetInfo{});
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  class OneExtension : public KernelGenerator {
+   public:
+    std::string name() const override { return "one"; }
+    Expected<std::vector<Candidate>> Generate(const Task&, int) override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // generation eats the budget
+      return std::vector<Candidate>{GoodReluExtension()};
+    }
+  };
+  TuneOptions o;
+  o.compile_only = true;
+  o.budget_s = 0.2;  // spent by generation, before the first build
+  Tuner tuner(nullptr, {std::make_shared<OneExtension>()}, o);
+  auto report = tuner.Tune(*task);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_EQ(report->outcomes.size(), 1u);
+  EXPECT_EQ(report->outcomes[0].outcome, "skipped");
+  EXPECT_EQ(report->outcomes[0].error, "tuning budget exhausted");
+}
+
+TEST(ExtensionCompilerTest, RejectsDeviceFormAndMalformedArch) {
+  Candidate device = GoodReluExtension();
+  device.form = CandidateForm::kDevice;
+  EXPECT_EQ(CompileExtension(device, "sm_90", 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CompileExtension(GoodReluExtension(), "ampere", 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CompileExtension(GoodReluExtension(), "sm_90", 0).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ExtensionCompilerTest, EntryPointCallsDiceForwardWithEveryInput) {
+  Candidate c = runtime_test::ExtensionCandidate("ext:two", "torch::Tensor dice_forward(torch::Tensor a, torch::Tensor b);\n");
+  const std::string tu = ExtensionTranslationUnit(c, 2);
+  EXPECT_NE(tu.find("dice_forward(in[0], in[1])"), std::string::npos) << tu;
+  EXPECT_NE(tu.find("extern \"C\""), std::string::npos);
+  EXPECT_NE(tu.find(kExtensionEntryName), std::string::npos);
+}
+
+// A generator that answers like DICE: a hand-written completion (prose, a
+// fenced Python middle with the `source` string) parsed by the generator's
+// parser into the good candidate, a broken extension candidate, and one
+// output that did not parse.
+class ExtensionGenerator : public KernelGenerator {
+ public:
+  std::string name() const override { return "fixed-ext"; }
+  Expected<std::vector<Candidate>> Generate(const Task&, int) override {
+    const std::string completion = "The kernel fuses the op.\n```python\nsource = \"\"\"\n" +
+                                   GoodReluExtension().source + "\"\"\"\n```\n";
+    auto parsed = ParseExtensionCandidate(completion, "ext:relu");
+    if (!parsed.ok()) return parsed.status();
+    return std::vector<Candidate>{*parsed, BrokenReluExtension()};
+  }
+  std::vector<GenerationFailure> TakeFailures() override {
+    return {GenerationFailure{"dice:sample2", "generated text has no code block", "just prose"}};
+  }
+};
+
+TEST(ExtensionCompilerTest, CompileOnlyTunerBuildsExtensionCandidatesAndRecordsParseFailures) {
+  auto task = Task::Make(runtime_test::ReluGraph(), {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {4099})},
+                         TargetInfo{});
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  TuneOptions o;
+  o.compile_only = true;
+  o.budget_s = 3600;  // a loaded 2-core machine takes minutes per LibTorch-header build
+  Tuner tuner(nullptr, {std::make_shared<ExtensionGenerator>()}, o);
+  auto report = tuner.Tune(*task);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->tried, 2);
+  EXPECT_EQ(report->compiled, 1);
+  std::map<std::string, CandidateOutcome> by_origin;
+  for (const auto& out : report->outcomes) by_origin[out.origin] = out;
+  ASSERT_EQ(by_origin.count("ext:relu"), 1u);
+  EXPECT_EQ(by_origin["ext:relu"].outcome, "compiled") << by_origin["ext:relu"].error;
+  EXPECT_EQ(by_origin["ext:broken"].outcome, "compile_error");
+  EXPECT_NE(by_origin["ext:broken"].error.find("undeclared_zero"), std::string::npos) << by_origin["ext:broken"].error;
+  EXPECT_EQ(by_origin["dice:sample2"].outcome, "parse_error");
+  EXPECT_EQ(by_origin["dice:sample2"].error, "generated text has no code block");
+  EXPECT_EQ(by_origin["dice:sample2"].hash.size(), 64u);
+}
+
+}  // namespace
+}  // namespace dice
