@@ -99,6 +99,30 @@ TEST(WorkerProtocol, TuneRequestRoundTripsThroughJson) {
   EXPECT_EQ(r.items[0].candidate.origin, "hand:relu");
 }
 
+TEST(WorkerProtocol, ExtensionCandidateWithoutLaunchPlanRoundTrips) {
+  // An extension-form candidate launches its own kernels: no plan. The
+  // request must still decode (the H200 run found the worker rejecting it).
+  worker::TuneRequest req;
+  req.graph_canonical = ir::Canonical(ReluGraph());
+  req.inputs = {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {4})};
+  req.arch = "sm_90";
+  Candidate c;
+  c.origin = "ext:relu";
+  c.form = CandidateForm::kExtension;
+  c.source = "torch::Tensor dice_forward(torch::Tensor in0) { return in0.relu(); }";
+  req.items.push_back(worker::TuneItem{3, c});
+  auto back = worker::DecodeRequest(worker::EncodeTuneRequest(req));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->tune.items.size(), 1u);
+  EXPECT_EQ(back->tune.items[0].candidate.form, CandidateForm::kExtension);
+  EXPECT_TRUE(back->tune.items[0].candidate.plan.launches.empty());
+  EXPECT_EQ(back->tune.items[0].candidate.Hash(), c.Hash());
+  // A device-form candidate without launches is still malformed.
+  c.form = CandidateForm::kDevice;
+  req.items = {worker::TuneItem{4, c}};
+  EXPECT_EQ(worker::DecodeRequest(worker::EncodeTuneRequest(req)).status().code(), StatusCode::kCorrupt);
+}
+
 TEST(WorkerProtocol, ResultCarriesBinaryCubinExactly) {
   for (size_t len : {0u, 1u, 2u, 3u, 4u, 255u, 256u, 1001u}) {
     worker::CandidateResult res;

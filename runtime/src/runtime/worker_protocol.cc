@@ -104,9 +104,13 @@ Candidate CandidateFromJson(const json& j) {
   c.origin = j.at("origin").get<std::string>();
   c.form = static_cast<CandidateForm>(j.at("form").get<int>());
   c.source = j.at("source").get<std::string>();
-  auto plan = LaunchPlan::FromJson(j.at("plan").get<std::string>());
-  if (!plan.ok()) throw std::runtime_error(plan.status().message());
-  c.plan = std::move(*plan);
+  // Extension-form candidates have no launch plan (the shared object's
+  // dice_forward launches its own kernels): an empty plan travels as is.
+  if (c.form == CandidateForm::kDevice) {
+    auto plan = LaunchPlan::FromJson(j.at("plan").get<std::string>());
+    if (!plan.ok()) throw std::runtime_error(plan.status().message());
+    c.plan = std::move(*plan);
+  }
   c.extra_flags = j.at("flags").get<std::vector<std::string>>();
   c.reduced_precision = j.value("reduced_precision", false);
   return c;
