@@ -31,6 +31,20 @@
 namespace dice {
 namespace {
 
+// Stores one candidate's outcome in the cache's attempt log (best effort:
+// a failed write is logged, never fatal).
+void RecordOutcome(cache::Store* store, const std::string& task_key, const CandidateOutcome& o) {
+  cache::AttemptRecord a;
+  a.task_key = task_key;
+  a.candidate_hash = o.hash;
+  a.origin = o.origin;
+  a.outcome = o.outcome;
+  a.error = o.error;
+  a.time_us = o.time_us;
+  Status st = store->RecordAttempt(std::move(a));
+  if (!st.ok()) spdlog::warn("dice: could not record an attempt: {}", st.ToString());
+}
+
 using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -237,16 +251,7 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
       o.hash = raw.Hash();
       o.outcome = "parse_error";
       o.error = f.reason;
-      if (impl_->store != nullptr && !opt.compile_only) {
-        cache::AttemptRecord a;
-        a.task_key = report.task_key;
-        a.candidate_hash = o.hash;
-        a.origin = o.origin;
-        a.outcome = o.outcome;
-        a.error = o.error;
-        Status st = impl_->store->RecordAttempt(std::move(a));
-        if (!st.ok()) spdlog::warn("dice: could not record an attempt: {}", st.ToString());
-      }
+      if (impl_->store != nullptr && !opt.compile_only) RecordOutcome(impl_->store, report.task_key, o);
       report.outcomes.push_back(std::move(o));
     }
     if (!generated.ok()) {
@@ -404,17 +409,7 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
     }
     if (IsCompiledOutcome(o.outcome)) ++report.compiled;
     if (IsVerifiedOutcome(o.outcome)) ++report.verified;
-    if (impl_->store != nullptr && o.outcome != "skipped") {
-      cache::AttemptRecord a;
-      a.task_key = report.task_key;
-      a.candidate_hash = o.hash;
-      a.origin = o.origin;
-      a.outcome = o.outcome;
-      a.error = o.error;
-      a.time_us = o.time_us;
-      Status st = impl_->store->RecordAttempt(std::move(a));
-      if (!st.ok()) spdlog::warn("dice: could not record an attempt: {}", st.ToString());
-    }
+    if (impl_->store != nullptr && o.outcome != "skipped") RecordOutcome(impl_->store, report.task_key, o);
     report.outcomes.push_back(std::move(o));
   }
 
