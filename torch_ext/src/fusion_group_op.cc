@@ -21,6 +21,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/Event.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -206,7 +207,16 @@ std::string NoWinnerText(const TuneReport& rep, double margin) {
                   1.0 - margin);
     out += b2;
   }
-  if (failed != nullptr) out += "; first failure " + failed->origin + ": " + failed->outcome;
+  if (failed != nullptr) {
+    out += "; first failure " + failed->origin + ": " + failed->outcome;
+    if (!failed->error.empty()) {
+      // The cause (a compile log or verifier message can run to kilobytes).
+      constexpr size_t kMaxError = 200;
+      std::string e = failed->error.substr(0, failed->error.find('\n'));
+      if (e.size() > kMaxError) e = e.substr(0, kMaxError) + "...";
+      out += " (" + e + ")";
+    }
+  }
   return out + ")";
 }
 
@@ -225,6 +235,12 @@ Expected<TuneReport> TuneTaskNow(const Task& task, const std::vector<std::string
     if (gens.empty()) gens.push_back(std::make_shared<TemplateGenerator>());
     r.tuner = std::make_unique<Tuner>(store, std::move(gens), GetRuntimeOptions().tune);
   }
+  // The tuning worker is another process: blocks this process's caching
+  // allocator keeps for reuse are invisible to it. On a model that fills the
+  // GPU (a 7 GB activation, an Inductor workspace) the worker's reference run
+  // then fails with CUDA out of memory and every candidate is skipped. Hand the
+  // cached, unused blocks back to the driver first (live tensors stay).
+  if (at::globalContext().hasCUDA()) c10::getDeviceAllocator(c10::DeviceType::CUDA)->emptyCache();
   return r.tuner->Tune(task, captured);
 }
 

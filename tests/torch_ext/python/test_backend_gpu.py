@@ -54,7 +54,27 @@ def test_tune_sync_then_cache_serves_or_says_why(tmp_path):
     assert s["calls"] == s["hits"] + s["fallbacks"]
     assert "no GPU" not in s["fallback_reasons"]
     if s["hits"] == 0:  # the tuner found no candidate 5% faster than PyTorch: stated, not silent
-        assert set(s["fallback_reasons"]) <= {"no winner"}, s
+        assert all(r.startswith("no winner") for r in s["fallback_reasons"]), s
+
+
+def test_tune_sync_returns_cached_blocks_before_the_worker_runs(tmp_path):
+    # The tuning worker is a separate process: memory this process's caching
+    # allocator keeps (freed tensors) would be out of its reach. On the H200 a
+    # 7 GB RMSNorm after Inductor's runs left the worker 2.8 GB and every
+    # candidate was skipped with CUDA out of memory.
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.sigmoid(x) * 3.0
+
+    x = torch.randn(1024, 1024, device="cuda")
+    scratch = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")  # 2 GiB, then freed: cached
+    del scratch
+    cached = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+    assert cached >= 2 << 30, cached
+    tuned = dice_torch.optimize(M(), [x], mode="tune-sync", cache_dir=str(tmp_path), rest="eager")
+    torch.testing.assert_close(tuned(x), torch.sigmoid(x) * 3.0)
+    after = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+    assert after < 2 << 30, f"{after} bytes still cached after tuning (was {cached})"
 
 
 def test_gpt2_block_bf16_matches_eager():
