@@ -46,6 +46,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.abspath(__file__)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "runtime", "python"))
+import dice_kb_judge as kb_judge  # noqa: E402  (no torch import at module level)
 NAME_RE = re.compile(r"""(\bname\s*=\s*)(['"])([^'"]+)\2""")
 
 
@@ -83,89 +85,17 @@ def dry_run_item(item):
 
 def child_compile(program_path):
     """Imports the program: load_inline builds the extension (or raises)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("dice_infill_program", program_path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = kb_judge.load_module("dice_infill_program", program_path)
     if not hasattr(mod, "ModelNew"):
         raise RuntimeError("the program defines no ModelNew")
 
 
-def load_module(name, path):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def to_cuda(xs):
-    import torch
-    return [x.cuda() if isinstance(x, torch.Tensor) else x for x in xs]
-
-
-def median_ms(fn, reps):
-    import torch
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
-
-
-def flat(out):
-    import torch
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (list, tuple)):
-        return [t for o in out for t in flat(o)]
-    return []
-
-
 def judge(item_dir, trials, reps, seed):
-    """KernelBench protocol for one compiled item; returns a result dict."""
-    import torch
-    ref = load_module("dice_infill_ref", os.path.join(item_dir, "reference.py"))
-    new = load_module("dice_infill_new", os.path.join(item_dir, "program.py"))
-    init = ref.get_init_inputs()
-    torch.manual_seed(seed)
-    model = ref.Model(*init).cuda().eval()
-    torch.manual_seed(seed)
-    model_new = new.ModelNew(*init).cuda().eval()
-    rec = {"correct": False}
-    with torch.no_grad():
-        for t in range(trials):
-            torch.manual_seed(seed + 1 + t)
-            inputs = to_cuda(ref.get_inputs())
-            want = flat(model(*inputs))
-            got = flat(model_new(*inputs))
-            torch.cuda.synchronize()
-            if len(want) != len(got):
-                rec["error"] = f"trial {t}: {len(got)} outputs, the reference has {len(want)}"
-                return rec
-            for k, (w, g) in enumerate(zip(want, got)):
-                if w.shape != g.shape:
-                    rec["error"] = f"trial {t}, output {k}: shape {tuple(g.shape)}, want {tuple(w.shape)}"
-                    return rec
-                if not torch.allclose(g.float(), w.float(), atol=1e-2, rtol=1e-2):
-                    diff = (g.float() - w.float()).abs().max().item()
-                    rec["error"] = f"trial {t}, output {k}: max abs diff {diff:.4g} (atol=rtol=1e-2)"
-                    return rec
-        rec["correct"] = True
-        torch.manual_seed(seed)
-        inputs = to_cuda(ref.get_inputs())
-        rec["ref_ms"] = median_ms(lambda: model(*inputs), reps)
-        rec["new_ms"] = median_ms(lambda: model_new(*inputs), reps)
-        rec["speedup"] = rec["ref_ms"] / rec["new_ms"] if rec["new_ms"] > 0 else 0.0
-    return rec
+    """KernelBench protocol for one compiled item (runtime/python/dice_kb_judge.py,
+    the judge dice::JudgeProgram runs); returns a result dict."""
+    ref = kb_judge.load_module("dice_infill_ref", os.path.join(item_dir, "reference.py"))
+    new = kb_judge.load_module("dice_infill_new", os.path.join(item_dir, "program.py"))
+    return kb_judge.judge_models(ref, new, "cuda", trials, reps, seed)
 
 
 def child_judge(work, ids, trials, reps, seed):

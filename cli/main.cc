@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "cache_share.h"
+#include "judge.h"
 #include "warmup.h"
 #include "dice/cache/http_server.h"
 #include "dice/cache/store.h"
@@ -535,6 +536,7 @@ int main(int argc, char** argv) {
                                                  "tokenizer_config.json)")->required();
   auto* generate = dice::cli::AddGenerateCommand(app);
   auto* train = dice::cli::AddTrainCommand(app);  // dice train init|dataset|sft|rl (cli/train.h)
+  auto* judge = dice::cli::AddJudgeCommand(app);  // dice judge (cli/judge.h)
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -550,6 +552,7 @@ int main(int argc, char** argv) {
     if (auto rc = dice::cli::RunWarmupCommand(*warmup)) return *rc;
     if (generate->parsed()) return dice::cli::RunGenerateCommand();
     if (train->parsed()) return dice::cli::RunTrainCommand();
+    if (judge->parsed()) return dice::cli::RunJudgeCommand();
     if (serve->parsed()) return CmdServe(serve_db, serve_listen, token_file);
     if (ls->parsed()) return CmdCache("ls", "", cache_dir);
     if (show->parsed()) return CmdCache("show", key, cache_dir);

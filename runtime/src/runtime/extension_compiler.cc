@@ -1,25 +1,19 @@
 // extension_compiler.cc — nvcc builds of extension-form candidates
-// (extension_compiler.h). nvcc runs as a child process (posix_spawn) in its
-// own process group with its output in a log file; a run past the deadline
-// has its whole group (cicc, ptxas, the host compiler) killed.
+// (extension_compiler.h). nvcc runs through RunProcess (process.h): its own
+// process group, output in a log file, and a run past the deadline has its
+// whole group (cicc, ptxas, the host compiler) killed.
 #include "dice/runtime/extension_compiler.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
-extern char** environ;
+#include "dice/runtime/process.h"
 
 namespace dice {
 namespace {
@@ -36,8 +30,6 @@ namespace {
 #ifndef DICE_TORCH_CXX_FLAGS
 #define DICE_TORCH_CXX_FLAGS ""
 #endif
-
-using Clock = std::chrono::steady_clock;
 
 std::vector<std::string> Split(const std::string& text, char sep) {
   std::vector<std::string> out;
@@ -257,50 +249,16 @@ Expected<std::unique_ptr<ExtensionBuild>> CompileExtension(const Candidate& cand
                              "-ltorch_cuda", "-Xlinker", "-rpath=" + lib_dir});
   }
 
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  std::vector<char*> cargv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  const auto start = Clock::now();
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, nvcc.c_str(), &actions, &attr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) return Status(StatusCode::kIoError, "posix_spawn '" + nvcc + "': " + strerror(rc));
-
-  int status = 0;
-  bool timed_out = false;
-  for (;;) {
-    pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    if (r < 0 && errno != EINTR) return Status(StatusCode::kIoError, std::string("waitpid nvcc: ") + strerror(errno));
-    if (std::chrono::duration<double>(Clock::now() - start).count() > options.timeout_s) {
-      ::kill(-pid, SIGKILL);
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-      }
-      timed_out = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  build->compile_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  ProcessOptions po;
+  po.timeout_s = options.timeout_s;
+  po.output_path = log;
+  auto run = RunProcess(argv, po);
+  if (!run.ok()) return run.status().WithContext("running nvcc");
+  build->compile_ms_ = run->wall_ms;
   build->log_ = ReadText(log);
-  if (timed_out) {
-    return Status(StatusCode::kTimeout, "nvcc exceeded its " + std::to_string(options.timeout_s) +
-                                            " s limit and was killed");
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !IsFile(build->library_)) {
-    std::string how = WIFEXITED(status) ? "exited with status " + std::to_string(WEXITSTATUS(status))
-                                        : "was killed by signal " + std::to_string(WTERMSIG(status));
-    return Status(StatusCode::kCompileError, "nvcc " + how + ":\n" + ErrorLines(build->log_));
+  if (run->timed_out) return Status(StatusCode::kTimeout, "nvcc " + run->Describe(options.timeout_s));
+  if (!run->ok() || !IsFile(build->library_)) {
+    return Status(StatusCode::kCompileError, "nvcc " + run->Describe(options.timeout_s) + ":\n" + ErrorLines(build->log_));
   }
   return build;
 }
