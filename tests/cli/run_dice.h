@@ -3,10 +3,13 @@
 // and returns its exit code and combined stdout + stderr.
 #pragma once
 
+#include <stdlib.h>
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 namespace dice::cli_test {
@@ -30,5 +33,25 @@ inline DiceResult RunDice(const std::string& args) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
+
+/// A fresh directory under /tmp (mkdtemp), removed with `rm -rf` on
+/// destruction — not std::filesystem::remove_all, whose LibTorch-exported copy
+/// crashes when interposed in these torch-linked tests. Throws
+/// std::runtime_error when mkdtemp fails.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& prefix) {
+    std::string tmpl = "/tmp/" + prefix + "_XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
+    path_ = tmpl;
+  }
+  ~ScratchDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 }  // namespace dice::cli_test
