@@ -4,6 +4,18 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+// ProcessGroupNCCL for CUDA ranks where the build has NCCL's header (the
+// LibTorch wheel defines USE_C10D_NCCL; nccl.h comes with the CUDA toolkit
+// or the nvidia-nccl wheel). Without it CUDA ranks use the store path.
+#if defined(USE_C10D_NCCL) && __has_include(<nccl.h>)
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#define DICE_HAVE_NCCL 1
+#else
+#define DICE_HAVE_NCCL 0
+#endif
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -100,6 +112,10 @@ struct DataParallel::Impl {
   std::chrono::milliseconds collective_timeout{0};
   int64_t sequence = 0;  // collectives issued so far (the same on every rank)
   bool finished = false, aborted = false;
+#if DICE_HAVE_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;  // gradients and weights of CUDA ranks
+  torch::Device nccl_device{torch::kCPU};
+#endif
 };
 
 DataParallel::DataParallel(DistributedEnv env) : env_(std::move(env)), impl_(std::make_unique<Impl>()) {}
@@ -108,6 +124,36 @@ DataParallel::~DataParallel() {
   // Rank 0 hosts the store: give the others the chance to read the last
   // collective's values before it goes away (bounded by the timeout).
   if (impl_ && impl_->store && !impl_->finished && !impl_->aborted) (void)Finish();
+#if DICE_HAVE_NCCL
+  if (impl_ && impl_->nccl) {
+    try {
+      if (impl_->aborted) {
+        impl_->nccl->abort();
+      } else {
+        impl_->nccl->shutdown();
+      }
+    } catch (const std::exception&) {
+      // Tearing down: nothing left to report to.
+    }
+  }
+#endif
+}
+
+bool DataParallel::UseNccl(const torch::Device& device) {
+#if DICE_HAVE_NCCL
+  if (env_.world_size == 1 || !device.is_cuda() || !impl_->store) return false;
+  if (impl_->nccl) return true;
+  c10::cuda::CUDAGuard guard(device);
+  auto opts = c10d::ProcessGroupNCCL::Options::create();
+  opts->timeout = impl_->collective_timeout;
+  auto prefix = c10::make_intrusive<c10d::PrefixStore>("dice/nccl/", impl_->store);
+  impl_->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefix, env_.rank, env_.world_size, opts);
+  impl_->nccl_device = device;
+  return true;
+#else
+  (void)device;
+  return false;
+#endif
 }
 
 Expected<std::unique_ptr<DataParallel>> DataParallel::Join(std::chrono::seconds rendezvous_timeout,
@@ -192,6 +238,30 @@ Status DataParallel::Exchange(const std::vector<uint8_t>& mine, bool from_root_o
 
 Status DataParallel::AllReduceMeanGradients(const std::vector<torch::Tensor>& params) {
   if (env_.world_size == 1) return Status::Ok();
+#if DICE_HAVE_NCCL
+  if (impl_->nccl) {
+    try {
+      std::vector<torch::Tensor> flat;
+      for (const auto& p : params) {
+        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+        flat.push_back(p.grad().detach().to(impl_->nccl_device, torch::kFloat32).reshape({-1}));
+      }
+      std::vector<at::Tensor> buffer = {torch::cat(flat)};
+      impl_->nccl->allreduce(buffer)->wait();
+      buffer[0].div_(static_cast<double>(env_.world_size));
+      torch::NoGradGuard no_grad;
+      int64_t offset = 0;
+      for (const auto& p : params) {
+        p.mutable_grad().copy_(buffer[0].narrow(0, offset, p.numel()).view(p.sizes()));
+        offset += p.numel();
+      }
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kCrashed, "data parallel: rank " + std::to_string(env_.rank) +
+                                              ": NCCL all-reduce of the gradients failed (a rank died?): " + e.what());
+    }
+    return Status::Ok();
+  }
+#endif
   std::vector<torch::Tensor> flat;
   for (const auto& p : params) {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
@@ -243,6 +313,24 @@ Expected<std::vector<double>> DataParallel::AllReduceSum(const std::vector<doubl
 
 Status DataParallel::Broadcast(const std::vector<torch::Tensor>& tensors) {
   if (env_.world_size == 1) return Status::Ok();
+#if DICE_HAVE_NCCL
+  if (impl_->nccl) {
+    try {
+      torch::NoGradGuard no_grad;
+      for (const auto& t : tensors) {
+        std::vector<at::Tensor> one = {t.device() == impl_->nccl_device && t.is_contiguous()
+                                           ? t.detach()
+                                           : t.detach().to(impl_->nccl_device).contiguous()};
+        impl_->nccl->broadcast(one)->wait();
+        if (!one[0].is_same(t)) t.copy_(one[0]);
+      }
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kCrashed, "data parallel: rank " + std::to_string(env_.rank) +
+                                              ": NCCL broadcast failed (a rank died?): " + e.what());
+    }
+    return Status::Ok();
+  }
+#endif
   std::vector<uint8_t> mine;
   if (env_.rank == 0) {
     for (const auto& t : tensors) {

@@ -156,6 +156,14 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
 
   auto weights = model->NamedWeights();
   std::vector<torch::Tensor> params, initial;
+  if (world > 1 && device->is_cuda()) {
+    try {
+      log(dp.UseNccl(*device) ? "rl: gradients all-reduced with NCCL"
+                              : "rl: this build has no NCCL: gradients all-reduced through the TCPStore (host)");
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kCudaError, std::string("dice train rl: starting NCCL: ") + e.what());
+    }
+  }
   {
     // Policy and reference start from rank 0's weights on every rank.
     std::vector<torch::Tensor> all;

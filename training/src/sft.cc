@@ -129,6 +129,14 @@ Expected<SftReport> RunSftRank(const SftOptions& o, DataParallel& dp,
   auto weights = model->NamedWeights();
   std::vector<torch::Tensor> params;
   for (auto& [name, t] : weights) params.push_back(t.requires_grad_(true));
+  if (world > 1 && device->is_cuda()) {
+    try {
+      log(dp.UseNccl(*device) ? "sft: gradients all-reduced with NCCL"
+                              : "sft: this build has no NCCL: gradients all-reduced through the TCPStore (host)");
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kCudaError, std::string("dice train sft: starting NCCL: ") + e.what());
+    }
+  }
   // Every rank starts from rank 0's weights (they loaded the same files; this
   // makes it so even if the files changed between the ranks' reads).
   DICE_RETURN_IF_ERROR(dp.Broadcast(params));

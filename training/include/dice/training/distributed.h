@@ -8,10 +8,10 @@
 // (rendezvous, bounded by a timeout). Collectives run over that store in a
 // fixed rank order, so every rank computes bit-identical results (the
 // all-reduced gradients, hence the parameters after the optimiser step, are
-// equal on all ranks). The c10d process-group backends are not used: the
-// LibTorch wheel ships ProcessGroupGloo.hpp without the gloo headers it
-// includes, and ProcessGroupNCCL is left for a GPU session (see
-// training/README.md); on CUDA the store path copies gradients to the host.
+// equal on all ranks). CUDA ranks switch gradients and weights to
+// c10d::ProcessGroupNCCL (UseNccl) where the build has nccl.h. On the CPU the
+// store path is used: the LibTorch wheel ships ProcessGroupGloo.hpp without
+// the gloo headers it includes, so ProcessGroupGloo cannot be built against.
 //
 // A rank that fails calls Abort(reason): the others' next collective fails
 // at once with that reason. A rank that dies without a word is reported when
@@ -80,6 +80,14 @@ class DataParallel {
   int local_rank() const { return env_.local_rank; }
   /// Rank 0: the one that writes checkpoints, the CSV log and progress lines.
   bool is_root() const { return env_.rank == 0; }
+
+  /// CUDA ranks: creates a c10d::ProcessGroupNCCL over the store (timeout =
+  /// the collective timeout) for AllReduceMeanGradients and Broadcast on
+  /// `device` (this rank's GPU; the same call on every rank). Returns false,
+  /// leaving the store path in use, for world size 1, a CPU device or a
+  /// build without nccl.h. Throws what c10d throws when NCCL cannot start.
+  /// Untested on GPUs so far (no device time in the session that wrote it).
+  bool UseNccl(const torch::Device& device);
 
   /// Replaces each parameter's gradient by the mean of that gradient over
   /// all ranks (all-reduce, sum in rank order, then / world size), so an
