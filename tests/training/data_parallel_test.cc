@@ -330,6 +330,36 @@ TEST_F(TrainingDataParallel, AFailingRankStopsTheOthersWithItsReason) {
   EXPECT_NE(log0.find("missing.jsonl"), std::string::npos) << log0;
 }
 
+TEST_F(TrainingDataParallel, ARankKilledMidRunIsNamedAfterTheCollectiveTimeout) {
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  std::vector<std::string> args = Sft("killed0", 2);
+  ASSERT_EQ(args[10], "--steps");
+  args[11] = "100000";  // runs until killed
+  args.insert(args.end(), {"--collective-timeout", "3"});
+  const pid_t r0 = SpawnDice(args, Rank(0, port), Path("killed0.log"));
+  ASSERT_EQ(args[8], "--out");
+  args[9] = Path("killed1");
+  const pid_t r1 = SpawnDice(args, Rank(1, port), Path("killed1.log"));
+  ASSERT_GT(r0, 0);
+  ASSERT_GT(r1, 0);
+  // Wait until training runs (rank 0 printed a step), then kill rank 1 without a word.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (Slurp(Path("killed0.log")).find("sft step 2/") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::kill(r1, SIGKILL);
+  EXPECT_EQ(WaitExit(r1, 10), 128 + SIGKILL);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc0 = WaitExit(r0, 60);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string log0 = Slurp(Path("killed0.log"));
+  EXPECT_EQ(rc0, 1) << log0;
+  EXPECT_NE(log0.find("rank(s) 1 did not take part within 3 s (died or stuck)"), std::string::npos) << log0;
+  EXPECT_LT(s, 30.0);
+}
+
 TEST(TrainingDataParallelShards, DisjointAndCovering) {
   for (int64_t count : {0, 1, 5, 8}) {
     for (int world : {1, 2, 3}) {
