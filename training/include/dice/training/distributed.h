@@ -71,12 +71,17 @@ class DataParallel {
   /// rank and the timeout); kIoError when the store cannot be started.
   static Expected<std::unique_ptr<DataParallel>> Join(std::chrono::seconds rendezvous_timeout,
                                                       std::chrono::seconds collective_timeout);
+  /// Shuts NCCL down (or aborts it after Abort) and, on rank 0 when Finish
+  /// was not called, waits (bounded) for the other ranks to finish first.
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
+  /// This process's rank, 0..world_size()-1 (RANK).
   int rank() const { return env_.rank; }
+  /// Number of processes in the run (WORLD_SIZE; 1 = not distributed).
   int world_size() const { return env_.world_size; }
+  /// Rank within this host (LOCAL_RANK): the CUDA ordinal a rank uses.
   int local_rank() const { return env_.local_rank; }
   /// Rank 0: the one that writes checkpoints, the CSV log and progress lines.
   bool is_root() const { return env_.rank == 0; }
