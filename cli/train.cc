@@ -129,6 +129,11 @@ int RunDataset(const TrainArgs& a) {
 int RunSft(const TrainArgs& a) {
   auto r = training::RunSft(a.sft_opts, Log);
   if (!r.ok()) return Fail(r.status());
+  if (r->world_size > 1) {
+    std::printf("sft: rank %d of %d finished, parameter digest %s\n", r->rank, r->world_size,
+                r->parameter_digest.c_str());
+  }
+  if (r->rank != 0) return kExitOk;  // data parallel: rank 0 reports
   double first = 0, last = 0;
   const size_t n = r->losses.size(), k = std::min<size_t>(10, n);
   for (size_t i = 0; i < k; ++i) {
@@ -143,6 +148,11 @@ int RunSft(const TrainArgs& a) {
 int RunRl(const TrainArgs& a) {
   auto r = training::RunRl(a.rl_opts, Log);
   if (!r.ok()) return Fail(r.status());
+  if (r->world_size > 1) {
+    std::printf("rl: rank %d of %d finished, parameter digest %s\n", r->rank, r->world_size,
+                r->parameter_digest.c_str());
+  }
+  if (r->rank != 0) return kExitOk;  // data parallel: rank 0 reports
   std::printf("rl: done, %zu steps, parameter change (L2) %.6g, checkpoint %s\n", r->steps.size(), r->parameter_change,
               r->checkpoint.c_str());
   return kExitOk;
@@ -198,6 +208,11 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   a.sft->add_option("--grad-clip", s.grad_clip, "global gradient norm clip (<= 0 off)");
   a.sft->add_option("--seed", s.seed, "noise and data-order seed");
   a.sft->add_flag("!--no-bf16", s.bf16, "CUDA: compute in float32 instead of bf16 autocast");
+  a.sft->add_option("--dist-timeout", s.dist_timeout_s, "data parallel: rendezvous timeout, seconds")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
+  a.sft->add_option("--collective-timeout", s.collective_timeout_s,
+                    "data parallel: seconds to wait for the other ranks at each all-reduce")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
 
   auto& r = a.rl_opts;
   a.rl = train->add_subcommand("rl", "BiC-RL: TraceRL on decoder rollouts, NVRTC-compiled rewards");
@@ -228,6 +243,11 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   a.rl->add_option("--grad-clip", r.grad_clip, "global gradient norm clip (<= 0 off)");
   a.rl->add_option("--speedup-bonus", r.speedup_bonus, "reward bonus per log2 speedup (0 = off, as in the paper)");
   a.rl->add_option("--seed", r.seed, "rollout seed");
+  a.rl->add_option("--dist-timeout", r.dist_timeout_s, "data parallel: rendezvous timeout, seconds")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
+  a.rl->add_option("--collective-timeout", r.collective_timeout_s,
+                   "data parallel: seconds to wait for the other ranks at each all-reduce")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
   return train;
 }
 

@@ -15,6 +15,7 @@
 #include "dice/generator/tokenizer.h"
 #include "dice/runtime/compiler.h"
 #include "dice/training/checkpoint_io.h"
+#include "dice/training/distributed.h"
 #include "dice/training/examples.h"
 #include "dice/training/losses.h"
 #include "trainer_common.h"
@@ -42,6 +43,8 @@ Status CheckOptions(const RlOptions& o) {
   if (o.max_new_tokens < 1) return Bad("--max-new-tokens must be >= 1");
   if (o.denoising_steps < 1) return Bad("--denoising-steps must be >= 1");
   if (o.inner_epochs < 1) return Bad("--inner-epochs must be >= 1");
+  if (o.dist_timeout_s < 1) return Bad("--dist-timeout must be >= 1");
+  if (o.collective_timeout_s < 1) return Bad("--collective-timeout must be >= 1");
   if (!(o.lr > 0)) return Bad("--lr must be > 0");
   if (!(o.clip_eps > 0)) return Bad("--clip-eps must be > 0");
   if (!(o.beta >= 0)) return Bad("--beta must be >= 0");
@@ -88,15 +91,18 @@ struct Rollout {
   double advantage = 0;
 };
 
-}  // namespace
-
-Expected<RlReport> RunRl(const RlOptions& o, const std::function<void(const std::string&)>& log_fn) {
+Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
+                             const std::function<void(const std::string&)>& log_fn) {
+  // Only rank 0 prints progress, writes the CSV and checkpoints.
   auto log = [&](const std::string& line) {
-    if (log_fn) log_fn(line);
+    if (log_fn && dp.is_root()) log_fn(line);
   };
-  DICE_RETURN_IF_ERROR(CheckOptions(o));
+  const int world = dp.world_size();
   auto device = ParseTrainDevice(o.device);
   if (!device.ok()) return device.status();
+  if (device->is_cuda() && !device->has_index() && world > 1) {
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dp.local_rank()));
+  }
   auto tokenizer = Tokenizer::Load(o.model_dir);
   if (!tokenizer.ok()) return tokenizer.status();
   SdarModelOptions mo;
@@ -150,17 +156,40 @@ Expected<RlReport> RunRl(const RlOptions& o, const std::function<void(const std:
 
   auto weights = model->NamedWeights();
   std::vector<torch::Tensor> params, initial;
+  if (world > 1 && device->is_cuda()) {
+    try {
+      log(dp.UseNccl(*device) ? "rl: gradients all-reduced with NCCL"
+                              : "rl: this build has no NCCL: gradients all-reduced through the TCPStore (host)");
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kCudaError, std::string("dice train rl: starting NCCL: ") + e.what());
+    }
+  }
+  {
+    // Policy and reference start from rank 0's weights on every rank.
+    std::vector<torch::Tensor> all;
+    for (auto& [name, t] : weights) all.push_back(t);
+    for (auto& [name, t] : reference->NamedWeights()) all.push_back(t);
+    DICE_RETURN_IF_ERROR(dp.Broadcast(all));
+  }
   for (auto& [name, t] : weights) {
     initial.push_back(t.detach().clone());
     params.push_back(t.requires_grad_(true));
   }
   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(o.lr).weight_decay(0.0).betas({0.9, 0.95}));
-  DICE_RETURN_IF_ERROR(MakeDirs(o.out_dir));
   const std::string csv_path = o.csv_path.empty() ? o.out_dir + "/rl_log.csv" : o.csv_path;
-  std::ofstream csv(csv_path, std::ios::trunc);
-  if (!csv) return Status(StatusCode::kIoError, "cannot write " + csv_path);
-  csv << "step,level,mean_reward,policy_reward,rollouts,injected,compiled,groups_used,groups_dropped,scored_tokens,"
-         "loss,rollout_tokens_per_s,seconds\n";
+  std::ofstream csv;
+  if (dp.is_root()) {
+    DICE_RETURN_IF_ERROR(MakeDirs(o.out_dir));
+    csv.open(csv_path, std::ios::trunc);
+    if (!csv) return Status(StatusCode::kIoError, "cannot write " + csv_path);
+    csv << "step,level,mean_reward,policy_reward,rollouts,injected,compiled,groups_used,groups_dropped,scored_tokens,"
+           "loss,rollout_tokens_per_s,seconds\n";
+  }
+  if (world > 1) {
+    log("rl: data parallel over " + std::to_string(world) + " ranks: each takes a disjoint share of the step's " +
+        std::to_string(o.tasks_per_step) + " tasks" +
+        (o.tasks_per_step < world ? " (fewer tasks than ranks: some ranks idle)" : ""));
+  }
 
   const int64_t B = cfg.block_size;
   try {
@@ -171,10 +200,13 @@ Expected<RlReport> RunRl(const RlOptions& o, const std::function<void(const std:
       const auto picked = schedule.Next();
       sr.level = tasks[picked.front()].level;
       std::vector<Rollout> used;  // rollouts of groups that carry signal
-      std::vector<double> step_rewards;
+      // Rewards of the whole step, slot ti * G + i for rollout i of task ti;
+      // this rank fills its tasks' slots, the all-reduce fills the rest.
+      std::vector<double> step_rewards(picked.size() * static_cast<size_t>(o.group_size), 0.0);
       double policy_reward_sum = 0, decode_s = 0;
       int64_t policy_rollouts = 0, decoded_tokens = 0;
-      for (size_t ti = 0; ti < picked.size(); ++ti) {
+      const auto [shard_begin, shard_end] = ShardRange(static_cast<int64_t>(picked.size()), dp.rank(), world);
+      for (size_t ti = static_cast<size_t>(shard_begin); ti < static_cast<size_t>(shard_end); ++ti) {
         const CukeExample& task = tasks[picked[ti]];
         auto pa = ExamplePromptAndAnswer(task, templates);
         if (!pa.ok()) return pa.status();
@@ -243,7 +275,7 @@ Expected<RlReport> RunRl(const RlOptions& o, const std::function<void(const std:
           }
           r.reward = reward;
           rewards.push_back(reward);
-          step_rewards.push_back(reward);
+          step_rewards[ti * static_cast<size_t>(o.group_size) + static_cast<size_t>(i)] = reward;
           if (r.injected) {
             ++sr.injected;
           } else {
@@ -262,6 +294,26 @@ Expected<RlReport> RunRl(const RlOptions& o, const std::function<void(const std:
           used.push_back(std::move(group[i]));
         }
       }
+      {
+        // Step totals over all ranks; the schedule sees the same rewards everywhere.
+        std::vector<double> sums = {static_cast<double>(sr.compiled), static_cast<double>(sr.injected),
+                                    static_cast<double>(sr.groups_used), static_cast<double>(sr.groups_dropped),
+                                    policy_reward_sum, static_cast<double>(policy_rollouts),
+                                    static_cast<double>(decoded_tokens), decode_s};
+        sums.insert(sums.end(), step_rewards.begin(), step_rewards.end());
+        auto all_sums = dp.AllReduceSum(sums);
+        if (!all_sums.ok()) return all_sums.status();
+        const auto& g = *all_sums;
+        sr.compiled = static_cast<int64_t>(g[0]);
+        sr.injected = static_cast<int64_t>(g[1]);
+        sr.groups_used = static_cast<int64_t>(g[2]);
+        sr.groups_dropped = static_cast<int64_t>(g[3]);
+        policy_reward_sum = g[4];
+        policy_rollouts = static_cast<int64_t>(g[5]);
+        decoded_tokens = static_cast<int64_t>(g[6]);
+        decode_s = g[7] / world;  // ranks decode at the same time
+        step_rewards.assign(g.begin() + 8, g.end());
+      }
       schedule.Report(step_rewards);
       sr.rollouts = static_cast<int64_t>(step_rewards.size());
       for (double r : step_rewards) sr.mean_reward += r / std::max<size_t>(1, step_rewards.size());
@@ -269,10 +321,10 @@ Expected<RlReport> RunRl(const RlOptions& o, const std::function<void(const std:
       sr.rollout_tokens_per_s = decode_s > 0 ? decoded_tokens / decode_s : 0;
 
       // TraceRL update on the groups that carry an advantage.
+      std::vector<PackedTrace> packed;
+      std::vector<torch::Tensor> old_lp, ref_lp;
+      int64_t total = 0;
       if (!used.empty()) {
-        std::vector<PackedTrace> packed;
-        std::vector<torch::Tensor> old_lp, ref_lp;
-        int64_t total = 0;
         {
           torch::NoGradGuard no_grad;
           for (const auto& r : used) {
@@ -288,6 +340,13 @@ Expected<RlReport> RunRl(const RlOptions& o, const std::function<void(const std:
             packed.push_back(std::move(*p));
           }
         }
+      }
+      // The token mean runs over the scored tokens of all ranks: each rank's
+      // share is weighted by n / global total and the gradients averaged.
+      auto global_total = dp.AllReduceSum({static_cast<double>(total)});
+      if (!global_total.ok()) return global_total.status();
+      total = static_cast<int64_t>((*global_total)[0]);
+      if (total > 0) {
         sr.scored_tokens = total;
         for (int64_t epoch = 0; epoch < o.inner_epochs; ++epoch) {
           optimizer.zero_grad();
@@ -302,20 +361,23 @@ Expected<RlReport> RunRl(const RlOptions& o, const std::function<void(const std:
             auto loss = TraceRlLoss(lp, old_lp[i], ref_lp[i], a, o.clip_eps, o.beta);
             if (!loss.ok()) return loss.status();
             auto part = *loss * (static_cast<double>(n) / static_cast<double>(total));
-            part.backward();
+            (part * static_cast<double>(world)).backward();
             loss_sum += part.item<double>();
           }
+          DICE_RETURN_IF_ERROR(dp.AllReduceMeanGradients(params));
+          auto losses = dp.AllReduceSum({loss_sum});
+          if (!losses.ok()) return losses.status();
           if (o.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params, o.grad_clip);
           optimizer.step();
-          sr.loss = loss_sum;
+          sr.loss = (*losses)[0];
         }
       }
       sr.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       report.steps.push_back(sr);
-      csv << sr.step << "," << sr.level << "," << sr.mean_reward << "," << sr.policy_reward << "," << sr.rollouts << ","
+      if (dp.is_root()) csv << sr.step << "," << sr.level << "," << sr.mean_reward << "," << sr.policy_reward << "," << sr.rollouts << ","
           << sr.injected << "," << sr.compiled << "," << sr.groups_used << "," << sr.groups_dropped << ","
           << sr.scored_tokens << "," << sr.loss << "," << sr.rollout_tokens_per_s << "," << sr.seconds << "\n";
-      csv.flush();
+      if (dp.is_root()) csv.flush();
       char line[320];
       std::snprintf(line, sizeof line,
                     "rl step %lld/%lld level %d reward %.3f (policy %.3f) compiled %lld/%lld injected %lld groups "
@@ -326,7 +388,7 @@ Expected<RlReport> RunRl(const RlOptions& o, const std::function<void(const std:
                     static_cast<long long>(sr.groups_dropped), static_cast<long long>(sr.scored_tokens), sr.loss,
                     sr.rollout_tokens_per_s, sr.seconds);
       log(line);
-      if ((o.save_every > 0 && step % o.save_every == 0) || step == o.steps) {
+      if (dp.is_root() && ((o.save_every > 0 && step % o.save_every == 0) || step == o.steps)) {
         DICE_RETURN_IF_ERROR(SaveCheckpoint(*model, o.model_dir, o.out_dir));
         DICE_RETURN_IF_ERROR(SaveTrainerState(o.out_dir, "rl", step, optimizer));
         report.checkpoint = o.out_dir;
@@ -341,6 +403,26 @@ Expected<RlReport> RunRl(const RlOptions& o, const std::function<void(const std:
     return Status(StatusCode::kInternal, std::string("dice train rl: ") + e.what_without_backtrace() +
                                              (report.checkpoint.empty() ? "" : "; last checkpoint " + report.checkpoint));
   }
+  report.parameter_digest = ParameterDigest(params);
+  DICE_RETURN_IF_ERROR(dp.Finish());
+  return report;
+}
+
+}  // namespace
+
+Expected<RlReport> RunRl(const RlOptions& o, const std::function<void(const std::string&)>& log_fn) {
+  DICE_RETURN_IF_ERROR(CheckOptions(o));
+  auto dp = DataParallel::Join(std::chrono::seconds(o.dist_timeout_s), std::chrono::seconds(o.collective_timeout_s));
+  if (!dp.ok()) return dp.status();
+  auto report = RunRlRank(o, **dp, log_fn);
+  if (!report.ok()) {
+    if ((*dp)->world_size() == 1) return report.status();
+    const std::string where = "rank " + std::to_string((*dp)->rank()) + " of " + std::to_string((*dp)->world_size());
+    (*dp)->Abort(where + ": " + report.status().message());
+    return Status(report.status().code(), where + ": " + report.status().message());
+  }
+  report->rank = (*dp)->rank();
+  report->world_size = (*dp)->world_size();
   return report;
 }
 

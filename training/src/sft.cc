@@ -14,6 +14,7 @@
 #include "dice/generator/sdar_model.h"
 #include "dice/generator/tokenizer.h"
 #include "dice/training/checkpoint_io.h"
+#include "dice/training/distributed.h"
 #include "dice/training/examples.h"
 #include "dice/training/losses.h"
 #include "trainer_common.h"
@@ -46,18 +47,27 @@ Status CheckOptions(const SftOptions& o) {
   if (o.warmup_steps < 0) return bad("--warmup-steps must be >= 0");
   if (!(o.lr > 0)) return bad("--lr must be > 0");
   if (!(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1)) return bad("--min-lr-ratio must be in [0, 1]");
+  if (o.dist_timeout_s < 1) return bad("--dist-timeout must be >= 1");
+  if (o.collective_timeout_s < 1) return bad("--collective-timeout must be >= 1");
   return Status::Ok();
 }
 
 }  // namespace
 
-Expected<SftReport> RunSft(const SftOptions& o, const std::function<void(const std::string&)>& log_fn) {
+namespace {
+
+Expected<SftReport> RunSftRank(const SftOptions& o, DataParallel& dp,
+                               const std::function<void(const std::string&)>& log_fn) {
+  // Only rank 0 prints progress, writes the CSV and checkpoints.
   auto log = [&](const std::string& line) {
-    if (log_fn) log_fn(line);
+    if (log_fn && dp.is_root()) log_fn(line);
   };
-  DICE_RETURN_IF_ERROR(CheckOptions(o));
+  const int64_t world = dp.world_size();
   auto device = ParseTrainDevice(o.device);
   if (!device.ok()) return device.status();
+  if (device->is_cuda() && !device->has_index() && world > 1) {
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dp.local_rank()));
+  }
   // Resume: weights from the resume checkpoint; config/tokenizer from there too.
   const std::string load_dir = o.resume_dir.empty() ? o.model_dir : o.resume_dir;
   auto tokenizer = Tokenizer::Load(load_dir);
@@ -119,6 +129,21 @@ Expected<SftReport> RunSft(const SftOptions& o, const std::function<void(const s
   auto weights = model->NamedWeights();
   std::vector<torch::Tensor> params;
   for (auto& [name, t] : weights) params.push_back(t.requires_grad_(true));
+  if (world > 1 && device->is_cuda()) {
+    try {
+      log(dp.UseNccl(*device) ? "sft: gradients all-reduced with NCCL"
+                              : "sft: this build has no NCCL: gradients all-reduced through the TCPStore (host)");
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kCudaError, std::string("dice train sft: starting NCCL: ") + e.what());
+    }
+  }
+  // Every rank starts from rank 0's weights (they loaded the same files; this
+  // makes it so even if the files changed between the ranks' reads).
+  DICE_RETURN_IF_ERROR(dp.Broadcast(params));
+  if (world > 1) {
+    log("sft: data parallel over " + std::to_string(world) + " ranks; global batch " +
+        std::to_string(o.batch_size * world) + " examples per micro-batch");
+  }
   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay).betas({0.9, 0.95}));
   int64_t step = 0;
   if (!o.resume_dir.empty()) {
@@ -129,10 +154,13 @@ Expected<SftReport> RunSft(const SftOptions& o, const std::function<void(const s
   }
   report.first_step = step;
   const std::string csv_path = o.csv_path.empty() ? o.out_dir + "/sft_log.csv" : o.csv_path;
-  DICE_RETURN_IF_ERROR(MakeDirs(o.out_dir));
-  std::ofstream csv(csv_path, step > 0 ? std::ios::app : std::ios::trunc);
-  if (!csv) return Status(StatusCode::kIoError, "cannot write " + csv_path);
-  if (step == 0) csv << "step,loss,lr,tokens,tokens_per_s,elapsed_s\n";
+  std::ofstream csv;
+  if (dp.is_root()) {
+    DICE_RETURN_IF_ERROR(MakeDirs(o.out_dir));
+    csv.open(csv_path, step > 0 ? std::ios::app : std::ios::trunc);
+    if (!csv) return Status(StatusCode::kIoError, "cannot write " + csv_path);
+    if (step == 0) csv << "step,loss,lr,tokens,tokens_per_s,elapsed_s\n";
+  }
 
   const auto t0 = std::chrono::steady_clock::now();
   int64_t tokens_total = 0;
@@ -146,25 +174,53 @@ Expected<SftReport> RunSft(const SftOptions& o, const std::function<void(const s
       double step_loss = 0;
       int64_t step_tokens = 0;
       for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
-        // Examples in a fixed order per (seed, step): resume sees the same data.
-        std::vector<const Tokenised*> batch;
-        for (int64_t i = 0; i < o.batch_size; ++i) {
-          const int64_t k = ((step - 1) * o.grad_accum + micro) * o.batch_size + i;
-          batch.push_back(&data[static_cast<size_t>((k + static_cast<int64_t>(o.seed)) % data.size())]);
+        // The global micro-batch holds batch_size * world examples in a fixed
+        // order per (seed, step): resume sees the same data, and rank r takes
+        // the r-th slice of batch_size, so N ranks at batch B see exactly
+        // what 1 rank at batch N * B sees.
+        const int64_t global_b = o.batch_size * world;
+        const int64_t first_k = ((step - 1) * o.grad_accum + micro) * global_b;
+        auto example = [&](int64_t k) -> const Tokenised& {
+          return data[static_cast<size_t>((k + static_cast<int64_t>(o.seed)) % data.size())];
+        };
+        // Response tokens of the whole global micro-batch: the loss is
+        // normalised by it on every rank (known here without communication).
+        int64_t global_response = 0;
+        for (int64_t k = first_k; k < first_k + global_b; ++k) {
+          global_response += static_cast<int64_t>(example(k).ids.size()) - example(k).prompt_len;
         }
+        std::vector<int64_t> ks;
+        for (int64_t i = 0; i < o.batch_size; ++i) ks.push_back(first_k + dp.rank() * o.batch_size + i);
         int64_t len = 0;
-        for (const auto* t : batch) len = std::max<int64_t>(len, t->ids.size());
-        const int64_t B = static_cast<int64_t>(batch.size());
+        for (int64_t k : ks) len = std::max<int64_t>(len, example(k).ids.size());
+        // Whole blocks: a real token's block then holds the same padding in
+        // any batch (a rank's or the global one), so its logits do not depend
+        // on which other examples share the batch.
+        len = (len + cfg.block_size - 1) / cfg.block_size * cfg.block_size;
+        const int64_t B = static_cast<int64_t>(ks.size());
         auto tokens = torch::full({B, len}, *eos, torch::kLong);
         auto response = torch::zeros({B, len}, torch::kBool);
+        NoisedBatch noised;
+        noised.noised = tokens.clone();
+        noised.masked = torch::zeros({B, len}, torch::kBool);
+        noised.t = torch::ones({B, len}, torch::kFloat32);
         for (int64_t i = 0; i < B; ++i) {
-          const auto& t = *batch[i];
+          const auto& t = example(ks[i]);
           const int64_t n = static_cast<int64_t>(t.ids.size());
-          tokens[i].narrow(0, 0, n).copy_(torch::tensor(t.ids, torch::kLong));
-          response[i].narrow(0, t.prompt_len, n - t.prompt_len).fill_(true);
+          auto row = torch::tensor(t.ids, torch::kLong).unsqueeze(0);
+          auto row_response = torch::zeros({1, n}, torch::kBool);
+          row_response.narrow(1, t.prompt_len, n - t.prompt_len).fill_(true);
+          tokens[i].narrow(0, 0, n).copy_(row[0]);
+          response[i].narrow(0, 0, n).copy_(row_response[0]);
+          // Noise drawn per example from (seed, global index): independent of
+          // the batch it lands in and of the rank that takes it.
+          at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 1000003ULL +
+                                                                        static_cast<uint64_t>(ks[i]) * 131ULL + 17ULL);
+          auto nr = NoiseResponseBlocks(row, row_response, cfg.block_size, cfg.mask_token_id, gen);
+          noised.noised[i].narrow(0, 0, n).copy_(nr.noised[0]);
+          noised.masked[i].narrow(0, 0, n).copy_(nr.masked[0]);
+          noised.t[i].narrow(0, 0, n).copy_(nr.t[0]);
         }
-        at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 1000003ULL + step * 131ULL + micro);
-        auto noised = NoiseResponseBlocks(tokens, response, cfg.block_size, cfg.mask_token_id, gen);
         auto layout = BlockDiffusionLayout(len, cfg.block_size, *device);
         auto ids = torch::cat({noised.noised, tokens}, 1).to(*device);
         torch::Tensor logits;
@@ -177,9 +233,21 @@ Expected<SftReport> RunSft(const SftOptions& o, const std::function<void(const s
         auto loss = BlockDiffusionLoss(logits, tokens.to(*device), noised.masked.to(*device), noised.t.to(*device),
                                        response.to(*device));
         if (!loss.ok()) return loss.status();
-        (*loss / static_cast<double>(o.grad_accum)).backward();
-        step_loss += loss->item<double>() / o.grad_accum;
+        // BlockDiffusionLoss divides by this rank's response tokens; rescale
+        // to the global count so that the ranks' mean gradient is the
+        // gradient of the global micro-batch's loss.
+        const double local_response = static_cast<double>(response.sum().item<int64_t>());
+        const double share = local_response / static_cast<double>(std::max<int64_t>(1, global_response));
+        (*loss * (share * static_cast<double>(world) / static_cast<double>(o.grad_accum))).backward();
+        step_loss += loss->item<double>() * share / o.grad_accum;
         step_tokens += 2 * B * len;
+      }
+      DICE_RETURN_IF_ERROR(dp.AllReduceMeanGradients(params));
+      {
+        auto sums = dp.AllReduceSum({step_loss, static_cast<double>(step_tokens)});
+        if (!sums.ok()) return sums.status();
+        step_loss = (*sums)[0];
+        step_tokens = static_cast<int64_t>((*sums)[1]);
       }
       if (o.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params, o.grad_clip);
       optimizer.step();
@@ -187,8 +255,10 @@ Expected<SftReport> RunSft(const SftOptions& o, const std::function<void(const s
       report.losses.push_back(step_loss);
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const double tps = elapsed > 0 ? tokens_total / elapsed : 0;
-      csv << step << "," << step_loss << "," << lr << "," << step_tokens << "," << tps << "," << elapsed << "\n";
-      csv.flush();
+      if (dp.is_root()) {
+        csv << step << "," << step_loss << "," << lr << "," << step_tokens << "," << tps << "," << elapsed << "\n";
+        csv.flush();
+      }
       char line[256];
       std::snprintf(line, sizeof line, "sft step %lld/%lld loss %.4f lr %.3g tokens/s %.0f", static_cast<long long>(step),
                     static_cast<long long>(o.steps), step_loss, lr, tps);
@@ -197,7 +267,7 @@ Expected<SftReport> RunSft(const SftOptions& o, const std::function<void(const s
         return Status(StatusCode::kInternal, "dice train sft: loss is not finite at step " + std::to_string(step) +
                                                  (report.checkpoint.empty() ? "" : "; last checkpoint " + report.checkpoint));
       }
-      if ((o.save_every > 0 && step % o.save_every == 0) || step == o.steps) {
+      if (dp.is_root() && ((o.save_every > 0 && step % o.save_every == 0) || step == o.steps)) {
         DICE_RETURN_IF_ERROR(SaveCheckpoint(*model, load_dir, o.out_dir));
         DICE_RETURN_IF_ERROR(SaveTrainerState(o.out_dir, "sft", step, optimizer));
         report.checkpoint = o.out_dir;
@@ -210,6 +280,26 @@ Expected<SftReport> RunSft(const SftOptions& o, const std::function<void(const s
     return Status(StatusCode::kInternal, std::string("dice train sft: ") + e.what_without_backtrace() +
                                              (report.checkpoint.empty() ? "" : "; last checkpoint " + report.checkpoint));
   }
+  report.parameter_digest = ParameterDigest(params);
+  DICE_RETURN_IF_ERROR(dp.Finish());
+  return report;
+}
+
+}  // namespace
+
+Expected<SftReport> RunSft(const SftOptions& o, const std::function<void(const std::string&)>& log_fn) {
+  DICE_RETURN_IF_ERROR(CheckOptions(o));
+  auto dp = DataParallel::Join(std::chrono::seconds(o.dist_timeout_s), std::chrono::seconds(o.collective_timeout_s));
+  if (!dp.ok()) return dp.status();
+  auto report = RunSftRank(o, **dp, log_fn);
+  if (!report.ok()) {
+    if ((*dp)->world_size() == 1) return report.status();
+    const std::string where = "rank " + std::to_string((*dp)->rank()) + " of " + std::to_string((*dp)->world_size());
+    (*dp)->Abort(where + ": " + report.status().message());
+    return Status(report.status().code(), where + ": " + report.status().message());
+  }
+  report->rank = (*dp)->rank();
+  report->world_size = (*dp)->world_size();
   return report;
 }
 

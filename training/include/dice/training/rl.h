@@ -29,6 +29,15 @@
 // A checkpoint (checkpoint_io.h) is written every save_every steps and at
 // the end. Progress, mean reward and throughput are logged and written to a
 // CSV. Only split "train" tasks are used.
+//
+// Data parallel (dice/training/distributed.h): launched as WORLD_SIZE
+// processes with the torchrun variables, every rank follows the same
+// schedule; rank r decodes and rewards the r-th contiguous share of the
+// step's tasks (ShardRange), the TraceRL token mean runs over the scored
+// tokens of all ranks, and gradients are averaged before clipping and the
+// AdamW step. Rewards, counts and throughput in the log and CSV are over all
+// ranks; the schedule sees every rank's rewards. Rank 0 alone prints,
+// writes the CSV and checkpoints.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +77,8 @@ struct RlOptions {
   double grad_clip = 1.0;
   double speedup_bonus = 0.0;   ///< off by default (paper: binary reward)
   uint64_t seed = 0;
+  int64_t dist_timeout_s = 60;         ///< data parallel: rendezvous timeout, seconds
+  int64_t collective_timeout_s = 1800; ///< data parallel: wait for the other ranks per collective, seconds
 };
 
 /// What one RL step did.
@@ -88,13 +99,18 @@ struct RlReport {
   std::vector<RlStepReport> steps;
   double parameter_change = 0;  ///< L2 norm of (final - initial) weights
   std::string correctness_note; ///< why correctness was not checked, when it was not
-  std::string checkpoint;
+  std::string checkpoint;        ///< "" on ranks other than 0
+  int rank = 0;                  ///< this process's data-parallel rank
+  int world_size = 1;            ///< data-parallel world size
+  std::string parameter_digest;  ///< ParameterDigest of the final weights (distributed.h): equal on all ranks
 };
 
 /// Runs BiC-RL. Errors: kInvalidArgument for bad options (naming the flag),
 /// no task of the stage's kind, a malformed inject file; those of the
 /// checkpoint/model/tokenizer loaders; kNoDevice for cuda without a GPU;
-/// kInternal when LibTorch fails (the last checkpoint stays intact).
+/// kInternal when LibTorch fails (the last checkpoint stays intact); data
+/// parallel: those of DataParallel::Join and its collectives, the message
+/// prefixed with "rank R of N".
 Expected<RlReport> RunRl(const RlOptions& options, const std::function<void(const std::string&)>& log);
 
 }  // namespace dice::training

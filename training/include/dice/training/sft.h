@@ -13,6 +13,16 @@
 // so `resume` continues the same run (same step, schedule and data order).
 // Only examples of split "train" (or without a split) are used: the held-out
 // split is never trained on.
+//
+// Data parallel (dice/training/distributed.h): launched as WORLD_SIZE
+// processes with the torchrun variables, each rank takes batch_size
+// examples of a global micro-batch of batch_size * WORLD_SIZE (rank r the
+// r-th slice), with noise drawn per example from (seed, global index); the
+// loss is normalised by the global micro-batch's response tokens and the
+// gradients are averaged over ranks before clipping and the AdamW step. So N
+// ranks at batch B follow 1 rank at batch N * B up to float summation
+// order. Rank 0 alone prints progress, writes the CSV and checkpoints; the
+// logged loss and tokens/s are over all ranks.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +54,8 @@ struct SftOptions {
   double grad_clip = 1.0;      ///< <= 0 = off
   uint64_t seed = 0;
   bool bf16 = true;            ///< CUDA only: autocast to bfloat16
+  int64_t dist_timeout_s = 60;         ///< data parallel: rendezvous timeout, seconds
+  int64_t collective_timeout_s = 1800; ///< data parallel: wait for the other ranks per collective, seconds
 };
 
 struct SftReport {
@@ -52,7 +64,10 @@ struct SftReport {
   int64_t examples = 0;        ///< training examples used
   int64_t skipped_lines = 0;   ///< malformed dataset lines skipped
   double tokens_per_s = 0;     ///< packed tokens (2 x sequence) per second of training
-  std::string checkpoint;      ///< the last checkpoint written
+  std::string checkpoint;      ///< the last checkpoint written ("" on ranks other than 0)
+  int rank = 0;                ///< this process's data-parallel rank
+  int world_size = 1;          ///< data-parallel world size
+  std::string parameter_digest;  ///< ParameterDigest of the final weights (distributed.h): equal on all ranks
 };
 
 /// Learning rate at optimiser step `step` (1-based): lr * step / warmup for
@@ -65,7 +80,10 @@ double ScheduledLr(int64_t step, int64_t steps, int64_t warmup, double lr, doubl
 /// with no usable example; those of Checkpoint/SdarModel::Load (missing or
 /// other-architecture checkpoint), ReadExamples, Tokenizer::Load; kNoDevice
 /// for cuda without a GPU; kInternal when LibTorch fails (the last
-/// checkpoint written stays intact).
+/// checkpoint written stays intact); data parallel: those of
+/// DataParallel::Join (bad torchrun variables, rendezvous timeout) and of
+/// its collectives (another rank stopped or died), the message prefixed
+/// with "rank R of N".
 Expected<SftReport> RunSft(const SftOptions& options, const std::function<void(const std::string&)>& log);
 
 }  // namespace dice::training
