@@ -242,6 +242,13 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   a.rl->add_option("--beta", r.beta, "k3 KL coefficient");
   a.rl->add_option("--grad-clip", r.grad_clip, "global gradient norm clip (<= 0 off)");
   a.rl->add_option("--speedup-bonus", r.speedup_bonus, "reward bonus per log2 speedup (0 = off, as in the paper)");
+  a.rl->add_option("--reward", r.reward, "judge = compiles AND correct (KernelBench protocol vs the task's reference, "
+                                         "dice judge); compile = NVRTC compile only; auto = judge on CUDA")
+      ->check(CLI::IsMember({"auto", "judge", "compile"}));
+  a.rl->add_option("--judge-jobs", r.judge_jobs, "rollouts judged at once (each a child process)")
+      ->check(CLI::Range(int64_t{1}, int64_t{256}));
+  a.rl->add_option("--judge-timeout", r.judge_timeout_s, "limit per judged rollout, seconds")
+      ->check(CLI::Range(1.0, 86400.0));
   a.rl->add_option("--seed", r.seed, "rollout seed");
   a.rl->add_option("--dist-timeout", r.dist_timeout_s, "data parallel: rendezvous timeout, seconds")
       ->check(CLI::Range(int64_t{1}, int64_t{86400}));

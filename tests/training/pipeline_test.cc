@@ -202,6 +202,75 @@ TEST_F(TrainingPipeline, DatasetSftRlCheckpointDecode) {
   EXPECT_EQ(out->tokens[0].size(), 16u);
 }
 
+// Stage 2 with the judged reward (compiles AND correct): end-to-end tasks
+// whose reference programs and known-good answers are pure PyTorch, so the
+// KernelBench protocol runs on the CPU. The injected correct answer earns 1,
+// an injected wrong one 0 with the verdict logged, the random rollouts (no
+// code block) 0.
+TEST_F(TrainingPipeline, RlJudgedRewardRunsTheKernelBenchProtocol) {
+  SdarConfig c;
+  c.hidden_size = 32;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 1;
+  c.head_dim = 16;
+  c.intermediate_size = 64;
+  c.vocab_size = 260;
+  c.mask_token_id = 259;
+  c.max_position_embeddings = 2048;
+  c.tie_word_embeddings = true;
+  ASSERT_TRUE(InitRandomCheckpoint(c, Path("judge_init"), 3).ok());
+  ASSERT_TRUE(WriteByteTokenizer(Path("judge_init")).ok());
+  const std::string reference =
+      "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+      "        return torch.tanh(x) * 3.0\n\ndef get_inputs():\n    return [torch.randn(16, 64)]\n\n"
+      "def get_init_inputs():\n    return []\n";
+  auto model_new = [](const std::string& expr) {
+    return "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+           "        return " + expr + "\n";
+  };
+  std::string tasks, answers;
+  for (const auto& [id, answer] : {std::pair<std::string, std::string>{"right", model_new("3.0 * torch.tanh(x)")},
+                                   {"wrong", model_new("torch.tanh(x)")}}) {
+    CukeExample e;
+    e.id = id;
+    e.kind = "e2e";
+    e.reference = reference;
+    e.program = answer;
+    e.split = "train";
+    tasks += e.ToJsonLine() + "\n";
+  }
+  WriteText(Path("judge_tasks.jsonl"), tasks);
+  RlOptions r;
+  r.model_dir = Path("judge_init");
+  r.tasks_path = Path("judge_tasks.jsonl");
+  r.inject_path = Path("judge_tasks.jsonl");
+  r.out_dir = Path("judge_rl");
+  r.templates_path = Path("templates.json");
+  r.stage = "e2e";
+  r.reward = "judge";
+  r.steps = 1;
+  r.tasks_per_step = 2;
+  r.group_size = 2;
+  r.max_new_tokens = 8;
+  r.lr = 1e-3;
+  std::vector<std::string> lines;
+  auto rl = RunRl(r, [&](const std::string& line) { lines.push_back(line); });
+  ASSERT_TRUE(rl.ok()) << rl.status().ToString();
+  ASSERT_EQ(rl->steps.size(), 1u);
+  const RlStepReport& st = rl->steps[0];
+  EXPECT_EQ(st.rollouts, 4);
+  EXPECT_EQ(st.injected, 2);
+  EXPECT_EQ(st.compiled, 2);               // both injected programs imported
+  EXPECT_DOUBLE_EQ(st.mean_reward, 0.25);  // only the right one is correct
+  EXPECT_EQ(st.groups_used, 1);            // "wrong"'s group has equal rewards: dropped
+  EXPECT_EQ(st.groups_dropped, 1);
+  EXPECT_TRUE(rl->correctness_note.empty()) << rl->correctness_note;
+  bool logged = false;
+  for (const auto& l : lines) logged |= l.find("known-good answer of wrong earns no reward: incorrect") != std::string::npos;
+  EXPECT_TRUE(logged) << "the wrong answer's verdict is not in the log";
+}
+
 TEST_F(TrainingPipeline, SftResumesFromItsCheckpoint) {
   SdarConfig c;
   c.hidden_size = 32;

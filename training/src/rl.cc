@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -14,6 +15,7 @@
 #include "dice/generator/sdar_model.h"
 #include "dice/generator/tokenizer.h"
 #include "dice/runtime/compiler.h"
+#include "dice/runtime/program_judge.h"
 #include "dice/training/checkpoint_io.h"
 #include "dice/training/distributed.h"
 #include "dice/training/examples.h"
@@ -34,6 +36,11 @@ Status CheckOptions(const RlOptions& o) {
     return Bad("--schedule must be ordered or adaptive, got '" + o.schedule + "'");
   }
   if (!(o.advance_at >= 0 && o.advance_at <= 1)) return Bad("--advance-at must be in [0, 1]");
+  if (o.reward != "auto" && o.reward != "judge" && o.reward != "compile") {
+    return Bad("--reward must be auto, judge or compile, got '" + o.reward + "'");
+  }
+  if (o.judge_jobs < 1) return Bad("--judge-jobs must be >= 1");
+  if (!(o.judge_timeout_s > 0)) return Bad("--judge-timeout must be > 0");
   if (o.steps < 1) return Bad("--steps must be >= 1");
   if (o.tasks_per_step < 1) return Bad("--tasks-per-step must be >= 1");
   if (o.group_size < 2) return Bad("--group-size must be >= 2 (advantages are normalised within a group)");
@@ -143,14 +150,22 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
                         o.tasks_per_step, o.advance_at, std::max<int64_t>(o.group_size, 8));
 
   RlReport report;
-  report.correctness_note =
-      torch::cuda::is_available()
-          ? "correctness not checked: the reward's verifier run of RL tasks (reference program on the GPU) is not "
-            "wired into dice train rl yet; reward = compiles (NVRTC)"
-          : "correctness not checked: no CUDA device on this machine (verification runs kernels on a GPU); reward = "
-            "compiles (NVRTC " + o.arch + ")";
-  log("rl: " + report.correctness_note);
-  if (o.speedup_bonus > 0) log("rl: --speedup-bonus has no effect while correctness/timing is not checked");
+  const bool judge = o.reward == "judge" || (o.reward == "auto" && device->is_cuda());
+  ProgramJudgeOptions judge_options;
+  judge_options.device = device->str();
+  judge_options.timeout_s = o.judge_timeout_s;
+  judge_options.seed = static_cast<long long>(o.seed);
+  if (judge) {
+    log("rl: reward = compiles AND correct: KernelBench protocol against each task's reference program on " +
+        judge_options.device + " (dice judge), " + std::to_string(o.judge_jobs) + " at a time");
+  } else {
+    report.correctness_note =
+        std::string("correctness not checked: ") +
+        (torch::cuda::is_available() ? "--reward compile" : "no CUDA device on this machine (--reward auto)") +
+        "; reward = compiles (NVRTC " + o.arch + ")";
+    log("rl: " + report.correctness_note);
+    if (o.speedup_bonus > 0) log("rl: --speedup-bonus has no effect while correctness/timing is not checked");
+  }
   log("rl: " + std::to_string(tasks.size()) + " tasks (stage " + o.stage + "), " +
       std::to_string(known_good->size()) + " known-good answers, group size " + std::to_string(o.group_size));
 
@@ -247,29 +262,52 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
             r.trace = {prompt, toks, steps};
           }
         }
-        // Reward: the answer's kernels compile (NVRTC, device form).
+        // Reward (rl.h step 3): judged programs, or NVRTC-compiled device form.
         std::vector<double> rewards;
+        std::vector<double> group_rewards(static_cast<size_t>(o.group_size), 0.0);
+        std::vector<std::string> whys(static_cast<size_t>(o.group_size));
+        std::vector<std::string> programs(static_cast<size_t>(o.group_size));
+        for (int64_t i = 0; i < o.group_size; ++i) {
+          auto code = ExtractCodeBlock(tokenizer->Decode(group[i].answer));
+          if (!code.ok()) {
+            whys[i] = code.status().message();
+          } else if (judge) {
+            programs[i] = o.stage == "infill" ? task.prefix + *code + task.suffix : *code;
+          } else {
+            auto cand = DeviceFormCandidate(*code, "rl:" + task.id + ":" + std::to_string(i));
+            auto compiled = cand.ok() ? CompileCandidate(*cand, o.arch) : Expected<CompileResult>(cand.status());
+            if (compiled.ok()) {
+              ++sr.compiled;
+              group_rewards[i] = 1.0;
+            } else {
+              whys[i] = compiled.status().message();
+            }
+          }
+        }
+        // Each judged program is a child process (a load_inline build): judge_jobs at once.
+        for (int64_t first = 0; judge && first < o.group_size; first += o.judge_jobs) {
+          std::vector<std::pair<int64_t, std::future<Expected<ProgramVerdict>>>> running;
+          for (int64_t i = first; i < std::min(o.group_size, first + o.judge_jobs); ++i) {
+            if (programs[i].empty()) continue;
+            running.emplace_back(i, std::async(std::launch::async, [&, i] {
+                                   return JudgeProgram(task.reference, programs[i], judge_options);
+                                 }));
+          }
+          for (auto& [i, f] : running) {
+            auto v = f.get();
+            if (!v.ok()) return v.status().WithContext("judging a rollout of " + task.id);
+            if (v->compiled) ++sr.compiled;
+            if (v->correct) {
+              group_rewards[i] = 1.0 + (o.speedup_bonus > 0 && v->speedup > 0 ? o.speedup_bonus * std::log2(v->speedup) : 0.0);
+            } else {
+              whys[i] = v->outcome + ": " + v->error;
+            }
+          }
+        }
         for (int64_t i = 0; i < o.group_size; ++i) {
           Rollout& r = group[i];
-          double reward = 0;
-          std::string why;
-          auto code = ExtractCodeBlock(tokenizer->Decode(r.answer));
-          if (code.ok()) {
-            auto cand = DeviceFormCandidate(*code, "rl:" + task.id + ":" + std::to_string(i));
-            if (cand.ok()) {
-              auto compiled = CompileCandidate(*cand, o.arch);
-              if (compiled.ok()) {
-                ++sr.compiled;
-                reward = 1.0;
-              } else {
-                why = compiled.status().message();
-              }
-            } else {
-              why = cand.status().message();
-            }
-          } else {
-            why = code.status().message();
-          }
+          const double reward = group_rewards[i];
+          const std::string& why = whys[i];
           if (r.injected && reward == 0) {  // a known-good answer that earns nothing is worth a look
             log("rl: known-good answer of " + task.id + " earns no reward: " + why.substr(0, why.find('\n', 200)));
           }

@@ -14,13 +14,19 @@
 //      traced left to right (token j of a block revealed at step
 //      j * steps / block_size), so a random model's groups still carry an
 //      advantage.
-//   3. Reward per rollout: the answer's code block turned into the device
-//      form (DeviceFormCandidate) and compiled by NVRTC for `arch`
-//      (runtime/compiler.h CompileCandidate) AND correct. Correctness needs
-//      a GPU and the task's reference run; this build does not check it:
-//      the reason is logged and reward = compiles (compile-only). With
-//      speedup_bonus > 0 a verified speedup s would add bonus * log2(s); it
-//      is off by default, as in the paper, and has no effect compile-only.
+//   3. Reward per rollout (--reward): "judge" = compiles AND correct: the
+//      answer's program (stage infill: the task's prefix + the answer's code
+//      block + suffix; e2e: the code block, a whole ModelNew program) is run
+//      against the task's reference program by KernelBench's protocol
+//      (runtime/program_judge.h JudgeProgram: a child Python process builds
+//      it with load_inline, seeded trials, allclose 1e-2; judge_jobs at a
+//      time) — reward 1 when correct, else 0 with the verdict logged for
+//      known-good answers. "compile" = the code block turned into the device
+//      form (DeviceFormCandidate) compiles with NVRTC for `arch`
+//      (runtime/compiler.h), ~50 ms a rollout, correctness not checked (the
+//      reason is logged). "auto" (default) = judge when the device is CUDA,
+//      compile otherwise. With speedup_bonus > 0 a judged-correct answer
+//      with speedup s adds bonus * log2(s) (off by default, as in the paper).
 //   4. Group-normalised advantages; groups with equal rewards are dropped.
 //   5. The rollout policy's log-probs (logp_old) and the frozen reference
 //      model's (logp_ref, the starting checkpoint) are computed once; then
@@ -76,6 +82,9 @@ struct RlOptions {
   double beta = 0.01;
   double grad_clip = 1.0;
   double speedup_bonus = 0.0;   ///< off by default (paper: binary reward)
+  std::string reward = "auto";  ///< "auto" | "judge" | "compile" (see step 3 above)
+  int64_t judge_jobs = 8;       ///< judge: rollouts judged at once (each a child process, a load_inline build)
+  double judge_timeout_s = 300; ///< judge: limit per rollout (build + trials + timing), seconds
   uint64_t seed = 0;
   int64_t dist_timeout_s = 60;         ///< data parallel: rendezvous timeout, seconds
   int64_t collective_timeout_s = 1800; ///< data parallel: wait for the other ranks per collective, seconds
