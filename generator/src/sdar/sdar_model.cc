@@ -395,9 +395,24 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
       keys = cache->k_[i].narrow(2, 0, key_len);
       values = cache->v_[i].narrow(2, 0, key_len);
     }
-    auto o = at::scaled_dot_product_attention(q, keys, values, mask, 0.0, /*is_causal=*/false,
-                                              /*scale=*/1.0 / std::sqrt(static_cast<double>(hd)),
-                                              /*enable_gqa=*/heads != kv_heads);
+    torch::Tensor o;
+    if (slots.defined() && heads != kv_heads && mask.has_value()) {
+      // The fixed-shape (graph) form always has a mask, and SDPA's masked
+      // kernels may not take GQA (falling back to one that materialises
+      // every KV head g times). Query heads h*g .. h*g+g-1 share KV head h,
+      // so fold them into the query length: [B, kv, g*L, hd] against the
+      // KV heads as they are, the mask repeated per folded head (a mask row
+      // depends on the query position only). Exact: rows are independent.
+      const int64_t g = heads / kv_heads;
+      auto folded = q.reshape({batch, kv_heads, g * len, hd});
+      o = at::scaled_dot_product_attention(folded, keys, values, mask->repeat({g, 1}), 0.0, /*is_causal=*/false,
+                                           /*scale=*/1.0 / std::sqrt(static_cast<double>(hd)));
+      o = o.reshape({batch, heads, len, hd});
+    } else {
+      o = at::scaled_dot_product_attention(q, keys, values, mask, 0.0, /*is_causal=*/false,
+                                           /*scale=*/1.0 / std::sqrt(static_cast<double>(hd)),
+                                           /*enable_gqa=*/heads != kv_heads);
+    }
     o = o.transpose(1, 2).reshape({batch, len, heads * hd});
     x = x + torch::linear(o, l.o_proj);
     auto m = RmsNorm(x, l.post_norm);
