@@ -5,6 +5,7 @@
 
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/cuda.h>
 
@@ -70,9 +71,11 @@ Expected<std::unique_ptr<SdarStepGraph>> SdarStepGraph::Create(const SdarModel& 
 
     // Warm up on a side stream (cuBLAS/cuDNN handles and workspaces are made
     // per stream and may not be created during capture), then capture there.
-    torch::cuda::synchronize(device.index() < 0 ? -1 : device.index());
-    c10::cuda::CUDAGuard device_guard(device);
-    auto stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index() < 0 ? -1 : device.index());
+    // "cuda" without an index means the current device.
+    const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
+    torch::cuda::synchronize(index);
+    c10::cuda::CUDAGuard device_guard(index);
+    auto stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
     {
       c10::cuda::CUDAStreamGuard stream_guard(stream);
       g->Run(/*compute_logits=*/true);

@@ -24,7 +24,11 @@
 //     zero-filled when the graph is made, so the masked-out values are
 //     finite);
 //   - RoPE cos/sin come from a table over [0, capacity) indexed by
-//     `positions` (the same float32 angle products as the eager path).
+//     `positions` (the same float32 angle products as the eager path);
+//   - with grouped-query attention the g query heads of each KV head are
+//     folded into the query length ([B, kv_heads, g*L, head_dim]) so the
+//     masked SDPA kernels run without GQA support and never copy the KV
+//     cache g times (exact: query rows are independent).
 // Mathematically this is the eager forward; on a GPU the attention kernel
 // differs (masked vs unmasked SDPA), so logits agree to rounding (tested
 // within 1e-4 in float32), not bit for bit.
