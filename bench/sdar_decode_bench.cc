@@ -27,7 +27,8 @@
 // peak_gib is the CUDA caching allocator's peak allocation during the row
 // (0 on a CPU).
 // Exit status: 0 ok, 2 bad input (unreadable config, bad flag), 3 no GPU for
-// --device cuda, 1 a decode failed.
+// --device cuda, 1 a decode failed (its error on stderr; the other rows
+// still run).
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -104,6 +105,7 @@ int main(int argc, char** argv) {
   int64_t prompt_len = 512, new_tokens = 256, steps = 4;
   uint64_t seed = 0;
   std::string graphs_modes = "off";
+  bool failed = false;
   bool tiny = false, profile = false;
   app.add_option("--config", configs, "SDAR config.json (repeat for several)");
   app.add_option("--batch", batches, "comma-separated batch sizes");
@@ -213,7 +215,8 @@ int main(int argc, char** argv) {
         if (!warm.ok()) {
           std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
                        static_cast<long long>(batch), warm.status().ToString().c_str());
-          return 1;
+          failed = true;  // the other rows still run (a graph capture may fail alone)
+          continue;
         }
         o.max_new_tokens = new_tokens;
         if (mo.device.is_cuda()) {
@@ -225,7 +228,8 @@ int main(int argc, char** argv) {
         if (!r.ok()) {
           std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
                        static_cast<long long>(batch), r.status().ToString().c_str());
-          return 1;
+          failed = true;  // the other rows still run (a graph capture may fail alone)
+          continue;
         }
         double peak_gib = 0;
         if (mo.device.is_cuda()) {
@@ -263,17 +267,18 @@ int main(int argc, char** argv) {
           if (!p.ok()) {
             std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld (profiled): %s\n", name.c_str(),
                          static_cast<long long>(batch), p.status().ToString().c_str());
-            return 1;
+            failed = true;
+          } else {
+            std::printf("profile: %s batch %lld graphs %s\n", name.c_str(), static_cast<long long>(batch),
+                        graphs ? "on" : "off");
+            PrintProfile(*p);
+            std::fflush(stdout);
+            row["profile"] = ProfileJson(*p);
           }
-          std::printf("profile: %s batch %lld graphs %s\n", name.c_str(), static_cast<long long>(batch),
-                      graphs ? "on" : "off");
-          PrintProfile(*p);
-          std::fflush(stdout);
-          row["profile"] = ProfileJson(*p);
         }
         if (json_out.is_open()) json_out << row.dump() << "\n";
       }
     }
   }
-  return 0;
+  return failed ? 1 : 0;
 }
