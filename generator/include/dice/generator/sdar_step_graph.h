@@ -55,6 +55,9 @@
 
 namespace dice {
 
+/// The fixed-shape step/commit forward of one (batch, block) shape over one
+/// KvCache, replayed as CUDA graphs on a GPU (see the header comment).
+/// Non-copyable, non-movable; owned through std::unique_ptr.
 class SdarStepGraph {
  public:
   /// Makes the fixed-shape step forward for `cache->batch()` rows of one
