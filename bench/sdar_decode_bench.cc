@@ -9,12 +9,27 @@
 //
 //   sdar_decode_bench --config bench/configs/sdar-1.7b-like.json --config .deps/sdar/config-4b.json
 //       --batch 1,16,128 [--prompt 512] [--new 256] [--steps 4] [--device cuda] [--dtype bf16] [--json out.jsonl]
+//       [--cuda-graphs off|on|off,on] [--profile]
 //   sdar_decode_bench --tiny      (CPU, bench/configs/sdar-tiny.json-like shape, seconds)
 //
-// Output: one table row per (config, batch); with --json one JSON line each
-// ({"impl":"dice-cpp","config":..,"batch":..,"tokens_per_s":..,...}).
+// --cuda-graphs runs each (config, batch) once per listed mode (DecodeOptions::
+// cuda_graphs; "on" captures the step/commit forwards as CUDA graphs, see
+// sdar_step_graph.h). --profile adds a second, profiled decode per row
+// (DecodeOptions::profile: a device synchronisation at every phase
+// boundary) and prints where its time went: prefill, graph capture, step
+// forwards, sampling/remasking, read-back, batch select, commits — total
+// seconds, calls, ms a call and share of the profiled decode. The tokens/s
+// column always comes from the unprofiled decode.
+//
+// Output: one table row per (config, batch, graphs mode); with --json one
+// JSON line each ({"impl":"dice-cpp" or "dice-cpp-graphs","config":..,
+// "batch":..,"tokens_per_s":..,"peak_gib":..,"profile":{..},...}).
+// peak_gib is the CUDA caching allocator's peak allocation during the row
+// (0 on a CPU).
 // Exit status: 0 ok, 2 bad input (unreadable config, bad flag), 3 no GPU for
-// --device cuda, 1 a decode failed.
+// --device cuda, 1 a decode failed (its error on stderr; the other rows
+// still run).
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -43,6 +58,44 @@ std::vector<int64_t> ParseList(const std::string& text) {
   return out;
 }
 
+// Prints the phase table of one profiled decode.
+void PrintProfile(const dice::DecodeResult& r) {
+  const dice::DecodeProfile& p = r.profile;
+  struct Row {
+    const char* name;
+    double s;
+    int64_t calls;
+  };
+  const Row rows[] = {{"setup (cache, prompt upload)", p.setup_s, 1},
+                      {"prefill", p.prefill_s, 1},
+                      {"graph capture", p.graph_capture_s, p.captures},
+                      {"step forward", p.step_forward_s, p.step_forwards},
+                      {"sampling + remasking", p.sampling_s, p.step_forwards},
+                      {"read-back + EOS + trace", p.readback_s, static_cast<int64_t>(r.steps_per_block.size())},
+                      {"batch select", p.batch_select_s, 0},
+                      {"commit forward", p.commit_s, p.commits}};
+  double booked = 0;
+  for (const auto& row : rows) booked += row.s;
+  std::printf("  %-30s %10s %7s %10s %7s\n", "phase", "seconds", "calls", "ms/call", "share");
+  for (const auto& row : rows) {
+    std::printf("  %-30s %10.4f %7lld %10.3f %6.1f%%\n", row.name, row.s, static_cast<long long>(row.calls),
+                row.calls > 0 ? 1e3 * row.s / row.calls : 0.0, r.seconds > 0 ? 100.0 * row.s / r.seconds : 0.0);
+  }
+  std::printf("  %-30s %10.4f %7s %10s %6.1f%%\n", "(unbooked)", r.seconds - booked, "", "",
+              r.seconds > 0 ? 100.0 * (r.seconds - booked) / r.seconds : 0.0);
+  std::printf("  %-30s %10.4f\n", "profiled decode total", r.seconds);
+}
+
+nlohmann::json ProfileJson(const dice::DecodeResult& r) {
+  const dice::DecodeProfile& p = r.profile;
+  return nlohmann::json{{"seconds", r.seconds},          {"setup_s", p.setup_s},
+                        {"prefill_s", p.prefill_s},      {"graph_capture_s", p.graph_capture_s},
+                        {"step_forward_s", p.step_forward_s}, {"sampling_s", p.sampling_s},
+                        {"readback_s", p.readback_s},    {"batch_select_s", p.batch_select_s},
+                        {"commit_s", p.commit_s},        {"step_forwards", p.step_forwards},
+                        {"commits", p.commits},          {"captures", p.captures}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -51,7 +104,9 @@ int main(int argc, char** argv) {
   std::string batches = "1,16,128", device = "cuda", dtype = "bf16", json_path;
   int64_t prompt_len = 512, new_tokens = 256, steps = 4;
   uint64_t seed = 0;
-  bool tiny = false;
+  std::string graphs_modes = "off";
+  bool failed = false;
+  bool tiny = false, profile = false;
   app.add_option("--config", configs, "SDAR config.json (repeat for several)");
   app.add_option("--batch", batches, "comma-separated batch sizes");
   app.add_option("--prompt", prompt_len, "prompt tokens")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -61,6 +116,8 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "bf16, f16 or f32")->check(CLI::IsMember({"bf16", "f16", "f32"}));
   app.add_option("--seed", seed, "weights and prompt seed");
   app.add_option("--json", json_path, "append one JSON line per row to this file");
+  app.add_option("--cuda-graphs", graphs_modes, "off, on, or off,on (each row once per mode)");
+  app.add_flag("--profile", profile, "also run a profiled decode per row and print its phase table");
   app.add_flag("--tiny", tiny, "CPU smoke run: tiny built-in shape, prompt 16, 8 new tokens, batch 1,2, f32");
   CLI11_PARSE(app, argc, argv);
 
@@ -102,6 +159,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sdar_decode_bench: error: --batch '%s' is not a comma-separated list\n", batches.c_str());
     return 2;
   }
+  std::vector<bool> graph_modes;
+  {
+    std::stringstream ss(graphs_modes);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      if (item == "on" || item == "off") {
+        graph_modes.push_back(item == "on");
+      } else {
+        std::fprintf(stderr, "sdar_decode_bench: error: --cuda-graphs '%s': each item must be on or off\n",
+                     graphs_modes.c_str());
+        return 2;
+      }
+    }
+    if (graph_modes.empty()) graph_modes.push_back(false);
+  }
   dice::SdarModelOptions mo;
   try {
     mo.device = torch::Device(device);
@@ -115,8 +187,8 @@ int main(int argc, char** argv) {
   }
   mo.dtype = dtype == "bf16" ? torch::kBFloat16 : dtype == "f16" ? torch::kFloat16 : torch::kFloat32;
 
-  std::printf("%-40s %6s %8s %6s %10s %12s %9s\n", "config", "batch", "prompt", "new", "seconds", "tokens/s",
-              "forwards");
+  std::printf("%-40s %6s %8s %6s %10s %12s %9s %6s %9s\n", "config", "batch", "prompt", "new", "seconds",
+              "tokens/s", "forwards", "graphs", "peak GiB");
   std::ofstream json_out;
   if (!json_path.empty()) json_out.open(json_path, std::ios::app);
   for (const auto& [name, config] : shapes) {
@@ -131,45 +203,82 @@ int main(int argc, char** argv) {
       prompt[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 17) % (config.mask_token_id > 0 ? config.mask_token_id : config.vocab_size - 1));
     }
     for (int64_t batch : batch_sizes) {
-      dice::DecodeOptions o;
-      o.remasking = dice::Remasking::kStatic;
-      o.denoising_steps = steps;
-      o.eos_ids.clear();
-      o.num_samples = batch;
-      o.max_new_tokens = std::min<int64_t>(new_tokens, 2 * config.block_size);  // warm-up
-      auto warm = dice::Decode(*model, prompt, o);
-      if (!warm.ok()) {
-        std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
-                     static_cast<long long>(batch), warm.status().ToString().c_str());
-        return 1;
-      }
-      o.max_new_tokens = new_tokens;
-      if (mo.device.is_cuda()) torch::cuda::synchronize();
-      auto r = dice::Decode(*model, prompt, o);
-      if (mo.device.is_cuda()) torch::cuda::synchronize();
-      if (!r.ok()) {
-        std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
-                     static_cast<long long>(batch), r.status().ToString().c_str());
-        return 1;
-      }
-      int64_t generated = 0;
-      for (const auto& t : r->tokens) generated += static_cast<int64_t>(t.size());
-      const double tps = r->seconds > 0 ? generated / r->seconds : 0.0;
-      std::printf("%-40s %6lld %8lld %6lld %10.3f %12.1f %9lld\n", name.c_str(), static_cast<long long>(batch),
-                  static_cast<long long>(prompt_len), static_cast<long long>(new_tokens), r->seconds, tps,
-                  static_cast<long long>(r->forward_passes));
-      std::fflush(stdout);
-      if (json_out.is_open()) {
-        json_out << nlohmann::json{{"impl", "dice-cpp"},       {"config", name},
-                                   {"batch", batch},           {"prompt", prompt_len},
-                                   {"new_tokens", new_tokens}, {"steps", steps},
-                                   {"dtype", dtype},           {"device", mo.device.str()},
-                                   {"seconds", r->seconds},    {"generated_tokens", generated},
-                                   {"tokens_per_s", tps},      {"forward_passes", r->forward_passes}}
-                        .dump()
-                 << "\n";
+      for (bool graphs : graph_modes) {
+        dice::DecodeOptions o;
+        o.remasking = dice::Remasking::kStatic;
+        o.denoising_steps = steps;
+        o.eos_ids.clear();
+        o.num_samples = batch;
+        o.cuda_graphs = graphs;
+        o.max_new_tokens = std::min<int64_t>(new_tokens, 2 * config.block_size);  // warm-up
+        auto warm = dice::Decode(*model, prompt, o);
+        if (!warm.ok()) {
+          std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
+                       static_cast<long long>(batch), warm.status().ToString().c_str());
+          failed = true;  // the other rows still run (a graph capture may fail alone)
+          continue;
+        }
+        o.max_new_tokens = new_tokens;
+        if (mo.device.is_cuda()) {
+          torch::cuda::synchronize();
+          c10::cuda::CUDACachingAllocator::resetPeakStats(mo.device.index() < 0 ? 0 : mo.device.index());
+        }
+        auto r = dice::Decode(*model, prompt, o);
+        if (mo.device.is_cuda()) torch::cuda::synchronize();
+        if (!r.ok()) {
+          std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
+                       static_cast<long long>(batch), r.status().ToString().c_str());
+          failed = true;  // the other rows still run (a graph capture may fail alone)
+          continue;
+        }
+        double peak_gib = 0;
+        if (mo.device.is_cuda()) {
+          const auto stats =
+              c10::cuda::CUDACachingAllocator::getDeviceStats(mo.device.index() < 0 ? 0 : mo.device.index());
+          peak_gib = static_cast<double>(
+                         stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
+                     (1024.0 * 1024.0 * 1024.0);
+        }
+        int64_t generated = 0;
+        for (const auto& t : r->tokens) generated += static_cast<int64_t>(t.size());
+        const double tps = r->seconds > 0 ? generated / r->seconds : 0.0;
+        std::printf("%-40s %6lld %8lld %6lld %10.3f %12.1f %9lld %6s %9.2f\n", name.c_str(),
+                    static_cast<long long>(batch), static_cast<long long>(prompt_len),
+                    static_cast<long long>(new_tokens), r->seconds, tps, static_cast<long long>(r->forward_passes),
+                    graphs ? "on" : "off", peak_gib);
+        std::fflush(stdout);
+        nlohmann::json row{{"impl", graphs ? "dice-cpp-graphs" : "dice-cpp"},
+                           {"config", name},
+                           {"batch", batch},
+                           {"prompt", prompt_len},
+                           {"new_tokens", new_tokens},
+                           {"steps", steps},
+                           {"dtype", dtype},
+                           {"device", mo.device.str()},
+                           {"cuda_graphs", graphs},
+                           {"seconds", r->seconds},
+                           {"generated_tokens", generated},
+                           {"tokens_per_s", tps},
+                           {"forward_passes", r->forward_passes},
+                           {"peak_gib", peak_gib}};
+        if (profile) {
+          o.profile = true;
+          auto p = dice::Decode(*model, prompt, o);
+          if (!p.ok()) {
+            std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld (profiled): %s\n", name.c_str(),
+                         static_cast<long long>(batch), p.status().ToString().c_str());
+            failed = true;
+          } else {
+            std::printf("profile: %s batch %lld graphs %s\n", name.c_str(), static_cast<long long>(batch),
+                        graphs ? "on" : "off");
+            PrintProfile(*p);
+            std::fflush(stdout);
+            row["profile"] = ProfileJson(*p);
+          }
+        }
+        if (json_out.is_open()) json_out << row.dump() << "\n";
       }
     }
   }
-  return 0;
+  return failed ? 1 : 0;
 }

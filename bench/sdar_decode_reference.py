@@ -16,10 +16,14 @@ one short warm-up decode. The prompt length must be a multiple of the block
 size here.
 
 With --cpp BIN the C++ benchmark runs in the same invocation with the same
-flags, and one table shows both.
+flags (plus --cuda-graphs and --profile, which only it has), and one table
+shows both. Peak GPU memory of each row is reported (GiB; batch 128 of the
+4B shape: ~8.8 GB of weights + ~14.5 GB of KV cache for 768 positions +
+prefill activations).
 
   python3 bench/sdar_decode_reference.py --config bench/configs/sdar-1.7b-like.json \
-      --config .deps/sdar/config-4b.json --batch 1,16,128 --cpp build/bench/sdar_decode_bench
+      --config .deps/sdar/config-4b.json --batch 1,16,128 --cpp build/bench/sdar_decode_bench \
+      [--cuda-graphs off,on] [--profile]
   python3 bench/sdar_decode_reference.py --tiny [--cpp build/bench/sdar_decode_bench]   (CPU, seconds)
 """
 import argparse
@@ -165,6 +169,9 @@ def main():
     p.add_argument("--tiny", action="store_true", help="CPU smoke run: tiny shape, prompt 16, 8 tokens, batch 1,2")
     p.add_argument("--cpp", help="also run this sdar_decode_bench binary with the same settings")
     p.add_argument("--json", help="append one JSON line per row")
+    p.add_argument("--cuda-graphs", default="off", help="passed to --cpp: off, on or off,on")
+    p.add_argument("--profile", action="store_true", help="passed to --cpp: per-phase time table")
+    p.add_argument("--no-ref", action="store_true", help="skip the PyTorch loop (only --cpp runs)")
     args = p.parse_args()
     shapes = []
     if args.tiny:
@@ -191,16 +198,21 @@ def main():
         cfg.setdefault("block_size", 4)
         model = Sdar(cfg, device, dtype, args.seed)
         prompt = [(i * 7919 + 17) % cfg["mask_token_id"] for i in range(args.prompt)]
-        for b in batches:
+        for b in (batches if not args.no_ref else []):
             decode(model, prompt, b, min(args.new, 2 * cfg["block_size"]), args.steps)  # warm-up
             sync(device)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
             t0 = time.perf_counter()
             toks = decode(model, prompt, b, args.new, args.steps)
             sync(device)
             sec = time.perf_counter() - t0
+            peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
             rows.append({"impl": "torch-ref", "config": name, "batch": b, "prompt": args.prompt,
-                         "new_tokens": args.new, "seconds": sec, "tokens_per_s": toks.numel() / sec})
-            print(f"torch-ref {name} batch {b}: {toks.numel() / sec:.1f} tokens/s ({sec:.3f} s)", flush=True)
+                         "new_tokens": args.new, "seconds": sec, "tokens_per_s": toks.numel() / sec,
+                         "peak_gib": peak})
+            print(f"torch-ref {name} batch {b}: {toks.numel() / sec:.1f} tokens/s ({sec:.3f} s, peak {peak:.2f} GiB)",
+                  flush=True)
         del model
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -215,6 +227,9 @@ def main():
                     cmd += ["--config", path]
                 cmd += ["--batch", args.batch, "--prompt", str(args.prompt), "--new", str(args.new), "--steps",
                         str(args.steps), "--device", args.device, "--dtype", args.dtype, "--seed", str(args.seed)]
+            cmd += ["--cuda-graphs", args.cuda_graphs]
+            if args.profile:
+                cmd.append("--profile")
             r = subprocess.run(cmd)
             if r.returncode != 0:
                 print(f"sdar_decode_reference: {args.cpp} exited with {r.returncode}", file=sys.stderr)
@@ -227,14 +242,15 @@ def main():
                 f.write(json.dumps(r) + "\n")
     print(f"\nblock-diffusion decode, prompt {args.prompt}, {args.new} new tokens, static 1 token/step "
           f"({args.steps} steps/block), {args.dtype} on {args.device}\n")
-    print("| config | batch | impl | seconds | tokens/s | vs torch-ref |")
-    print("|---|---:|---|---:|---:|---:|")
+    print("| config | batch | impl | seconds | tokens/s | vs torch-ref | peak GiB |")
+    print("|---|---:|---|---:|---:|---:|---:|")
     ref = {(r["config"], r["batch"]): r["tokens_per_s"] for r in rows if r["impl"] == "torch-ref"}
-    order = {"torch-ref": 0, "dice-cpp": 1}
+    order = {"torch-ref": 0, "dice-cpp": 1, "dice-cpp-graphs": 2}
     for r in sorted(rows, key=lambda r: (r["config"], r["batch"], order.get(r["impl"], 2))):
         base = ref.get((r["config"], r["batch"]))
         rel = f"{r['tokens_per_s'] / base:.2f}x" if base else "-"
-        print(f"| {r['config']} | {r['batch']} | {r['impl']} | {r['seconds']:.3f} | {r['tokens_per_s']:.1f} | {rel} |")
+        print(f"| {r['config']} | {r['batch']} | {r['impl']} | {r['seconds']:.3f} | {r['tokens_per_s']:.1f} | {rel} "
+              f"| {r.get('peak_gib', 0.0):.2f} |")
     return 0
 
 

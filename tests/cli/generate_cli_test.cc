@@ -76,6 +76,25 @@ TEST_F(GenerateCliTest, DecodesEverySampleFromATinyCheckpointOnTheCpu) {
   EXPECT_EQ(j2["samples"][1]["tokens"], j["samples"][1]["tokens"]);
 }
 
+// --cuda-graphs on runs the fixed-shape step forward (eagerly on a CPU): the
+// same greedy tokens as off; a value other than on/off is bad input.
+TEST_F(GenerateCliTest, CudaGraphsFlagKeepsTheTokensAndRejectsOtherValues) {
+  const std::string base = "generate --model " + model_ + " --task " + dir_ +
+                           "/task.py -n 2 --max-new-tokens 12 --remasking static --quiet --json " + dir_;
+  DiceResult off = RunDice(base + "/off.json --cuda-graphs off");
+  DiceResult on = RunDice(base + "/on.json --cuda-graphs on");
+  ASSERT_EQ(off.code, 0) << off.output;
+  ASSERT_EQ(on.code, 0) << on.output;
+  std::ifstream in_off(dir_ + "/off.json"), in_on(dir_ + "/on.json");
+  auto j_off = nlohmann::json::parse(in_off), j_on = nlohmann::json::parse(in_on);
+  ASSERT_EQ(j_on["samples"].size(), 2u);
+  EXPECT_EQ(j_on["samples"][0]["tokens"], j_off["samples"][0]["tokens"]);
+  EXPECT_EQ(j_on["samples"][1]["tokens"], j_off["samples"][1]["tokens"]);
+  DiceResult bad = RunDice(base + "/bad.json --cuda-graphs sometimes");
+  EXPECT_NE(bad.code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("cuda-graphs"), std::string::npos) << bad.output;
+}
+
 TEST_F(GenerateCliTest, InfillingModeUsesPrefixAndSuffix) {
   DiceResult r = RunDice("generate --model " + model_ + " --task " + dir_ + "/task.py --mode infill --prefix " + dir_ +
                   "/prefix.py --suffix " + dir_ + "/suffix.py --max-new-tokens 4 --quiet --json " + dir_ +

@@ -4,13 +4,17 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <tuple>
 #include <utility>
+
+#include "dice/generator/sdar_step_graph.h"
 
 namespace dice {
 
@@ -132,77 +136,119 @@ Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>
   try {
     torch::NoGradGuard no_grad;
     const auto device = model.options().device;
+    const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(device);
+    // Profile: each mark synchronises and books the time since the last
+    // mark to one phase.
+    DecodeProfile& prof = result.profile;
+    auto last_mark = std::chrono::steady_clock::now();
+    auto mark = [&](double& phase) {
+      if (!o.profile) return;
+      if (device.is_cuda()) torch::cuda::synchronize();
+      const auto now = std::chrono::steady_clock::now();
+      phase += std::chrono::duration<double>(now - last_mark).count();
+      last_mark = now;
+    };
     auto cache = model.NewCache(n, capacity);
     if (!cache.ok()) return cache.status();
     auto prompt_ids = torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), torch::kLong)
                           .to(device)
                           .unsqueeze(0)
                           .expand({n, plen});
+    mark(prof.setup_s);
     if (whole > 0) {
       auto pre = SdarDecodeAccess::Forward(model, prompt_ids.narrow(1, 0, whole), &*cache, /*commit=*/true,
                                            /*compute_logits=*/false);
       if (!pre.ok()) return pre.status();
       ++result.forward_passes;
     }
+    mark(prof.prefill_s);
+    std::unique_ptr<SdarStepGraph> graph;
+    auto make_graph = [&]() -> Status {
+      graph.reset();  // its memory first: the new one may need it
+      auto g = SdarStepGraph::Create(model, &*cache);
+      if (!g.ok()) return g.status();
+      graph = std::move(*g);
+      ++prof.captures;
+      mark(prof.graph_capture_s);
+      return Status::Ok();
+    };
+    if (o.cuda_graphs) DICE_RETURN_IF_ERROR(make_graph());
     at::Generator gen = MakeGenerator(device, o.seed);
     const float neg_inf = -std::numeric_limits<float>::infinity();
-    auto positions = torch::arange(bs, torch::TensorOptions().dtype(torch::kLong).device(device)).unsqueeze(0);
+    auto positions = torch::arange(bs, i64).unsqueeze(0);
     std::vector<int64_t> rows(n);  // sample id of each batch row
     for (int64_t i = 0; i < n; ++i) rows[i] = i;
     int64_t generated = 0, n_fixed = first_fixed;
     while (true) {
       const int64_t batch = static_cast<int64_t>(rows.size());
-      auto block = torch::full({batch, bs}, c.mask_token_id, torch::TensorOptions().dtype(torch::kLong).device(device));
+      auto block = torch::full({batch, bs}, c.mask_token_id, i64);
       auto masked = torch::ones({batch, bs}, torch::TensorOptions().dtype(torch::kBool).device(device));
       if (n_fixed > 0) {
         block.narrow(1, 0, n_fixed).copy_(prompt_ids.narrow(0, 0, batch).narrow(1, whole, n_fixed));
         masked.narrow(1, 0, n_fixed).fill_(false);
       }
-      auto step_of = torch::full({batch, bs}, -1, torch::TensorOptions().dtype(torch::kLong).device(device));
+      auto step_of = torch::full({batch, bs}, -1, i64);
       const int64_t n_masked = bs - n_fixed;
       const int64_t S = o.denoising_steps;
       int64_t steps = 0;
+      int64_t still_masked = n_masked;  // static: every row has this many masks left
       for (int64_t s = 0;; ++s) {
         // Static: the schedule finishes the block in min(S, n) steps, known
         // on the host; dynamic asks the device whether masks remain.
         if (o.remasking == Remasking::kStatic ? s >= std::min(S, n_masked) : !masked.any().item<bool>()) break;
-        auto logits = SdarDecodeAccess::Forward(model, block, &*cache, /*commit=*/false, /*compute_logits=*/true);
+        Expected<torch::Tensor> logits =
+            graph ? graph->Step(block)
+                  : SdarDecodeAccess::Forward(model, block, &*cache, /*commit=*/false, /*compute_logits=*/true);
         if (!logits.ok()) return logits.status();
         ++steps;
+        ++prof.step_forwards;
+        mark(prof.step_forward_s);
         logits->select(-1, c.mask_token_id).fill_(neg_inf);
         auto [x0, conf] = Draw(*logits, o, gen);
         conf = conf.masked_fill(masked.logical_not(), neg_inf);
         auto order = std::get<1>(conf.sort(/*stable=*/true, /*dim=*/-1, /*descending=*/true));
         const int64_t k_s = std::max<int64_t>(1, n_masked / S + (s < n_masked % S ? 1 : 0));
-        auto k = torch::full({batch}, k_s, torch::TensorOptions().dtype(torch::kLong).device(device));
-        if (o.remasking == Remasking::kDynamic) k = torch::maximum(k, (conf > o.confidence_threshold).sum(-1));
-        k = torch::minimum(k, masked.sum(-1));
-        auto take_sorted = positions < k.unsqueeze(1);  // the first k of the ranking
-        auto reveal = torch::zeros_like(masked).scatter(1, order, take_sorted);
+        torch::Tensor reveal;
+        if (o.remasking == Remasking::kStatic) {
+          // k is the same for every row and known here: no per-row counts.
+          const int64_t k = std::min(k_s, still_masked);
+          still_masked -= k;
+          reveal = torch::zeros_like(masked).scatter_(1, order.narrow(1, 0, k), true);
+        } else {
+          auto k = torch::full({batch}, k_s, i64);
+          k = torch::maximum(k, (conf > o.confidence_threshold).sum(-1));
+          k = torch::minimum(k, masked.sum(-1));
+          auto take_sorted = positions < k.unsqueeze(1);  // the first k of the ranking
+          reveal = torch::zeros_like(masked).scatter(1, order, take_sorted);
+        }
         block = torch::where(reveal, x0, block);
-        step_of = step_of.masked_fill(reveal, s);
-        masked = masked.logical_and(reveal.logical_not());
+        step_of.masked_fill_(reveal, s);
+        masked.logical_and_(reveal.logical_not());
+        mark(prof.sampling_s);
       }
       result.steps_per_block.push_back(steps);
       result.denoising_steps += steps;
       result.forward_passes += steps;
 
-      // Collect the block's new tokens; a sample ends at its first EOS.
-      auto host = block.narrow(1, n_fixed, bs - n_fixed).to(torch::kCPU).contiguous();
-      const int64_t* data = host.data_ptr<int64_t>();
-      auto host_steps = step_of.narrow(1, n_fixed, bs - n_fixed).to(torch::kCPU).contiguous();
-      const int64_t* step_data = host_steps.data_ptr<int64_t>();
-      generated += bs - n_fixed;
+      // Collect the block's new tokens and their reveal steps (one read-back);
+      // a sample ends at its first EOS.
+      const int64_t width = bs - n_fixed;
+      auto host = torch::cat({block.narrow(1, n_fixed, width), step_of.narrow(1, n_fixed, width)}, 1)
+                      .to(torch::kCPU)
+                      .contiguous();
+      const int64_t* data = host.data_ptr<int64_t>();  // row r: width tokens, then width steps
+      generated += width;
       std::vector<int64_t> keep;
       for (int64_t r = 0; r < batch; ++r) {
         const int64_t sample = rows[r];
         auto& out = result.tokens[sample];
-        for (int64_t j = 0; j < bs - n_fixed; ++j) {
-          result.trace_tokens[sample].push_back(static_cast<int32_t>(data[r * (bs - n_fixed) + j]));
-          result.trace_steps[sample].push_back(static_cast<int32_t>(step_data[r * (bs - n_fixed) + j]));
+        const int64_t* row = data + r * 2 * width;
+        for (int64_t j = 0; j < width; ++j) {
+          result.trace_tokens[sample].push_back(static_cast<int32_t>(row[j]));
+          result.trace_steps[sample].push_back(static_cast<int32_t>(row[width + j]));
         }
-        for (int64_t j = 0; j < bs - n_fixed; ++j) {
-          const int64_t t = data[r * (bs - n_fixed) + j];
+        for (int64_t j = 0; j < width; ++j) {
+          const int64_t t = row[j];
           if (std::find(o.eos_ids.begin(), o.eos_ids.end(), t) != o.eos_ids.end()) {
             result.stopped_at_eos[sample] = true;
             break;
@@ -220,24 +266,35 @@ Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>
         p.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         o.on_block(p);
       }
+      mark(prof.readback_s);
       if (keep.empty()) break;
       if (static_cast<int64_t>(keep.size()) < batch) {
         auto index = torch::tensor(keep, torch::kLong).to(device);
+        if (graph) graph.reset();  // it points at the storage SelectBatch replaces
         DICE_RETURN_IF_ERROR(cache->SelectBatch(index));
         block = block.index_select(0, index);
         std::vector<int64_t> kept_rows;
         for (int64_t r : keep) kept_rows.push_back(rows[r]);
         rows = std::move(kept_rows);
+        mark(prof.batch_select_s);
+        if (o.cuda_graphs) DICE_RETURN_IF_ERROR(make_graph());
       }
-      auto committed =
-          SdarDecodeAccess::Forward(model, block, &*cache, /*commit=*/true, /*compute_logits=*/false);
-      if (!committed.ok()) return committed.status();
+      if (graph) {
+        DICE_RETURN_IF_ERROR(graph->Commit(block));
+      } else {
+        auto committed =
+            SdarDecodeAccess::Forward(model, block, &*cache, /*commit=*/true, /*compute_logits=*/false);
+        if (!committed.ok()) return committed.status();
+      }
       ++result.forward_passes;
+      ++prof.commits;
+      mark(prof.commit_s);
       n_fixed = 0;
     }
   } catch (const c10::Error& e) {
     return Status(StatusCode::kInternal, std::string("Decode: ") + e.what_without_backtrace());
   }
+  if (!o.profile) result.profile = DecodeProfile{};  // the counters ran regardless
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }

@@ -338,7 +338,6 @@ torch::Tensor SdarModel::ForwardImpl(const torch::Tensor& ids_in, KvCache* cache
   const SdarConfig& c = config_;
   const int64_t batch = ids_in.size(0), len = ids_in.size(1);
   const int64_t start = cache ? cache->length_ : 0;
-  const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, hd = c.head_dim;
   const auto device = options_.device;
   auto ids = ids_in.to(device, torch::kLong);
   auto x = embed_.index_select(0, ids.reshape({-1})).view({batch, len, c.hidden_size});
@@ -361,6 +360,18 @@ torch::Tensor SdarModel::ForwardImpl(const torch::Tensor& ids_in, KvCache* cache
     mask = BlockCausalMask(torch::arange(start, start + len, i64), torch::arange(0, start + len, i64), bs);
   }
 
+  x = RunLayers(x, cos, sin, mask, cache, start, /*slots=*/torch::Tensor(), start + len);
+  if (commit) cache->length_ += len;
+  if (!compute_logits) return torch::Tensor();
+  return LmHead(x);
+}
+
+torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                   const std::optional<torch::Tensor>& mask, KvCache* cache, int64_t start,
+                                   const torch::Tensor& slots, int64_t key_len) const {
+  const SdarConfig& c = config_;
+  const int64_t batch = x.size(0), len = x.size(1);
+  const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, hd = c.head_dim;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
     auto a = RmsNorm(x, l.input_norm);
@@ -372,22 +383,45 @@ torch::Tensor SdarModel::ForwardImpl(const torch::Tensor& ids_in, KvCache* cache
     torch::Tensor keys = k, values = v;
     if (cache != nullptr) {
       // New keys/values go into the slots after the committed prefix: scratch
-      // for a denoising step, the prefix itself once committed.
-      cache->k_[i].narrow(2, start, len).copy_(k);
-      cache->v_[i].narrow(2, start, len).copy_(v);
-      keys = cache->k_[i].narrow(2, 0, start + len);
-      values = cache->v_[i].narrow(2, 0, start + len);
+      // for a denoising step, the prefix itself once committed. The static
+      // (graph) form names the slots by a device index tensor instead.
+      if (slots.defined()) {
+        cache->k_[i].index_copy_(2, slots, k);
+        cache->v_[i].index_copy_(2, slots, v);
+      } else {
+        cache->k_[i].narrow(2, start, len).copy_(k);
+        cache->v_[i].narrow(2, start, len).copy_(v);
+      }
+      keys = cache->k_[i].narrow(2, 0, key_len);
+      values = cache->v_[i].narrow(2, 0, key_len);
     }
-    auto o = at::scaled_dot_product_attention(q, keys, values, mask, 0.0, /*is_causal=*/false,
-                                              /*scale=*/1.0 / std::sqrt(static_cast<double>(hd)),
-                                              /*enable_gqa=*/heads != kv_heads);
+    torch::Tensor o;
+    if (slots.defined() && heads != kv_heads && mask.has_value()) {
+      // The fixed-shape (graph) form always has a mask, and SDPA's masked
+      // kernels may not take GQA (falling back to one that materialises
+      // every KV head g times). Query heads h*g .. h*g+g-1 share KV head h,
+      // so fold them into the query length: [B, kv, g*L, hd] against the
+      // KV heads as they are, the mask repeated per folded head (a mask row
+      // depends on the query position only). Exact: rows are independent.
+      const int64_t g = heads / kv_heads;
+      auto folded = q.reshape({batch, kv_heads, g * len, hd});
+      o = at::scaled_dot_product_attention(folded, keys, values, mask->repeat({g, 1}), 0.0, /*is_causal=*/false,
+                                           /*scale=*/1.0 / std::sqrt(static_cast<double>(hd)));
+      o = o.reshape({batch, heads, len, hd});
+    } else {
+      o = at::scaled_dot_product_attention(q, keys, values, mask, 0.0, /*is_causal=*/false,
+                                           /*scale=*/1.0 / std::sqrt(static_cast<double>(hd)),
+                                           /*enable_gqa=*/heads != kv_heads);
+    }
     o = o.transpose(1, 2).reshape({batch, len, heads * hd});
     x = x + torch::linear(o, l.o_proj);
     auto m = RmsNorm(x, l.post_norm);
     x = x + torch::linear(torch::silu(torch::linear(m, l.gate_proj)) * torch::linear(m, l.up_proj), l.down_proj);
   }
-  if (commit) cache->length_ += len;
-  if (!compute_logits) return torch::Tensor();
+  return x;
+}
+
+torch::Tensor SdarModel::LmHead(const torch::Tensor& x) const {
   return torch::linear(RmsNorm(x, final_norm_), lm_head_).to(torch::kFloat32);
 }
 

@@ -33,8 +33,18 @@
 // n samples of one prompt decode together as a batch of n rows.
 //
 // Host/device synchronisation (matters on a GPU): one read-back per block
-// (its tokens, for the EOS check) and, for dynamic remasking only, one per
-// denoising step (whether masks remain); static steps queue without waiting.
+// (its tokens and reveal steps together, for the EOS check and the trace)
+// and, for dynamic remasking only, one per denoising step (whether masks
+// remain); static steps queue without waiting (the static schedule's k is
+// known on the host). With DecodeOptions::profile, Decode also synchronises
+// at every phase boundary to time it (slower; for measurement only).
+//
+// CUDA graphs (DecodeOptions::cuda_graphs, off by default): after the
+// prefill, the per-step block forward and the commit forward run through an
+// SdarStepGraph (sdar_step_graph.h): captured once per batch size (again
+// when finished samples leave the batch) and replayed, in the fixed-shape
+// form (whole-cache attention under the block-causal mask). Tokens equal
+// the eager path's up to floating-point rounding of the attention kernel.
 //
 // Determinism: for a given model (device, dtype), prompt and options
 // (including seed) the tokens are the same on every run; the random stream
@@ -68,6 +78,23 @@ struct DecodeProgress {
   double elapsed_s = 0;          ///< wall time since Decode started, seconds
 };
 
+/// Where one Decode's wall time went, when DecodeOptions::profile is set
+/// (each phase ends with a device synchronisation, so the times are what the
+/// device and host together took; seconds). Phases in decoding order.
+struct DecodeProfile {
+  double setup_s = 0;          ///< KV cache allocation, prompt upload
+  double prefill_s = 0;        ///< the prompt's whole blocks (one forward)
+  double graph_capture_s = 0;  ///< SdarStepGraph warm-up + capture (cuda_graphs only; every capture)
+  double step_forward_s = 0;   ///< denoising-step forwards (model + LM head)
+  double sampling_s = 0;       ///< mask-logit fill, draw (softmax/argmax/sampling), ranking and reveal
+  double readback_s = 0;       ///< block tokens to the host, EOS check, trace, progress callback
+  double batch_select_s = 0;   ///< dropping finished samples from the cache and block
+  double commit_s = 0;         ///< commit forwards
+  int64_t step_forwards = 0;   ///< denoising-step forwards timed
+  int64_t commits = 0;         ///< commit forwards timed
+  int64_t captures = 0;        ///< graph captures
+};
+
 /// Decoding knobs. Defaults are DICE's rollout setting (block of the config,
 /// 4 denoising steps, dynamic remasking with threshold 0.9), greedy.
 struct DecodeOptions {
@@ -85,6 +112,13 @@ struct DecodeOptions {
   std::vector<int64_t> eos_ids = {151643, 151645};
   /// Called after every block when set (same thread).
   std::function<void(const DecodeProgress&)> on_block;
+  /// Run the step and commit forwards through an SdarStepGraph: CUDA graphs
+  /// on a CUDA model; on a CPU model the same fixed-shape forward runs
+  /// eagerly (for tests). Off by default until verified on the GPU.
+  bool cuda_graphs = false;
+  /// Time the phases of decoding into DecodeResult::profile (synchronises
+  /// the device at every phase boundary: slower, for measurement).
+  bool profile = false;
 };
 
 /// What one Decode produced.
@@ -108,6 +142,8 @@ struct DecodeResult {
   int64_t denoising_steps = 0;  ///< sum of steps_per_block
   int64_t forward_passes = 0;   ///< prefill + denoising steps + commits
   double seconds = 0;           ///< wall time of Decode
+  /// Per-phase times; all zero unless DecodeOptions::profile was set.
+  DecodeProfile profile;
 };
 
 /// Decodes `prompt` (token ids; at least one, each in [0, vocab_size) and

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,6 +79,7 @@ class KvCache {
 
  private:
   friend class SdarModel;
+  friend class SdarStepGraph;  // sdar_step_graph.h: replays write the same storage
   std::vector<torch::Tensor> k_, v_;
   int64_t length_ = 0;
   int64_t capacity_ = 0;
@@ -185,6 +187,7 @@ class SdarModel {
         down_proj;
   };
   friend struct SdarDecodeAccess;  // diffusion_decoder.cc: forwards on ids it made itself
+  friend class SdarStepGraph;      // sdar_step_graph.h: the fixed-shape (CUDA graph) step forward
   SdarModel() = default;
   // Fills the model from `get(name)` (a tensor of SdarConfig::ExpectedTensors'
   // shape, already on the device in the compute dtype) for every tensor.
@@ -200,6 +203,19 @@ class SdarModel {
   torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
   torch::Tensor ForwardImpl(const torch::Tensor& ids, KvCache* cache, bool commit, bool compute_logits,
                             const torch::Tensor& positions = {}, const torch::Tensor& mask = {}) const;
+
+  // The layer stack over embedded tokens x [B, L, hidden] with RoPE tables
+  // cos/sin [L, head_dim] (model dtype) and an optional bool attention mask
+  // [L, key_len] (none = every query sees every key). With a cache the new
+  // keys/values are written into the cache's slots `start .. start+L-1`
+  // (or, when `slots` is defined, the int64 device index [L] `slots`, which
+  // needs no host value: the CUDA-graph form) and attention reads cache
+  // positions [0, key_len). Returns the hidden states [B, L, hidden].
+  torch::Tensor RunLayers(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
+                          const std::optional<torch::Tensor>& mask, KvCache* cache, int64_t start,
+                          const torch::Tensor& slots, int64_t key_len) const;
+  // Final RMSNorm + LM head: float32 logits [B, L, vocab_size].
+  torch::Tensor LmHead(const torch::Tensor& x) const;
 
   SdarConfig config_;
   SdarModelOptions options_;

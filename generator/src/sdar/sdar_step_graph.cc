@@ -1,0 +1,158 @@
+// Fixed-shape step forward, captured as CUDA graphs: see
+// dice/generator/sdar_step_graph.h.
+// No spdlog/fmt here: LibTorch bundles its own fmt.
+#include "dice/generator/sdar_step_graph.h"
+
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/cuda.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace dice {
+
+struct SdarStepGraph::Graphs {
+  at::cuda::CUDAGraph step, commit;
+};
+
+namespace {
+
+Status Internal(const std::string& what, const c10::Error& e) {
+  return Status(StatusCode::kInternal, "SdarStepGraph: " + what + ": " + e.what_without_backtrace());
+}
+
+}  // namespace
+
+SdarStepGraph::SdarStepGraph(const SdarModel& model, KvCache* cache) : model_(model), cache_(cache) {}
+
+SdarStepGraph::~SdarStepGraph() = default;
+
+Expected<std::unique_ptr<SdarStepGraph>> SdarStepGraph::Create(const SdarModel& model, KvCache* cache) {
+  const SdarConfig& c = model.config();
+  if (cache == nullptr) return Status(StatusCode::kInvalidArgument, "SdarStepGraph: no KV cache");
+  if (static_cast<int64_t>(cache->k_.size()) != c.num_hidden_layers || cache->k_.empty()) {
+    return Status(StatusCode::kInvalidArgument, "SdarStepGraph: KV cache was not made by this model (NewCache)");
+  }
+  if (cache->length_ + c.block_size > cache->capacity_) {
+    return Status(StatusCode::kInvalidArgument, "SdarStepGraph: KV cache of " + std::to_string(cache->capacity_) +
+                                                    " positions holds " + std::to_string(cache->length_) +
+                                                    ": no room for another block of " +
+                                                    std::to_string(c.block_size));
+  }
+  std::unique_ptr<SdarStepGraph> g(new SdarStepGraph(model, cache));
+  g->batch_ = cache->batch_;
+  g->block_ = c.block_size;
+  const auto device = model.options().device;
+  try {
+    torch::NoGradGuard no_grad;
+    const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(device);
+    const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+    const int64_t capacity = cache->capacity_, start = cache->length_;
+    // Slots after the prefix may hold uninitialised memory; the mask hides
+    // them, but 0 x NaN in the attention product would not.
+    for (auto* list : {&cache->k_, &cache->v_}) {
+      for (auto& t : *list) t.narrow(2, start, capacity - start).zero_();
+    }
+    g->storage_ = cache->k_[0].data_ptr();
+    g->ids_ = torch::full({g->batch_, g->block_}, c.mask_token_id, i64);
+    g->positions_ = torch::arange(start, start + g->block_, i64);
+    g->key_positions_ = torch::arange(0, capacity, i64);
+    // The eager forward's angles: float32 position x inv_freq, duplicated,
+    // cos/sin, cast to the compute dtype.
+    auto angles = torch::outer(torch::arange(0, capacity, f32), model.inv_freq_);
+    angles = torch::cat({angles, angles}, -1);
+    g->cos_table_ = angles.cos().to(model.options().dtype);
+    g->sin_table_ = angles.sin().to(model.options().dtype);
+    if (!device.is_cuda()) return g;
+
+    // Warm up on a side stream (cuBLAS/cuDNN handles and workspaces are made
+    // per stream and may not be created during capture), then capture there.
+    // "cuda" without an index means the current device.
+    const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
+    torch::cuda::synchronize(index);
+    c10::cuda::CUDAGuard device_guard(index);
+    auto stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
+    {
+      c10::cuda::CUDAStreamGuard stream_guard(stream);
+      g->Run(/*compute_logits=*/true);
+      g->Run(/*compute_logits=*/false);
+      stream.synchronize();
+      g->graphs_ = std::make_unique<Graphs>();
+      g->graphs_->step.capture_begin();
+      g->logits_ = g->Run(/*compute_logits=*/true);
+      g->graphs_->step.capture_end();
+      g->graphs_->commit.capture_begin();
+      g->Run(/*compute_logits=*/false);
+      g->graphs_->commit.capture_end();
+      stream.synchronize();
+    }
+    g->captured_ = true;
+  } catch (const c10::Error& e) {
+    return Internal("capture", e);
+  }
+  return g;
+}
+
+torch::Tensor SdarStepGraph::Run(bool compute_logits) {
+  const SdarConfig& c = model_.config();
+  auto x = model_.embed_.index_select(0, ids_.reshape({-1})).view({batch_, block_, c.hidden_size});
+  auto cos = cos_table_.index_select(0, positions_), sin = sin_table_.index_select(0, positions_);
+  std::optional<torch::Tensor> mask = BlockCausalMask(positions_, key_positions_, c.block_size);
+  x = model_.RunLayers(x, cos, sin, mask, cache_, /*start=*/0, /*slots=*/positions_, cache_->capacity_);
+  if (!compute_logits) return torch::Tensor();
+  return model_.LmHead(x);
+}
+
+Status SdarStepGraph::CheckCall(const torch::Tensor& ids) const {
+  if (!ids.defined() || ids.dim() != 2 || ids.size(0) != batch_ || ids.size(1) != block_ ||
+      ids.scalar_type() != torch::kLong || ids.device() != ids_.device()) {
+    return Status(StatusCode::kInvalidArgument, "SdarStepGraph: ids must be int64 [" + std::to_string(batch_) +
+                                                    ", " + std::to_string(block_) + "] on " +
+                                                    ids_.device().str());
+  }
+  if (cache_->batch_ != batch_ || cache_->k_.empty() || cache_->k_[0].data_ptr() != storage_) {
+    return Status(StatusCode::kInvalidArgument,
+                  "SdarStepGraph: the KV cache was reallocated (SelectBatch?) since the graph was made");
+  }
+  if (cache_->length_ + block_ > cache_->capacity_) {
+    return Status(StatusCode::kInvalidArgument, "SdarStepGraph: the KV cache is full");
+  }
+  return Status::Ok();
+}
+
+Expected<torch::Tensor> SdarStepGraph::Step(const torch::Tensor& ids) {
+  DICE_RETURN_IF_ERROR(CheckCall(ids));
+  try {
+    torch::NoGradGuard no_grad;
+    ids_.copy_(ids);
+    if (!captured_) return Run(/*compute_logits=*/true);
+    graphs_->step.replay();
+    return logits_;
+  } catch (const c10::Error& e) {
+    return Internal("step", e);
+  }
+}
+
+Status SdarStepGraph::Commit(const torch::Tensor& ids) {
+  DICE_RETURN_IF_ERROR(CheckCall(ids));
+  try {
+    torch::NoGradGuard no_grad;
+    ids_.copy_(ids);
+    if (captured_) {
+      graphs_->commit.replay();
+    } else {
+      Run(/*compute_logits=*/false);
+    }
+    positions_.add_(block_);
+    cache_->length_ += block_;
+  } catch (const c10::Error& e) {
+    return Internal("commit", e);
+  }
+  return Status::Ok();
+}
+
+}  // namespace dice
