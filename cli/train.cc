@@ -109,14 +109,14 @@ int RunDataset(const TrainArgs& a) {
   auto r = training::BuildDataset(a.data, Log);
   if (!r.ok()) return Fail(r.status());
   std::printf(
-      "dataset: read %lld; dropped: malformed %lld, no answer %lld%s, unverified winner %lld, speedup < %.2fx %lld, "
-      "duplicate %lld; kept without timing (unverified-here) %lld\n",
+      "dataset: read %lld; dropped: malformed %lld, no answer %lld%s, unverified winner %lld, failed verification "
+      "%lld, speedup < %.2fx %lld, duplicate %lld; verified here %lld; kept without timing (unverified-here) %lld\n",
       static_cast<long long>(r->read), static_cast<long long>(r->malformed),
       static_cast<long long>(a.data.keep_tasks ? 0 : r->no_answer),
       a.data.keep_tasks ? (" (" + std::to_string(r->no_answer) + " answer-less items kept as tasks)").c_str() : "",
-      static_cast<long long>(r->unverified_winner),
+      static_cast<long long>(r->unverified_winner), static_cast<long long>(r->failed_verification),
       a.data.min_speedup, static_cast<long long>(r->below_speedup), static_cast<long long>(r->duplicates),
-      static_cast<long long>(r->not_timed));
+      static_cast<long long>(r->verified), static_cast<long long>(r->not_timed));
   std::printf("dataset: wrote %lld examples to %s (infill %lld, e2e %lld, device %lld, task %lld; level 1/2/3: "
               "%lld/%lld/%lld; held out %lld)\n",
               static_cast<long long>(r->written), a.data.out_path.c_str(), static_cast<long long>(r->infill),
@@ -186,6 +186,14 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   a.dataset->add_option("--min-speedup", a.data.min_speedup, "keep pairs at least this much faster than eager");
   a.dataset->add_option("--heldout-percent", a.data.heldout_percent, "share of tasks (by task hash) held out");
   a.dataset->add_flag("--keep-tasks", a.data.keep_tasks, "write answer-less corpus items as stage-2 RL tasks (kind task)");
+  a.dataset->add_option("--verify", a.data.verify, "corpus pairs: judge = re-verify and time each here (KernelBench "
+                                                   "protocol, dice judge); none = keep unverified; auto = judge on a GPU")
+      ->check(CLI::IsMember({"auto", "judge", "none"}));
+  a.dataset->add_option("--verify-device", a.data.verify_device, "judge on cuda (default), cuda:N or cpu");
+  a.dataset->add_option("--verify-jobs", a.data.verify_jobs, "programs judged at once")
+      ->check(CLI::Range(int64_t{1}, int64_t{256}));
+  a.dataset->add_option("--verify-timeout", a.data.verify_timeout_s, "limit per judged program, seconds")
+      ->check(CLI::Range(1.0, 86400.0));
 
   auto& s = a.sft_opts;
   a.sft = train->add_subcommand("sft", "supervised fine-tuning with the block-diffusion masked-token loss");

@@ -271,6 +271,69 @@ TEST_F(TrainingPipeline, RlJudgedRewardRunsTheKernelBenchProtocol) {
   EXPECT_TRUE(logged) << "the wrong answer's verdict is not in the log";
 }
 
+// The builder re-verifies and times imported pairs (--verify judge), here
+// on the CPU with pure-PyTorch programs: a correct pair is kept with the
+// measured speedup, a wrong one and a crashing one are dropped and counted,
+// and --min-speedup applies to the measured speedup.
+TEST_F(TrainingPipeline, DatasetJudgesImportedPairsAndFiltersByMeasuredSpeedup) {
+  const std::string reference =
+      "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+      "        return torch.relu(x) + 1.0\n\ndef get_inputs():\n    return [torch.randn(64, 256)]\n\n"
+      "def get_init_inputs():\n    return []\n";
+  auto program = [](const std::string& body) {
+    return "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n" +
+           body + "\n";
+  };
+  std::string corpus;
+  for (const auto& [id, prog] :
+       {std::pair<std::string, std::string>{"good", program("        return torch.clamp_min(x, 0.0) + 1.0")},
+        {"wrong", program("        return torch.relu(x)")},
+        {"crash", program("        import os\n        os.abort()")}}) {
+    corpus += nlohmann::json({{"id", id}, {"pytorch_code", reference}, {"cuda_code", prog}, {"level", 1}}).dump() + "\n";
+  }
+  WriteText(Path("judge_corpus.jsonl"), corpus);
+  DatasetOptions d;
+  d.corpora = {Path("judge_corpus.jsonl")};
+  d.out_path = Path("judged.jsonl");
+  d.heldout_percent = 0;
+  d.verify = "judge";
+  d.verify_device = "cpu";
+  d.verify_jobs = 3;
+  d.min_speedup = 0.0;
+  std::vector<std::string> lines;
+  auto ds = BuildDataset(d, [&](const std::string& l) { lines.push_back(l); });
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->read, 3);
+  EXPECT_EQ(ds->verified, 1);
+  EXPECT_EQ(ds->failed_verification, 2);
+  EXPECT_EQ(ds->written, 1);
+  std::string log;
+  for (const auto& l : lines) log += l + "\n";
+  EXPECT_NE(log.find("corpus:wrong (e2e) fails verification: incorrect"), std::string::npos) << log;
+  EXPECT_NE(log.find("corpus:crash (e2e) fails verification: crashed"), std::string::npos) << log;
+  std::vector<std::string> skipped;
+  auto kept = ReadExamples(Path("judged.jsonl"), &skipped);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  ASSERT_EQ(kept->size(), 1u);
+  EXPECT_EQ(kept->front().id, "corpus:good");
+  EXPECT_EQ(kept->front().verified, "judge:cpu");
+  ASSERT_TRUE(kept->front().speedup.has_value());
+  EXPECT_GT(*kept->front().speedup, 0.0);
+
+  // The same pair against a speedup it cannot reach: measured, then dropped.
+  d.min_speedup = 1000.0;
+  d.out_path = Path("judged_fast_only.jsonl");
+  d.corpora = {Path("judge_corpus.jsonl")};
+  auto fast_only = BuildDataset(d, nullptr);
+  ASSERT_TRUE(fast_only.ok()) << fast_only.status().ToString();
+  EXPECT_EQ(fast_only->verified, 1);
+  EXPECT_EQ(fast_only->below_speedup, 1);
+  EXPECT_EQ(fast_only->written, 0);
+
+  d.verify = "sometimes";
+  EXPECT_EQ(BuildDataset(d, nullptr).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(TrainingPipeline, SftResumesFromItsCheckpoint) {
   SdarConfig c;
   c.hidden_size = 32;

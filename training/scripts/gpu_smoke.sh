@@ -21,7 +21,7 @@ printf '%s' '{"system": "", "infilling": "Reference:\n{reference}\nPrefix:\n{pre
 {
 $DICE train init --out "$W/m0" --byte-tokenizer --hidden 256 --layers 4 --heads 8 --kv-heads 4 --head-dim 32 \
   --intermediate 768 --context 8192 --seed 1
-$DICE train dataset --corpus .deps/dice-rl/kernel_infilling_evaluation.json --out "$W/cuke.jsonl"
+$DICE train dataset --corpus .deps/dice-rl/kernel_infilling_evaluation.json --out "$W/cuke.jsonl" --verify none
 grep '"kind":"infill"' "$W/cuke.jsonl" > "$W/infill.jsonl"
 $DICE train sft --model "$W/m0" --data "$W/infill.jsonl" --templates "$W/templates.json" --out "$W/m1" --device cuda \
   --steps ${SFT_STEPS:-150} --batch-size 8 --max-length 3072 --lr 1e-3 --warmup-steps 15 --save-every 50

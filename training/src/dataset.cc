@@ -2,6 +2,7 @@
 #include "dice/training/dataset.h"
 
 #include <cstdlib>
+#include <future>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -10,6 +11,7 @@
 #include "dice/cache/store.h"
 #include "dice/runtime/cuda_driver.h"
 #include "dice/runtime/ir.h"
+#include "dice/runtime/program_judge.h"
 #include "dice/training/files.h"
 #include "dice/training/examples.h"
 
@@ -106,15 +108,37 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
   if (o.out_path.empty()) return bad("--out is required");
   if (!(o.min_speedup >= 0)) return bad("--min-speedup must be >= 0");
   if (!(o.heldout_percent >= 0 && o.heldout_percent <= 100)) return bad("--heldout-percent must be in [0, 100]");
+  if (o.verify != "auto" && o.verify != "judge" && o.verify != "none") {
+    return bad("--verify must be auto, judge or none, got '" + o.verify + "'");
+  }
+  if (o.verify_jobs < 1) return bad("--verify-jobs must be >= 1");
   DatasetReport r;
   r.gpu_present = QueryDevice(0).ok();
-  r.verification_note =
-      r.gpu_present
-          ? "a GPU is present, but re-verifying and timing imported KernelBench-format pairs needs the Python "
-            "worker, which this builder does not run yet: imported pairs are marked unverified-here"
-          : "no GPU here: imported pairs are not re-verified or timed and are marked unverified-here; cache winners "
-            "keep the speedup measured where they were tuned";
+  const bool judge = o.verify == "judge" || (o.verify == "auto" && r.gpu_present);
+  if (judge) {
+    r.verification_note = "imported pairs are re-verified and timed here: KernelBench protocol on " + o.verify_device +
+                          " (dice judge), " + std::to_string(o.verify_jobs) + " at a time; cache winners keep the "
+                          "speedup measured where they were tuned";
+  } else {
+    r.verification_note =
+        std::string(r.gpu_present ? "--verify none" : "no GPU here") +
+        ": imported pairs are not re-verified or timed and are marked unverified-here; cache winners keep the "
+        "speedup measured where they were tuned";
+  }
   log("dataset: " + r.verification_note);
+  ProgramJudgeOptions judge_options;
+  judge_options.device = o.verify_device;
+  judge_options.timeout_s = o.verify_timeout_s;
+  // Corpus pairs wait here until they are judged (when judging), so the
+  // output keeps the sources' order.
+  struct Pending {
+    CukeExample e2e;
+    std::optional<CukeExample> infill;
+    std::string infill_program;  // prefix + middle + suffix when it differs from the e2e program
+    std::optional<ProgramVerdict> e2e_verdict, infill_verdict;
+    bool task = false;  // an answer-less task (keep_tasks): nothing to verify, kept as is
+  };
+  std::vector<Pending> pending;
 
   std::vector<CukeExample> out;
   std::set<std::string> seen;
@@ -212,17 +236,15 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
           t.reference = *ref;
           t.verified = "unverified-here";
           t.hash = NormalisedSourceHash(*ref);
-          keep(std::move(t));
+          Pending p;
+          p.e2e = std::move(t);
+          p.task = true;
+          pending.push_back(std::move(p));
         }
         continue;
       }
       std::optional<double> speedup;
       if (j.contains("speedup") && j["speedup"].is_number()) speedup = j["speedup"].get<double>();
-      if (speedup && *speedup < o.min_speedup) {
-        ++r.below_speedup;
-        continue;
-      }
-      if (!speedup) ++r.not_timed;
       CukeExample base;
       base.id = "corpus:" + id;
       base.level = level;
@@ -230,11 +252,11 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
       base.reference = *ref;
       base.speedup = speedup;
       base.verified = "unverified-here";
-      CukeExample e2e = base;
-      e2e.kind = "e2e";
-      e2e.program = *cuda;
-      e2e.hash = NormalisedSourceHash(*cuda);
-      keep(std::move(e2e));
+      Pending p;
+      p.e2e = base;
+      p.e2e.kind = "e2e";
+      p.e2e.program = *cuda;
+      p.e2e.hash = NormalisedSourceHash(*cuda);
       const std::string *prefix = str("prefix"), *middle = str("middle"), *suffix = str("suffix");
       if (middle != nullptr && !middle->empty() && suffix != nullptr) {
         CukeExample in = base;
@@ -243,9 +265,72 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
         in.middle = *middle;
         in.suffix = *suffix;
         in.hash = NormalisedSourceHash(*middle);
-        keep(std::move(in));
+        const std::string assembled = in.prefix + in.middle + in.suffix;
+        if (assembled != *cuda) p.infill_program = assembled;
+        p.infill = std::move(in);
       }
+      pending.push_back(std::move(p));
     }
+  }
+
+  if (judge) {
+    // Every program is a child process (a load_inline build): verify_jobs at once.
+    struct Job {
+      size_t index;
+      bool infill;
+      std::future<Expected<ProgramVerdict>> verdict;
+    };
+    std::vector<std::pair<size_t, bool>> work;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      if (pending[i].task) continue;
+      work.emplace_back(i, false);
+      if (!pending[i].infill_program.empty()) work.emplace_back(i, true);
+    }
+    for (size_t first = 0; first < work.size(); first += static_cast<size_t>(o.verify_jobs)) {
+      std::vector<Job> running;
+      for (size_t w = first; w < std::min(work.size(), first + static_cast<size_t>(o.verify_jobs)); ++w) {
+        const auto [i, infill] = work[w];
+        const std::string& program = infill ? pending[i].infill_program : pending[i].e2e.program;
+        running.push_back({i, infill, std::async(std::launch::async, [&, i, program_ptr = &program] {
+                             return JudgeProgram(pending[i].e2e.reference, *program_ptr, judge_options);
+                           })});
+      }
+      for (auto& job : running) {
+        auto v = job.verdict.get();
+        if (!v.ok()) return v.status().WithContext("verifying " + pending[job.index].e2e.id);
+        (job.infill ? pending[job.index].infill_verdict : pending[job.index].e2e_verdict) = *v;
+      }
+      log("dataset: verified " + std::to_string(std::min(work.size(), first + static_cast<size_t>(o.verify_jobs))) +
+          "/" + std::to_string(work.size()) + " programs");
+    }
+  }
+  // Verdicts (when judged), the speedup filter, then dedupe (keep).
+  auto admit = [&](CukeExample e, const std::optional<ProgramVerdict>& v) {
+    if (judge) {
+      if (!v->correct) {
+        ++r.failed_verification;
+        log("dataset: " + e.id + " (" + e.kind + ") fails verification: " + v->outcome + ": " +
+            v->error.substr(0, v->error.find('\n')).substr(0, 300));
+        return;
+      }
+      ++r.verified;
+      e.speedup = v->speedup;
+      e.verified = "judge:" + o.verify_device;
+    }
+    if (e.speedup && *e.speedup < o.min_speedup) {
+      ++r.below_speedup;
+      return;
+    }
+    if (!e.speedup) ++r.not_timed;
+    keep(std::move(e));
+  };
+  for (auto& p : pending) {
+    if (p.task) {
+      keep(std::move(p.e2e));
+      continue;
+    }
+    admit(p.e2e, p.e2e_verdict);
+    if (p.infill) admit(*p.infill, p.infill_program.empty() ? p.e2e_verdict : p.infill_verdict);
   }
 
   std::string body;

@@ -17,12 +17,20 @@
 //       are present, an "infill" example.
 // Filters, in order, each with a count in the report: malformed item;
 // corpus task without an answer;
-// unverified cache winner; speedup < min_speedup (only where a speedup is
-// known: corpus items carry none unless the file gives one, and re-timing
-// them needs a GPU and the Python worker, which this builder does not run —
-// such items are kept and marked verified = "unverified-here"); duplicate
-// answer (sha256 of the answer with comments removed and whitespace
-// collapsed).
+// unverified cache winner; failed verification (verify = judge only);
+// speedup < min_speedup (only where a speedup is known); duplicate answer
+// (sha256 of the answer with comments removed and whitespace collapsed).
+// Verification of corpus pairs (verify): "judge" runs each item's cuda_code
+// program (and, when it differs, the infill example's prefix + middle +
+// suffix) against its pytorch_code by KernelBench's protocol on
+// verify_device (runtime/program_judge.h JudgeProgram: load_inline build,
+// seeded trials, allclose 1e-2, both timed), verify_jobs at a time: an
+// incorrect/crashing/uncompilable pair is dropped (counted, logged), a
+// correct one gets the measured speedup (replacing the file's) and verified
+// = "judge:<device>". "none" keeps the file's speedup, if any, and marks
+// the pair verified = "unverified-here". "auto" = judge when a CUDA device
+// is present, else none. Cache winners keep the speedup measured where they
+// were tuned.
 // Difficulty: the item's level when given, else from the op count (IR ops
 // for cache winners; torch/F/nn/self.* calls in the reference's forward for
 // corpus items): 1 op -> single_op (level 1), 2..6 -> fused_chain (level 2),
@@ -49,6 +57,10 @@ struct DatasetOptions {
   double min_speedup = 2.0;
   double heldout_percent = 10.0;       ///< [0, 100]
   bool keep_tasks = false;             ///< write answer-less corpus items as kind "task" (stage-2 RL tasks)
+  std::string verify = "auto";         ///< corpus pairs: "auto" | "judge" | "none" (see above)
+  std::string verify_device = "cuda";  ///< judge: "cuda", "cuda:N" or "cpu" (pure-PyTorch programs only)
+  int64_t verify_jobs = 8;             ///< judge: programs judged at once (each a child process)
+  double verify_timeout_s = 300;       ///< judge: limit per program, seconds
 };
 
 struct DatasetReport {
@@ -56,6 +68,8 @@ struct DatasetReport {
   int64_t malformed = 0;          ///< dropped: missing/ill-typed fields
   int64_t no_answer = 0;          ///< a corpus task with an empty cuda_code: dropped, or written as "task" with keep_tasks
   int64_t unverified_winner = 0;  ///< dropped: cache winner never verified
+  int64_t failed_verification = 0;  ///< dropped: judged and not correct (verify = judge)
+  int64_t verified = 0;             ///< corpus pairs judged correct here
   int64_t below_speedup = 0;      ///< dropped: known speedup < min_speedup
   int64_t not_timed = 0;          ///< kept without a speedup (unverified-here)
   int64_t duplicates = 0;         ///< dropped: same normalised answer
@@ -70,8 +84,8 @@ struct DatasetReport {
 std::string NormalisedSourceHash(const std::string& source);
 
 /// Builds the dataset. `log` gets human-readable lines (may be null).
-/// Errors: kInvalidArgument for no source, no --out, min_speedup < 0 or
-/// heldout_percent outside [0, 100]; kNotFound / kIoError / kCorrupt naming
+/// Errors: kInvalidArgument for no source, no --out, min_speedup < 0,
+/// heldout_percent outside [0, 100], an unknown verify mode, verify_jobs < 1; kNotFound / kIoError / kCorrupt naming
 /// a source that cannot be read or is not JSON/JSONL at all (a malformed
 /// item inside a readable file is counted, not fatal); kIoError for the
 /// output.
