@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "fixed_generator.h"
 #include "dice/runtime/cuda_driver.h"
 #include "dice/runtime/task.h"
 #include "dice/runtime/tuner.h"
@@ -21,16 +22,6 @@
 
 namespace dice {
 namespace {
-
-class FixedGenerator : public KernelGenerator {
- public:
-  explicit FixedGenerator(std::vector<Candidate> c) : candidates_(std::move(c)) {}
-  std::string name() const override { return "fixed"; }
-  Expected<std::vector<Candidate>> Generate(const Task&, int) override { return candidates_; }
-
- private:
-  std::vector<Candidate> candidates_;
-};
 
 TEST(ExtensionGpuTest, KnownGoodExtensionIsVerifiedAndTimedWrongOnesAreRejected) {
   auto drv = CudaDriver::Get();
@@ -49,7 +40,7 @@ TEST(ExtensionGpuTest, KnownGoodExtensionIsVerifiedAndTimedWrongOnesAreRejected)
   TuneOptions o;
   o.budget_s = 900;
   o.candidate_timeout_s = 60;
-  Tuner tuner(nullptr, {std::make_shared<FixedGenerator>(cands)}, o);
+  Tuner tuner(nullptr, {std::make_shared<runtime_test::FixedGenerator>(cands)}, o);
   auto report = tuner.Tune(*task);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   std::map<std::string, CandidateOutcome> by;

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "fixed_generator.h"
 #include "relu_graph.h"
 #include "dice/cache/store.h"
 #include "dice/generator/templates.h"
@@ -60,17 +61,6 @@ Candidate Kernel(const std::string& origin, const std::string& name, const std::
   return c;
 }
 
-// Hands the Tuner a fixed list of candidates.
-class FixedGenerator : public KernelGenerator {
- public:
-  explicit FixedGenerator(std::vector<Candidate> c) : candidates_(std::move(c)) {}
-  std::string name() const override { return "fixed"; }
-  Expected<std::vector<Candidate>> Generate(const Task&, int) override { return candidates_; }
-
- private:
-  std::vector<Candidate> candidates_;
-};
-
 std::vector<Candidate> HandWrittenKernels() {
   std::vector<Candidate> v;
   v.push_back(Kernel("correct", "relu_ok", "  if (i < n) y[i] = fmaxf(x[i], 0.0f);"));
@@ -117,7 +107,7 @@ TEST(VerifierGpu, RejectsEachWrongKernelWithTheRightOutcomeAndAcceptsCorrectOnes
   opt.candidate_timeout_s = 8;
   opt.budget_s = 400;
   opt.max_candidates = 64;
-  auto gen = std::make_shared<FixedGenerator>(HandWrittenKernels());
+  auto gen = std::make_shared<runtime_test::FixedGenerator>(HandWrittenKernels());
   Tuner tuner(store->get(), {gen}, opt);
   Task task = ReluTask(kN);
   auto report = tuner.Tune(task);
@@ -195,7 +185,7 @@ TEST(VerifierGpu, CapturedInputsJoinTheTrials) {
                      "  if (i < n) y[i] = (x[i] == 0.5f) ? 7.0f : fmaxf(x[i], 0.0f);"));
   TuneOptions opt;
   opt.budget_s = 200;
-  Tuner tuner(nullptr, {std::make_shared<FixedGenerator>(v)}, opt);
+  Tuner tuner(nullptr, {std::make_shared<runtime_test::FixedGenerator>(v)}, opt);
   Task task = ReluTask(kN);
 
   auto random_only = tuner.Tune(task);

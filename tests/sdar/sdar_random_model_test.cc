@@ -3,25 +3,14 @@
 // logits), shaped like a checkpoint of the config, and decodable.
 #include <gtest/gtest.h>
 
+#include "tiny_sdar_config.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
 
 namespace dice {
 namespace {
 
-SdarConfig TinyConfig() {
-  SdarConfig c;
-  c.hidden_size = 32;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.intermediate_size = 64;
-  c.vocab_size = 100;
-  c.max_position_embeddings = 256;
-  c.mask_token_id = 99;
-  return c;
-}
+SdarConfig TinyConfig() { return dice::testing::TinySdarConfig(100, 256, /*tie_word_embeddings=*/false); }
 
 torch::Tensor Logits(const SdarModel& m) {
   auto ids = torch::arange(0, 8, torch::kLong).view({1, 8});

@@ -16,21 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "../runtime/fixed_generator.h"
 #include "../runtime/extension_sources.h"
 #include "dice/torch_ext/optimize.h"
 
 namespace dice::torch_ext {
 namespace {
-
-class FixedGenerator : public KernelGenerator {
- public:
-  explicit FixedGenerator(std::vector<Candidate> c) : candidates_(std::move(c)) {}
-  std::string name() const override { return "fixed"; }
-  Expected<std::vector<Candidate>> Generate(const Task&, int) override { return candidates_; }
-
- private:
-  std::vector<Candidate> candidates_;
-};
 
 torch::jit::Module MakeModel() {
   torch::jit::Module m("ReluModel");
@@ -50,7 +41,8 @@ TEST(ExtensionWinnerGpu, CachedExtensionWinnerIsServedOnASecondRun) {
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
 
-  SetGenerators({std::make_shared<FixedGenerator>(std::vector<Candidate>{runtime_test::GoodReluExtension()})});
+  SetGenerators(
+      {std::make_shared<runtime_test::FixedGenerator>(std::vector<Candidate>{runtime_test::GoodReluExtension()})});
   Options options;
   options.mode = Mode::kCache;
   options.cache_dir = dir;

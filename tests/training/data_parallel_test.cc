@@ -19,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../sdar/tiny_sdar_config.h"
 #include "dice/generator/sdar_model.h"
 #include "dice/training/checkpoint_io.h"
 #include "dice/training/distributed.h"
@@ -153,19 +154,8 @@ class TrainingDataParallel : public ::testing::Test {
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     torch::set_num_threads(1);
-    SdarConfig c;
-    c.hidden_size = 32;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.intermediate_size = 64;
-    c.vocab_size = 260;
-    c.mask_token_id = 259;
-    c.max_position_embeddings = 512;
-    c.tie_word_embeddings = true;
-    c.block_size = 4;
-    ASSERT_TRUE(InitRandomCheckpoint(c, Path("init"), 11).ok());
+    ASSERT_TRUE(
+        InitRandomCheckpoint(dice::testing::TinySdarConfig(260, 512, /*tie_word_embeddings=*/true), Path("init"), 11).ok());
     ASSERT_TRUE(WriteByteTokenizer(Path("init")).ok());
     WriteText(Path("templates.json"), R"({"system": "", "infilling": "R:{reference}\nP:{prefix}\nS:{suffix}", )"
                                       R"("end_to_end": "R:{reference}"})");

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "../sdar/tiny_sdar_config.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
 #include "dice/generator/tokenizer.h"
@@ -208,18 +209,9 @@ TEST_F(TrainingPipeline, DatasetSftRlCheckpointDecode) {
 // an injected wrong one 0 with the verdict logged, the random rollouts (no
 // code block) 0.
 TEST_F(TrainingPipeline, RlJudgedRewardRunsTheKernelBenchProtocol) {
-  SdarConfig c;
-  c.hidden_size = 32;
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.head_dim = 16;
-  c.intermediate_size = 64;
-  c.vocab_size = 260;
-  c.mask_token_id = 259;
-  c.max_position_embeddings = 2048;
-  c.tie_word_embeddings = true;
-  ASSERT_TRUE(InitRandomCheckpoint(c, Path("judge_init"), 3).ok());
+  ASSERT_TRUE(InitRandomCheckpoint(dice::testing::TinySdarConfig(260, 2048, /*tie_word_embeddings=*/true),
+                                   Path("judge_init"), 3)
+                  .ok());
   ASSERT_TRUE(WriteByteTokenizer(Path("judge_init")).ok());
   const std::string reference =
       "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 
+#include "../sdar/tiny_sdar_config.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
 #include "dice/training/checkpoint_io.h"
@@ -20,18 +21,7 @@ class SdarHooks : public ::testing::Test {
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     torch::set_num_threads(1);
-    SdarConfig c;
-    c.hidden_size = 32;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.intermediate_size = 64;
-    c.vocab_size = 50;
-    c.mask_token_id = 49;
-    c.max_position_embeddings = 64;
-    c.tie_word_embeddings = false;
-    ASSERT_TRUE(InitRandomCheckpoint(c, dir_, 11).ok());
+    ASSERT_TRUE(InitRandomCheckpoint(dice::testing::TinySdarConfig(50, 64, /*tie_word_embeddings=*/false), dir_, 11).ok());
   }
   // rm -rf: LibTorch's exported std::filesystem::remove_all crashes when interposed.
   static void TearDownTestSuite() { (void)!std::system(("rm -rf '" + dir_ + "'").c_str()); }

@@ -450,18 +450,8 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
 
 Expected<RlReport> RunRl(const RlOptions& o, const std::function<void(const std::string&)>& log_fn) {
   DICE_RETURN_IF_ERROR(CheckOptions(o));
-  auto dp = DataParallel::Join(std::chrono::seconds(o.dist_timeout_s), std::chrono::seconds(o.collective_timeout_s));
-  if (!dp.ok()) return dp.status();
-  auto report = RunRlRank(o, **dp, log_fn);
-  if (!report.ok()) {
-    if ((*dp)->world_size() == 1) return report.status();
-    const std::string where = "rank " + std::to_string((*dp)->rank()) + " of " + std::to_string((*dp)->world_size());
-    (*dp)->Abort(where + ": " + report.status().message());
-    return Status(report.status().code(), where + ": " + report.status().message());
-  }
-  report->rank = (*dp)->rank();
-  report->world_size = (*dp)->world_size();
-  return report;
+  return RunOnThisRank<RlReport>(o.dist_timeout_s, o.collective_timeout_s,
+                                  [&](DataParallel& dp) { return RunRlRank(o, dp, log_fn); });
 }
 
 }  // namespace dice::training

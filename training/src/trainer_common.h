@@ -3,12 +3,15 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "dice/generator/checkpoint.h"
 #include "dice/generator/tokenizer.h"
 #include "dice/runtime/status.h"
+#include "dice/training/distributed.h"
 
 namespace dice::training {
 
@@ -45,5 +48,29 @@ Status SaveTrainerState(const std::string& out_dir, const std::string& kind, int
 /// file; kCorrupt for a malformed state or another kind; kInternal when the
 /// optimizer state does not fit (message from LibTorch).
 Expected<int64_t> LoadTrainerState(const std::string& dir, const std::string& kind, torch::optim::Optimizer* optimizer);
+
+/// Runs one trainer on this process's rank: joins the data-parallel group of
+/// the torchrun environment (DataParallel::Join with the two timeouts, in
+/// seconds), calls `run_rank`, and stamps the report's rank and world_size.
+/// When a rank fails in a multi-rank run it aborts the group, so the other
+/// ranks stop at their next collective with "rank r of N: <cause>", and
+/// returns that message (same status code). Errors: those of Join and of
+/// `run_rank`. `Report` needs int fields `rank` and `world_size`.
+template <class Report>
+Expected<Report> RunOnThisRank(int64_t dist_timeout_s, int64_t collective_timeout_s,
+                               const std::function<Expected<Report>(DataParallel&)>& run_rank) {
+  auto dp = DataParallel::Join(std::chrono::seconds(dist_timeout_s), std::chrono::seconds(collective_timeout_s));
+  if (!dp.ok()) return dp.status();
+  auto report = run_rank(**dp);
+  if (!report.ok()) {
+    if ((*dp)->world_size() == 1) return report.status();
+    const std::string where = "rank " + std::to_string((*dp)->rank()) + " of " + std::to_string((*dp)->world_size());
+    (*dp)->Abort(where + ": " + report.status().message());
+    return Status(report.status().code(), where + ": " + report.status().message());
+  }
+  report->rank = (*dp)->rank();
+  report->world_size = (*dp)->world_size();
+  return report;
+}
 
 }  // namespace dice::training
