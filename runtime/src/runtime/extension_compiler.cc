@@ -14,9 +14,14 @@
 #include <sstream>
 
 #include "dice/runtime/process.h"
+#include "text_files.h"
 
 namespace dice {
 namespace {
+
+using text_files::IsFile;
+using text_files::ReadText;
+using text_files::WriteText;
 
 #ifndef DICE_NVCC_PATH
 #define DICE_NVCC_PATH "/usr/local/cuda/bin/nvcc"
@@ -51,10 +56,6 @@ std::string EnvOr(const char* name, const std::string& fallback) {
   return v != nullptr && v[0] != '\0' ? std::string(v) : fallback;
 }
 
-bool IsFile(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
 bool IsDir(const std::string& p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -66,21 +67,6 @@ bool IsValidArch(const std::string& arch) {
   while (i < arch.size() && arch[i] >= '0' && arch[i] <= '9') ++i;
   if (i == 3) return false;
   return i == arch.size() || (i + 1 == arch.size() && (arch[i] == 'a' || arch[i] == 'f'));
-}
-
-Status WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return Status(StatusCode::kIoError, "cannot write '" + path + "': " + strerror(errno));
-  return Status::Ok();
-}
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // The first `max_lines` lines of `text` that mention an error, else its head.

@@ -10,13 +10,13 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "dice/runtime/process.h"
+#include "text_files.h"
 
 #ifndef DICE_KB_JUDGE_SOURCE
 #define DICE_KB_JUDGE_SOURCE ""
@@ -27,26 +27,6 @@
 
 namespace dice {
 namespace {
-
-bool IsRegularFile(const std::string& path) {
-  struct stat st;
-  return !path.empty() && ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-Status Write(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return Status(StatusCode::kIoError, "cannot write '" + path + "': " + strerror(errno));
-  return Status();
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // The last `max_lines` lines of `text`, for a crash report.
 std::string Tail(const std::string& text, int max_lines) {
@@ -84,7 +64,7 @@ Expected<std::string> ResolveJudgeScript(const std::string& configured) {
   auto pick = [&](const std::string& p) {
     if (p.empty()) return false;
     tried.push_back(p);
-    return IsRegularFile(p);
+    return text_files::IsFile(p);
   };
   if (!configured.empty()) {
     if (pick(configured)) return configured;
@@ -122,8 +102,8 @@ Expected<ProgramVerdict> JudgeProgram(const std::string& reference_source, const
     return Status(StatusCode::kIoError, "mkdir '" + dir + "': " + strerror(errno));
   }
   const std::string ref = dir + "/reference.py", prog = dir + "/program.py", log = dir + "/judge.log";
-  DICE_RETURN_IF_ERROR(Write(ref, reference_source));
-  DICE_RETURN_IF_ERROR(Write(prog, candidate_source));
+  DICE_RETURN_IF_ERROR(text_files::WriteText(ref, reference_source));
+  DICE_RETURN_IF_ERROR(text_files::WriteText(prog, candidate_source));
 
   std::vector<std::string> argv = {options.python, *script, "--reference", ref, "--program", prog,
                                    "--device", options.device, "--trials", std::to_string(options.trials),
@@ -141,7 +121,7 @@ Expected<ProgramVerdict> JudgeProgram(const std::string& reference_source, const
 
   ProgramVerdict v;
   v.wall_s = run->wall_ms / 1e3;
-  const std::string text = ReadAll(log);
+  const std::string text = text_files::ReadText(log);
   std::string result_line;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
