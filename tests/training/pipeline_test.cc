@@ -261,6 +261,15 @@ TEST_F(TrainingPipeline, RlJudgedRewardRunsTheKernelBenchProtocol) {
   bool logged = false;
   for (const auto& l : lines) logged |= l.find("known-good answer of wrong earns no reward: incorrect") != std::string::npos;
   EXPECT_TRUE(logged) << "the wrong answer's verdict is not in the log";
+
+  r.reward = "sometimes";
+  auto bad = RunRl(r, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--reward must be auto, judge or compile"), std::string::npos);
+  r.reward = "judge";
+  r.judge_jobs = 0;
+  EXPECT_EQ(RunRl(r, nullptr).status().code(), StatusCode::kInvalidArgument);
 }
 
 // The builder re-verifies and times imported pairs (--verify judge), here
