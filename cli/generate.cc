@@ -30,7 +30,7 @@ constexpr int kExitOk = 0, kExitFailure = 1, kExitBadInput = 2, kExitNoGpu = 3;
 
 struct GenerateArgs {
   std::string model_dir, task_path, mode = "e2e", prefix_path, suffix_path, templates_path, json_path;
-  std::string device = "cpu", dtype = "f32", remasking = "dynamic", cuda_graphs = "off";
+  std::string device = "cpu", dtype = "f32", remasking = "dynamic", cuda_graphs = "auto";
   int64_t num_samples = 1, max_new_tokens = 256, steps = 4, top_k = 0;
   uint64_t seed = 0;
   double threshold = 0.9, temperature = 0.0, top_p = 1.0;
@@ -83,8 +83,9 @@ CLI::App* AddGenerateCommand(CLI::App& app) {
   cmd->add_option("--device", a.device, "cpu, cuda or cuda:N");
   cmd->add_option("--dtype", a.dtype, "compute dtype")->check(CLI::IsMember({"f32", "bf16", "f16"}));
   cmd->add_option("--cuda-graphs", a.cuda_graphs,
-                  "on: replay the per-step forward as a CUDA graph (fixed-shape form; not yet verified on a GPU)")
-      ->check(CLI::IsMember({"on", "off"}));
+                  "on: replay the per-step and commit forwards as CUDA graphs (fixed-shape form); "
+                  "auto (default): on when --device is cuda")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   cmd->add_option("--json", a.json_path, "also write prompt, samples and timings as JSON to this file");
   cmd->add_flag("--quiet", a.quiet, "no progress lines on stderr");
   return cmd;
@@ -151,7 +152,7 @@ int RunGenerateCommand() {
   o.top_p = a.top_p;
   o.num_samples = a.num_samples;
   o.seed = a.seed;
-  o.cuda_graphs = a.cuda_graphs == "on";
+  o.cuda_graphs = a.cuda_graphs == "on" || (a.cuda_graphs == "auto" && mopts.device.is_cuda());
   o.eos_ids.clear();
   for (int32_t id : tok->eos_ids()) o.eos_ids.push_back(id);
   if (!a.quiet) {
@@ -202,7 +203,8 @@ int RunGenerateCommand() {
                           {"samples", samples},
                           {"seconds", result->seconds},
                           {"denoising_steps", result->denoising_steps},
-                          {"forward_passes", result->forward_passes}}
+                          {"forward_passes", result->forward_passes},
+                          {"cuda_graphs", o.cuda_graphs}}
                .dump(2)
         << "\n";
     if (!out) return Fail(kExitFailure, "cannot write --json file '" + a.json_path + "'");

@@ -217,8 +217,8 @@ struct GeneratorArgs {
   int64_t max_new_tokens = 2048;   ///< DICE tokens per sample at most (a kernel answer is ~1-2k tokens)
 };
 
-/// The generators for `g`; DICE decodes on the GPU in bf16 when one is
-/// present, else on the CPU in f32. Errors (bad input): dice/both without
+/// The generators for `g`; DICE decodes on the GPU in bf16 with CUDA graphs
+/// when one is present, else on the CPU in f32. Errors (bad input): dice/both without
 /// --model, an unloadable checkpoint.
 bool MakeGenerators(const GeneratorArgs& g, bool gpu, std::vector<std::shared_ptr<dice::KernelGenerator>>* out,
                     std::string* error) {
@@ -234,6 +234,7 @@ bool MakeGenerators(const GeneratorArgs& g, bool gpu, std::vector<std::shared_pt
     o.model.dtype = gpu ? torch::kBFloat16 : torch::kFloat32;
     o.num_samples = g.samples;
     o.decode.max_new_tokens = g.max_new_tokens;
+    o.decode.cuda_graphs = gpu;  // graphed step forward: 4.3-8.9x the eager decode on the H200 (docs/PERF.md)
     o.progress = true;
     std::printf("dice: loading the DICE checkpoint %s on %s\n", g.model_dir.c_str(), gpu ? "cuda:0 (bf16)" : "cpu (f32)");
     auto gen = dice::DiceGenerator::Load(std::move(o));

@@ -77,7 +77,8 @@ TEST_F(GenerateCliTest, DecodesEverySampleFromATinyCheckpointOnTheCpu) {
 }
 
 // --cuda-graphs on runs the fixed-shape step forward (eagerly on a CPU): the
-// same greedy tokens as off; a value other than on/off is bad input.
+// same greedy tokens as off; the default (auto) is off on a CPU; a value
+// other than auto/on/off is bad input.
 TEST_F(GenerateCliTest, CudaGraphsFlagKeepsTheTokensAndRejectsOtherValues) {
   const std::string base = "generate --model " + model_ + " --task " + dir_ +
                            "/task.py -n 2 --max-new-tokens 12 --remasking static --quiet --json " + dir_;
@@ -90,6 +91,12 @@ TEST_F(GenerateCliTest, CudaGraphsFlagKeepsTheTokensAndRejectsOtherValues) {
   ASSERT_EQ(j_on["samples"].size(), 2u);
   EXPECT_EQ(j_on["samples"][0]["tokens"], j_off["samples"][0]["tokens"]);
   EXPECT_EQ(j_on["samples"][1]["tokens"], j_off["samples"][1]["tokens"]);
+  EXPECT_EQ(j_on["cuda_graphs"], true);
+  EXPECT_EQ(j_off["cuda_graphs"], false);
+  DiceResult def = RunDice(base + "/auto.json");
+  ASSERT_EQ(def.code, 0) << def.output;
+  std::ifstream in_auto(dir_ + "/auto.json");
+  EXPECT_EQ(nlohmann::json::parse(in_auto)["cuda_graphs"], false);
   DiceResult bad = RunDice(base + "/bad.json --cuda-graphs sometimes");
   EXPECT_NE(bad.code, 0) << bad.output;
   EXPECT_NE(bad.output.find("cuda-graphs"), std::string::npos) << bad.output;
