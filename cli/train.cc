@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dice/training/dataset.h"
+#include "dice/training/eval.h"
 #include "dice/training/files.h"
 #include "dice/training/model_init.h"
 #include "dice/training/rl.h"
@@ -18,7 +19,7 @@ namespace {
 constexpr int kExitOk = 0, kExitFailure = 1, kExitBadInput = 2, kExitNoGpu = 3;
 
 struct TrainArgs {
-  CLI::App *init = nullptr, *dataset = nullptr, *sft = nullptr, *rl = nullptr;
+  CLI::App *init = nullptr, *dataset = nullptr, *sft = nullptr, *rl = nullptr, *eval = nullptr;
   // init
   std::string init_out, init_tokenizer;
   bool byte_tokenizer = false;
@@ -29,6 +30,7 @@ struct TrainArgs {
   training::DatasetOptions data;
   training::SftOptions sft_opts;
   training::RlOptions rl_opts;
+  training::EvalOptions eval_opts;
 };
 
 TrainArgs& Args() {
@@ -158,6 +160,12 @@ int RunRl(const TrainArgs& a) {
   return kExitOk;
 }
 
+int RunEval(const TrainArgs& a) {
+  auto r = training::RunEval(a.eval_opts, Log);
+  if (!r.ok()) return Fail(r.status());
+  return kExitOk;
+}
+
 }  // namespace
 
 CLI::App* AddTrainCommand(CLI::App& app) {
@@ -263,6 +271,37 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   a.rl->add_option("--collective-timeout", r.collective_timeout_s,
                    "data parallel: seconds to wait for the other ranks at each all-reduce")
       ->check(CLI::Range(int64_t{1}, int64_t{86400}));
+
+  auto& e = a.eval_opts;
+  e.ks.clear();
+  a.eval = train->add_subcommand("eval", "pass@k of a checkpoint on the held-out tasks (same reward as dice train rl)");
+  a.eval->add_option("--model", e.model_dir, "checkpoint directory")->required();
+  a.eval->add_option("--tasks", e.tasks_path, "CuKe JSONL (dice train dataset)")->required();
+  a.eval->add_option("--json", e.out_json, "write the report (per task and mean pass@k) to this file");
+  a.eval->add_option("--stage", e.stage, "infill (kinds infill, device) | e2e (kinds e2e, task)")
+      ->check(CLI::IsMember({"infill", "e2e"}));
+  a.eval->add_option("--split", e.split, "heldout (default) | train | all")
+      ->check(CLI::IsMember({"heldout", "train", "all"}));
+  a.eval->add_option("--templates", e.templates_path, "prompt templates JSON");
+  a.eval->add_option("--device", e.device, "cpu | cuda | cuda:N");
+  a.eval->add_option("--arch", e.arch, "NVRTC target of the compile reward");
+  a.eval->add_option("--reward", e.reward, "judge = compiles AND correct; compile = NVRTC only; auto = judge on CUDA")
+      ->check(CLI::IsMember({"auto", "judge", "compile"}));
+  a.eval->add_option("-n,--samples", e.samples, "answers decoded per task")->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  a.eval->add_option("-k", e.ks, "pass@k for each k (repeatable or comma separated; default 1)")->delimiter(',');
+  a.eval->add_option("--max-tasks", e.max_tasks, "evaluate only the first N tasks of the split (0 = all)");
+  a.eval->add_option("--max-new-tokens", e.max_new_tokens, "answer length cap");
+  a.eval->add_option("--denoising-steps", e.denoising_steps, "denoising steps per block");
+  a.eval->add_option("--threshold", e.confidence_threshold, "dynamic remasking confidence threshold");
+  a.eval->add_option("--temperature", e.temperature, "sampling temperature");
+  a.eval->add_option("--judge-jobs", e.judge_jobs, "answers judged at once (each a child process)")
+      ->check(CLI::Range(int64_t{1}, int64_t{256}));
+  a.eval->add_option("--judge-timeout", e.judge_timeout_s, "limit per judged answer, seconds")
+      ->check(CLI::Range(1.0, 86400.0));
+  a.eval->add_option("--seed", e.seed, "sampling seed");
+  a.eval->callback([&e] {
+    if (e.ks.empty()) e.ks = {1};
+  });
   return train;
 }
 
@@ -272,6 +311,7 @@ int RunTrainCommand() {
   if (a.dataset->parsed()) return RunDataset(a);
   if (a.sft->parsed()) return RunSft(a);
   if (a.rl->parsed()) return RunRl(a);
+  if (a.eval->parsed()) return RunEval(a);
   return kExitBadInput;
 }
 

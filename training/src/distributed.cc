@@ -165,9 +165,14 @@ Expected<std::unique_ptr<DataParallel>> DataParallel::Join(std::chrono::seconds 
   if (env->world_size == 1) return Expected<std::unique_ptr<DataParallel>>(std::move(dp));
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(env->master_port);
-  opts.isServer = env->rank == 0;
+  // Under torchrun the elastic agent already hosts a TCPStore at
+  // MASTER_ADDR:MASTER_PORT and says so (TORCHELASTIC_USE_AGENT_STORE=True):
+  // every rank joins it as a client. Launched by hand, rank 0 hosts it.
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool agent_store = agent != nullptr && std::string(agent) == "True";
+  opts.isServer = !agent_store && env->rank == 0;
   opts.numWorkers = static_cast<size_t>(env->world_size);
-  opts.waitWorkers = true;
+  opts.waitWorkers = !agent_store;
   opts.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(rendezvous_timeout);
   const std::string where = env->master_addr + ":" + std::to_string(env->master_port);
   const std::string who = "rank " + std::to_string(env->rank) + " of " + std::to_string(env->world_size);

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <future>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -14,12 +13,12 @@
 #include "dice/generator/prompts.h"
 #include "dice/generator/sdar_model.h"
 #include "dice/generator/tokenizer.h"
-#include "dice/runtime/compiler.h"
 #include "dice/runtime/program_judge.h"
 #include "dice/training/checkpoint_io.h"
 #include "dice/training/distributed.h"
 #include "dice/training/examples.h"
 #include "dice/training/losses.h"
+#include "dice/training/reward.h"
 #include "trainer_common.h"
 
 namespace dice::training {
@@ -121,9 +120,7 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
   const SdarConfig& cfg = model->config();
   auto eos = EndOfTurnId(*tokenizer, cfg);
   if (!eos.ok()) return eos.status();
-  std::vector<int64_t> eos_ids = {*eos};
-  const int32_t eot = tokenizer->TokenToId("<|endoftext|>");
-  if (eot >= 0 && eot != *eos) eos_ids.push_back(eot);
+  const std::vector<int64_t> eos_ids = AnswerStopIds(*tokenizer, *eos);
 
   PromptTemplates templates = PromptTemplates::Default();
   if (!o.templates_path.empty()) {
@@ -151,7 +148,13 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
 
   RlReport report;
   const bool judge = o.reward == "judge" || (o.reward == "auto" && device->is_cuda());
-  ProgramJudgeOptions judge_options;
+  RewardOptions reward_options;
+  reward_options.stage = o.stage;
+  reward_options.judge = judge;
+  reward_options.judge_jobs = o.judge_jobs;
+  reward_options.arch = o.arch;
+  reward_options.speedup_bonus = o.speedup_bonus;
+  ProgramJudgeOptions& judge_options = reward_options.judge_options;
   judge_options.device = device->str();
   judge_options.timeout_s = o.judge_timeout_s;
   judge_options.seed = static_cast<long long>(o.seed);
@@ -262,47 +265,18 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
             r.trace = {prompt, toks, steps};
           }
         }
-        // Reward (rl.h step 3): judged programs, or NVRTC-compiled device form.
+        // Reward (rl.h step 3, reward.h): judged programs, or NVRTC-compiled device form.
         std::vector<double> rewards;
+        std::vector<std::string> answer_texts;
+        for (const Rollout& r : group) answer_texts.push_back(tokenizer->Decode(r.answer));
+        auto scored = RewardAnswers(task, answer_texts, reward_options);
+        if (!scored.ok()) return scored.status();
         std::vector<double> group_rewards(static_cast<size_t>(o.group_size), 0.0);
         std::vector<std::string> whys(static_cast<size_t>(o.group_size));
-        std::vector<std::string> programs(static_cast<size_t>(o.group_size));
         for (int64_t i = 0; i < o.group_size; ++i) {
-          auto code = ExtractCodeBlock(tokenizer->Decode(group[i].answer));
-          if (!code.ok()) {
-            whys[i] = code.status().message();
-          } else if (judge) {
-            programs[i] = o.stage == "infill" ? task.prefix + *code + task.suffix : *code;
-          } else {
-            auto cand = DeviceFormCandidate(*code, "rl:" + task.id + ":" + std::to_string(i));
-            auto compiled = cand.ok() ? CompileCandidate(*cand, o.arch) : Expected<CompileResult>(cand.status());
-            if (compiled.ok()) {
-              ++sr.compiled;
-              group_rewards[i] = 1.0;
-            } else {
-              whys[i] = compiled.status().message();
-            }
-          }
-        }
-        // Each judged program is a child process (a load_inline build): judge_jobs at once.
-        for (int64_t first = 0; judge && first < o.group_size; first += o.judge_jobs) {
-          std::vector<std::pair<int64_t, std::future<Expected<ProgramVerdict>>>> running;
-          for (int64_t i = first; i < std::min(o.group_size, first + o.judge_jobs); ++i) {
-            if (programs[i].empty()) continue;
-            running.emplace_back(i, std::async(std::launch::async, [&, i] {
-                                   return JudgeProgram(task.reference, programs[i], judge_options);
-                                 }));
-          }
-          for (auto& [i, f] : running) {
-            auto v = f.get();
-            if (!v.ok()) return v.status().WithContext("judging a rollout of " + task.id);
-            if (v->compiled) ++sr.compiled;
-            if (v->correct) {
-              group_rewards[i] = 1.0 + (o.speedup_bonus > 0 && v->speedup > 0 ? o.speedup_bonus * std::log2(v->speedup) : 0.0);
-            } else {
-              whys[i] = v->outcome + ": " + v->error;
-            }
-          }
+          if ((*scored)[i].compiled) ++sr.compiled;
+          group_rewards[i] = (*scored)[i].reward;
+          whys[i] = (*scored)[i].why;
         }
         for (int64_t i = 0; i < o.group_size; ++i) {
           Rollout& r = group[i];

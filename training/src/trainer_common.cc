@@ -37,6 +37,13 @@ Expected<int64_t> EndOfTurnId(const Tokenizer& tokenizer, const SdarConfig& conf
   return id;
 }
 
+std::vector<int64_t> AnswerStopIds(const Tokenizer& tokenizer, int64_t end_of_turn) {
+  std::vector<int64_t> ids = {end_of_turn};
+  const int32_t eot = tokenizer.TokenToId("<|endoftext|>");
+  if (eot >= 0 && eot != end_of_turn) ids.push_back(eot);
+  return ids;
+}
+
 AutocastGuard::AutocastGuard(bool enabled) : enabled_(enabled) {
   if (!enabled_) return;
   previous_ = at::autocast::is_autocast_enabled(at::kCUDA);

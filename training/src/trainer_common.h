@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "dice/generator/checkpoint.h"
 #include "dice/generator/tokenizer.h"
@@ -23,6 +24,10 @@ Expected<torch::Device> ParseTrainDevice(const std::string& text);
 /// <|endoftext|>. Errors: kInvalidArgument when neither exists or the id is
 /// outside the model's vocabulary.
 Expected<int64_t> EndOfTurnId(const Tokenizer& tokenizer, const SdarConfig& config);
+
+/// The ids a rollout stops at: `end_of_turn` (EndOfTurnId) and
+/// <|endoftext|> when the tokenizer has it and it differs.
+std::vector<int64_t> AnswerStopIds(const Tokenizer& tokenizer, int64_t end_of_turn);
 
 /// Enables CUDA autocast to bfloat16 for its lifetime (when `enabled`);
 /// restores the previous state and clears the cast cache on exit.

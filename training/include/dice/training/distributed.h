@@ -64,7 +64,8 @@ class DataParallel {
   /// Joins the group the environment describes (ReadDistributedEnv). With
   /// world size 1 nothing is opened and every collective is the identity.
   /// Otherwise rank 0 starts the TCPStore server and waits for all ranks;
-  /// the others connect. `rendezvous_timeout` bounds that wait;
+  /// the others connect. Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True)
+  /// the elastic agent already hosts that store, so every rank connects. `rendezvous_timeout` bounds that wait;
   /// `collective_timeout` bounds each collective's wait for the other ranks.
   /// Errors: those of ReadDistributedEnv; kTimeout when the rendezvous does
   /// not complete in time (the message names MASTER_ADDR:MASTER_PORT, the

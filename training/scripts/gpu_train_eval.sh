@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Issue 4's H200 run, in device calls of < 10 minutes each (a warm machine
+# keeps the ignored build/, where the work directory lives):
+#   PHASE=sft  bash training/scripts/gpu_train_eval.sh   # build, init, dataset, SFT, eval of the SFT model
+#   PHASE=rl   bash training/scripts/gpu_train_eval.sh   # stage-1 RL from the SFT model, eval of the RL model
+# Both evals use the same held-out tasks (split by task hash in `dice train
+# dataset`), seed, sample count and judged reward (compiles AND correct,
+# KernelBench protocol), so pass@k of SFT and RL compare directly. Sizes
+# and steps are environment variables (defaults below). CSVs, eval JSONs
+# and logs go to $OUT. Before the call, here: bash scripts/gpu_prepare.sh;
+# carry .deps.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/dice-out}
+PHASE=${PHASE:-sft}
+W=${W:-build/train-eval}
+HIDDEN=${HIDDEN:-512}
+LAYERS=${LAYERS:-8}
+SFT_STEPS=${SFT_STEPS:-400}
+RL_STEPS=${RL_STEPS:-4}
+N=${N:-8}
+MAX_NEW=${MAX_NEW:-512}
+JUDGE_JOBS=${JUDGE_JOBS:-16}
+DICE=./build/cli/dice
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+JOBS=16 BUILD_TARGETS=dice bash scripts/setup.sh > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+source scripts/deps_env.sh
+eval_model() {  # $1 model dir, $2 name
+  $DICE train eval --model "$1" --tasks "$W/infill.jsonl" --templates "$W/templates.json" --device cuda \
+    --stage infill -n "$N" -k 1,4,"$N" --max-new-tokens "$MAX_NEW" --temperature 1.0 --seed 11 \
+    --judge-jobs "$JUDGE_JOBS" --judge-timeout 240 --json "$OUT/eval_$2.json" 2>&1 | tee "$OUT/eval_$2.log" | tail -3
+}
+if [ "$PHASE" = sft ]; then
+  rm -rf "$W" && mkdir -p "$W"
+  printf '%s' '{"system": "", "infilling": "Reference:\n{reference}\nPrefix:\n{prefix}\nSuffix:\n{suffix}", "end_to_end": "Reference:\n{reference}"}' > "$W/templates.json"
+  $DICE train init --out "$W/m0" --byte-tokenizer --hidden "$HIDDEN" --layers "$LAYERS" --heads 8 --kv-heads 4 \
+    --head-dim $((HIDDEN / 8)) --intermediate $((HIDDEN * 3)) --context 8192 --seed 1 | tee "$OUT/init.log"
+  $DICE train dataset --corpus .deps/dice-rl/kernel_infilling_evaluation.json --out "$W/cuke.jsonl" --verify none \
+    | tee "$OUT/dataset.log"
+  grep '"kind":"infill"' "$W/cuke.jsonl" > "$W/infill.jsonl"
+  $DICE train sft --model "$W/m0" --data "$W/infill.jsonl" --templates "$W/templates.json" --out "$W/m1" \
+    --device cuda --steps "$SFT_STEPS" --batch-size 8 --max-length 3072 --lr 1e-3 --warmup-steps 20 \
+    --save-every 100 > "$OUT/sft.log" 2>&1; echo "sft exit $?"
+  grep -v "^sft step" "$OUT/sft.log"; cp "$W/m1/sft_log.csv" "$OUT/" 2>/dev/null
+  eval_model "$W/m1" sft
+elif [ "$PHASE" = rl ]; then
+  [ -d "$W/m1" ] || { echo "gpu_train_eval: $W/m1 missing: run PHASE=sft first on this (warm) machine" >&2; exit 2; }
+  $DICE train rl --model "$W/m1" --tasks "$W/infill.jsonl" --templates "$W/templates.json" --out "$W/m2" \
+    --device cuda --stage infill --steps "$RL_STEPS" --tasks-per-step 2 --group-size 8 --max-new-tokens "$MAX_NEW" \
+    --inject-known-good "$W/infill.jsonl" --lr 1e-5 --judge-jobs "$JUDGE_JOBS" 2>&1 | tee "$OUT/rl.log" | tail -12
+  cp "$W/m2/rl_log.csv" "$OUT/" 2>/dev/null
+  eval_model "$W/m2" rl
+else
+  echo "gpu_train_eval: PHASE must be sft or rl, got '$PHASE'" >&2; exit 2
+fi

@@ -1,0 +1,202 @@
+// `dice train eval` (pass@k on held-out tasks): see dice/training/eval.h.
+// No spdlog/fmt here: LibTorch bundles its own fmt.
+#include "dice/training/eval.h"
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "dice/generator/diffusion_decoder.h"
+#include "dice/generator/prompts.h"
+#include "dice/generator/sdar_model.h"
+#include "dice/generator/tokenizer.h"
+#include "dice/training/examples.h"
+#include "dice/training/reward.h"
+#include "trainer_common.h"
+
+namespace dice::training {
+namespace {
+
+Status Bad(const std::string& m) { return Status(StatusCode::kInvalidArgument, "dice train eval: " + m); }
+
+Status CheckOptions(const EvalOptions& o) {
+  if (o.model_dir.empty()) return Bad("--model is required");
+  if (o.tasks_path.empty()) return Bad("--tasks is required");
+  if (o.stage != "infill" && o.stage != "e2e") return Bad("--stage must be infill or e2e, got '" + o.stage + "'");
+  if (o.split != "heldout" && o.split != "train" && o.split != "all") {
+    return Bad("--split must be heldout, train or all, got '" + o.split + "'");
+  }
+  if (o.reward != "auto" && o.reward != "judge" && o.reward != "compile") {
+    return Bad("--reward must be auto, judge or compile, got '" + o.reward + "'");
+  }
+  if (o.samples < 1) return Bad("--samples must be >= 1");
+  if (o.ks.empty()) return Bad("-k needs at least one value");
+  for (int64_t k : o.ks) {
+    if (k < 1 || k > o.samples) {
+      return Bad("-k " + std::to_string(k) + " must be in 1..--samples (" + std::to_string(o.samples) + ")");
+    }
+  }
+  if (o.max_tasks < 0) return Bad("--max-tasks must be >= 0");
+  if (o.max_new_tokens < 1) return Bad("--max-new-tokens must be >= 1");
+  if (o.denoising_steps < 1) return Bad("--denoising-steps must be >= 1");
+  if (!(o.temperature >= 0)) return Bad("--temperature must be >= 0");
+  if (o.judge_jobs < 1) return Bad("--judge-jobs must be >= 1");
+  if (!(o.judge_timeout_s > 0)) return Bad("--judge-timeout must be > 0");
+  return Status::Ok();
+}
+
+nlohmann::json ToJson(const EvalOptions& o, const EvalReport& r) {
+  nlohmann::json tasks = nlohmann::json::array();
+  for (const auto& t : r.tasks) {
+    tasks.push_back({{"id", t.id}, {"level", t.level}, {"samples", t.samples}, {"passed", t.passed},
+                     {"compiled", t.compiled}, {"pass_at_k", t.pass_at_k}, {"first_failure", t.first_failure}});
+  }
+  return {{"model", o.model_dir}, {"tasks_file", o.tasks_path}, {"stage", o.stage}, {"split", o.split},
+          {"metric", r.metric}, {"samples", o.samples}, {"k", r.ks}, {"pass_at_k", r.pass_at_k},
+          {"temperature", o.temperature}, {"seed", o.seed}, {"max_new_tokens", o.max_new_tokens},
+          {"decoded_tokens", r.decoded_tokens}, {"decode_s", r.decode_s}, {"tokens_per_s", r.tokens_per_s},
+          {"seconds", r.seconds}, {"tasks", tasks}};
+}
+
+}  // namespace
+
+Expected<EvalReport> RunEval(const EvalOptions& o, const std::function<void(const std::string&)>& log_fn) {
+  auto log = [&](const std::string& line) {
+    if (log_fn) log_fn(line);
+  };
+  DICE_RETURN_IF_ERROR(CheckOptions(o));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto device = ParseTrainDevice(o.device);
+  if (!device.ok()) return device.status();
+  auto tokenizer = Tokenizer::Load(o.model_dir);
+  if (!tokenizer.ok()) return tokenizer.status();
+  SdarModelOptions mo;
+  mo.device = *device;
+  auto model = SdarModel::Load(o.model_dir, mo);
+  if (!model.ok()) return model.status();
+  auto eos = EndOfTurnId(*tokenizer, model->config());
+  if (!eos.ok()) return eos.status();
+  PromptTemplates templates = PromptTemplates::Default();
+  if (!o.templates_path.empty()) {
+    auto t = PromptTemplates::Load(o.templates_path);
+    if (!t.ok()) return t.status();
+    templates = *t;
+  }
+  std::vector<std::string> skipped;
+  auto all = ReadExamples(o.tasks_path, &skipped);
+  if (!all.ok()) return all.status();
+  for (const auto& s : skipped) log("eval: skipped malformed line: " + s);
+  std::vector<CukeExample> tasks;
+  for (auto& e : *all) {
+    const bool kind_ok =
+        o.stage == "e2e" ? (e.kind == "e2e" || e.kind == "task") : (e.kind == "infill" || e.kind == "device");
+    const bool split_ok = o.split == "all" || (o.split == "heldout") == (e.split == "heldout");
+    if (kind_ok && split_ok) tasks.push_back(std::move(e));
+    if (o.max_tasks > 0 && static_cast<int64_t>(tasks.size()) == o.max_tasks) break;
+  }
+  if (tasks.empty()) return Bad(o.tasks_path + " has no " + o.split + " task for stage " + o.stage);
+
+  RewardOptions ro;
+  ro.stage = o.stage;
+  ro.judge = o.reward == "judge" || (o.reward == "auto" && device->is_cuda());
+  ro.judge_jobs = o.judge_jobs;
+  ro.arch = o.arch;
+  ro.judge_options.device = device->str();
+  ro.judge_options.timeout_s = o.judge_timeout_s;
+  ro.judge_options.seed = static_cast<long long>(o.seed);
+  EvalReport report;
+  report.ks = o.ks;
+  report.metric = ro.judge ? "compiles AND correct (KernelBench protocol on " + device->str() + ")"
+                           : "compiles (NVRTC " + o.arch + "; correctness not checked)";
+  report.pass_at_k.assign(o.ks.size(), 0.0);
+  log("eval: " + std::to_string(tasks.size()) + " " + o.split + " tasks (stage " + o.stage + "), " +
+      std::to_string(o.samples) + " samples each, metric: " + report.metric);
+
+  // Decode every task first, then score: judged answers are child
+  // processes, so several tasks' answers are judged at once (judge_jobs in
+  // all), while the model holds the GPU only during decoding.
+  std::vector<std::vector<std::string>> answers(tasks.size());
+  try {
+    for (size_t ti = 0; ti < tasks.size(); ++ti) {
+      const CukeExample& task = tasks[ti];
+      auto pa = ExamplePromptAndAnswer(task, templates);
+      if (!pa.ok()) return pa.status();
+      DecodeOptions d;
+      d.max_new_tokens = o.max_new_tokens;
+      d.denoising_steps = o.denoising_steps;
+      d.remasking = Remasking::kDynamic;
+      d.confidence_threshold = o.confidence_threshold;
+      d.temperature = o.temperature;
+      d.num_samples = o.samples;
+      d.seed = o.seed * 1000003ULL + ti;
+      d.eos_ids = AnswerStopIds(*tokenizer, *eos);
+      d.cuda_graphs = device->is_cuda();
+      auto decoded = Decode(*model, tokenizer->Encode(pa->prompt), d);
+      if (!decoded.ok()) return decoded.status().WithContext("decoding " + task.id);
+      report.decode_s += decoded->seconds;
+      for (const auto& toks : decoded->tokens) {
+        report.decoded_tokens += static_cast<int64_t>(toks.size());
+        answers[ti].push_back(tokenizer->Decode(toks));
+      }
+    }
+  } catch (const c10::Error& e) {
+    return Status(StatusCode::kInternal, std::string("dice train eval: LibTorch: ") + e.what_without_backtrace());
+  }
+  log("eval: decoded " + std::to_string(report.decoded_tokens) + " tokens; scoring");
+  const int64_t per_task_jobs = std::min(o.samples, o.judge_jobs);
+  const size_t tasks_at_once = ro.judge ? static_cast<size_t>(std::max<int64_t>(1, o.judge_jobs / per_task_jobs)) : 1;
+  ro.judge_jobs = per_task_jobs;
+  for (size_t first = 0; first < tasks.size(); first += tasks_at_once) {
+    std::vector<std::future<Expected<std::vector<AnswerReward>>>> running;
+    const size_t last = std::min(tasks.size(), first + tasks_at_once);
+    for (size_t ti = first; ti < last; ++ti) {
+      running.push_back(std::async(std::launch::async, [&, ti] { return RewardAnswers(tasks[ti], answers[ti], ro); }));
+    }
+    for (size_t ti = first; ti < last; ++ti) {
+      auto scored = running[ti - first].get();
+      if (!scored.ok()) return scored.status();
+      EvalTaskResult tr;
+      tr.id = tasks[ti].id;
+      tr.level = tasks[ti].level;
+      tr.samples = o.samples;
+      for (const auto& sc : *scored) {
+        if (sc.reward > 0) ++tr.passed;
+        if (sc.compiled) ++tr.compiled;
+        if (sc.reward <= 0 && tr.first_failure.empty()) tr.first_failure = sc.why.substr(0, 300);
+      }
+      for (size_t j = 0; j < o.ks.size(); ++j) {
+        auto p = PassAtK(tr.samples, tr.passed, o.ks[j]);
+        if (!p.ok()) return p.status();
+        tr.pass_at_k.push_back(*p);
+        report.pass_at_k[j] += *p / static_cast<double>(tasks.size());
+      }
+      log("eval: task " + std::to_string(ti + 1) + "/" + std::to_string(tasks.size()) + " " + tr.id + ": " +
+          std::to_string(tr.passed) + "/" + std::to_string(tr.samples) + " passed, " + std::to_string(tr.compiled) +
+          " compiled" +
+          (tr.first_failure.empty() ? "" : "; first failure: " + tr.first_failure.substr(0, tr.first_failure.find('\n'))));
+      report.tasks.push_back(std::move(tr));
+    }
+  }
+  report.tokens_per_s = report.decode_s > 0 ? static_cast<double>(report.decoded_tokens) / report.decode_s : 0.0;
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string summary = "eval: " + std::to_string(report.tasks.size()) + " tasks";
+  for (size_t j = 0; j < o.ks.size(); ++j) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), ", pass@%lld %.4f", static_cast<long long>(o.ks[j]), report.pass_at_k[j]);
+    summary += buf;
+  }
+  char tail[96];
+  std::snprintf(tail, sizeof(tail), "; decode %.1f tokens/s; %.1f s", report.tokens_per_s, report.seconds);
+  log(summary + " (" + report.metric + ")" + tail);
+  if (!o.out_json.empty()) {
+    std::ofstream out(o.out_json, std::ios::trunc);
+    out << ToJson(o, report).dump(2) << "\n";
+    if (!out) return Status(StatusCode::kIoError, "dice train eval: cannot write --json " + o.out_json);
+  }
+  return report;
+}
+
+}  // namespace dice::training
