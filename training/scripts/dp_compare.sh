@@ -12,7 +12,7 @@
 #
 # Needs build/cli/dice (JOBS=16 BUILD_TARGETS=dice bash scripts/setup.sh) and
 # .deps/dice-rl/kernel_infilling_evaluation.json (scripts/gpu_prepare.sh).
-# Logs and CSVs go to $OUT.
+# Logs and CSVs go to $OUT. Exit 77 (ctest: skipped) without torchrun.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/dice-out}
@@ -28,6 +28,7 @@ W=$(mktemp -d /tmp/dice-dp.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 mkdir -p "$OUT"
 [ -x "$DICE" ] || { echo "dp_compare: $DICE not built (JOBS=16 BUILD_TARGETS=dice bash scripts/setup.sh)" >&2; exit 2; }
+command -v torchrun > /dev/null || { echo "dp_compare: torchrun (PyTorch) not on PATH: skipped" >&2; exit 77; }
 [ -f "$CORPUS" ] || { echo "dp_compare: $CORPUS missing (bash scripts/gpu_prepare.sh)" >&2; exit 2; }
 printf '%s' '{"system": "", "infilling": "Reference:\n{reference}\nPrefix:\n{prefix}\nSuffix:\n{suffix}", "end_to_end": "Reference:\n{reference}"}' > "$W/templates.json"
 $DICE train init --out "$W/m0" --byte-tokenizer --hidden "$HIDDEN" --layers "$LAYERS" --heads 8 --kv-heads 4 \
