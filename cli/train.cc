@@ -12,6 +12,7 @@
 #include "dice/training/model_init.h"
 #include "dice/training/rl.h"
 #include "dice/training/sft.h"
+#include "dice/training/sweep.h"
 
 namespace dice::cli {
 namespace {
@@ -19,7 +20,7 @@ namespace {
 constexpr int kExitOk = 0, kExitFailure = 1, kExitBadInput = 2, kExitNoGpu = 3;
 
 struct TrainArgs {
-  CLI::App *init = nullptr, *dataset = nullptr, *sft = nullptr, *rl = nullptr, *eval = nullptr;
+  CLI::App *init = nullptr, *dataset = nullptr, *sft = nullptr, *rl = nullptr, *eval = nullptr, *sweep = nullptr;
   // init
   std::string init_out, init_tokenizer;
   bool byte_tokenizer = false;
@@ -31,6 +32,7 @@ struct TrainArgs {
   training::SftOptions sft_opts;
   training::RlOptions rl_opts;
   training::EvalOptions eval_opts;
+  training::SweepOptions sweep_opts;
 };
 
 TrainArgs& Args() {
@@ -157,6 +159,12 @@ int RunRl(const TrainArgs& a) {
   if (r->rank != 0) return kExitOk;  // data parallel: rank 0 reports
   std::printf("rl: done, %zu steps, parameter change (L2) %.6g, checkpoint %s\n", r->steps.size(), r->parameter_change,
               r->checkpoint.c_str());
+  return kExitOk;
+}
+
+int RunSweep(const TrainArgs& a) {
+  auto r = training::RunSweep(a.sweep_opts, Log);
+  if (!r.ok()) return Fail(r.status());
   return kExitOk;
 }
 
@@ -299,6 +307,19 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   a.eval->add_option("--judge-timeout", e.judge_timeout_s, "limit per judged answer, seconds")
       ->check(CLI::Range(1.0, 86400.0));
   a.eval->add_option("--seed", e.seed, "sampling seed");
+  auto& w = a.sweep_opts;
+  w.catalog_path = "training/sweeps/templates.json";
+  a.sweep = train->add_subcommand("sweep", "tune a catalog of fusion groups with the templates into a cache "
+                                           "(CuKe source: then dice train dataset --cache-db)");
+  a.sweep->add_option("--catalog", w.catalog_path, "JSON catalog of groups and shape sets")->capture_default_str();
+  a.sweep->add_option("--cache-db", w.cache_db, "cache SQLite file the winners go to")->required();
+  a.sweep->add_option("--only", w.only, "comma-separated catalog names (default: all)");
+  a.sweep->add_option("--budget-s", w.budget_s, "tuning budget per task, seconds")->check(CLI::Range(0.1, 86400.0));
+  a.sweep->add_option("--max-candidates", w.max_candidates, "template candidates per task")
+      ->check(CLI::Range(1, 1024));
+  a.sweep->add_option("--gpu", w.device, "CUDA ordinal")->check(CLI::Range(0, 1024));
+  a.sweep->add_flag("--compile-only", w.compile_only, "generate and compile only, store nothing (automatic without a GPU)");
+
   a.eval->callback([&e] {
     if (e.ks.empty()) e.ks = {1};
   });
@@ -312,6 +333,7 @@ int RunTrainCommand() {
   if (a.sft->parsed()) return RunSft(a);
   if (a.rl->parsed()) return RunRl(a);
   if (a.eval->parsed()) return RunEval(a);
+  if (a.sweep->parsed()) return RunSweep(a);
   return kExitBadInput;
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 4's H200 run, in device calls of < 10 minutes each (a warm machine
 # keeps the ignored build/, where the work directory lives):
+#   PHASE=sweep bash training/scripts/gpu_train_eval.sh  # build, template sweep into $W/sweep.db (optional, ~5 min)
 #   PHASE=sft  bash training/scripts/gpu_train_eval.sh   # build, init, dataset, SFT, eval of the SFT model
 #   PHASE=rl   bash training/scripts/gpu_train_eval.sh   # stage-1 RL from the SFT model, eval of the RL model
 # Both evals use the same held-out tasks (split by task hash in `dice train
@@ -31,14 +32,19 @@ eval_model() {  # $1 model dir, $2 name
     --stage infill -n "$N" -k 1,4,"$N" --max-new-tokens "$MAX_NEW" --temperature 1.0 --seed 11 \
     --judge-jobs "$JUDGE_JOBS" --judge-timeout 240 --json "$OUT/eval_$2.json" 2>&1 | tee "$OUT/eval_$2.log" | tail -3
 }
-if [ "$PHASE" = sft ]; then
-  rm -rf "$W" && mkdir -p "$W"
+if [ "$PHASE" = sweep ]; then
+  mkdir -p "$W"
+  $DICE train sweep --cache-db "$W/sweep.db" --budget-s 30 --max-candidates 8 2>&1 | tee "$OUT/sweep.log" | tail -40
+elif [ "$PHASE" = sft ]; then
+  # Keep a sweep's cache (PHASE=sweep) when there is one: its winners become device examples.
+  find "$W" -mindepth 1 -maxdepth 1 ! -name sweep.db -exec rm -rf {} + 2>/dev/null; mkdir -p "$W"
   printf '%s' '{"system": "", "infilling": "Reference:\n{reference}\nPrefix:\n{prefix}\nSuffix:\n{suffix}", "end_to_end": "Reference:\n{reference}"}' > "$W/templates.json"
   $DICE train init --out "$W/m0" --byte-tokenizer --hidden "$HIDDEN" --layers "$LAYERS" --heads 8 --kv-heads 4 \
     --head-dim $((HIDDEN / 8)) --intermediate $((HIDDEN * 3)) --context 8192 --seed 1 | tee "$OUT/init.log"
-  $DICE train dataset --corpus .deps/dice-rl/kernel_infilling_evaluation.json --out "$W/cuke.jsonl" --verify none \
-    | tee "$OUT/dataset.log"
-  grep '"kind":"infill"' "$W/cuke.jsonl" > "$W/infill.jsonl"
+  sweep_db=(); [ -f "$W/sweep.db" ] && sweep_db=(--cache-db "$W/sweep.db")
+  $DICE train dataset --corpus .deps/dice-rl/kernel_infilling_evaluation.json "${sweep_db[@]}" --out "$W/cuke.jsonl" \
+    --verify none | tee "$OUT/dataset.log"
+  grep -E '"kind":"(infill|device)"' "$W/cuke.jsonl" > "$W/infill.jsonl"
   $DICE train sft --model "$W/m0" --data "$W/infill.jsonl" --templates "$W/templates.json" --out "$W/m1" \
     --device cuda --steps "$SFT_STEPS" --batch-size 8 --max-length 3072 --lr 1e-3 --warmup-steps 20 \
     --save-every 100 > "$OUT/sft.log" 2>&1; echo "sft exit $?"
@@ -52,5 +58,5 @@ elif [ "$PHASE" = rl ]; then
   cp "$W/m2/rl_log.csv" "$OUT/" 2>/dev/null
   eval_model "$W/m2" rl
 else
-  echo "gpu_train_eval: PHASE must be sft or rl, got '$PHASE'" >&2; exit 2
+  echo "gpu_train_eval: PHASE must be sweep, sft or rl, got '$PHASE'" >&2; exit 2
 fi

@@ -74,27 +74,6 @@ bool InHeldout(const std::string& task_hash, double percent) {
   return x * 100.0 < percent;
 }
 
-// "f32[1024,8192];f32[8192]" (WinnerRecord::input_specs) -> contiguous specs.
-std::vector<ir::TensorSpec> ParseSpecList(const std::string& text) {
-  std::vector<ir::TensorSpec> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ';')) {
-    const size_t open = item.find('['), close = item.find(']');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    auto dtype = ir::ParseDType(item.substr(0, open));
-    if (!dtype.ok()) continue;
-    std::vector<int64_t> shape;
-    std::stringstream dims(item.substr(open + 1, close - open - 1));
-    std::string d;
-    while (std::getline(dims, d, ',')) {
-      if (!d.empty()) shape.push_back(std::stoll(d));
-    }
-    out.push_back(ir::TensorSpec::Contiguous(*dtype, shape));
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string NormalisedSourceHash(const std::string& source) { return ir::Sha256Hex(StripAndCollapse(source)); }
@@ -158,10 +137,16 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
     if (!store.ok()) return Status(store.status().code(), "cache " + db + ": " + store.status().message());
     auto winners = (*store)->ListWinners();
     if (!winners.ok()) return Status(winners.status().code(), "cache " + db + ": " + winners.status().message());
-    for (const auto& w : *winners) {
+    for (const auto& summary : *winners) {
       ++r.read;
+      // ListWinners leaves out source and cubin (it serves `dice cache ls`): read the whole record.
+      auto full = (*store)->GetWinner(summary.task_key);
+      if (!full.ok()) return Status(full.status().code(), "cache " + db + ": " + full.status().message());
+      if (!full->has_value()) continue;  // removed since the listing
+      const cache::WinnerRecord& w = **full;
       auto graph = ir::Parse(w.graph_canonical);
-      if (!graph.ok() || w.source.empty()) {
+      auto specs = ParseInputSpecs(w.input_specs);
+      if (!graph.ok() || !specs.ok() || w.source.empty()) {
         ++r.malformed;
         continue;
       }
@@ -178,10 +163,13 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
       e.kind = "device";
       e.level = LevelFromOps(static_cast<int64_t>(graph->ops.size()));
       e.source = "cache:" + db;
-      e.reference = ir::RenderReferenceProgram(*graph, ParseSpecList(w.input_specs), "cuda");
+      e.reference = ir::RenderReferenceProgram(*graph, *specs, "cuda");
       e.prefix = "// device form: extern \"C\" __global__ kernels, launched by the plan below\n";
       e.middle = w.source;
       e.suffix = "// launch plan: " + w.launch_plan_json + "\n";
+      e.graph = w.graph_canonical;  // what the device-form judge (reward.h) verifies an answer against
+      e.input_specs = w.input_specs;
+      e.launch_plan = w.launch_plan_json;
       e.speedup = w.speedup;
       e.verified = "cache:" + (w.gpu_name.empty() ? w.arch : w.gpu_name);
       e.hash = NormalisedSourceHash(w.source);

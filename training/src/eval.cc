@@ -3,6 +3,7 @@
 #include "dice/training/eval.h"
 
 #include <algorithm>
+#include <memory>
 #include <chrono>
 #include <future>
 #include <cstdio>
@@ -107,6 +108,11 @@ Expected<EvalReport> RunEval(const EvalOptions& o, const std::function<void(cons
   ro.judge_options.device = device->str();
   ro.judge_options.timeout_s = o.judge_timeout_s;
   ro.judge_options.seed = static_cast<long long>(o.seed);
+  std::unique_ptr<DeviceFormJudge> device_judge;  // kind "device" tasks: Tuner + dice-worker
+  if (ro.judge) {
+    device_judge = std::make_unique<DeviceFormJudge>(device->str(), std::min(o.judge_timeout_s, 60.0));
+    ro.device_judge = device_judge.get();
+  }
   EvalReport report;
   report.ks = o.ks;
   report.metric = ro.judge ? "compiles AND correct (KernelBench protocol on " + device->str() + ")"

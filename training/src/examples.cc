@@ -30,8 +30,46 @@ std::string CukeExample::ToJsonLine() const {
     j["middle"] = middle;
     j["suffix"] = suffix;
   }
+  if (kind == "device" && !graph.empty()) {
+    j["graph"] = graph;
+    j["input_specs"] = input_specs;
+    j["launch_plan"] = launch_plan;
+  }
   j["speedup"] = speedup ? nlohmann::json(*speedup) : nlohmann::json(nullptr);
   return j.dump();
+}
+
+Expected<std::vector<ir::TensorSpec>> ParseInputSpecs(const std::string& text) {
+  std::vector<ir::TensorSpec> out;
+  std::stringstream ss(text);
+  std::string item;
+  auto bad = [&](const std::string& why) {
+    return Status(StatusCode::kInvalidArgument, "input spec \"" + item + "\" in \"" + text + "\": " + why);
+  };
+  while (std::getline(ss, item, ';')) {
+    if (item.empty()) continue;
+    const size_t open = item.find('['), close = item.find(']');
+    if (open == std::string::npos || close == std::string::npos || close < open) return bad("no [shape]");
+    auto dtype = ir::ParseDType(item.substr(0, open));
+    if (!dtype.ok()) return bad(dtype.status().message());
+    std::vector<int64_t> shape;
+    std::stringstream dims(item.substr(open + 1, close - open - 1));
+    std::string d;
+    while (std::getline(dims, d, ',')) {
+      if (d.empty()) continue;
+      size_t used = 0;
+      long long v = -1;
+      try {
+        v = std::stoll(d, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != d.size() || v < 0) return bad("dimension \"" + d + "\" is not a non-negative integer");
+      shape.push_back(v);
+    }
+    out.push_back(ir::TensorSpec::Contiguous(*dtype, shape));
+  }
+  return out;
 }
 
 Expected<CukeExample> CukeExample::FromJsonLine(const std::string& line, const std::string& where) {
@@ -63,6 +101,9 @@ Expected<CukeExample> CukeExample::FromJsonLine(const std::string& line, const s
   DICE_RETURN_IF_ERROR(str("hash", &e.hash, false));
   DICE_RETURN_IF_ERROR(str("task_hash", &e.task_hash, false));
   DICE_RETURN_IF_ERROR(str("split", &e.split, false));
+  DICE_RETURN_IF_ERROR(str("graph", &e.graph, false));
+  DICE_RETURN_IF_ERROR(str("input_specs", &e.input_specs, false));
+  DICE_RETURN_IF_ERROR(str("launch_plan", &e.launch_plan, false));
   if (j.contains("level") && !j["level"].is_null()) {
     if (!j["level"].is_number_integer()) return Corrupt(where, "field \"level\" must be an integer");
     e.level = j["level"].get<int>();

@@ -2,20 +2,137 @@
 #include "dice/training/reward.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <future>
 #include <utility>
 
+#include <map>
+#include <mutex>
+
+#include "dice/generator/fixed_generator.h"
 #include "dice/generator/prompts.h"
 #include "dice/runtime/compiler.h"
+#include "dice/runtime/cuda_driver.h"
+#include "dice/runtime/task.h"
+#include "dice/runtime/tuner.h"
 
 namespace dice::training {
+
+struct DeviceFormJudge::Impl {
+  int ordinal = 0;
+  double candidate_timeout_s = 20;
+  std::mutex mu;
+  std::shared_ptr<FixedGenerator> generator = std::make_shared<FixedGenerator>(std::vector<Candidate>{}, "answers");
+  std::unique_ptr<Tuner> tuner;  // created at the first Judge (its worker starts then)
+};
+
+DeviceFormJudge::DeviceFormJudge(const std::string& device, double candidate_timeout_s)
+    : impl_(std::make_unique<Impl>()) {
+  const size_t colon = device.find(':');
+  impl_->ordinal = colon == std::string::npos ? 0 : std::atoi(device.c_str() + colon + 1);
+  impl_->candidate_timeout_s = candidate_timeout_s;
+}
+
+DeviceFormJudge::~DeviceFormJudge() = default;
+
+Expected<std::vector<AnswerReward>> DeviceFormJudge::Judge(const CukeExample& task,
+                                                           const std::vector<std::string>& codes) {
+  auto bad = [&](const std::string& why) {
+    return Status(StatusCode::kInvalidArgument, "device-form judge: task " + task.id + ": " + why);
+  };
+  if (task.graph.empty() || task.input_specs.empty() || task.launch_plan.empty()) {
+    return bad("no graph/input_specs/launch_plan (rebuild the dataset with this version of dice train dataset)");
+  }
+  auto graph = ir::Parse(task.graph);
+  if (!graph.ok()) return bad("graph: " + graph.status().message());
+  auto specs = ParseInputSpecs(task.input_specs);
+  if (!specs.ok()) return bad(specs.status().message());
+  auto plan = LaunchPlan::FromJson(task.launch_plan);
+  if (!plan.ok()) return bad("launch_plan: " + plan.status().message());
+  auto device = QueryDevice(impl_->ordinal);
+  if (!device.ok()) return device.status().WithContext("device-form judge");
+  auto t = Task::Make(*graph, *specs, TargetForDevice(impl_->ordinal));
+  if (!t.ok()) return bad(t.status().message());
+
+  std::vector<AnswerReward> out(codes.size());
+  std::vector<Candidate> candidates;
+  std::vector<std::string> hashes(codes.size());
+  for (size_t i = 0; i < codes.size(); ++i) {
+    if (codes[i].empty()) continue;
+    Candidate c;
+    c.origin = "answer:" + std::to_string(i);
+    c.form = CandidateForm::kDevice;
+    c.source = codes[i];
+    c.plan = *plan;
+    hashes[i] = c.Hash();
+    candidates.push_back(std::move(c));
+  }
+  if (candidates.empty()) return out;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!impl_->tuner) {
+    TuneOptions o;
+    o.max_candidates = 1 << 20;
+    o.budget_s = 1e9;  // every answer is judged; each is bounded by candidate_timeout_s
+    o.candidate_timeout_s = impl_->candidate_timeout_s;
+    o.device = impl_->ordinal;
+    impl_->tuner = std::make_unique<Tuner>(nullptr, std::vector<std::shared_ptr<KernelGenerator>>{impl_->generator}, o);
+  }
+  impl_->generator->SetCandidates(std::move(candidates));
+  auto report = impl_->tuner->Tune(*t);
+  if (!report.ok()) return report.status().WithContext("device-form judge: task " + task.id);
+  std::map<std::string, const CandidateOutcome*> by_hash;  // the same code twice is tuned once
+  for (const auto& o : report->outcomes) by_hash.emplace(o.hash, &o);
+  for (size_t i = 0; i < codes.size(); ++i) {
+    if (codes[i].empty()) continue;
+    auto it = by_hash.find(hashes[i]);
+    if (it == by_hash.end()) {
+      out[i].why = "not judged (no outcome from the tuner)";
+      continue;
+    }
+    const CandidateOutcome& o = *it->second;
+    out[i].compiled = o.outcome != "compile_error" && o.outcome != "parse_error" && o.outcome != "skipped";
+    out[i].correct = o.outcome == "verified" || o.outcome == "slower" || o.outcome == "winner";
+    if (out[i].correct) {
+      out[i].speedup = o.time_us > 0 ? report->baseline_us / o.time_us : 0.0;
+    } else {
+      out[i].why = o.outcome + (o.error.empty() ? "" : ": " + o.error);
+    }
+  }
+  return out;
+}
 
 Expected<std::vector<AnswerReward>> RewardAnswers(const CukeExample& task, const std::vector<std::string>& answers,
                                                   const RewardOptions& o) {
   const int64_t n = static_cast<int64_t>(answers.size());
   std::vector<AnswerReward> out(answers.size());
   std::vector<std::string> programs(answers.size());
+  if (o.judge && task.kind == "device") {
+    if (o.device_judge == nullptr) {
+      return Status(StatusCode::kInvalidArgument, "RewardAnswers: judged device task " + task.id +
+                                                      " needs RewardOptions::device_judge");
+    }
+    std::vector<std::string> codes(answers.size());
+    for (int64_t i = 0; i < n; ++i) {
+      auto code = ExtractCodeBlock(answers[i]);
+      if (code.ok()) {
+        codes[i] = *code;
+      } else {
+        out[i].why = code.status().message();
+      }
+    }
+    auto judged = o.device_judge->Judge(task, codes);
+    if (!judged.ok()) return judged.status();
+    for (int64_t i = 0; i < n; ++i) {
+      if (codes[i].empty()) continue;
+      out[i] = (*judged)[i];
+      if (out[i].correct) {
+        out[i].reward =
+            1.0 + (o.speedup_bonus > 0 && out[i].speedup > 0 ? o.speedup_bonus * std::log2(out[i].speedup) : 0.0);
+      }
+    }
+    return out;
+  }
   for (int64_t i = 0; i < n; ++i) {
     auto code = ExtractCodeBlock(answers[i]);
     if (!code.ok()) {

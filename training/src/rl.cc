@@ -3,6 +3,7 @@
 #include "dice/training/rl.h"
 
 #include <algorithm>
+#include <memory>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -154,6 +155,11 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
   reward_options.judge_jobs = o.judge_jobs;
   reward_options.arch = o.arch;
   reward_options.speedup_bonus = o.speedup_bonus;
+  std::unique_ptr<DeviceFormJudge> device_judge;  // kind "device" tasks: Tuner + dice-worker, kept across steps
+  if (judge) {
+    device_judge = std::make_unique<DeviceFormJudge>(device->str(), std::min(o.judge_timeout_s, 60.0));
+    reward_options.device_judge = device_judge.get();
+  }
   ProgramJudgeOptions& judge_options = reward_options.judge_options;
   judge_options.device = device->str();
   judge_options.timeout_s = o.judge_timeout_s;

@@ -12,6 +12,7 @@
 
 #include "dice/generator/prompts.h"
 #include "dice/runtime/candidate.h"
+#include "dice/runtime/ir.h"
 #include "dice/runtime/status.h"
 
 namespace dice::training {
@@ -31,6 +32,11 @@ struct CukeExample {
   std::string hash;        ///< sha256 of the normalised answer source (dedupe key)
   std::string task_hash;   ///< sha256 of the normalised reference (split key)
   std::string split;       ///< "train" | "heldout"
+  /// device only (from a cache winner): the fusion group's ir::Canonical
+  /// text, its input specs ("f32[1024,8192];f32[8192]") and the winner's
+  /// LaunchPlan JSON; the device-form judge (reward.h) verifies an answer
+  /// against them. Empty in datasets written before they existed.
+  std::string graph, input_specs, launch_plan;
 
   /// The JSON line (no trailing newline).
   std::string ToJsonLine() const;
@@ -41,6 +47,11 @@ struct CukeExample {
   /// unknown kind; a level outside 1..3).
   static Expected<CukeExample> FromJsonLine(const std::string& line, const std::string& where);
 };
+
+/// "f32[1024,8192];f32[8192]" (cache WinnerRecord::input_specs) -> one
+/// contiguous ir::TensorSpec per item. Errors: kInvalidArgument naming the
+/// item that has no "[...]" shape, an unknown dtype or a non-integer dim.
+Expected<std::vector<ir::TensorSpec>> ParseInputSpecs(const std::string& text);
 
 /// Reads a JSONL file of CukeExamples. A malformed line is skipped and its
 /// error ("file:line: ...") appended to `skipped` (when not null); blank

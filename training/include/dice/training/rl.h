@@ -21,7 +21,9 @@
 //      (runtime/program_judge.h JudgeProgram: a child Python process builds
 //      it with load_inline, seeded trials, allclose 1e-2; judge_jobs at a
 //      time) — reward 1 when correct, else 0 with the verdict logged for
-//      known-good answers. "compile" = the code block turned into the device
+//      known-good answers; a "device" task (cache winner) is judged in the
+//      device form by reward.h DeviceFormJudge (the runtime's Tuner and one
+//      kept dice-worker: NVRTC, trials, timing; seconds per group). "compile" = the code block turned into the device
 //      form (DeviceFormCandidate) compiles with NVRTC for `arch`
 //      (runtime/compiler.h), ~50 ms a rollout, correctness not checked (the
 //      reason is logged). "auto" (default) = judge when the device is CUDA,
