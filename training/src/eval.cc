@@ -80,20 +80,16 @@ Expected<EvalReport> RunEval(const EvalOptions& o, const std::function<void(cons
   if (!model.ok()) return model.status();
   auto eos = EndOfTurnId(*tokenizer, model->config());
   if (!eos.ok()) return eos.status();
-  PromptTemplates templates = PromptTemplates::Default();
-  if (!o.templates_path.empty()) {
-    auto t = PromptTemplates::Load(o.templates_path);
-    if (!t.ok()) return t.status();
-    templates = *t;
-  }
+  auto loaded_templates = LoadTemplatesOrDefault(o.templates_path);
+  if (!loaded_templates.ok()) return loaded_templates.status();
+  const PromptTemplates& templates = *loaded_templates;
   std::vector<std::string> skipped;
   auto all = ReadExamples(o.tasks_path, &skipped);
   if (!all.ok()) return all.status();
   for (const auto& s : skipped) log("eval: skipped malformed line: " + s);
   std::vector<CukeExample> tasks;
   for (auto& e : *all) {
-    const bool kind_ok =
-        o.stage == "e2e" ? (e.kind == "e2e" || e.kind == "task") : (e.kind == "infill" || e.kind == "device");
+    const bool kind_ok = IsStageKind(o.stage, e.kind);
     const bool split_ok = o.split == "all" || (o.split == "heldout") == (e.split == "heldout");
     if (kind_ok && split_ok) tasks.push_back(std::move(e));
     if (o.max_tasks > 0 && static_cast<int64_t>(tasks.size()) == o.max_tasks) break;
@@ -130,16 +126,9 @@ Expected<EvalReport> RunEval(const EvalOptions& o, const std::function<void(cons
       const CukeExample& task = tasks[ti];
       auto pa = ExamplePromptAndAnswer(task, templates);
       if (!pa.ok()) return pa.status();
-      DecodeOptions d;
-      d.max_new_tokens = o.max_new_tokens;
-      d.denoising_steps = o.denoising_steps;
-      d.remasking = Remasking::kDynamic;
-      d.confidence_threshold = o.confidence_threshold;
-      d.temperature = o.temperature;
-      d.num_samples = o.samples;
-      d.seed = o.seed * 1000003ULL + ti;
-      d.eos_ids = AnswerStopIds(*tokenizer, *eos);
-      d.cuda_graphs = device->is_cuda();
+      const DecodeOptions d =
+          RolloutDecodeOptions(o.max_new_tokens, o.denoising_steps, o.confidence_threshold, o.temperature, o.samples,
+                               o.seed * 1000003ULL + ti, AnswerStopIds(*tokenizer, *eos), device->is_cuda());
       auto decoded = Decode(*model, tokenizer->Encode(pa->prompt), d);
       if (!decoded.ok()) return decoded.status().WithContext("decoding " + task.id);
       report.decode_s += decoded->seconds;

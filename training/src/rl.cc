@@ -123,20 +123,16 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
   if (!eos.ok()) return eos.status();
   const std::vector<int64_t> eos_ids = AnswerStopIds(*tokenizer, *eos);
 
-  PromptTemplates templates = PromptTemplates::Default();
-  if (!o.templates_path.empty()) {
-    auto t = PromptTemplates::Load(o.templates_path);
-    if (!t.ok()) return t.status();
-    templates = *t;
-  }
+  auto loaded_templates = LoadTemplatesOrDefault(o.templates_path);
+  if (!loaded_templates.ok()) return loaded_templates.status();
+  const PromptTemplates& templates = *loaded_templates;
   std::vector<std::string> skipped;
   auto all = ReadExamples(o.tasks_path, &skipped);
   if (!all.ok()) return all.status();
   for (const auto& s : skipped) log("skipped malformed line: " + s);
   std::vector<CukeExample> tasks;
   for (auto& e : *all) {
-    const bool kind_ok =
-        o.stage == "e2e" ? (e.kind == "e2e" || e.kind == "task") : (e.kind == "infill" || e.kind == "device");
+    const bool kind_ok = IsStageKind(o.stage, e.kind);
     if (kind_ok && e.split != "heldout") tasks.push_back(std::move(e));
   }
   if (tasks.empty()) return Bad(o.tasks_path + " has no training task for stage " + o.stage);
@@ -235,15 +231,10 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
         auto pa = ExamplePromptAndAnswer(task, templates);
         if (!pa.ok()) return pa.status();
         const std::vector<int32_t> prompt = tokenizer->Encode(pa->prompt);
-        DecodeOptions d;
-        d.max_new_tokens = o.max_new_tokens;
-        d.denoising_steps = o.denoising_steps;
-        d.remasking = Remasking::kDynamic;
-        d.confidence_threshold = o.confidence_threshold;
-        d.temperature = o.temperature;
-        d.num_samples = o.group_size;
-        d.seed = o.seed * 1000003ULL + static_cast<uint64_t>(step) * 1009ULL + ti;
-        d.eos_ids = eos_ids;
+        // Rollouts decode eagerly: a graph capture per (task, batch) would cost more than it saves here.
+        const DecodeOptions d = RolloutDecodeOptions(
+            o.max_new_tokens, o.denoising_steps, o.confidence_threshold, o.temperature, o.group_size,
+            o.seed * 1000003ULL + static_cast<uint64_t>(step) * 1009ULL + ti, eos_ids, /*cuda=*/false);
         auto decoded = Decode(*model, prompt, d);
         if (!decoded.ok()) return decoded.status();
         decode_s += decoded->seconds;

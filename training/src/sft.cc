@@ -81,12 +81,9 @@ Expected<SftReport> RunSftRank(const SftOptions& o, DataParallel& dp,
   auto eos = EndOfTurnId(*tokenizer, cfg);
   if (!eos.ok()) return eos.status();
 
-  PromptTemplates templates = PromptTemplates::Default();
-  if (!o.templates_path.empty()) {
-    auto t = PromptTemplates::Load(o.templates_path);
-    if (!t.ok()) return t.status();
-    templates = *t;
-  }
+  auto loaded_templates = LoadTemplatesOrDefault(o.templates_path);
+  if (!loaded_templates.ok()) return loaded_templates.status();
+  const PromptTemplates& templates = *loaded_templates;
   SftReport report;
   std::vector<std::string> skipped;
   auto examples = ReadExamples(o.data_path, &skipped);

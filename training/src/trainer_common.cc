@@ -37,6 +37,31 @@ Expected<int64_t> EndOfTurnId(const Tokenizer& tokenizer, const SdarConfig& conf
   return id;
 }
 
+Expected<PromptTemplates> LoadTemplatesOrDefault(const std::string& path) {
+  if (path.empty()) return PromptTemplates::Default();
+  return PromptTemplates::Load(path);
+}
+
+bool IsStageKind(const std::string& stage, const std::string& kind) {
+  return stage == "e2e" ? (kind == "e2e" || kind == "task") : (kind == "infill" || kind == "device");
+}
+
+DecodeOptions RolloutDecodeOptions(int64_t max_new_tokens, int64_t denoising_steps, double confidence_threshold,
+                                   double temperature, int64_t samples, uint64_t seed,
+                                   const std::vector<int64_t>& eos_ids, bool cuda) {
+  DecodeOptions d;
+  d.max_new_tokens = max_new_tokens;
+  d.denoising_steps = denoising_steps;
+  d.remasking = Remasking::kDynamic;
+  d.confidence_threshold = confidence_threshold;
+  d.temperature = temperature;
+  d.num_samples = samples;
+  d.seed = seed;
+  d.eos_ids = eos_ids;
+  d.cuda_graphs = cuda;
+  return d;
+}
+
 std::vector<int64_t> AnswerStopIds(const Tokenizer& tokenizer, int64_t end_of_turn) {
   std::vector<int64_t> ids = {end_of_turn};
   const int32_t eot = tokenizer.TokenToId("<|endoftext|>");

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "dice/generator/checkpoint.h"
+#include "dice/generator/diffusion_decoder.h"
+#include "dice/generator/prompts.h"
 #include "dice/generator/tokenizer.h"
 #include "dice/runtime/status.h"
 #include "dice/training/distributed.h"
@@ -28,6 +30,21 @@ Expected<int64_t> EndOfTurnId(const Tokenizer& tokenizer, const SdarConfig& conf
 /// The ids a rollout stops at: `end_of_turn` (EndOfTurnId) and
 /// <|endoftext|> when the tokenizer has it and it differs.
 std::vector<int64_t> AnswerStopIds(const Tokenizer& tokenizer, int64_t end_of_turn);
+
+/// The prompt templates at `path`, or PromptTemplates::Default() when it is
+/// empty. Errors: those of PromptTemplates::Load.
+Expected<PromptTemplates> LoadTemplatesOrDefault(const std::string& path);
+
+/// Whether an example of `kind` is a task of RL/eval `stage`: "infill" takes
+/// infill and device examples, "e2e" takes e2e and task examples.
+bool IsStageKind(const std::string& stage, const std::string& kind);
+
+/// The decoding settings of a rollout (RL) or an evaluation sample: dynamic
+/// low-confidence remasking, temperature sampling, `samples` answers in
+/// one batch, stopping at `eos_ids`; CUDA graphs on a CUDA model.
+DecodeOptions RolloutDecodeOptions(int64_t max_new_tokens, int64_t denoising_steps, double confidence_threshold,
+                                   double temperature, int64_t samples, uint64_t seed,
+                                   const std::vector<int64_t>& eos_ids, bool cuda);
 
 /// Enables CUDA autocast to bfloat16 for its lifetime (when `enabled`);
 /// restores the previous state and clears the cast cache on exit.
