@@ -83,18 +83,10 @@ Expected<EvalReport> RunEval(const EvalOptions& o, const std::function<void(cons
   auto loaded_templates = LoadTemplatesOrDefault(o.templates_path);
   if (!loaded_templates.ok()) return loaded_templates.status();
   const PromptTemplates& templates = *loaded_templates;
-  std::vector<std::string> skipped;
-  auto all = ReadExamples(o.tasks_path, &skipped);
-  if (!all.ok()) return all.status();
-  for (const auto& s : skipped) log("eval: skipped malformed line: " + s);
-  std::vector<CukeExample> tasks;
-  for (auto& e : *all) {
-    const bool kind_ok = IsStageKind(o.stage, e.kind);
-    const bool split_ok = o.split == "all" || (o.split == "heldout") == (e.split == "heldout");
-    if (kind_ok && split_ok) tasks.push_back(std::move(e));
-    if (o.max_tasks > 0 && static_cast<int64_t>(tasks.size()) == o.max_tasks) break;
-  }
-  if (tasks.empty()) return Bad(o.tasks_path + " has no " + o.split + " task for stage " + o.stage);
+  auto read = ReadStageTasks(o.tasks_path, o.stage, o.split, o.max_tasks, "dice train eval",
+                             [&](const std::string& s) { log("eval: skipped malformed line: " + s); });
+  if (!read.ok()) return read.status();
+  const std::vector<CukeExample> tasks = std::move(*read);
 
   RewardOptions ro;
   ro.stage = o.stage;

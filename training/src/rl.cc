@@ -126,16 +126,10 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
   auto loaded_templates = LoadTemplatesOrDefault(o.templates_path);
   if (!loaded_templates.ok()) return loaded_templates.status();
   const PromptTemplates& templates = *loaded_templates;
-  std::vector<std::string> skipped;
-  auto all = ReadExamples(o.tasks_path, &skipped);
-  if (!all.ok()) return all.status();
-  for (const auto& s : skipped) log("skipped malformed line: " + s);
-  std::vector<CukeExample> tasks;
-  for (auto& e : *all) {
-    const bool kind_ok = IsStageKind(o.stage, e.kind);
-    if (kind_ok && e.split != "heldout") tasks.push_back(std::move(e));
-  }
-  if (tasks.empty()) return Bad(o.tasks_path + " has no training task for stage " + o.stage);
+  auto read = ReadStageTasks(o.tasks_path, o.stage, "train", 0, "dice train rl",
+                             [&](const std::string& s) { log("skipped malformed line: " + s); });
+  if (!read.ok()) return read.status();
+  std::vector<CukeExample> tasks = std::move(*read);
   auto known_good = ReadKnownGood(o.inject_path, templates);
   if (!known_good.ok()) return known_good.status();
   std::vector<int> levels;

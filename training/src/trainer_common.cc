@@ -46,6 +46,29 @@ bool IsStageKind(const std::string& stage, const std::string& kind) {
   return stage == "e2e" ? (kind == "e2e" || kind == "task") : (kind == "infill" || kind == "device");
 }
 
+Expected<std::vector<CukeExample>> ReadStageTasks(const std::string& path, const std::string& stage,
+                                                  const std::string& split, int64_t max_tasks,
+                                                  const std::string& command,
+                                                  const std::function<void(const std::string&)>& on_skipped) {
+  std::vector<std::string> skipped;
+  auto all = ReadExamples(path, &skipped);
+  if (!all.ok()) return all.status();
+  if (on_skipped) {
+    for (const auto& s : skipped) on_skipped(s);
+  }
+  std::vector<CukeExample> tasks;
+  for (auto& e : *all) {
+    const bool split_ok = split == "all" || (split == "heldout") == (e.split == "heldout");
+    if (IsStageKind(stage, e.kind) && split_ok) tasks.push_back(std::move(e));
+    if (max_tasks > 0 && static_cast<int64_t>(tasks.size()) == max_tasks) break;
+  }
+  if (tasks.empty()) {
+    return Status(StatusCode::kInvalidArgument,
+                  command + ": " + path + " has no " + split + " task for stage " + stage);
+  }
+  return tasks;
+}
+
 DecodeOptions RolloutDecodeOptions(int64_t max_new_tokens, int64_t denoising_steps, double confidence_threshold,
                                    double temperature, int64_t samples, uint64_t seed,
                                    const std::vector<int64_t>& eos_ids, bool cuda) {

@@ -15,6 +15,7 @@
 #include "dice/generator/tokenizer.h"
 #include "dice/runtime/status.h"
 #include "dice/training/distributed.h"
+#include "dice/training/examples.h"
 
 namespace dice::training {
 
@@ -38,6 +39,16 @@ Expected<PromptTemplates> LoadTemplatesOrDefault(const std::string& path);
 /// Whether an example of `kind` is a task of RL/eval `stage`: "infill" takes
 /// infill and device examples, "e2e" takes e2e and task examples.
 bool IsStageKind(const std::string& stage, const std::string& kind);
+
+/// The tasks of `stage` (IsStageKind) in `split` ("train", "heldout" or
+/// "all") read from the CuKe JSONL at `path`, in file order, at most
+/// `max_tasks` (0 = all); each malformed line is passed to `on_skipped`.
+/// Errors: those of ReadExamples; kInvalidArgument (prefixed with
+/// `command`) when no task is left.
+Expected<std::vector<CukeExample>> ReadStageTasks(const std::string& path, const std::string& stage,
+                                                  const std::string& split, int64_t max_tasks,
+                                                  const std::string& command,
+                                                  const std::function<void(const std::string&)>& on_skipped);
 
 /// The decoding settings of a rollout (RL) or an evaluation sample: dynamic
 /// low-confidence remasking, temperature sampling, `samples` answers in
