@@ -2,6 +2,8 @@
 // public headers used here do not include LibTorch).
 #include "train.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -162,8 +164,23 @@ int RunRl(const TrainArgs& a) {
   return kExitOk;
 }
 
+constexpr char kDefaultSweepCatalog[] = "training/sweeps/templates.json";
+
 int RunSweep(const TrainArgs& a) {
-  auto r = training::RunSweep(a.sweep_opts, Log);
+  training::SweepOptions o = a.sweep_opts;
+  // The default catalog is relative to the checkout: outside it, use the
+  // checkout this binary was built from.
+  if (o.catalog_path == kDefaultSweepCatalog && ::access(o.catalog_path.c_str(), R_OK) != 0) {
+    const std::string built_from = std::string(DICE_SOURCE_DIR) + "/" + kDefaultSweepCatalog;
+    if (::access(built_from.c_str(), R_OK) == 0) {
+      o.catalog_path = built_from;
+    } else {
+      std::fprintf(stderr, "dice train sweep: no %s here or in %s: run from the checkout or pass --catalog FILE\n",
+                   kDefaultSweepCatalog, DICE_SOURCE_DIR);
+      return kExitBadInput;
+    }
+  }
+  auto r = training::RunSweep(o, Log);
   if (!r.ok()) return Fail(r.status());
   return kExitOk;
 }
@@ -239,7 +256,8 @@ CLI::App* AddTrainCommand(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{86400}));
 
   auto& r = a.rl_opts;
-  a.rl = train->add_subcommand("rl", "BiC-RL: TraceRL on decoder rollouts, NVRTC-compiled rewards");
+  a.rl = train->add_subcommand("rl", "BiC-RL: TraceRL on decoder rollouts; reward judged (compiles AND correct) on "
+                                     "CUDA, NVRTC compile only on a CPU (--reward)");
   a.rl->add_option("--model", r.model_dir, "starting checkpoint (the SFT model; also the KL reference)")->required();
   a.rl->add_option("--tasks", r.tasks_path, "CuKe JSONL of tasks")->required();
   a.rl->add_option("--out", r.out_dir, "checkpoint directory to write")->required();
@@ -308,7 +326,7 @@ CLI::App* AddTrainCommand(CLI::App& app) {
       ->check(CLI::Range(1.0, 86400.0));
   a.eval->add_option("--seed", e.seed, "sampling seed");
   auto& w = a.sweep_opts;
-  w.catalog_path = "training/sweeps/templates.json";
+  w.catalog_path = kDefaultSweepCatalog;
   a.sweep = train->add_subcommand("sweep", "tune a catalog of fusion groups with the templates into a cache "
                                            "(CuKe source: then dice train dataset --cache-db)");
   a.sweep->add_option("--catalog", w.catalog_path, "JSON catalog of groups and shape sets")->capture_default_str();

@@ -84,7 +84,7 @@ command -v ccache >/dev/null && EXTRA+=("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
 log "configuring $BUILD_DIR ($BUILD_TYPE)"
 cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" -DCMAKE_PREFIX_PATH="$PREFIX_PATH" \
   "${EXTRA[@]}" >"$BUILD_DIR.configure.log" 2>&1 || { cat "$BUILD_DIR.configure.log"; exit 1; }
-log "building (this takes several minutes on 2 cores: LibTorch headers are heavy)"
+log "building (the first build takes 20-25 minutes on 2 cores, 3-4 on 16: LibTorch headers are heavy; with ccache installed, rebuilds are quick)"
 # shellcheck disable=SC2086
 cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" ${BUILD_TARGETS:+--target $BUILD_TARGETS}
 log "done: $BUILD_DIR/cli/dice"

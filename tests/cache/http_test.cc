@@ -250,7 +250,7 @@ TEST_F(HttpCacheTest, OversizedBodyIs413AndServerKeepsServing) {
 
 TEST_F(HttpCacheTest, MalformedJsonIs400) {
   auto cli = Raw();
-  for (const std::string body : {std::string("{not json"), std::string("[1,2,3]"), std::string("{}"),
+  for (const std::string& body : {std::string("{not json"), std::string("[1,2,3]"), std::string("{}"),
                                  std::string(R"({"task_key": 5})")}) {
     auto res = cli.Put("/v1/kernels/" + Key(7), Auth(), body, "application/json");
     ASSERT_TRUE(res);
@@ -307,7 +307,7 @@ TEST_F(HttpCacheTest, PathTricksAre4xxAndServerKeepsServing) {
   cli.set_url_encode(false);  // send the paths exactly as written
   std::string upper = Key(12);
   upper[0] = 'A';
-  for (const std::string path :
+  for (const std::string& path :
        {std::string("/v1/kernels/../kernels.db"), std::string("/v1/kernels/%2e%2e/kernels.db"),
         std::string("/v1/kernels/%2e%2e"), std::string("/v1/kernels/..%2fkernels.db"),
         std::string("/v1/kernels/%2E%2E%2F%2E%2E%2Fetc%2Fpasswd"), std::string("/v1/kernels/not-hex"), upper,

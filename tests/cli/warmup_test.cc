@@ -55,7 +55,7 @@ TEST_F(WarmupCliTest, WarmsEveryShapeSetOfItsShardWithProgress) {
 
 TEST_F(WarmupCliTest, BadShardSpecOrInputsAreBadInput) {
   const std::string cache = " --cache " + dir_ + "/cache";
-  for (const std::string& shard : {"2/2", "1", "a/b", "0/0"}) {
+  for (const std::string shard : {"2/2", "1", "a/b", "0/0"}) {
     DiceResult r = RunDice("warmup " + model_ + " --input 8x8:f32,8:f32 --shard " + shard + cache);
     EXPECT_EQ(r.code, 2) << shard << ": " << r.output;
     EXPECT_NE(r.output.find("--shard '" + shard + "'"), std::string::npos) << r.output;

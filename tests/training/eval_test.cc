@@ -167,6 +167,9 @@ TEST_F(TrainingEval, EvalScoresOnlyTheHeldOutSplitAndWritesTheReport) {
   bool skipped_logged = false;
   for (const auto& l : lines) skipped_logged |= l.find("skipped malformed line") != std::string::npos;
   EXPECT_TRUE(skipped_logged);
+  for (const auto& l : lines) {  // decoded bytes are escaped on the console
+    for (char c : l) EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20 && c != '\t') << l;
+  }
   std::ifstream in(Path("eval.json"));
   auto j = nlohmann::json::parse(in);
   EXPECT_EQ(j["split"], "heldout");

@@ -78,6 +78,8 @@ TEST(TrainingSweep, WithoutAGpuEveryCandidateIsCompiledAndNothingStored) {
   EXPECT_TRUE(winners->empty());
   ASSERT_FALSE(lines.empty());
   EXPECT_NE(lines.front().find("compile-only"), std::string::npos) << lines.front();
+  EXPECT_NE(lines[1].find("not verified or timed"), std::string::npos) << lines[1];
+  EXPECT_EQ(lines.back().find("next:"), std::string::npos) << lines.back();  // nothing to import
 
   o.only = "relu,no_such_group";
   auto bad = RunSweep(o, nullptr);

@@ -37,7 +37,7 @@ Status CheckOptions(const EvalOptions& o) {
   if (o.ks.empty()) return Bad("-k needs at least one value");
   for (int64_t k : o.ks) {
     if (k < 1 || k > o.samples) {
-      return Bad("-k " + std::to_string(k) + " must be in 1..--samples (" + std::to_string(o.samples) + ")");
+      return Bad("-k " + std::to_string(k) + " must be in 1..n (-n/--samples " + std::to_string(o.samples) + ")");
     }
   }
   if (o.max_tasks < 0) return Bad("--max-tasks must be >= 0");
@@ -47,6 +47,28 @@ Status CheckOptions(const EvalOptions& o) {
   if (o.judge_jobs < 1) return Bad("--judge-jobs must be >= 1");
   if (!(o.judge_timeout_s > 0)) return Bad("--judge-timeout must be > 0");
   return Status::Ok();
+}
+
+// `text` for a terminal line: control bytes and newlines as \n / \xNN (a
+// decoded answer can hold any byte), cut at `max` characters.
+std::string Printable(const std::string& text, size_t max) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (out.size() >= max) {
+      out += "...";
+      break;
+    }
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
 }
 
 nlohmann::json ToJson(const EvalOptions& o, const EvalReport& r) {
@@ -106,7 +128,7 @@ Expected<EvalReport> RunEval(const EvalOptions& o, const std::function<void(cons
   report.metric = ro.judge ? "compiles AND correct (KernelBench protocol on " + device->str() + ")"
                            : "compiles (NVRTC " + o.arch + "; correctness not checked)";
   report.pass_at_k.assign(o.ks.size(), 0.0);
-  log("eval: " + std::to_string(tasks.size()) + " " + o.split + " tasks (stage " + o.stage + "), " +
+  log("eval: " + std::to_string(tasks.size()) + " tasks (split " + o.split + ", stage " + o.stage + "), " +
       std::to_string(o.samples) + " samples each, metric: " + report.metric);
 
   // Decode every task first, then score: judged answers are child
@@ -163,7 +185,7 @@ Expected<EvalReport> RunEval(const EvalOptions& o, const std::function<void(cons
       log("eval: task " + std::to_string(ti + 1) + "/" + std::to_string(tasks.size()) + " " + tr.id + ": " +
           std::to_string(tr.passed) + "/" + std::to_string(tr.samples) + " passed, " + std::to_string(tr.compiled) +
           " compiled" +
-          (tr.first_failure.empty() ? "" : "; first failure: " + tr.first_failure.substr(0, tr.first_failure.find('\n'))));
+          (tr.first_failure.empty() ? "" : "; first failure: " + Printable(tr.first_failure, 160)));
       report.tasks.push_back(std::move(tr));
     }
   }

@@ -128,8 +128,13 @@ Expected<SweepReport> RunSweep(const SweepOptions& o, const std::function<void(c
       report.compiled += r->compiled;
       if (!r->winner_origin.empty()) ++report.winners;
       char buf[160];
-      std::snprintf(buf, sizeof(buf), "tried %d compiled %d verified %d baseline %.2f us best %.2f us speedup %.2fx",
-                    r->tried, r->compiled, r->verified, r->baseline_us, r->best_us, r->speedup);
+      if (report.compile_only) {
+        std::snprintf(buf, sizeof(buf), "tried %d compiled %d (compile-only: not verified or timed)", r->tried,
+                      r->compiled);
+      } else {
+        std::snprintf(buf, sizeof(buf), "tried %d compiled %d verified %d baseline %.2f us best %.2f us speedup %.2fx",
+                      r->tried, r->compiled, r->verified, r->baseline_us, r->best_us, r->speedup);
+      }
       log("sweep: " + e.name + " " + row.shapes + ": " + buf + (r->from_cache ? " (cached)" : "") +
           (r->winner_origin.empty() ? "" : " " + r->winner_origin));
       report.rows.push_back(std::move(row));
@@ -137,8 +142,10 @@ Expected<SweepReport> RunSweep(const SweepOptions& o, const std::function<void(c
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log("sweep: " + std::to_string(report.tasks) + " tasks, " + std::to_string(report.compiled) + " candidates compiled, " +
-      std::to_string(report.winners) + " winners" + (report.compile_only ? " (compile-only: none stored)" : "") +
-      "; next: dice train dataset --cache-db " + o.cache_db + " --out cuke.jsonl");
+      std::to_string(report.winners) + " winners" +
+      (report.compile_only ? " (compile-only: none stored; run on a GPU to get winners for a dataset)"
+       : report.winners > 0 ? "; next: dice train dataset --cache-db " + o.cache_db + " --out cuke.jsonl"
+                            : ""));
   return report;
 }
 
