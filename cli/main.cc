@@ -234,7 +234,7 @@ bool MakeGenerators(const GeneratorArgs& g, bool gpu, std::vector<std::shared_pt
     o.model.dtype = gpu ? torch::kBFloat16 : torch::kFloat32;
     o.num_samples = g.samples;
     o.decode.max_new_tokens = g.max_new_tokens;
-    o.decode.cuda_graphs = gpu;  // graphed step forward: 4.3-8.9x the eager decode on the H200 (docs/PERF.md)
+    o.decode.cuda_graphs = gpu;  // graphed decode: 2.1-5.9x the eager one on the H200 (docs/PERF.md)
     o.progress = true;
     std::printf("dice: loading the DICE checkpoint %s on %s\n", g.model_dir.c_str(), gpu ? "cuda:0 (bf16)" : "cpu (f32)");
     auto gen = dice::DiceGenerator::Load(std::move(o));

@@ -116,7 +116,7 @@ struct DecodeOptions {
   /// Run the step and commit forwards through an SdarStepGraph: CUDA graphs
   /// on a CUDA model; on a CPU model the same fixed-shape forward runs
   /// eagerly (for tests). Verified on the H200 (SdarGpuTest.CudaGraph*);
-  /// 4.3-8.9x the eager decode's tokens/s there (docs/PERF.md).
+  /// 2.1-5.9x the eager decode's tokens/s there (3.3-8.9x a plain PyTorch loop) (docs/PERF.md).
   bool cuda_graphs = false;
   /// Time the phases of decoding into DecodeResult::profile (synchronises
   /// the device at every phase boundary: slower, for measurement).
