@@ -20,14 +20,8 @@ namespace {
 using dice::testing::SdarReferenceDir;
 using dice::testing::SdarReferenceJson;
 
-class DiffusionDecoderTest : public ::testing::Test {
+class DiffusionDecoderTest : public dice::testing::SdarF32ReferenceTest {
  protected:
-  void SetUp() override {
-    ASSERT_FALSE(SdarReferenceDir().empty()) << "python3 with torch + safetensors is needed for the reference";
-    auto model = SdarModel::Load(SdarReferenceDir() + "/f32");
-    ASSERT_TRUE(model.ok()) << model.status().ToString();
-    model_ = std::make_unique<SdarModel>(std::move(*model));
-  }
 
   DecodeResult Run(const std::vector<int32_t>& prompt, const DecodeOptions& o) {
     auto r = Decode(*model_, prompt, o);
@@ -44,7 +38,6 @@ class DiffusionDecoderTest : public ::testing::Test {
     return o;
   }
 
-  std::unique_ptr<SdarModel> model_;
   const std::vector<int32_t> prompt8_ = {3, 17, 42, 99, 7, 150, 23, 61};
 };
 

@@ -27,16 +27,7 @@ double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kFloat32) - b.to(torch::kFloat32)).abs().max().item<double>();
 }
 
-class SdarModelTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_FALSE(SdarReferenceDir().empty()) << "python3 with torch + safetensors is needed for the reference";
-    auto model = SdarModel::Load(SdarReferenceDir() + "/f32");
-    ASSERT_TRUE(model.ok()) << model.status().ToString();
-    model_ = std::make_unique<SdarModel>(std::move(*model));
-  }
-  std::unique_ptr<SdarModel> model_;
-};
+class SdarModelTest : public dice::testing::SdarF32ReferenceTest {};
 
 TEST_F(SdarModelTest, FullSequenceForwardMatchesPythonReference) {
   auto ids = SdarReferenceForwardIds();  // [2, 11]: two whole blocks and a partial one

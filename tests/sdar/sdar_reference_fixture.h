@@ -6,6 +6,7 @@
 // writes atomically, so parallel test processes are safe).
 #pragma once
 
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cstdlib>
@@ -14,11 +15,13 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
 #include "dice/generator/checkpoint.h"
+#include "dice/generator/sdar_model.h"
 
 namespace dice::testing {
 
@@ -70,5 +73,19 @@ inline torch::Tensor SdarReferenceForwardIds() {
   }
   return t;
 }
+
+/// Test fixture with the reference checkpoint's f32 weights loaded on the
+/// CPU as `model_` (fails the test when python3 with torch + safetensors,
+/// needed to write the fixture, is missing).
+class SdarF32ReferenceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(SdarReferenceDir().empty()) << "python3 with torch + safetensors is needed for the reference";
+    auto model = SdarModel::Load(SdarReferenceDir() + "/f32");
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    model_ = std::make_unique<SdarModel>(std::move(*model));
+  }
+  std::unique_ptr<SdarModel> model_;
+};
 
 }  // namespace dice::testing

@@ -25,14 +25,8 @@ namespace {
 using dice::testing::SdarReferenceDir;
 using dice::testing::SdarReferenceJson;
 
-class SdarStepGraphTest : public ::testing::Test {
+class SdarStepGraphTest : public dice::testing::SdarF32ReferenceTest {
  protected:
-  void SetUp() override {
-    ASSERT_FALSE(SdarReferenceDir().empty()) << "python3 with torch + safetensors is needed for the reference";
-    auto model = SdarModel::Load(SdarReferenceDir() + "/f32");
-    ASSERT_TRUE(model.ok()) << model.status().ToString();
-    model_ = std::make_unique<SdarModel>(std::move(*model));
-  }
 
   // A cache of `batch` rows with `prompt` (whole blocks) committed.
   KvCache Prefilled(int64_t batch, int64_t capacity, const std::vector<int64_t>& prompt) {
@@ -46,7 +40,6 @@ class SdarStepGraphTest : public ::testing::Test {
 
   static double MaxDiff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
-  std::unique_ptr<SdarModel> model_;
 };
 
 TEST_F(SdarStepGraphTest, FixedShapeStepAndCommitMatchTheEagerForward) {

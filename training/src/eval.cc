@@ -110,19 +110,9 @@ Expected<EvalReport> RunEval(const EvalOptions& o, const std::function<void(cons
   if (!read.ok()) return read.status();
   const std::vector<CukeExample> tasks = std::move(*read);
 
-  RewardOptions ro;
-  ro.stage = o.stage;
-  ro.judge = o.reward == "judge" || (o.reward == "auto" && device->is_cuda());
-  ro.judge_jobs = o.judge_jobs;
-  ro.arch = o.arch;
-  ro.judge_options.device = device->str();
-  ro.judge_options.timeout_s = o.judge_timeout_s;
-  ro.judge_options.seed = static_cast<long long>(o.seed);
   std::unique_ptr<DeviceFormJudge> device_judge;  // kind "device" tasks: Tuner + dice-worker
-  if (ro.judge) {
-    device_judge = std::make_unique<DeviceFormJudge>(device->str(), std::min(o.judge_timeout_s, 60.0));
-    ro.device_judge = device_judge.get();
-  }
+  RewardOptions ro = MakeRewardOptions(o.reward, o.stage, device->str(), o.judge_jobs, o.judge_timeout_s, o.arch,
+                                       /*speedup_bonus=*/0.0, o.seed, &device_judge);
   EvalReport report;
   report.ks = o.ks;
   report.metric = ro.judge ? "compiles AND correct (KernelBench protocol on " + device->str() + ")"

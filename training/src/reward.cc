@@ -102,45 +102,54 @@ Expected<std::vector<AnswerReward>> DeviceFormJudge::Judge(const CukeExample& ta
   return out;
 }
 
+namespace {
+
+// DICE's binary reward, plus bonus * log2(speedup) for a correct answer when
+// the bonus is on.
+double CorrectReward(double speedup, double bonus) {
+  return 1.0 + (bonus > 0 && speedup > 0 ? bonus * std::log2(speedup) : 0.0);
+}
+
+}  // namespace
+
+RewardOptions MakeRewardOptions(const std::string& mode, const std::string& stage, const std::string& device,
+                                int64_t judge_jobs, double judge_timeout_s, const std::string& arch,
+                                double speedup_bonus, uint64_t seed, std::unique_ptr<DeviceFormJudge>* device_judge) {
+  RewardOptions o;
+  o.stage = stage;
+  o.judge = mode == "judge" || (mode == "auto" && device.rfind("cuda", 0) == 0);
+  o.judge_jobs = judge_jobs;
+  o.arch = arch;
+  o.speedup_bonus = speedup_bonus;
+  o.judge_options.device = device;
+  o.judge_options.timeout_s = judge_timeout_s;
+  o.judge_options.seed = static_cast<long long>(seed);
+  if (o.judge) {
+    *device_judge = std::make_unique<DeviceFormJudge>(device, std::min(judge_timeout_s, 60.0));
+    o.device_judge = device_judge->get();
+  }
+  return o;
+}
+
 Expected<std::vector<AnswerReward>> RewardAnswers(const CukeExample& task, const std::vector<std::string>& answers,
                                                   const RewardOptions& o) {
   const int64_t n = static_cast<int64_t>(answers.size());
   std::vector<AnswerReward> out(answers.size());
-  std::vector<std::string> programs(answers.size());
-  if (o.judge && task.kind == "device") {
-    if (o.device_judge == nullptr) {
-      return Status(StatusCode::kInvalidArgument, "RewardAnswers: judged device task " + task.id +
-                                                      " needs RewardOptions::device_judge");
-    }
-    std::vector<std::string> codes(answers.size());
-    for (int64_t i = 0; i < n; ++i) {
-      auto code = ExtractCodeBlock(answers[i]);
-      if (code.ok()) {
-        codes[i] = *code;
-      } else {
-        out[i].why = code.status().message();
-      }
-    }
-    auto judged = o.device_judge->Judge(task, codes);
-    if (!judged.ok()) return judged.status();
-    for (int64_t i = 0; i < n; ++i) {
-      if (codes[i].empty()) continue;
-      out[i] = (*judged)[i];
-      if (out[i].correct) {
-        out[i].reward =
-            1.0 + (o.speedup_bonus > 0 && out[i].speedup > 0 ? o.speedup_bonus * std::log2(out[i].speedup) : 0.0);
-      }
-    }
-    return out;
-  }
+  std::vector<std::string> codes(answers.size());  // "" = no code block (its reason is in `why`)
   for (int64_t i = 0; i < n; ++i) {
     auto code = ExtractCodeBlock(answers[i]);
     if (!code.ok()) {
       out[i].why = code.status().message();
-    } else if (o.judge) {
-      programs[i] = o.stage == "infill" ? task.prefix + *code + task.suffix : *code;
+    } else if (code->empty()) {
+      out[i].why = "the code block is empty";
     } else {
-      auto cand = DeviceFormCandidate(*code, "reward:" + task.id + ":" + std::to_string(i));
+      codes[i] = *code;
+    }
+  }
+  if (!o.judge) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (codes[i].empty()) continue;
+      auto cand = DeviceFormCandidate(codes[i], "reward:" + task.id + ":" + std::to_string(i));
       auto compiled = cand.ok() ? CompileCandidate(*cand, o.arch) : Expected<CompileResult>(cand.status());
       if (compiled.ok()) {
         out[i].compiled = true;
@@ -149,14 +158,32 @@ Expected<std::vector<AnswerReward>> RewardAnswers(const CukeExample& task, const
         out[i].why = compiled.status().message();
       }
     }
+    return out;
   }
+  if (task.kind == "device") {
+    if (o.device_judge == nullptr) {
+      return Status(StatusCode::kInvalidArgument, "RewardAnswers: judged device task " + task.id +
+                                                      " needs RewardOptions::device_judge");
+    }
+    auto judged = o.device_judge->Judge(task, codes);
+    if (!judged.ok()) return judged.status();
+    for (int64_t i = 0; i < n; ++i) {
+      if (codes[i].empty()) continue;
+      out[i] = (*judged)[i];
+      if (out[i].correct) out[i].reward = CorrectReward(out[i].speedup, o.speedup_bonus);
+    }
+    return out;
+  }
+  // Each judged program is a child process (a load_inline build): judge_jobs at once.
   const int64_t jobs = std::max<int64_t>(1, o.judge_jobs);
-  for (int64_t first = 0; o.judge && first < n; first += jobs) {
+  for (int64_t first = 0; first < n; first += jobs) {
     std::vector<std::pair<int64_t, std::future<Expected<ProgramVerdict>>>> running;
     for (int64_t i = first; i < std::min(n, first + jobs); ++i) {
-      if (programs[i].empty()) continue;
+      if (codes[i].empty()) continue;
       running.emplace_back(i, std::async(std::launch::async, [&, i] {
-                             return JudgeProgram(task.reference, programs[i], o.judge_options);
+                             const std::string program =
+                                 o.stage == "infill" ? task.prefix + codes[i] + task.suffix : codes[i];
+                             return JudgeProgram(task.reference, program, o.judge_options);
                            }));
     }
     for (auto& [i, f] : running) {
@@ -166,7 +193,7 @@ Expected<std::vector<AnswerReward>> RewardAnswers(const CukeExample& task, const
       out[i].correct = v->correct;
       if (v->correct) {
         out[i].speedup = v->speedup;
-        out[i].reward = 1.0 + (o.speedup_bonus > 0 && v->speedup > 0 ? o.speedup_bonus * std::log2(v->speedup) : 0.0);
+        out[i].reward = CorrectReward(v->speedup, o.speedup_bonus);
       } else {
         out[i].why = v->outcome + ": " + v->error;
       }

@@ -138,22 +138,12 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
                         o.tasks_per_step, o.advance_at, std::max<int64_t>(o.group_size, 8));
 
   RlReport report;
-  const bool judge = o.reward == "judge" || (o.reward == "auto" && device->is_cuda());
-  RewardOptions reward_options;
-  reward_options.stage = o.stage;
-  reward_options.judge = judge;
-  reward_options.judge_jobs = o.judge_jobs;
-  reward_options.arch = o.arch;
-  reward_options.speedup_bonus = o.speedup_bonus;
   std::unique_ptr<DeviceFormJudge> device_judge;  // kind "device" tasks: Tuner + dice-worker, kept across steps
-  if (judge) {
-    device_judge = std::make_unique<DeviceFormJudge>(device->str(), std::min(o.judge_timeout_s, 60.0));
-    reward_options.device_judge = device_judge.get();
-  }
-  ProgramJudgeOptions& judge_options = reward_options.judge_options;
-  judge_options.device = device->str();
-  judge_options.timeout_s = o.judge_timeout_s;
-  judge_options.seed = static_cast<long long>(o.seed);
+  const RewardOptions reward_options = MakeRewardOptions(o.reward, o.stage, device->str(), o.judge_jobs,
+                                                         o.judge_timeout_s, o.arch, o.speedup_bonus, o.seed,
+                                                         &device_judge);
+  const bool judge = reward_options.judge;
+  const ProgramJudgeOptions& judge_options = reward_options.judge_options;
   if (judge) {
     log("rl: reward = compiles AND correct: KernelBench protocol against each task's reference program on " +
         judge_options.device + " (dice judge), " + std::to_string(o.judge_jobs) + " at a time");

@@ -36,8 +36,7 @@ Expected<std::vector<SweepEntry>> ReadSweepCatalog(const std::string& path) {
     SweepEntry s;
     s.name = e["name"].get<std::string>();
     where += " (" + s.name + ")";
-    s.ir = e["ir"].get<std::string>();
-    auto graph = ir::Parse(s.ir);
+    auto graph = ir::Parse(e["ir"].get<std::string>());
     if (!graph.ok()) return corrupt(where, graph.status().message());
     DICE_RETURN_IF_ERROR(ir::Validate(*graph).WithContext("sweep catalog " + path + ": " + where));
     for (const auto& set : e["shapes"]) {
@@ -58,6 +57,7 @@ Expected<std::vector<SweepEntry>> ReadSweepCatalog(const std::string& path) {
       s.shapes.push_back(std::move(specs));
     }
     if (s.shapes.empty()) return corrupt(where, "no shape set");
+    s.graph = std::move(*graph);
     out.push_back(std::move(s));
   }
   if (out.empty()) return corrupt("top level", "no entry");
@@ -101,13 +101,12 @@ Expected<SweepReport> RunSweep(const SweepOptions& o, const std::function<void(c
   const TargetInfo target = TargetForDevice(o.device);
   for (const auto& e : *catalog) {
     if (!only.empty() && !only.count(e.name)) continue;
-    auto graph = ir::Parse(e.ir);
     for (const auto& specs : e.shapes) {
       SweepRow row;
       row.name = e.name;
       for (size_t k = 0; k < specs.size(); ++k) row.shapes += (k ? ";" : "") + specs[k].ToString();
       ++report.tasks;
-      auto task = Task::Make(*graph, specs, target);
+      auto task = Task::Make(e.graph, specs, target);
       if (!task.ok()) {
         log("sweep: " + e.name + " " + row.shapes + ": " + task.status().message());
         continue;

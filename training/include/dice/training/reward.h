@@ -80,6 +80,18 @@ struct RewardOptions {
   DeviceFormJudge* device_judge = nullptr;
 };
 
+/// The RewardOptions of one RL or eval run on `device` ("cpu", "cuda",
+/// "cuda:N"): `mode` "judge", or "auto" on a CUDA device, judges (the
+/// KernelBench judge on `device`, `judge_jobs` at once, `judge_timeout_s`
+/// each, seeded with `seed`; device tasks through a DeviceFormJudge created
+/// into `*device_judge`, each candidate bounded by min(judge_timeout_s, 60)
+/// s); otherwise the NVRTC compile for `arch`. `*device_judge` must outlive
+/// the options (they point to it). No errors: `mode` is checked by the
+/// callers' option checks.
+RewardOptions MakeRewardOptions(const std::string& mode, const std::string& stage, const std::string& device,
+                                int64_t judge_jobs, double judge_timeout_s, const std::string& arch,
+                                double speedup_bonus, uint64_t seed, std::unique_ptr<DeviceFormJudge>* device_judge);
+
 /// Scores `answers` (decoded texts) for `task`; result i belongs to answer i.
 /// An answer with no code block, a compile error, a crash, a hang (past
 /// judge_options.timeout_s) or a wrong output is a zero reward with its

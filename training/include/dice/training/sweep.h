@@ -27,7 +27,7 @@ namespace dice::training {
 /// One catalog entry: a fusion group and the shape sets it is tuned at.
 struct SweepEntry {
   std::string name;
-  std::string ir;  ///< ir::Canonical text
+  ir::Graph graph;  ///< parsed and validated from the entry's "ir" (ir::Canonical text)
   std::vector<std::vector<ir::TensorSpec>> shapes;
 };
 
