@@ -52,6 +52,21 @@ TEST(TrainingSweep, BadCatalogsNameTheEntry) {
   (void)!std::system(("rm -rf '" + dir + "'").c_str());
 }
 
+// A cache file that cannot be opened (its folder is a regular file) stops
+// the sweep before any tuning, naming the flag and the path.
+TEST(TrainingSweep, AnUnopenableCacheIsBadInputNamingThePath) {
+  const std::string dir = TempDir();
+  std::ofstream(dir + "/not-a-folder") << "x";
+  SweepOptions o;
+  o.catalog_path = std::string(DICE_SOURCE_DIR) + "/training/sweeps/templates.json";
+  o.cache_db = dir + "/not-a-folder/cache.db";
+  o.only = "relu";
+  auto r = RunSweep(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--cache-db " + o.cache_db), std::string::npos) << r.status().ToString();
+  (void)!std::system(("rm -rf '" + dir + "'").c_str());
+}
+
 TEST(TrainingSweep, WithoutAGpuEveryCandidateIsCompiledAndNothingStored) {
   if (QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: sweep_gpu_test.cc covers the tuned sweep";
   const std::string dir = TempDir();
