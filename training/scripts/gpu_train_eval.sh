@@ -4,6 +4,9 @@
 #   PHASE=sweep bash training/scripts/gpu_train_eval.sh  # build, template sweep into $W/sweep.db (optional, ~5 min)
 #   PHASE=sft  bash training/scripts/gpu_train_eval.sh   # build, init, dataset, SFT, eval of the SFT model
 #   PHASE=rl   bash training/scripts/gpu_train_eval.sh   # stage-1 RL from the SFT model, eval of the RL model
+#   PHASE=eval NAME=sft|rl bash training/scripts/gpu_train_eval.sh  # eval only (of $W/m1 or $W/m2)
+# EVAL=0 leaves the eval out of the sft and rl phases (run it as PHASE=eval,
+# e.g. on the other GPU of nvidia-h200-x2); GPU=N picks the device (cuda:N).
 # Both evals use the same held-out tasks (split by task hash in `dice train
 # dataset`), seed, sample count and judged reward (compiles AND correct,
 # KernelBench protocol), so pass@k of SFT and RL compare directly. Sizes
@@ -20,21 +23,26 @@ LAYERS=${LAYERS:-8}
 SFT_STEPS=${SFT_STEPS:-400}
 RL_STEPS=${RL_STEPS:-4}
 N=${N:-8}
-MAX_NEW=${MAX_NEW:-512}
+MAX_NEW=${MAX_NEW:-2048}  # bytes: the 99 items' middles are 647-7518 bytes (median 1676)
+TEMP=${TEMP:-0.7}
 JUDGE_JOBS=${JUDGE_JOBS:-16}
+EVAL=${EVAL:-1}
+GPU=${GPU:-0}
 DICE=./build/cli/dice
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-JOBS=16 BUILD_TARGETS=dice bash scripts/setup.sh > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+if [ "${SKIP_BUILD:-0}" != 1 ]; then  # SKIP_BUILD=1: build/cli/dice is built (two phases at once share it)
+  JOBS=${JOBS:-16} BUILD_TARGETS=dice bash scripts/setup.sh > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+fi
 source scripts/deps_env.sh
 eval_model() {  # $1 model dir, $2 name
-  $DICE train eval --model "$1" --tasks "$W/infill.jsonl" --templates "$W/templates.json" --device cuda \
-    --stage infill -n "$N" -k 1,4,"$N" --max-new-tokens "$MAX_NEW" --temperature 1.0 --seed 11 \
+  $DICE train eval --model "$1" --tasks "$W/infill.jsonl" --templates "$W/templates.json" --device "cuda:$GPU" \
+    --stage infill -n "$N" -k 1,4,"$N" --max-new-tokens "$MAX_NEW" --temperature "$TEMP" --seed 11 \
     --judge-jobs "$JUDGE_JOBS" --judge-timeout 240 --json "$OUT/eval_$2.json" 2>&1 | tee "$OUT/eval_$2.log" | tail -3
 }
 if [ "$PHASE" = sweep ]; then
   mkdir -p "$W"
-  $DICE train sweep --cache-db "$W/sweep.db" --budget-s 30 --max-candidates 8 2>&1 | tee "$OUT/sweep.log" | tail -40
+  $DICE train sweep --cache-db "$W/sweep.db" --gpu "$GPU" --budget-s "${SWEEP_BUDGET_S:-30}" --max-candidates "${SWEEP_CANDIDATES:-8}" 2>&1 | tee "$OUT/sweep.log" | tail -40
 elif [ "$PHASE" = sft ]; then
   # Keep a sweep's cache (PHASE=sweep) when there is one: its winners become device examples.
   find "$W" -mindepth 1 -maxdepth 1 ! -name sweep.db -exec rm -rf {} + 2>/dev/null; mkdir -p "$W"
@@ -46,17 +54,22 @@ elif [ "$PHASE" = sft ]; then
     --verify none | tee "$OUT/dataset.log"
   grep -E '"kind":"(infill|device)"' "$W/cuke.jsonl" > "$W/infill.jsonl"
   $DICE train sft --model "$W/m0" --data "$W/infill.jsonl" --templates "$W/templates.json" --out "$W/m1" \
-    --device cuda --steps "$SFT_STEPS" --batch-size 8 --max-length 3072 --lr 1e-3 --warmup-steps 20 \
+    --device "cuda:$GPU" --steps "$SFT_STEPS" --batch-size 8 --max-length 3072 --lr 1e-3 --warmup-steps 20 \
     --save-every 100 > "$OUT/sft.log" 2>&1; echo "sft exit $?"
   grep -v "^sft step" "$OUT/sft.log"; cp "$W/m1/sft_log.csv" "$OUT/" 2>/dev/null
-  eval_model "$W/m1" sft
+  [ "$EVAL" = 1 ] && eval_model "$W/m1" sft
 elif [ "$PHASE" = rl ]; then
   [ -d "$W/m1" ] || { echo "gpu_train_eval: $W/m1 missing: run PHASE=sft first on this (warm) machine" >&2; exit 2; }
   $DICE train rl --model "$W/m1" --tasks "$W/infill.jsonl" --templates "$W/templates.json" --out "$W/m2" \
-    --device cuda --stage infill --steps "$RL_STEPS" --tasks-per-step 2 --group-size 8 --max-new-tokens "$MAX_NEW" \
+    --device "cuda:$GPU" --stage infill --steps "$RL_STEPS" --tasks-per-step 2 --group-size 8 --max-new-tokens "$MAX_NEW" --temperature "$TEMP" \
     --inject-known-good "$W/infill.jsonl" --lr 1e-5 --judge-jobs "$JUDGE_JOBS" 2>&1 | tee "$OUT/rl.log" | tail -12
   cp "$W/m2/rl_log.csv" "$OUT/" 2>/dev/null
-  eval_model "$W/m2" rl
+  [ "$EVAL" = 1 ] && eval_model "$W/m2" rl
+elif [ "$PHASE" = eval ]; then
+  NAME=${NAME:-sft}
+  case "$NAME" in sft) m="$W/m1" ;; rl) m="$W/m2" ;; *) echo "gpu_train_eval: NAME must be sft or rl" >&2; exit 2 ;; esac
+  [ -d "$m" ] || { echo "gpu_train_eval: $m missing: run PHASE=$NAME first on this (warm) machine" >&2; exit 2; }
+  eval_model "$m" "$NAME"
 else
-  echo "gpu_train_eval: PHASE must be sweep, sft or rl, got '$PHASE'" >&2; exit 2
+  echo "gpu_train_eval: PHASE must be sweep, sft, rl or eval, got '$PHASE'" >&2; exit 2
 fi
