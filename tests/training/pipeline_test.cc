@@ -272,6 +272,48 @@ TEST_F(TrainingPipeline, RlJudgedRewardRunsTheKernelBenchProtocol) {
   EXPECT_EQ(RunRl(r, nullptr).status().code(), StatusCode::kInvalidArgument);
 }
 
+// A known-good answer that cannot fit the model's context beside its prompt
+// (seen on the H200: a 7.5 KB infilling middle against a byte-level model's
+// 8192 positions) is not injected: the step logs why and goes on, where the
+// trajectory loss used to stop the run with "position ... outside the
+// context".
+TEST_F(TrainingPipeline, RlSkipsAKnownGoodAnswerLongerThanTheContext) {
+  ASSERT_TRUE(InitRandomCheckpoint(dice::testing::TinySdarConfig(260, 128, /*tie_word_embeddings=*/true),
+                                   Path("short_init"), 5)
+                  .ok());
+  ASSERT_TRUE(WriteByteTokenizer(Path("short_init")).ok());
+  CukeExample e;
+  e.id = "long";
+  e.kind = "e2e";
+  e.reference = "torch.relu(x)";
+  e.program = std::string(300, 'x');  // 300 byte tokens > the 128-position context
+  e.split = "train";
+  WriteText(Path("long_tasks.jsonl"), e.ToJsonLine() + "\n");
+  RlOptions r;
+  r.model_dir = Path("short_init");
+  r.tasks_path = Path("long_tasks.jsonl");
+  r.inject_path = Path("long_tasks.jsonl");
+  r.out_dir = Path("long_rl");
+  r.templates_path = Path("templates.json");
+  r.stage = "e2e";
+  r.reward = "compile";
+  r.steps = 1;
+  r.tasks_per_step = 1;
+  r.group_size = 2;
+  r.max_new_tokens = 8;
+  std::vector<std::string> lines;
+  auto rl = RunRl(r, [&](const std::string& line) { lines.push_back(line); });
+  ASSERT_TRUE(rl.ok()) << rl.status().ToString();
+  ASSERT_EQ(rl->steps.size(), 1u);
+  EXPECT_EQ(rl->steps[0].injected, 0);
+  bool logged = false;
+  for (const auto& l : lines) {
+    logged |= l.find("known-good answer of long not injected") != std::string::npos &&
+              l.find("exceed the context (128)") != std::string::npos;
+  }
+  EXPECT_TRUE(logged) << "no log line says why the answer was not injected";
+}
+
 // The builder re-verifies and times imported pairs (--verify judge), here
 // on the CPU with pure-PyTorch programs: a correct pair is kept with the
 // measured speedup, a wrong one and a crashing one are dropped and counted,

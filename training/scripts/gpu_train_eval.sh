@@ -62,7 +62,7 @@ elif [ "$PHASE" = rl ]; then
   [ -d "$W/m1" ] || { echo "gpu_train_eval: $W/m1 missing: run PHASE=sft first on this (warm) machine" >&2; exit 2; }
   $DICE train rl --model "$W/m1" --tasks "$W/infill.jsonl" --templates "$W/templates.json" --out "$W/m2" \
     --device "cuda:$GPU" --stage infill --steps "$RL_STEPS" --tasks-per-step 2 --group-size 8 --max-new-tokens "$MAX_NEW" --temperature "$TEMP" \
-    --inject-known-good "$W/infill.jsonl" --lr 1e-5 --judge-jobs "$JUDGE_JOBS" 2>&1 | tee "$OUT/rl.log" | tail -12
+    --inject-known-good "$W/infill.jsonl" --save-every 1 --lr 1e-5 --judge-jobs "$JUDGE_JOBS" 2>&1 | tee "$OUT/rl.log" | tail -12
   cp "$W/m2/rl_log.csv" "$OUT/" 2>/dev/null
   [ "$EVAL" = 1 ] && eval_model "$W/m2" rl
 elif [ "$PHASE" = eval ]; then

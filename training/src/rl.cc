@@ -229,11 +229,24 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
           decoded_tokens += static_cast<int64_t>(decoded->trace_tokens[i].size());
         }
         auto good = known_good->find(task.id);
+        std::vector<int32_t> good_tokens;
+        if (good != known_good->end()) {
+          good_tokens = tokenizer->Encode(good->second);
+          // Prompt + answer + EOS, padded to a whole block, must fit the
+          // model's context, or the trajectory loss could not score it.
+          const int64_t need = (static_cast<int64_t>(prompt.size() + good_tokens.size()) + 1 + B - 1) / B * B;
+          if (need > cfg.max_position_embeddings) {
+            log("rl: step " + std::to_string(step) + ": known-good answer of " + task.id + " not injected: prompt " +
+                std::to_string(prompt.size()) + " + answer " + std::to_string(good_tokens.size()) +
+                " tokens exceed the context (" + std::to_string(cfg.max_position_embeddings) + ")");
+            good = known_good->end();
+          }
+        }
         if (good != known_good->end()) {
           for (int64_t i = o.group_size - o.inject_per_group; i < o.group_size; ++i) {
             Rollout& r = group[i];
             r.injected = true;
-            r.answer = tokenizer->Encode(good->second);
+            r.answer = good_tokens;
             std::vector<int32_t> toks = r.answer;
             toks.push_back(static_cast<int32_t>(*eos));
             const int64_t plen = static_cast<int64_t>(prompt.size());
