@@ -278,6 +278,9 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   a.rl->add_option("--threshold", r.confidence_threshold, "dynamic remasking confidence threshold");
   a.rl->add_option("--temperature", r.temperature, "rollout sampling temperature");
   a.rl->add_option("--inner-epochs", r.inner_epochs, "updates per batch of rollouts");
+  a.rl->add_option("--max-trace-tokens", r.max_trace_tokens,
+                   "packed tokens per TraceRL forward; longer rollouts are split (0 = no cap)")
+      ->capture_default_str();
   a.rl->add_option("--save-every", r.save_every, "checkpoint every N steps (0 = at the end)");
   a.rl->add_option("--lr", r.lr, "learning rate");
   a.rl->add_option("--clip-eps", r.clip_eps, "PPO clip epsilon");

@@ -168,6 +168,7 @@ TEST_F(TrainingPipeline, DatasetSftRlCheckpointDecode) {
   r.steps = 1;
   r.group_size = 4;
   r.max_new_tokens = 48;
+  r.max_trace_tokens = 64;  // the update runs on chunked traces (PackTraceChunks)
   r.lr = 1e-3;
   auto rl = RunRl(r, nullptr);
   ASSERT_TRUE(rl.ok()) << rl.status().ToString();

@@ -10,6 +10,7 @@
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
 #include "dice/training/checkpoint_io.h"
+#include "dice/training/losses.h"
 
 namespace dice::training {
 namespace {
@@ -92,6 +93,62 @@ TEST_F(SdarHooks, DecodeRecordsTheStepOfEveryToken) {
     std::sort(second.begin(), second.end());
     EXPECT_EQ(second, (std::vector<int32_t>{0, 1, 2, 3}));
   }
+}
+
+
+// PackTraceChunks (the RL update's memory cap): the chunks' scored
+// log-probabilities, in order, equal PackTrace's through the real model;
+// each chunk keeps to the cap (or holds one block); cap 0 is one chunk.
+TEST_F(SdarHooks, TraceChunksScoreEveryTokenAsTheWholePackedTraceDoes) {
+  auto model = SdarModel::Load(dir_);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const int64_t B = model->config().block_size, mask_id = model->config().mask_token_id;
+  ASSERT_EQ(B, 4);
+  torch::manual_seed(3);
+  RolloutTrace trace;
+  for (int i = 0; i < 6; ++i) trace.prompt.push_back(static_cast<int32_t>(torch::randint(0, 48, {1}).item<int64_t>()));
+  for (int i = 0; i < 22; ++i) {  // 6 + 22 = 28 = 7 blocks; the prompt's block holds 2 response tokens
+    trace.tokens.push_back(static_cast<int32_t>(torch::randint(0, 48, {1}).item<int64_t>()));
+    trace.steps.push_back(static_cast<int32_t>(torch::randint(0, 3, {1}).item<int64_t>()));
+  }
+  auto whole = PackTrace(trace, B, mask_id);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  auto logp = [&](const PackedTrace& p) {
+    auto logits = model->ForwardPacked(p.ids, p.positions, p.mask);
+    EXPECT_TRUE(logits.ok()) << logits.status().ToString();
+    return ScoredLogProbs(*logits, p.scored, p.targets, mask_id);
+  };
+  const torch::Tensor want = logp(*whole);
+  ASSERT_EQ(want.size(0), 22);
+  for (const int64_t cap : {0, 24, 40}) {
+    auto chunks = PackTraceChunks(trace, B, mask_id, cap);
+    ASSERT_TRUE(chunks.ok()) << chunks.status().ToString();
+    if (cap == 0) {
+      ASSERT_EQ(chunks->size(), 1u);
+      EXPECT_TRUE(torch::equal((*chunks)[0].ids, whole->ids));
+      EXPECT_TRUE(torch::equal((*chunks)[0].mask, whole->mask));
+    } else {
+      EXPECT_GT(chunks->size(), 1u) << "cap " << cap;
+    }
+    std::vector<torch::Tensor> parts;
+    for (const auto& c : *chunks) {
+      const int64_t m = c.ids.size(1);
+      // Over the cap only when one block's copies alone push it there.
+      if (cap > 0 && m > cap) {
+        EXPECT_LE(m - c.positions.max().item<int64_t>() - 1, 3 * B) << "cap " << cap;
+      }
+      parts.push_back(logp(c));
+    }
+    const torch::Tensor got = torch::cat(parts);
+    ASSERT_EQ(got.size(0), want.size(0)) << "cap " << cap;
+    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5)) << "cap " << cap << ": max diff "
+                                                        << (got - want).abs().max().item<double>();
+  }
+  RolloutTrace bad = trace;
+  bad.steps[3] = -1;
+  auto rejected = PackTraceChunks(bad, B, mask_id, 24);
+  ASSERT_FALSE(rejected.ok());
+  EXPECT_NE(rejected.status().message().find("has step -1"), std::string::npos) << rejected.status().ToString();
 }
 
 }  // namespace

@@ -88,8 +88,9 @@ std::optional<std::vector<double>> GroupAdvantages(const std::vector<double>& re
   return a;
 }
 
-Expected<PackedTrace> PackTrace(const RolloutTrace& trace, int64_t block_size, int64_t mask_token_id,
-                                torch::Device device) {
+namespace {
+
+Status CheckTrace(const RolloutTrace& trace, int64_t block_size) {
   if (trace.prompt.empty()) return Invalid("PackTrace: the prompt is empty");
   if (trace.tokens.size() != trace.steps.size()) {
     return Invalid("PackTrace: " + std::to_string(trace.tokens.size()) + " tokens but " +
@@ -101,24 +102,43 @@ Expected<PackedTrace> PackTrace(const RolloutTrace& trace, int64_t block_size, i
     return Invalid("PackTrace: prompt (" + std::to_string(P) + ") + tokens (" + std::to_string(N - P) +
                    ") is not a whole number of blocks of " + std::to_string(block_size));
   }
+  for (size_t j = 0; j < trace.steps.size(); ++j) {
+    if (trace.steps[j] < 0) {
+      return Invalid("PackTrace: token " + std::to_string(j) + " has step " + std::to_string(trace.steps[j]));
+    }
+  }
+  return Status::Ok();
+}
+
+// Copies of block b: one per denoising step it took (its largest step + 1).
+int64_t CopiesOfBlock(const RolloutTrace& trace, int64_t block_size, int64_t b) {
+  const int64_t P = static_cast<int64_t>(trace.prompt.size());
+  int32_t max_step = -1;
+  for (int64_t j = std::max(P, b * block_size); j < (b + 1) * block_size; ++j) {
+    max_step = std::max(max_step, trace.steps[j - P]);
+  }
+  return max_step + 1;
+}
+
+// The clean sequence up to the end of block `last`, then the copies of
+// blocks first..last. A copy sees only clean keys of earlier blocks and
+// itself, so the clean tokens after `last` change none of its logits.
+PackedTrace PackBlocks(const RolloutTrace& trace, int64_t block_size, int64_t mask_token_id, int64_t first,
+                       int64_t last, torch::Device device) {
+  const int64_t P = static_cast<int64_t>(trace.prompt.size());
+  const int64_t clean_end = (last + 1) * block_size;
   std::vector<int64_t> ids, pos, owner;  // owner: -1 = clean, else copy index
-  std::vector<int64_t> copy_block;       // block of each copy
+  int64_t copies = 0;
   std::vector<int64_t> scored, targets;
-  for (int64_t j = 0; j < N; ++j) {
+  for (int64_t j = 0; j < clean_end; ++j) {
     ids.push_back(j < P ? trace.prompt[j] : trace.tokens[j - P]);
     pos.push_back(j);
     owner.push_back(-1);
   }
-  for (int64_t b = P / block_size; b * block_size < N; ++b) {
-    int32_t max_step = -1;
-    for (int64_t j = std::max(P, b * block_size); j < (b + 1) * block_size; ++j) {
-      const int32_t s = trace.steps[j - P];
-      if (s < 0) return Invalid("PackTrace: token " + std::to_string(j - P) + " has step " + std::to_string(s));
-      max_step = std::max(max_step, s);
-    }
-    for (int32_t k = 0; k <= max_step; ++k) {
-      const int64_t copy = static_cast<int64_t>(copy_block.size());
-      copy_block.push_back(b);
+  for (int64_t b = first; b <= last; ++b) {
+    const int64_t n_copies = CopiesOfBlock(trace, block_size, b);
+    for (int32_t k = 0; k < n_copies; ++k) {
+      const int64_t copy = copies++;
       for (int64_t j = b * block_size; j < (b + 1) * block_size; ++j) {
         const bool response = j >= P;
         const int32_t s = response ? trace.steps[j - P] : -1;
@@ -150,6 +170,42 @@ Expected<PackedTrace> PackTrace(const RolloutTrace& trace, int64_t block_size, i
   out.scored = torch::tensor(scored, i64).to(device);
   out.targets = torch::tensor(targets, i64).to(device);
   return out;
+}
+
+}  // namespace
+
+Expected<PackedTrace> PackTrace(const RolloutTrace& trace, int64_t block_size, int64_t mask_token_id,
+                                torch::Device device) {
+  DICE_RETURN_IF_ERROR(CheckTrace(trace, block_size));
+  const int64_t P = static_cast<int64_t>(trace.prompt.size());
+  const int64_t N = P + static_cast<int64_t>(trace.tokens.size());
+  return PackBlocks(trace, block_size, mask_token_id, P / block_size, N / block_size - 1, device);
+}
+
+Expected<std::vector<PackedTrace>> PackTraceChunks(const RolloutTrace& trace, int64_t block_size,
+                                                   int64_t mask_token_id, int64_t max_packed_tokens,
+                                                   torch::Device device) {
+  DICE_RETURN_IF_ERROR(CheckTrace(trace, block_size));
+  const int64_t P = static_cast<int64_t>(trace.prompt.size());
+  const int64_t N = P + static_cast<int64_t>(trace.tokens.size());
+  const int64_t first_block = P / block_size, end_block = N / block_size;
+  if (max_packed_tokens <= 0) return std::vector<PackedTrace>{PackBlocks(trace, block_size, mask_token_id,
+                                                                         first_block, end_block - 1, device)};
+  std::vector<PackedTrace> chunks;
+  int64_t first = first_block, copy_tokens = 0;
+  for (int64_t b = first_block; b < end_block; ++b) {
+    const int64_t add = CopiesOfBlock(trace, block_size, b) * block_size;
+    // Close the chunk before b when b would push it past the cap; a chunk
+    // always holds at least one block.
+    if (b > first && (b + 1) * block_size + copy_tokens + add > max_packed_tokens) {
+      chunks.push_back(PackBlocks(trace, block_size, mask_token_id, first, b - 1, device));
+      first = b;
+      copy_tokens = 0;
+    }
+    copy_tokens += add;
+  }
+  chunks.push_back(PackBlocks(trace, block_size, mask_token_id, first, end_block - 1, device));
+  return chunks;
 }
 
 torch::Tensor ScoredLogProbs(const torch::Tensor& logits, const torch::Tensor& scored, const torch::Tensor& targets,

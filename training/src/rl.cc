@@ -50,6 +50,7 @@ Status CheckOptions(const RlOptions& o) {
   if (o.max_new_tokens < 1) return Bad("--max-new-tokens must be >= 1");
   if (o.denoising_steps < 1) return Bad("--denoising-steps must be >= 1");
   if (o.inner_epochs < 1) return Bad("--inner-epochs must be >= 1");
+  if (o.max_trace_tokens < 0) return Bad("--max-trace-tokens must be >= 0 (0 = no cap)");
   if (o.dist_timeout_s < 1) return Bad("--dist-timeout must be >= 1");
   if (o.collective_timeout_s < 1) return Bad("--collective-timeout must be >= 1");
   if (!(o.lr > 0)) return Bad("--lr must be > 0");
@@ -326,24 +327,31 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
       sr.policy_reward = policy_rollouts ? policy_reward_sum / policy_rollouts : 0;
       sr.rollout_tokens_per_s = decode_s > 0 ? decoded_tokens / decode_s : 0;
 
-      // TraceRL update on the groups that carry an advantage.
-      std::vector<PackedTrace> packed;
-      std::vector<torch::Tensor> old_lp, ref_lp;
+      // TraceRL update on the groups that carry an advantage. A long
+      // rollout is packed in chunks of at most max_trace_tokens (losses.h
+      // PackTraceChunks); each chunk is one forward and one backward.
+      struct Piece {
+        size_t rollout;
+        PackedTrace packed;
+        torch::Tensor old_lp, ref_lp;
+      };
+      std::vector<Piece> pieces;
       int64_t total = 0;
       if (!used.empty()) {
-        {
-          torch::NoGradGuard no_grad;
-          for (const auto& r : used) {
-            auto p = PackTrace(r.trace, B, cfg.mask_token_id, *device);
-            if (!p.ok()) return p.status();
-            auto lo = model->ForwardPacked(p->ids, p->positions, p->mask);
+        torch::NoGradGuard no_grad;
+        for (size_t i = 0; i < used.size(); ++i) {
+          auto chunks = PackTraceChunks(used[i].trace, B, cfg.mask_token_id, o.max_trace_tokens, *device);
+          if (!chunks.ok()) return chunks.status();
+          for (auto& p : *chunks) {
+            if (p.scored.size(0) == 0) continue;
+            auto lo = model->ForwardPacked(p.ids, p.positions, p.mask);
             if (!lo.ok()) return lo.status();
-            auto lr = reference->ForwardPacked(p->ids, p->positions, p->mask);
+            auto lr = reference->ForwardPacked(p.ids, p.positions, p.mask);
             if (!lr.ok()) return lr.status();
-            old_lp.push_back(ScoredLogProbs(*lo, p->scored, p->targets, cfg.mask_token_id));
-            ref_lp.push_back(ScoredLogProbs(*lr, p->scored, p->targets, cfg.mask_token_id));
-            total += p->scored.size(0);
-            packed.push_back(std::move(*p));
+            torch::Tensor old_lp = ScoredLogProbs(*lo, p.scored, p.targets, cfg.mask_token_id);
+            torch::Tensor ref_lp = ScoredLogProbs(*lr, p.scored, p.targets, cfg.mask_token_id);
+            total += p.scored.size(0);
+            pieces.push_back(Piece{i, std::move(p), std::move(old_lp), std::move(ref_lp)});
           }
         }
       }
@@ -357,14 +365,14 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
         for (int64_t epoch = 0; epoch < o.inner_epochs; ++epoch) {
           optimizer.zero_grad();
           double loss_sum = 0;
-          for (size_t i = 0; i < used.size(); ++i) {
-            const int64_t n = packed[i].scored.size(0);
-            if (n == 0) continue;
-            auto logits = model->ForwardPacked(packed[i].ids, packed[i].positions, packed[i].mask);
+          for (const Piece& piece : pieces) {
+            const PackedTrace& p = piece.packed;
+            const int64_t n = p.scored.size(0);
+            auto logits = model->ForwardPacked(p.ids, p.positions, p.mask);
             if (!logits.ok()) return logits.status();
-            auto lp = ScoredLogProbs(*logits, packed[i].scored, packed[i].targets, cfg.mask_token_id);
-            auto a = torch::full({n}, used[i].advantage, lp.options());
-            auto loss = TraceRlLoss(lp, old_lp[i], ref_lp[i], a, o.clip_eps, o.beta);
+            auto lp = ScoredLogProbs(*logits, p.scored, p.targets, cfg.mask_token_id);
+            auto a = torch::full({n}, used[piece.rollout].advantage, lp.options());
+            auto loss = TraceRlLoss(lp, piece.old_lp, piece.ref_lp, a, o.clip_eps, o.beta);
             if (!loss.ok()) return loss.status();
             auto part = *loss * (static_cast<double>(n) / static_cast<double>(total));
             (part * static_cast<double>(world)).backward();

@@ -130,9 +130,18 @@ Expected<SweepReport> RunSweep(const SweepOptions& o, const std::function<void(c
       if (report.compile_only) {
         std::snprintf(buf, sizeof(buf), "tried %d compiled %d (compile-only: not verified or timed)", r->tried,
                       r->compiled);
-      } else {
+      } else if (!r->winner_origin.empty()) {
         std::snprintf(buf, sizeof(buf), "tried %d compiled %d verified %d baseline %.2f us best %.2f us speedup %.2fx",
                       r->tried, r->compiled, r->verified, r->baseline_us, r->best_us, r->speedup);
+      } else {
+        // No winner: best_us/speedup are 0 by contract; print the fastest
+        // timed candidate instead, so the row does not read as a 0 us kernel.
+        double fastest = 0;
+        for (const auto& c : r->outcomes) {
+          if (c.time_us > 0 && (fastest == 0 || c.time_us < fastest)) fastest = c.time_us;
+        }
+        std::snprintf(buf, sizeof(buf), "tried %d compiled %d verified %d baseline %.2f us; no winner (fastest %.2f us)",
+                      r->tried, r->compiled, r->verified, r->baseline_us, fastest);
       }
       log("sweep: " + e.name + " " + row.shapes + ": " + buf + (r->from_cache ? " (cached)" : "") +
           (r->winner_origin.empty() ? "" : " " + r->winner_origin));

@@ -117,6 +117,21 @@ struct PackedTrace {
 Expected<PackedTrace> PackTrace(const RolloutTrace& trace, int64_t block_size, int64_t mask_token_id,
                                 torch::Device device = torch::kCPU);
 
+/// The same trajectory split into packed sequences of at most
+/// `max_packed_tokens` tokens each (<= 0: one sequence, equal to PackTrace),
+/// so a long rollout's TraceRL forward fits in memory: chunk c holds the
+/// clean sequence up to the end of its last block, then the copies of its
+/// blocks. A copy sees only clean keys of earlier blocks and itself, so
+/// every scored slot gets the logits it gets in PackTrace; the chunks'
+/// scored slots, in order, are PackTrace's. A chunk holds at least one block,
+/// so it exceeds the cap only when the clean prefix alone does. (Found on
+/// the H200: a 2.4k-token prompt with a 5.7k-token answer packed to ~20k
+/// tokens, and the attention of one forward ran out of 140 GB.) Errors: as
+/// PackTrace.
+Expected<std::vector<PackedTrace>> PackTraceChunks(const RolloutTrace& trace, int64_t block_size,
+                                                   int64_t mask_token_id, int64_t max_packed_tokens,
+                                                   torch::Device device = torch::kCPU);
+
 /// Log-probabilities (float32 [T']) of `targets` at `scored` slots from
 /// packed logits [1, M, V]; the mask token's logit is excluded (it is never
 /// decoded). Differentiable in `logits`.

@@ -78,6 +78,7 @@ struct RlOptions {
   double confidence_threshold = 0.9;  ///< dynamic low-confidence remasking
   double temperature = 1.0;
   int64_t inner_epochs = 1;
+  int64_t max_trace_tokens = 12288;  ///< TraceRL forward: packed tokens per chunk (losses.h PackTraceChunks; 0 = no cap)
   int64_t save_every = 0;
   double lr = 1e-6;
   double clip_eps = 0.2;
