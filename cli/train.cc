@@ -123,10 +123,11 @@ int RunDataset(const TrainArgs& a) {
       static_cast<long long>(r->unverified_winner), static_cast<long long>(r->failed_verification),
       a.data.min_speedup, static_cast<long long>(r->below_speedup), static_cast<long long>(r->duplicates),
       static_cast<long long>(r->verified), static_cast<long long>(r->not_timed));
-  std::printf("dataset: wrote %lld examples to %s (infill %lld, e2e %lld, device %lld, task %lld; level 1/2/3: "
-              "%lld/%lld/%lld; held out %lld)\n",
+  std::printf("dataset: wrote %lld examples to %s (infill %lld, e2e %lld, device %lld, device_infill %lld, task %lld; "
+              "level 1/2/3: %lld/%lld/%lld; held out %lld)\n",
               static_cast<long long>(r->written), a.data.out_path.c_str(), static_cast<long long>(r->infill),
-              static_cast<long long>(r->e2e), static_cast<long long>(r->device), static_cast<long long>(r->task),
+              static_cast<long long>(r->e2e), static_cast<long long>(r->device), static_cast<long long>(r->device_infill),
+              static_cast<long long>(r->task),
               static_cast<long long>(r->level_counts[0]), static_cast<long long>(r->level_counts[1]),
               static_cast<long long>(r->level_counts[2]), static_cast<long long>(r->heldout));
   return kExitOk;
@@ -222,6 +223,14 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   a.dataset->add_option("--verify", a.data.verify, "corpus pairs: judge = re-verify and time each here (KernelBench "
                                                    "protocol, dice judge); none = keep unverified; auto = judge on a GPU")
       ->check(CLI::IsMember({"auto", "judge", "none"}));
+  a.dataset->add_option("--device-infill-spans", a.data.device_infill_spans,
+                        "kernel infilling examples (kind device_infill) per cache winner; 0 = none")
+      ->check(CLI::Range(int64_t{0}, int64_t{64}))
+      ->capture_default_str();
+  a.dataset->add_option("--device-infill-max-bytes", a.data.device_infill_max_bytes,
+                        "longest middle of a device_infill example, bytes")
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20))
+      ->capture_default_str();
   a.dataset->add_option("--verify-device", a.data.verify_device, "judge on cuda (default), cuda:N or cpu");
   a.dataset->add_option("--verify-jobs", a.data.verify_jobs, "programs judged at once")
       ->check(CLI::Range(int64_t{1}, int64_t{256}));
@@ -307,7 +316,7 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   a.eval->add_option("--model", e.model_dir, "checkpoint directory")->required();
   a.eval->add_option("--tasks", e.tasks_path, "CuKe JSONL (dice train dataset)")->required();
   a.eval->add_option("--json", e.out_json, "write the report (per task and mean pass@k) to this file");
-  a.eval->add_option("--stage", e.stage, "infill (kinds infill, device) | e2e (kinds e2e, task)")
+  a.eval->add_option("--stage", e.stage, "infill (kinds infill, device, device_infill) | e2e (kinds e2e, task)")
       ->check(CLI::IsMember({"infill", "e2e"}));
   a.eval->add_option("--split", e.split, "heldout (default) | train | all")
       ->check(CLI::IsMember({"heldout", "train", "all"}));

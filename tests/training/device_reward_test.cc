@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
@@ -56,8 +57,9 @@ cache::WinnerRecord ReluWinner(const std::string& specs, const std::string& key)
 }
 
 // A verified cache winner becomes a device example with its graph, input
-// specs and launch plan, which survive the JSONL round trip; a winner whose
-// input specs do not parse is counted as malformed.
+// specs and launch plan, which survive the JSONL round trip, and a
+// device_infill example (kernel lines to fill in) carrying the same; a
+// winner whose input specs do not parse is counted as malformed.
 TEST(TrainingDataset, CacheWinnersBecomeDeviceExamplesTheJudgeCanVerify) {
   char tmpl[] = "/tmp/dice_devds_XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
@@ -77,16 +79,102 @@ TEST(TrainingDataset, CacheWinnersBecomeDeviceExamplesTheJudgeCanVerify) {
   EXPECT_EQ(r->read, 2);
   EXPECT_EQ(r->malformed, 1);
   EXPECT_EQ(r->device, 1);
+  EXPECT_EQ(r->device_infill, 1);  // the kernel's two body lines make one run
   auto examples = ReadExamples(o.out_path, nullptr);
   ASSERT_TRUE(examples.ok()) << examples.status().ToString();
-  ASSERT_EQ(examples->size(), 1u);
-  const CukeExample& e = (*examples)[0];
+  ASSERT_EQ(examples->size(), 2u);
+  const CukeExample& in = (*examples)[0];
+  const CukeExample& e = (*examples)[1];
+  EXPECT_EQ(in.kind, "device_infill");
+  EXPECT_EQ(in.prefix + in.middle + in.suffix, e.middle);
+  EXPECT_EQ(in.middle, "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < 4099) y[i] = fmaxf(x[i], 0.f);\n");
+  EXPECT_EQ(in.graph, e.graph);
+  EXPECT_EQ(in.launch_plan, e.launch_plan);
+  EXPECT_EQ(in.task_hash, e.task_hash);  // one task: the same side of the held-out split
   EXPECT_EQ(e.kind, "device");
   EXPECT_EQ(e.graph, ir::Canonical(runtime_test::ReluGraph()));
   EXPECT_EQ(e.input_specs, "f32[4099]");
   EXPECT_NE(e.launch_plan.find("relu_k"), std::string::npos);
   ASSERT_TRUE(LaunchPlan::FromJson(e.launch_plan).ok());
   (void)!std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+// Kernel infilling spans: whole body lines, 1..3 of them, at most max_bytes,
+// never a comment, preprocessor or lone-brace line first; the pieces
+// rebuild the source; the same source gives the same spans.
+TEST(TrainingDataset, KernelInfillSpansAreWholeBodyLines) {
+  const std::string source =
+      "#include <cuda_fp16.h>\n"
+      "// row softmax\n"
+      "extern \"C\" __global__ void k(const float* x, float* y, int n) {\n"
+      "  __shared__ float red[32];\n"
+      "  int row = blockIdx.x;\n"
+      "  // max of the row\n"
+      "  float m = -INFINITY;\n"
+      "  for (int c = threadIdx.x; c < n; c += blockDim.x) {\n"
+      "    m = fmaxf(m, x[row * n + c]);\n"
+      "  }\n"
+      "  float s = 0.f;\n"
+      "  for (int c = threadIdx.x; c < n; c += blockDim.x) s += __expf(x[row * n + c] - m);\n"
+      "  y[row] = s;\n"
+      "}\n";
+  const auto splits = SplitKernelForInfill(source, 3, 120);
+  ASSERT_EQ(splits.size(), 3u);
+  for (const auto& sp : splits) {
+    EXPECT_EQ(sp.prefix + sp.middle + sp.suffix, source);
+    EXPECT_LE(sp.middle.size(), 120u);
+    EXPECT_TRUE(sp.prefix.empty() || sp.prefix.back() == '\n');
+    EXPECT_EQ(sp.middle.back(), '\n');
+    const size_t lines = std::count(sp.middle.begin(), sp.middle.end(), '\n');
+    EXPECT_GE(lines, 1u);
+    EXPECT_LE(lines, 3u);
+    const std::string first = sp.middle.substr(sp.middle.find_first_not_of(' '));
+    EXPECT_NE(first.rfind("//", 0), 0u) << sp.middle;
+    EXPECT_NE(first[0], '}') << sp.middle;
+    EXPECT_NE(first[0], '#') << sp.middle;
+    EXPECT_NE(sp.prefix.find("__global__"), std::string::npos) << "the span is outside the kernel: " << sp.middle;
+  }
+  EXPECT_LT(splits[0].prefix.size() + splits[0].middle.size(), splits[1].prefix.size() + 1);  // no overlap
+  const auto again = SplitKernelForInfill(source, 3, 120);
+  for (size_t i = 0; i < splits.size(); ++i) EXPECT_EQ(again[i].middle, splits[i].middle);
+  EXPECT_TRUE(SplitKernelForInfill(source, 0, 120).empty());
+  EXPECT_TRUE(SplitKernelForInfill("#define N 4\n// nothing in braces\n", 2, 120).empty());
+  EXPECT_TRUE(SplitKernelForInfill(source, 2, 10).empty());  // every body line is longer than 10 bytes
+}
+
+// The compile reward of a device_infill task compiles prefix + answer +
+// suffix with NVRTC (no GPU needed): the true middle compiles, a middle
+// that breaks the kernel does not, naming the compile error.
+TEST(TrainingReward, DeviceInfillAnswersCompileInsideTheirKernel) {
+  const cache::WinnerRecord w = ReluWinner("f32[4099]", std::string(64, 'c'));
+  const auto splits = SplitKernelForInfill(w.source, 1, 384);
+  ASSERT_EQ(splits.size(), 1u);
+  CukeExample task;
+  task.id = "cache:c@1";
+  task.kind = "device_infill";
+  task.reference = "import torch\n";
+  task.prefix = splits[0].prefix;
+  task.middle = splits[0].middle;
+  task.suffix = splits[0].suffix;
+  RewardOptions o;
+  o.judge = false;
+  o.arch = "sm_90";
+  const std::vector<std::string> answers = {"```\n" + task.middle + "```", "```\n  y[i] = undefined_name;\n```",
+                                            "no code block"};
+  auto r = RewardAnswers(task, answers, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_TRUE((*r)[0].compiled) << (*r)[0].why;
+  EXPECT_EQ((*r)[0].reward, 1.0);
+  EXPECT_FALSE((*r)[1].compiled);
+  EXPECT_EQ((*r)[1].reward, 0.0);
+  EXPECT_NE((*r)[1].why.find("undefined_name"), std::string::npos) << (*r)[1].why;
+  EXPECT_EQ((*r)[2].reward, 0.0);
+  // The same answer, read as a whole-kernel "device" task, is not a kernel.
+  task.kind = "device";
+  auto whole = RewardAnswers(task, {answers[0]}, o);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ((*whole)[0].reward, 0.0);
 }
 
 TEST(TrainingReward, JudgedDeviceTasksNeedTheJudgeAndItsFields) {

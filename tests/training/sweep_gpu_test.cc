@@ -1,6 +1,7 @@
 // Template sweep -> CuKe device examples -> device-form judge, on the GPU
 // (issue 4, CuKe source (b)): the sweep stores verified winners with their
-// measured speedup, the dataset builder turns them into device examples,
+// measured speedup, the dataset builder turns them into device examples
+// (whole kernels, and device_infill spans of their body lines),
 // and each example's own answer earns reward 1 from the device-form judge
 // while a broken copy earns 0. Skipped without a GPU.
 #include <gtest/gtest.h>
@@ -43,6 +44,7 @@ TEST(TrainingSweepGpu, SweepWinnersBecomeDeviceExamplesTheJudgeAccepts) {
   auto ds = BuildDataset(d, nullptr);
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
   EXPECT_EQ(ds->device, r->winners);
+  EXPECT_GE(ds->device_infill, r->winners);  // each template kernel has body lines to fill in
   auto examples = ReadExamples(d.out_path, nullptr);
   ASSERT_TRUE(examples.ok()) << examples.status().ToString();
 
@@ -52,10 +54,11 @@ TEST(TrainingSweepGpu, SweepWinnersBecomeDeviceExamplesTheJudgeAccepts) {
   ro.device_judge = &judge;
   for (const auto& e : *examples) {
     SCOPED_TRACE(e.id);
-    ASSERT_EQ(e.kind, "device");
+    ASSERT_TRUE(e.kind == "device" || e.kind == "device_infill") << e.kind;
     ASSERT_TRUE(e.speedup.has_value());
-    std::string broken = e.middle;
-    broken.insert(broken.rfind('}'), "\n  this_does_not_compile;\n");
+    // A whole kernel with a bad statement; for device_infill, a bad middle.
+    std::string broken = e.kind == "device_infill" ? std::string("  this_does_not_compile;\n") : e.middle;
+    if (e.kind == "device") broken.insert(broken.rfind('}'), "\n  this_does_not_compile;\n");
     auto scored = RewardAnswers(e, {"```cuda\n" + e.middle + "```", "```cuda\n" + broken + "```"}, ro);
     ASSERT_TRUE(scored.ok()) << scored.status().ToString();
     EXPECT_DOUBLE_EQ((*scored)[0].reward, 1.0) << (*scored)[0].why;

@@ -173,6 +173,19 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
       e.speedup = w.speedup;
       e.verified = "cache:" + (w.gpu_name.empty() ? w.arch : w.gpu_name);
       e.hash = NormalisedSourceHash(w.source);
+      // Kernel infilling tasks from the same winner (examples.h
+      // SplitKernelForInfill): a few lines of its kernels to fill in,
+      // judged in the device form like the whole kernel.
+      for (auto& split : SplitKernelForInfill(w.source, o.device_infill_spans, o.device_infill_max_bytes)) {
+        CukeExample in = e;
+        in.kind = "device_infill";
+        in.id = e.id + "@" + std::to_string(split.prefix.size());
+        in.hash = NormalisedSourceHash(w.source) + ":" + std::to_string(split.prefix.size());
+        in.prefix = std::move(split.prefix);
+        in.middle = std::move(split.middle);
+        in.suffix = std::move(split.suffix);
+        keep(std::move(in));
+      }
       keep(std::move(e));
     }
   }
@@ -328,6 +341,7 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
     r.infill += e.kind == "infill";
     r.e2e += e.kind == "e2e";
     r.device += e.kind == "device";
+    r.device_infill += e.kind == "device_infill";
     r.task += e.kind == "task";
     r.heldout += e.split == "heldout";
     r.level_counts[e.level - 1]++;

@@ -30,7 +30,7 @@ std::string CukeExample::ToJsonLine() const {
     j["middle"] = middle;
     j["suffix"] = suffix;
   }
-  if (kind == "device" && !graph.empty()) {
+  if ((kind == "device" || kind == "device_infill") && !graph.empty()) {
     j["graph"] = graph;
     j["input_specs"] = input_specs;
     j["launch_plan"] = launch_plan;
@@ -87,12 +87,13 @@ Expected<CukeExample> CukeExample::FromJsonLine(const std::string& line, const s
   };
   DICE_RETURN_IF_ERROR(str("id", &e.id, true));
   DICE_RETURN_IF_ERROR(str("kind", &e.kind, true));
-  if (e.kind != "infill" && e.kind != "e2e" && e.kind != "device" && e.kind != "task") {
-    return Corrupt(where, "kind \"" + e.kind + "\" is not infill, e2e, device or task");
+  if (e.kind != "infill" && e.kind != "e2e" && e.kind != "device" && e.kind != "device_infill" && e.kind != "task") {
+    return Corrupt(where, "kind \"" + e.kind + "\" is not infill, e2e, device, device_infill or task");
   }
   DICE_RETURN_IF_ERROR(str("reference", &e.reference, true));
   DICE_RETURN_IF_ERROR(str("prefix", &e.prefix, false));
-  DICE_RETURN_IF_ERROR(str("middle", &e.middle, e.kind == "infill" || e.kind == "device"));
+  DICE_RETURN_IF_ERROR(
+      str("middle", &e.middle, e.kind == "infill" || e.kind == "device" || e.kind == "device_infill"));
   DICE_RETURN_IF_ERROR(str("suffix", &e.suffix, false));
   DICE_RETURN_IF_ERROR(str("program", &e.program, e.kind == "e2e"));
   DICE_RETURN_IF_ERROR(str("difficulty", &e.difficulty, false));
@@ -160,6 +161,58 @@ Expected<PromptAndAnswer> ExamplePromptAndAnswer(const CukeExample& e, const Pro
     pa.answer = "```\n" + e.middle + (e.middle.empty() || e.middle.back() != '\n' ? "\n" : "") + "```";
   }
   return pa;
+}
+
+std::vector<InfillSplit> SplitKernelForInfill(const std::string& source, int64_t spans, int64_t max_bytes) {
+  std::vector<InfillSplit> out;
+  if (spans <= 0 || max_bytes <= 0) return out;
+  // Lines with their offsets and the brace depth at each line's start
+  // (braces after // are not counted; template kernels have none in strings).
+  struct Line {
+    size_t begin, end;  // [begin, end), end past the '\n'
+    int depth;
+    bool candidate;
+  };
+  std::vector<Line> lines;
+  int depth = 0;
+  for (size_t b = 0; b < source.size();) {
+    size_t e = source.find('\n', b);
+    e = e == std::string::npos ? source.size() : e + 1;
+    const std::string text = source.substr(b, e - b);
+    const size_t first = text.find_first_not_of(" \t\r\n");
+    const std::string body = first == std::string::npos ? "" : text.substr(first);
+    const bool trivial = body.empty() || body.rfind("//", 0) == 0 || body.rfind("/*", 0) == 0 ||
+                         body.rfind('#', 0) == 0 || body.find_first_not_of("{}; \t\r\n") == std::string::npos;
+    lines.push_back({b, e, depth, depth >= 1 && !trivial});
+    const size_t comment = text.find("//");
+    for (size_t i = 0; i < (comment == std::string::npos ? text.size() : comment); ++i) {
+      depth += text[i] == '{' ? 1 : text[i] == '}' ? -1 : 0;
+    }
+    b = e;
+  }
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].candidate && lines[i].end - lines[i].begin <= static_cast<size_t>(max_bytes)) starts.push_back(i);
+  }
+  const size_t n = std::min(starts.size(), static_cast<size_t>(spans));
+  size_t last_end = 0;  // spans never overlap
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = starts[(2 * k + 1) * starts.size() / (2 * n)];
+    if (lines[i].begin < last_end) continue;
+    size_t j = i + 1;  // up to 3 candidate lines, within max_bytes
+    while (j < lines.size() && j < i + 3 && lines[j].candidate &&
+           lines[j].end - lines[i].begin <= static_cast<size_t>(max_bytes)) {
+      ++j;
+    }
+    const size_t a = lines[i].begin, z = lines[j - 1].end;
+    out.push_back({source.substr(0, a), source.substr(a, z - a), source.substr(z)});
+    last_end = z;
+  }
+  return out;
+}
+
+std::string AnswerSource(const CukeExample& task, const std::string& code) {
+  return task.kind == "device_infill" ? task.prefix + code + task.suffix : code;
 }
 
 namespace {

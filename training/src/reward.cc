@@ -149,7 +149,7 @@ Expected<std::vector<AnswerReward>> RewardAnswers(const CukeExample& task, const
   if (!o.judge) {
     for (int64_t i = 0; i < n; ++i) {
       if (codes[i].empty()) continue;
-      auto cand = DeviceFormCandidate(codes[i], "reward:" + task.id + ":" + std::to_string(i));
+      auto cand = DeviceFormCandidate(AnswerSource(task, codes[i]), "reward:" + task.id + ":" + std::to_string(i));
       auto compiled = cand.ok() ? CompileCandidate(*cand, o.arch) : Expected<CompileResult>(cand.status());
       if (compiled.ok()) {
         out[i].compiled = true;
@@ -160,12 +160,14 @@ Expected<std::vector<AnswerReward>> RewardAnswers(const CukeExample& task, const
     }
     return out;
   }
-  if (task.kind == "device") {
+  if (task.kind == "device" || task.kind == "device_infill") {
     if (o.device_judge == nullptr) {
       return Status(StatusCode::kInvalidArgument, "RewardAnswers: judged device task " + task.id +
                                                       " needs RewardOptions::device_judge");
     }
-    auto judged = o.device_judge->Judge(task, codes);
+    std::vector<std::string> sources(codes.size());  // an empty code stays empty: not judged
+    for (size_t i = 0; i < codes.size(); ++i) sources[i] = codes[i].empty() ? "" : AnswerSource(task, codes[i]);
+    auto judged = o.device_judge->Judge(task, sources);
     if (!judged.ok()) return judged.status();
     for (int64_t i = 0; i < n; ++i) {
       if (codes[i].empty()) continue;

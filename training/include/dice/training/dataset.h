@@ -6,8 +6,13 @@
 //   (a) dice kernel caches (cache/ library, SQLite): every winner becomes a
 //       "device" example (reference = the group's KernelBench-style program
 //       rendered from its IR; middle = the device-form CUDA source; suffix =
-//       its launch plan). Unverified winners (pulled, never re-verified) are
-//       dropped; the cache's measured speedup is the filter's input.
+//       its launch plan), and up to device_infill_spans "device_infill"
+//       examples: prefix + middle + suffix = the same source, the middle a
+//       run of 1..3 kernel-body lines (examples.h SplitKernelForInfill;
+//       DICE's stage-1 kernel infilling on our own kernels, judged in the
+//       device form in ~50 ms). Unverified winners (pulled, never
+//       re-verified) are dropped; the cache's measured speedup is the
+//       filter's input.
 //   (b) KernelBench-format corpora (a JSON array or JSONL of objects with
 //       id (or idx), pytorch_code, cuda_code and optionally prefix, middle,
 //       suffix, level (integer or digit string), speedup), e.g. the DICE RL
@@ -61,6 +66,8 @@ struct DatasetOptions {
   std::string verify_device = "cuda";  ///< judge: "cuda", "cuda:N" or "cpu" (pure-PyTorch programs only)
   int64_t verify_jobs = 8;             ///< judge: programs judged at once (each a child process)
   double verify_timeout_s = 300;       ///< judge: limit per program, seconds
+  int64_t device_infill_spans = 2;     ///< "device_infill" examples per cache winner (0 = none)
+  int64_t device_infill_max_bytes = 384;  ///< longest middle of a device_infill example, bytes
 };
 
 struct DatasetReport {
@@ -73,7 +80,7 @@ struct DatasetReport {
   int64_t below_speedup = 0;      ///< dropped: known speedup < min_speedup
   int64_t not_timed = 0;          ///< kept without a speedup (unverified-here)
   int64_t duplicates = 0;         ///< dropped: same normalised answer
-  int64_t written = 0, infill = 0, e2e = 0, device = 0, task = 0, heldout = 0;
+  int64_t written = 0, infill = 0, e2e = 0, device = 0, device_infill = 0, task = 0, heldout = 0;
   int64_t level_counts[3] = {0, 0, 0};
   bool gpu_present = false;
   std::string verification_note;  ///< what was (not) re-verified here and why

@@ -20,7 +20,7 @@ namespace dice::training {
 /// One CuKe example (a JSONL line). Fields as in training/README.md.
 struct CukeExample {
   std::string id;          ///< stable id ("corpus:6995", "cache:<task key>")
-  std::string kind;        ///< "infill" | "e2e" | "device" | "task" (an e2e task without an answer: RL only)
+  std::string kind;        ///< "infill" | "e2e" | "device" | "device_infill" | "task" (an e2e task without an answer: RL only)
   int level = 1;           ///< KernelBench level 1..3
   std::string difficulty;  ///< "single_op" | "fused_chain" | "network"
   std::string source;      ///< where it came from ("cache:<db>", "corpus:<file>")
@@ -32,7 +32,7 @@ struct CukeExample {
   std::string hash;        ///< sha256 of the normalised answer source (dedupe key)
   std::string task_hash;   ///< sha256 of the normalised reference (split key)
   std::string split;       ///< "train" | "heldout"
-  /// device only (from a cache winner): the fusion group's ir::Canonical
+  /// device and device_infill (from a cache winner): the fusion group's ir::Canonical
   /// text, its input specs ("f32[1024,8192];f32[8192]") and the winner's
   /// LaunchPlan JSON; the device-form judge (reward.h) verifies an answer
   /// against them. Empty in datasets written before they existed.
@@ -62,7 +62,7 @@ Expected<std::vector<CukeExample>> ReadExamples(const std::string& path, std::ve
 
 /// The chat prompt (ChatPrompt with `templates`.system) and the answer text
 /// the model is trained to produce: a fenced code block holding the middle
-/// (infill, device) or the program (e2e); a task has the end-to-end prompt
+/// (infill, device, device_infill) or the program (e2e); a task has the end-to-end prompt
 /// and an empty answer. Errors: those of
 /// BuildInfillingPrompt / BuildEndToEndPrompt.
 struct PromptAndAnswer {
@@ -70,6 +70,24 @@ struct PromptAndAnswer {
   std::string answer;
 };
 Expected<PromptAndAnswer> ExamplePromptAndAnswer(const CukeExample& example, const PromptTemplates& templates);
+
+/// A span of a kernel source to infill: source = prefix + middle + suffix.
+struct InfillSplit {
+  std::string prefix, middle, suffix;
+};
+/// Kernel infilling spans of a device-form source (a cache winner's
+/// kernels), as DICE's stage-1 tasks mask part of a kernel: up to `spans`
+/// runs of 1..3 whole lines inside braces (the kernel bodies; blank lines,
+/// lone braces, comments and preprocessor lines never start a run), each at
+/// most `max_bytes` long, their starts spread evenly over the candidate
+/// lines and never overlapping (deterministic: the same source gives the
+/// same spans). Fewer spans when the source has fewer candidate lines; none
+/// for spans <= 0 or max_bytes <= 0.
+std::vector<InfillSplit> SplitKernelForInfill(const std::string& source, int64_t spans, int64_t max_bytes);
+
+/// The whole source an answer's code stands for: prefix + code + suffix for
+/// a "device_infill" task, the code itself for every other kind.
+std::string AnswerSource(const CukeExample& task, const std::string& code);
 
 /// The device form (runtime/candidate.h) of CUDA text taken from a model's
 /// answer, for NVRTC: the text inside a Python `source = """..."""` when
