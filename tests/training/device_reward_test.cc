@@ -99,13 +99,17 @@ TEST(TrainingDataset, CacheWinnersBecomeDeviceExamplesTheJudgeCanVerify) {
   (void)!std::system(("rm -rf '" + dir + "'").c_str());
 }
 
-// Kernel infilling spans: whole body lines, 1..3 of them, at most max_bytes,
-// never a comment, preprocessor or lone-brace line first; the pieces
+// Kernel infilling spans: whole lines of __global__ bodies (never of a
+// __device__ helper), 1..3 of them, at most max_bytes, never a comment,
+// preprocessor or lone-brace line; the pieces
 // rebuild the source; the same source gives the same spans.
 TEST(TrainingDataset, KernelInfillSpansAreWholeBodyLines) {
   const std::string source =
       "#include <cuda_fp16.h>\n"
       "// row softmax\n"
+      "__device__ float twice(float v) {\n"
+      "  return v * 2.f;\n"
+      "}\n"
       "extern \"C\" __global__ void k(const float* x, float* y, int n) {\n"
       "  __shared__ float red[32];\n"
       "  int row = blockIdx.x;\n"
@@ -133,6 +137,7 @@ TEST(TrainingDataset, KernelInfillSpansAreWholeBodyLines) {
     EXPECT_NE(first[0], '}') << sp.middle;
     EXPECT_NE(first[0], '#') << sp.middle;
     EXPECT_NE(sp.prefix.find("__global__"), std::string::npos) << "the span is outside the kernel: " << sp.middle;
+    EXPECT_EQ(sp.middle.find("return v * 2.f"), std::string::npos) << "a span in the __device__ helper";
   }
   EXPECT_LT(splits[0].prefix.size() + splits[0].middle.size(), splits[1].prefix.size() + 1);  // no overlap
   const auto again = SplitKernelForInfill(source, 3, 120);

@@ -12,6 +12,9 @@
 
 #include "dice/cache/store.h"
 #include "dice/runtime/cuda_driver.h"
+#include "dice/generator/templates.h"
+#include "dice/runtime/task.h"
+#include "dice/training/examples.h"
 #include "dice/training/sweep.h"
 
 namespace dice::training {
@@ -102,6 +105,34 @@ TEST(TrainingSweep, WithoutAGpuEveryCandidateIsCompiledAndNothingStored) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("no_such_group"), std::string::npos);
   (void)!std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+
+// Every template kernel the sweep can make a winner of has kernel-body
+// lines to fill in (dataset device_infill examples), within the default
+// 384 bytes, and the pieces rebuild the kernel.
+TEST(TrainingSweep, EveryCatalogTemplateKernelHasInfillSpans) {
+  auto catalog = ReadSweepCatalog(std::string(DICE_SOURCE_DIR) + "/training/sweeps/templates.json");
+  ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+  TemplateGenerator templates;
+  size_t kernels = 0;
+  for (const auto& e : *catalog) {
+    auto task = Task::Make(e.graph, e.shapes.front(), TargetForDevice(0));
+    ASSERT_TRUE(task.ok()) << e.name << ": " << task.status().ToString();
+    auto candidates = templates.Generate(*task, 2);
+    ASSERT_TRUE(candidates.ok()) << e.name << ": " << candidates.status().ToString();
+    for (const auto& c : *candidates) {
+      SCOPED_TRACE(e.name + " " + c.origin);
+      const auto spans = SplitKernelForInfill(c.source, 2, 384);
+      ASSERT_FALSE(spans.empty()) << c.source;
+      for (const auto& sp : spans) {
+        EXPECT_EQ(sp.prefix + sp.middle + sp.suffix, c.source);
+        EXPECT_LE(sp.middle.size(), 384u);
+      }
+      ++kernels;
+    }
+  }
+  EXPECT_GE(kernels, catalog->size());
 }
 
 }  // namespace

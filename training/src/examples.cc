@@ -175,6 +175,7 @@ std::vector<InfillSplit> SplitKernelForInfill(const std::string& source, int64_t
   };
   std::vector<Line> lines;
   int depth = 0;
+  bool pending = false, in_kernel = false;  // a __global__ signature seen / inside its body
   for (size_t b = 0; b < source.size();) {
     size_t e = source.find('\n', b);
     e = e == std::string::npos ? source.size() : e + 1;
@@ -183,10 +184,16 @@ std::vector<InfillSplit> SplitKernelForInfill(const std::string& source, int64_t
     const std::string body = first == std::string::npos ? "" : text.substr(first);
     const bool trivial = body.empty() || body.rfind("//", 0) == 0 || body.rfind("/*", 0) == 0 ||
                          body.rfind('#', 0) == 0 || body.find_first_not_of("{}; \t\r\n") == std::string::npos;
-    lines.push_back({b, e, depth, depth >= 1 && !trivial});
+    lines.push_back({b, e, depth, in_kernel && depth >= 1 && !trivial});
     const size_t comment = text.find("//");
-    for (size_t i = 0; i < (comment == std::string::npos ? text.size() : comment); ++i) {
-      depth += text[i] == '{' ? 1 : text[i] == '}' ? -1 : 0;
+    const size_t code_end = comment == std::string::npos ? text.size() : comment;
+    if (depth == 0 && text.substr(0, code_end).find("__global__") != std::string::npos) pending = true;
+    for (size_t i = 0; i < code_end; ++i) {
+      if (text[i] == '{') {
+        if (depth++ == 0 && pending) in_kernel = true, pending = false;
+      } else if (text[i] == '}' && --depth == 0) {
+        in_kernel = false;
+      }
     }
     b = e;
   }

@@ -77,8 +77,9 @@ struct InfillSplit {
 };
 /// Kernel infilling spans of a device-form source (a cache winner's
 /// kernels), as DICE's stage-1 tasks mask part of a kernel: up to `spans`
-/// runs of 1..3 whole lines inside braces (the kernel bodies; blank lines,
-/// lone braces, comments and preprocessor lines never start a run), each at
+/// runs of 1..3 whole lines inside the bodies of `__global__` functions
+/// (not the shared __device__ helpers every template kernel carries; blank
+/// lines, lone braces, comments and preprocessor lines are never in a run), each at
 /// most `max_bytes` long, their starts spread evenly over the candidate
 /// lines and never overlapping (deterministic: the same source gives the
 /// same spans). Fewer spans when the source has fewer candidate lines; none
