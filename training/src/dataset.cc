@@ -181,6 +181,7 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
         in.kind = "device_infill";
         in.id = e.id + "@" + std::to_string(split.prefix.size());
         in.hash = NormalisedSourceHash(w.source) + ":" + std::to_string(split.prefix.size());
+        in.preamble = std::move(split.preamble);
         in.prefix = std::move(split.prefix);
         in.middle = std::move(split.middle);
         in.suffix = std::move(split.suffix);

@@ -30,6 +30,7 @@ std::string CukeExample::ToJsonLine() const {
     j["middle"] = middle;
     j["suffix"] = suffix;
   }
+  if (kind == "device_infill") j["preamble"] = preamble;
   if ((kind == "device" || kind == "device_infill") && !graph.empty()) {
     j["graph"] = graph;
     j["input_specs"] = input_specs;
@@ -105,6 +106,7 @@ Expected<CukeExample> CukeExample::FromJsonLine(const std::string& line, const s
   DICE_RETURN_IF_ERROR(str("graph", &e.graph, false));
   DICE_RETURN_IF_ERROR(str("input_specs", &e.input_specs, false));
   DICE_RETURN_IF_ERROR(str("launch_plan", &e.launch_plan, false));
+  DICE_RETURN_IF_ERROR(str("preamble", &e.preamble, false));
   if (j.contains("level") && !j["level"].is_null()) {
     if (!j["level"].is_number_integer()) return Corrupt(where, "field \"level\" must be an integer");
     e.level = j["level"].get<int>();
@@ -197,6 +199,20 @@ std::vector<InfillSplit> SplitKernelForInfill(const std::string& source, int64_t
     }
     b = e;
   }
+  // The prompt starts at the first __global__ function (with a template<>
+  // line right above it); what comes before is the preamble.
+  size_t kernel_start = std::string::npos;
+  for (size_t i = 0; i < lines.size() && kernel_start == std::string::npos; ++i) {
+    const std::string text = source.substr(lines[i].begin, lines[i].end - lines[i].begin);
+    if (lines[i].depth != 0 || text.find("__global__") == std::string::npos) continue;
+    kernel_start = lines[i].begin;
+    if (i > 0) {
+      const std::string above = source.substr(lines[i - 1].begin, lines[i - 1].end - lines[i - 1].begin);
+      const size_t f = above.find_first_not_of(" \t");
+      if (f != std::string::npos && above.compare(f, 8, "template") == 0) kernel_start = lines[i - 1].begin;
+    }
+  }
+  if (kernel_start == std::string::npos) return out;
   std::vector<size_t> starts;
   for (size_t i = 0; i < lines.size(); ++i) {
     if (lines[i].candidate && lines[i].end - lines[i].begin <= static_cast<size_t>(max_bytes)) starts.push_back(i);
@@ -212,14 +228,15 @@ std::vector<InfillSplit> SplitKernelForInfill(const std::string& source, int64_t
       ++j;
     }
     const size_t a = lines[i].begin, z = lines[j - 1].end;
-    out.push_back({source.substr(0, a), source.substr(a, z - a), source.substr(z)});
+    out.push_back({source.substr(0, kernel_start), source.substr(kernel_start, a - kernel_start),
+                   source.substr(a, z - a), source.substr(z)});
     last_end = z;
   }
   return out;
 }
 
 std::string AnswerSource(const CukeExample& task, const std::string& code) {
-  return task.kind == "device_infill" ? task.prefix + code + task.suffix : code;
+  return task.kind == "device_infill" ? task.preamble + task.prefix + code + task.suffix : code;
 }
 
 namespace {

@@ -37,6 +37,9 @@ struct CukeExample {
   /// LaunchPlan JSON; the device-form judge (reward.h) verifies an answer
   /// against them. Empty in datasets written before they existed.
   std::string graph, input_specs, launch_plan;
+  /// device_infill only: the source before `prefix` that the prompt leaves
+  /// out (InfillSplit::preamble); AnswerSource puts it back.
+  std::string preamble;
 
   /// The JSON line (no trailing newline).
   std::string ToJsonLine() const;
@@ -71,9 +74,13 @@ struct PromptAndAnswer {
 };
 Expected<PromptAndAnswer> ExamplePromptAndAnswer(const CukeExample& example, const PromptTemplates& templates);
 
-/// A span of a kernel source to infill: source = prefix + middle + suffix.
+/// A span of a kernel source to infill: source = preamble + prefix +
+/// middle + suffix. The preamble (includes and the __device__ helpers before
+/// the first __global__ function: ~9 KB in a template kernel, more than a
+/// byte-level model's context) is left out of the prompt and put back when
+/// the answer is compiled.
 struct InfillSplit {
-  std::string prefix, middle, suffix;
+  std::string preamble, prefix, middle, suffix;
 };
 /// Kernel infilling spans of a device-form source (a cache winner's
 /// kernels), as DICE's stage-1 tasks mask part of a kernel: up to `spans`
@@ -88,6 +95,7 @@ std::vector<InfillSplit> SplitKernelForInfill(const std::string& source, int64_t
 
 /// The whole source an answer's code stands for: prefix + code + suffix for
 /// a "device_infill" task, the code itself for every other kind.
+/// ("device_infill": preamble + prefix + code + suffix.)
 std::string AnswerSource(const CukeExample& task, const std::string& code);
 
 /// The device form (runtime/candidate.h) of CUDA text taken from a model's
