@@ -18,13 +18,21 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/dice-out}
 PHASE=${PHASE:-sft}
 W=${W:-build/train-eval}
+HELDOUT=${HELDOUT:-20}  # percent of tasks (by task hash) held out for eval
 HIDDEN=${HIDDEN:-512}
 LAYERS=${LAYERS:-8}
 SFT_STEPS=${SFT_STEPS:-400}
-RL_STEPS=${RL_STEPS:-4}
+RL_STEPS=${RL_STEPS:-40}  # LIMIT_S (gpu_issue4_x2.sh) stops it; a checkpoint every step
 N=${N:-8}
 MAX_NEW=${MAX_NEW:-2048}  # bytes: the 99 items' middles are 647-7518 bytes (median 1676)
 TEMP=${TEMP:-0.7}
+RL_MAX_NEW=${RL_MAX_NEW:-512}  # device_infill middles are <= 384 bytes
+RL_LR=${RL_LR:-3e-5}
+# RL and eval tasks: dev_infill (kernel lines of sweep winners, judged by
+# NVRTC in the device form, ~50 ms) or infill (all stage-1 kinds; the
+# imported items are judged by load_inline builds, ~60 s each).
+RL_TASKS=${RL_TASKS:-dev_infill}
+EVAL_TASKS=${EVAL_TASKS:-dev_infill}
 JUDGE_JOBS=${JUDGE_JOBS:-16}
 EVAL=${EVAL:-1}
 GPU=${GPU:-0}
@@ -36,8 +44,9 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then  # SKIP_BUILD=1: build/cli/dice is built (t
 fi
 source scripts/deps_env.sh
 eval_model() {  # $1 model dir, $2 name
-  $DICE train eval --model "$1" --tasks "$W/infill.jsonl" --templates "$W/templates.json" --device "cuda:$GPU" \
-    --stage infill -n "$N" -k 1,4,"$N" --max-new-tokens "$MAX_NEW" --temperature "$TEMP" --seed 11 \
+  local max_new=$MAX_NEW; [ "$EVAL_TASKS" = dev_infill ] && max_new=$RL_MAX_NEW
+  $DICE train eval --model "$1" --tasks "$W/$EVAL_TASKS.jsonl" --templates "$W/templates.json" --device "cuda:$GPU" \
+    --stage infill -n "$N" -k 1,4,"$N" --max-new-tokens "$max_new" --temperature "$TEMP" --seed 11 \
     --judge-jobs "$JUDGE_JOBS" --judge-timeout 240 --json "$OUT/eval_$2.json" 2>&1 | tee "$OUT/eval_$2.log" | tail -3
 }
 if [ "$PHASE" = sweep ]; then
@@ -50,9 +59,11 @@ elif [ "$PHASE" = sft ]; then
   $DICE train init --out "$W/m0" --byte-tokenizer --hidden "$HIDDEN" --layers "$LAYERS" --heads 8 --kv-heads 4 \
     --head-dim $((HIDDEN / 8)) --intermediate $((HIDDEN * 3)) --context 8192 --seed 1 | tee "$OUT/init.log"
   sweep_db=(); [ -f "$W/sweep.db" ] && sweep_db=(--cache-db "$W/sweep.db")
-  $DICE train dataset --corpus .deps/dice-rl/kernel_infilling_evaluation.json "${sweep_db[@]}" --out "$W/cuke.jsonl" \
+  $DICE train dataset --corpus .deps/dice-rl/kernel_infilling_evaluation.json "${sweep_db[@]}" --out "$W/cuke.jsonl" --heldout-percent "$HELDOUT" \
     --verify none | tee "$OUT/dataset.log"
-  grep -E '"kind":"(infill|device)"' "$W/cuke.jsonl" > "$W/infill.jsonl"
+  grep -E '"kind":"(infill|device|device_infill)"' "$W/cuke.jsonl" > "$W/infill.jsonl"
+  grep -E '"kind":"device_infill"' "$W/cuke.jsonl" > "$W/dev_infill.jsonl" ||
+    { echo "no device_infill examples (no sweep winners): RL/eval fall back to infill"; cp "$W/infill.jsonl" "$W/dev_infill.jsonl"; }
   $DICE train sft --model "$W/m0" --data "$W/infill.jsonl" --templates "$W/templates.json" --out "$W/m1" \
     --device "cuda:$GPU" --steps "$SFT_STEPS" --batch-size 8 --max-length 3072 --lr 1e-3 --warmup-steps 20 \
     --save-every 100 > "$OUT/sft.log" 2>&1; echo "sft exit $?"
@@ -60,9 +71,10 @@ elif [ "$PHASE" = sft ]; then
   [ "$EVAL" = 1 ] && eval_model "$W/m1" sft
 elif [ "$PHASE" = rl ]; then
   [ -d "$W/m1" ] || { echo "gpu_train_eval: $W/m1 missing: run PHASE=sft first on this (warm) machine" >&2; exit 2; }
-  $DICE train rl --model "$W/m1" --tasks "$W/infill.jsonl" --templates "$W/templates.json" --out "$W/m2" \
-    --device "cuda:$GPU" --stage infill --steps "$RL_STEPS" --tasks-per-step 2 --group-size 8 --max-new-tokens "$MAX_NEW" --temperature "$TEMP" \
-    --inject-known-good "$W/infill.jsonl" --save-every 1 --lr 1e-5 --judge-jobs "$JUDGE_JOBS" 2>&1 | tee "$OUT/rl.log" | tail -12
+  rl_max_new=$MAX_NEW; [ "$RL_TASKS" = dev_infill ] && rl_max_new=$RL_MAX_NEW
+  $DICE train rl --model "$W/m1" --tasks "$W/$RL_TASKS.jsonl" --templates "$W/templates.json" --out "$W/m2" \
+    --device "cuda:$GPU" --stage infill --steps "$RL_STEPS" --tasks-per-step "${RL_TASKS_PER_STEP:-4}" --group-size 8 --max-new-tokens "$rl_max_new" --temperature "$TEMP" \
+    --inject-known-good "$W/$RL_TASKS.jsonl" --save-every 1 --lr "$RL_LR" --judge-jobs "$JUDGE_JOBS" 2>&1 | tee "$OUT/rl.log" | tail -12
   cp "$W/m2/rl_log.csv" "$OUT/" 2>/dev/null
   [ "$EVAL" = 1 ] && eval_model "$W/m2" rl
 elif [ "$PHASE" = eval ]; then
