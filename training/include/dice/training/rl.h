@@ -4,7 +4,7 @@
 //
 // One step:
 //   1. The data schedule (examples.h TaskSchedule) picks tasks_per_step
-//      tasks (stage "infill": kind infill/device examples; "e2e": kind e2e
+//      tasks (stage "infill": kind infill/device/device_infill examples; "e2e": kind e2e
 //      and task).
 //   2. Each task is decoded G = group_size times (one batch, temperature
 //      sampling, DecodeOptions from the options) and every token's
@@ -13,7 +13,8 @@
 //      whose task has a known-good answer are replaced by that answer,
 //      traced left to right (token j of a block revealed at step
 //      j * steps / block_size), so a random model's groups still carry an
-//      advantage.
+//      advantage. An answer whose prompt + tokens would not fit the
+//      model's context is not injected (logged).
 //   3. Reward per rollout (--reward): "judge" = compiles AND correct: the
 //      answer's program (stage infill: the task's prefix + the answer's code
 //      block + suffix; e2e: the code block, a whole ModelNew program) is run
@@ -21,7 +22,8 @@
 //      (runtime/program_judge.h JudgeProgram: a child Python process builds
 //      it with load_inline, seeded trials, allclose 1e-2; judge_jobs at a
 //      time) — reward 1 when correct, else 0 with the verdict logged for
-//      known-good answers; a "device" task (cache winner) is judged in the
+//      known-good answers; a "device" or "device_infill" task (cache winner;
+//      device_infill: its preamble + prefix + answer + suffix) is judged in the
 //      device form by reward.h DeviceFormJudge (the runtime's Tuner and one
 //      kept dice-worker: NVRTC, trials, timing; seconds per group). "compile" = the code block turned into the device
 //      form (DeviceFormCandidate) compiles with NVRTC for `arch`
@@ -31,7 +33,9 @@
 //      with speedup s adds bonus * log2(s) (off by default, as in the paper).
 //   4. Group-normalised advantages; groups with equal rewards are dropped.
 //   5. The rollout policy's log-probs (logp_old) and the frozen reference
-//      model's (logp_ref, the starting checkpoint) are computed once; then
+//      model's (logp_ref, the starting checkpoint) are computed once, on each
+//      rollout's trace packed in forwards of at most max_trace_tokens tokens
+//      (losses.h PackTraceChunks: the same log-probs as one forward); then
 //      inner_epochs AdamW updates on the TraceRL loss (token mean over the
 //      step's scored tokens), gradients clipped to grad_clip.
 // A checkpoint (checkpoint_io.h) is written every save_every steps and at
