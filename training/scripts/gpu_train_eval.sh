@@ -36,17 +36,21 @@ EVAL_TASKS=${EVAL_TASKS:-dev_infill}
 JUDGE_JOBS=${JUDGE_JOBS:-16}
 EVAL=${EVAL:-1}
 GPU=${GPU:-0}
-DICE=./build/cli/dice
+DEV=${DEV:-cuda:$GPU}  # DEV=cpu: the same flow on CPU (compile-only sweep and reward), to check the script
+DICE=${DICE:-./build/cli/dice}
 mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | tee "$OUT/gpu.txt"
 if [ "${SKIP_BUILD:-0}" != 1 ]; then  # SKIP_BUILD=1: build/cli/dice is built (two phases at once share it)
   JOBS=${JOBS:-16} BUILD_TARGETS=dice bash scripts/setup.sh > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 fi
 source scripts/deps_env.sh
 eval_model() {  # $1 model dir, $2 name
+  if [ "$EVAL_TASKS" = dev_infill ] && ! grep -q '"split":"heldout"' "$W/dev_infill.jsonl" 2>/dev/null; then
+    echo "eval: no held-out device_infill task: evaluating on infill"; EVAL_TASKS=infill
+  fi
   local max_new=$MAX_NEW; [ "$EVAL_TASKS" = dev_infill ] && max_new=$RL_MAX_NEW
-  $DICE train eval --model "$1" --tasks "$W/$EVAL_TASKS.jsonl" --templates "$W/templates.json" --device "cuda:$GPU" \
-    --stage infill -n "$N" -k 1,4,"$N" --max-new-tokens "$max_new" --temperature "$TEMP" --seed 11 \
+  $DICE train eval --model "$1" --tasks "$W/$EVAL_TASKS.jsonl" --templates "$W/templates.json" --device "$DEV" \
+    --stage infill -n "$N" -k "${K:-1,4,$N}" --max-new-tokens "$max_new" --temperature "$TEMP" --seed 11 \
     --judge-jobs "$JUDGE_JOBS" --judge-timeout 240 --json "$OUT/eval_$2.json" 2>&1 | tee "$OUT/eval_$2.log" | tail -3
 }
 if [ "$PHASE" = sweep ]; then
@@ -59,13 +63,13 @@ elif [ "$PHASE" = sft ]; then
   $DICE train init --out "$W/m0" --byte-tokenizer --hidden "$HIDDEN" --layers "$LAYERS" --heads 8 --kv-heads 4 \
     --head-dim $((HIDDEN / 8)) --intermediate $((HIDDEN * 3)) --context 8192 --seed 1 | tee "$OUT/init.log"
   sweep_db=(); [ -f "$W/sweep.db" ] && sweep_db=(--cache-db "$W/sweep.db")
-  $DICE train dataset --corpus .deps/dice-rl/kernel_infilling_evaluation.json "${sweep_db[@]}" --out "$W/cuke.jsonl" --heldout-percent "$HELDOUT" \
+  $DICE train dataset --corpus "${CORPUS:-.deps/dice-rl/kernel_infilling_evaluation.json}" "${sweep_db[@]}" --out "$W/cuke.jsonl" --heldout-percent "$HELDOUT" \
     --verify none | tee "$OUT/dataset.log"
   grep -E '"kind":"(infill|device|device_infill)"' "$W/cuke.jsonl" > "$W/infill.jsonl"
   grep -E '"kind":"device_infill"' "$W/cuke.jsonl" > "$W/dev_infill.jsonl" ||
     { echo "no device_infill examples (no sweep winners): RL/eval fall back to infill"; cp "$W/infill.jsonl" "$W/dev_infill.jsonl"; }
   $DICE train sft --model "$W/m0" --data "$W/infill.jsonl" --templates "$W/templates.json" --out "$W/m1" \
-    --device "cuda:$GPU" --steps "$SFT_STEPS" --batch-size 8 --max-length 3072 --lr 1e-3 --warmup-steps 20 \
+    --device "$DEV" --steps "$SFT_STEPS" --batch-size "${SFT_BATCH:-8}" --max-length 3072 --lr 1e-3 --warmup-steps 20 \
     --save-every 100 > "$OUT/sft.log" 2>&1; echo "sft exit $?"
   grep -v "^sft step" "$OUT/sft.log"; cp "$W/m1/sft_log.csv" "$OUT/" 2>/dev/null
   [ "$EVAL" = 1 ] && eval_model "$W/m1" sft
@@ -73,7 +77,7 @@ elif [ "$PHASE" = rl ]; then
   [ -d "$W/m1" ] || { echo "gpu_train_eval: $W/m1 missing: run PHASE=sft first on this (warm) machine" >&2; exit 2; }
   rl_max_new=$MAX_NEW; [ "$RL_TASKS" = dev_infill ] && rl_max_new=$RL_MAX_NEW
   $DICE train rl --model "$W/m1" --tasks "$W/$RL_TASKS.jsonl" --templates "$W/templates.json" --out "$W/m2" \
-    --device "cuda:$GPU" --stage infill --steps "$RL_STEPS" --tasks-per-step "${RL_TASKS_PER_STEP:-4}" --group-size 8 --max-new-tokens "$rl_max_new" --temperature "$TEMP" \
+    --device "$DEV" --stage infill --steps "$RL_STEPS" --tasks-per-step "${RL_TASKS_PER_STEP:-4}" --group-size 8 --max-new-tokens "$rl_max_new" --temperature "$TEMP" \
     --inject-known-good "$W/$RL_TASKS.jsonl" --save-every 1 --lr "$RL_LR" --judge-jobs "$JUDGE_JOBS" 2>&1 | tee "$OUT/rl.log" | tail -12
   cp "$W/m2/rl_log.csv" "$OUT/" 2>/dev/null
   [ "$EVAL" = 1 ] && eval_model "$W/m2" rl
