@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Issue 4's H200 runs on one nvidia-h200-x2 machine, in two device calls
 # (each < 10 minutes; the warm machine keeps build/ and the work directory):
-#   CALL=1: full build; GPU 0: template sweep -> dataset (imported items +
+#   CALL=1: build dice; GPU 0: template sweep -> dataset (imported items +
 #           sweep winners, device_infill spans) -> SFT; then at once
 #           GPU 0: stage-1 RL from the SFT model on device_infill tasks (a
 #           checkpoint every step, stopped at LIMIT_S, default 570 s from
 #           the call's start) and GPU 1: pass@k of the SFT model on the
 #           held-out tasks.
 #   CALL=2: GPU 0: pass@k of the RL model (same tasks, seed, samples and
-#           reward); GPU 1 at the same time: every `gpu`-labelled test.
+#           reward); at the same time: the full build, then every
+#           `gpu`-labelled test on GPU 1.
 #           DP=1 also runs the 2-GPU vs 1-GPU loss curves (dp_compare.sh).
 # Each process sees one GPU (CUDA_VISIBLE_DEVICES), so its judge children
 # run on that GPU too. Sizes: gpu_train_eval.sh's variables. Before the
@@ -29,8 +30,10 @@ t0=$(date +%s)
 stamp() { echo "[$(($(date +%s) - t0)) s] $*"; }
 left() { echo $((LIMIT_S - ($(date +%s) - t0))); }
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-bash scripts/setup.sh > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-stamp "built"
+# The CLI (and dice-worker) first; call 2 builds the tests beside its eval
+# (ninja leaves the built dice alone, so the running eval is not disturbed).
+BUILD_TARGETS=dice bash scripts/setup.sh > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+stamp "built dice"
 source scripts/deps_env.sh
 export SKIP_BUILD=1
 if [ "$CALL" = 1 ]; then
@@ -54,7 +57,8 @@ else
     (OUT="$OUT/dp" timeout "$(left)" bash training/scripts/dp_compare.sh > "$OUT/dp_compare.log" 2>&1
      echo "dp_compare exit $?" >> "$OUT/dp_compare.log") &
   fi
-  (cd build && CUDA_VISIBLE_DEVICES=1 timeout "$(left)" ctest --timeout 300 -j 2 -L gpu > "$OUT/ctest_gpu.log" 2>&1
+  (bash scripts/setup.sh > "$OUT/build_tests.log" 2>&1 || { echo "test build failed"; tail -20 "$OUT/build_tests.log"; }
+   cd build && CUDA_VISIBLE_DEVICES=1 timeout "$(left)" ctest --timeout 300 -j 2 -L gpu > "$OUT/ctest_gpu.log" 2>&1
    echo "ctest exit $?" >> "$OUT/ctest_gpu.log") &
   CUDA_VISIBLE_DEVICES=0 PHASE=eval NAME=rl timeout "$(left)" bash training/scripts/gpu_train_eval.sh \
     > "$OUT/phase_eval_rl.log" 2>&1
