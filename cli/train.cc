@@ -115,8 +115,9 @@ int RunDataset(const TrainArgs& a) {
   auto r = training::BuildDataset(a.data, Log);
   if (!r.ok()) return Fail(r.status());
   std::printf(
-      "dataset: read %lld; dropped: malformed %lld, no answer %lld%s, unverified winner %lld, failed verification "
-      "%lld, speedup < %.2fx %lld, duplicate %lld; verified here %lld; kept without timing (unverified-here) %lld\n",
+      "dataset: read %lld items; dropped: malformed %lld, no answer %lld%s, unverified winner %lld, failed "
+      "verification %lld, speedup < %.2fx %lld, duplicate %lld; of the examples kept: verified here %lld, "
+      "without timing (unverified-here) %lld\n",
       static_cast<long long>(r->read), static_cast<long long>(r->malformed),
       static_cast<long long>(a.data.keep_tasks ? 0 : r->no_answer),
       a.data.keep_tasks ? (" (" + std::to_string(r->no_answer) + " answer-less items kept as tasks)").c_str() : "",
