@@ -74,10 +74,14 @@ TEST(TrainingDataset, CacheWinnersBecomeDeviceExamplesTheJudgeCanVerify) {
   o.cache_dbs = {dir + "/cache.db"};
   o.out_path = dir + "/cuke.jsonl";
   o.heldout_percent = 0;
-  auto r = BuildDataset(o, nullptr);
+  std::vector<std::string> log;
+  auto r = BuildDataset(o, [&](const std::string& l) { log.push_back(l); });
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->read, 2);
   EXPECT_EQ(r->malformed, 1);
+  bool named = false;
+  for (const auto& l : log) named |= l.find("winner bbbbbbbbbbbbbbbb is malformed: input spec") != std::string::npos;
+  EXPECT_TRUE(named) << "no log line names the malformed winner";
   EXPECT_EQ(r->device, 1);
   EXPECT_EQ(r->device_infill, 1);  // the kernel's two body lines make one run
   auto examples = ReadExamples(o.out_path, nullptr);

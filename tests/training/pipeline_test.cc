@@ -105,10 +105,16 @@ TEST_F(TrainingPipeline, DatasetSftRlCheckpointDecode) {
   d.corpora = {Path("corpus.jsonl")};
   d.out_path = Path("cuke.jsonl");
   d.heldout_percent = 0;  // the tiny set is all training data here
-  auto ds = BuildDataset(d, nullptr);
+  std::vector<std::string> dataset_log;
+  auto ds = BuildDataset(d, [&](const std::string& l) { dataset_log.push_back(l); });
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
   EXPECT_EQ(ds->read, 7);
   EXPECT_EQ(ds->malformed, 1);
+  bool named = false;  // the malformed item is named with its reason
+  for (const auto& l : dataset_log) {
+    named |= l.find("item 5 \"broken\" is malformed: \"pytorch_code\" is missing or not a string") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << "no log line names the malformed item";
   EXPECT_EQ(ds->no_answer, 1);
   EXPECT_EQ(ds->duplicates, 1);  // relu-again's program equals relu's
   EXPECT_EQ(ds->infill, 4);
@@ -262,6 +268,9 @@ TEST_F(TrainingPipeline, RlJudgedRewardRunsTheKernelBenchProtocol) {
   bool logged = false;
   for (const auto& l : lines) logged |= l.find("known-good answer of wrong earns no reward: incorrect") != std::string::npos;
   EXPECT_TRUE(logged) << "the wrong answer's verdict is not in the log";
+  bool rollout_logged = false;  // a decoded rollout that earns nothing says why
+  for (const auto& l : lines) rollout_logged |= l.find(": rollout 0 earns nothing: ") != std::string::npos;
+  EXPECT_TRUE(rollout_logged) << "no log line says why a rollout earned nothing";
 
   r.reward = "sometimes";
   auto bad = RunRl(r, nullptr);

@@ -11,8 +11,10 @@
 # dataset`), seed, sample count and judged reward (compiles AND correct,
 # KernelBench protocol), so pass@k of SFT and RL compare directly. Sizes
 # and steps are environment variables (defaults below). CSVs, eval JSONs
-# and logs go to $OUT. Before the call, here: bash scripts/gpu_prepare.sh;
-# carry .deps.
+# and logs go to $OUT. On a device machine (no Debian registry, no
+# ../shared): run bash scripts/gpu_prepare.sh on this side first and carry
+# .deps. DEV=cpu runs the whole flow on CPU at toy sizes (README "Scripts").
+# K is the pass@k list (default 1,4,N; every k <= N).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/dice-out}

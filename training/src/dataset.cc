@@ -148,6 +148,9 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
       auto specs = ParseInputSpecs(w.input_specs);
       if (!graph.ok() || !specs.ok() || w.source.empty()) {
         ++r.malformed;
+        log("dataset: cache " + db + " winner " + w.task_key.substr(0, 16) + " is malformed: " +
+            (!graph.ok() ? "graph: " + graph.status().message()
+                         : !specs.ok() ? specs.status().message() : std::string("no source")));
         continue;
       }
       if (!w.verified) {
@@ -210,8 +213,10 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
       }
       if (valid == 0) return Status(StatusCode::kCorrupt, "corpus " + path + " is neither a JSON array nor JSONL");
     }
+    int64_t item = 0;
     for (const auto& j : items) {
       ++r.read;
+      ++item;
       auto str = [&](const char* k) -> const std::string* {
         return j.is_object() && j.contains(k) && j[k].is_string() ? j[k].get_ptr<const std::string*>() : nullptr;
       };
@@ -220,6 +225,14 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
       const char* id_key = j.is_object() && j.contains("id") ? "id" : "idx";
       if (!j.is_object() || !j.contains(id_key) || ref == nullptr || cuda == nullptr || ref->empty()) {
         ++r.malformed;
+        const std::string which = j.is_object() && j.contains(id_key) ? " " + j[id_key].dump() : "";
+        log("dataset: corpus " + path + " item " + std::to_string(item) + which + " is malformed: " +
+            (j.is_null() ? std::string("not valid JSON")
+             : !j.is_object() ? std::string("not a JSON object")
+             : !j.contains(id_key) ? std::string("no \"id\" or \"idx\"")
+             : ref == nullptr ? std::string("\"pytorch_code\" is missing or not a string")
+             : cuda == nullptr ? std::string("\"cuda_code\" is missing or not a string")
+                               : std::string("\"pytorch_code\" is empty")));
         continue;
       }
       const std::string id = j[id_key].is_string() ? j[id_key].get<std::string>() : j[id_key].dump();

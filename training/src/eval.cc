@@ -49,27 +49,6 @@ Status CheckOptions(const EvalOptions& o) {
   return Status::Ok();
 }
 
-// `text` for a terminal line: control bytes and newlines as \n / \xNN (a
-// decoded answer can hold any byte), cut at `max` characters.
-std::string Printable(const std::string& text, size_t max) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (out.size() >= max) {
-      out += "...";
-      break;
-    }
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c < 0x20 || c == 0x7f) {
-      char hex[8];
-      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
-      out += hex;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
 
 nlohmann::json ToJson(const EvalOptions& o, const EvalReport& r) {
   nlohmann::json tasks = nlohmann::json::array();

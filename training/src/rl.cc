@@ -273,6 +273,13 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
           group_rewards[i] = (*scored)[i].reward;
           whys[i] = (*scored)[i].why;
         }
+        for (int64_t i = 0; i < o.group_size; ++i) {  // why the first unrewarded rollout of the group failed
+          if (!group[i].injected && group_rewards[i] == 0) {
+            log("rl: step " + std::to_string(step) + " " + task.id + ": rollout " + std::to_string(i) +
+                " earns nothing: " + Printable(whys[i], 200));
+            break;
+          }
+        }
         for (int64_t i = 0; i < o.group_size; ++i) {
           Rollout& r = group[i];
           const double reward = group_rewards[i];

@@ -85,6 +85,26 @@ DecodeOptions RolloutDecodeOptions(int64_t max_new_tokens, int64_t denoising_ste
   return d;
 }
 
+std::string Printable(const std::string& text, size_t max) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (out.size() >= max) {
+      out += "...";
+      break;
+    }
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 std::vector<int64_t> AnswerStopIds(const Tokenizer& tokenizer, int64_t end_of_turn) {
   std::vector<int64_t> ids = {end_of_turn};
   const int32_t eot = tokenizer.TokenToId("<|endoftext|>");
