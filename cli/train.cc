@@ -201,6 +201,7 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   train->require_subcommand(1);
 
   a.init = train->add_subcommand("init", "write a randomly initialised SDAR-architecture checkpoint");
+  a.init->option_defaults()->always_capture_default();  // --help shows every default
   a.init->add_option("--out", a.init_out, "checkpoint directory to write")->required();
   a.init->add_flag("--byte-tokenizer", a.byte_tokenizer, "write a 260-token byte-level tokenizer (tiny models)");
   a.init->add_option("--tokenizer", a.init_tokenizer, "copy vocab.json/merges.txt/tokenizer_config.json from DIR");
@@ -215,6 +216,7 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   a.init->add_option("--seed", a.init_seed, "initialisation seed");
 
   a.dataset = train->add_subcommand("dataset", "build a CuKe JSONL dataset (training/README.md schema)");
+  a.dataset->option_defaults()->always_capture_default();  // --help shows every default
   a.dataset->add_option("--cache-db", a.data.cache_dbs, "dice cache SQLite file (repeatable)");
   a.dataset->add_option("--corpus", a.data.corpora, "KernelBench-format JSON/JSONL corpus (repeatable)");
   a.dataset->add_option("--out", a.data.out_path, "output JSONL")->required();
@@ -240,6 +242,7 @@ CLI::App* AddTrainCommand(CLI::App& app) {
 
   auto& s = a.sft_opts;
   a.sft = train->add_subcommand("sft", "supervised fine-tuning with the block-diffusion masked-token loss");
+  a.sft->option_defaults()->always_capture_default();  // --help shows every default
   a.sft->add_option("--model", s.model_dir, "starting checkpoint directory")->required();
   a.sft->add_option("--data", s.data_path, "CuKe JSONL")->required();
   a.sft->add_option("--out", s.out_dir, "checkpoint directory to write")->required();
@@ -268,6 +271,7 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   auto& r = a.rl_opts;
   a.rl = train->add_subcommand("rl", "BiC-RL: TraceRL on decoder rollouts; reward judged (compiles AND correct) on "
                                      "CUDA, NVRTC compile only on a CPU (--reward)");
+  a.rl->option_defaults()->always_capture_default();  // --help shows every default
   a.rl->add_option("--model", r.model_dir, "starting checkpoint (the SFT model; also the KL reference)")->required();
   a.rl->add_option("--tasks", r.tasks_path, "CuKe JSONL of tasks")->required();
   a.rl->add_option("--out", r.out_dir, "checkpoint directory to write")->required();
@@ -314,6 +318,7 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   auto& e = a.eval_opts;
   e.ks.clear();
   a.eval = train->add_subcommand("eval", "pass@k of a checkpoint on the held-out tasks (same reward as dice train rl)");
+  a.eval->option_defaults()->always_capture_default();  // --help shows every default
   a.eval->add_option("--model", e.model_dir, "checkpoint directory")->required();
   a.eval->add_option("--tasks", e.tasks_path, "CuKe JSONL (dice train dataset)")->required();
   a.eval->add_option("--json", e.out_json, "write the report (per task and mean pass@k) to this file");
@@ -342,6 +347,7 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   w.catalog_path = kDefaultSweepCatalog;
   a.sweep = train->add_subcommand("sweep", "tune a catalog of fusion groups with the templates into a cache "
                                            "(CuKe source: then dice train dataset --cache-db)");
+  a.sweep->option_defaults()->always_capture_default();  // --help shows every default
   a.sweep->add_option("--catalog", w.catalog_path, "JSON catalog of groups and shape sets")->capture_default_str();
   a.sweep->add_option("--cache-db", w.cache_db, "cache SQLite file the winners go to")->required();
   a.sweep->add_option("--only", w.only, "comma-separated catalog names (default: all)");
