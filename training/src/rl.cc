@@ -273,19 +273,17 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
           group_rewards[i] = (*scored)[i].reward;
           whys[i] = (*scored)[i].why;
         }
-        for (int64_t i = 0; i < o.group_size; ++i) {  // why the first unrewarded rollout of the group failed
-          if (!group[i].injected && group_rewards[i] == 0) {
-            log("rl: step " + std::to_string(step) + " " + task.id + ": rollout " + std::to_string(i) +
-                " earns nothing: " + Printable(whys[i], 200));
-            break;
-          }
-        }
+        bool explained = false;  // why the group's first unrewarded rollout earned nothing
         for (int64_t i = 0; i < o.group_size; ++i) {
           Rollout& r = group[i];
           const double reward = group_rewards[i];
           const std::string& why = whys[i];
           if (r.injected && reward == 0) {  // a known-good answer that earns nothing is worth a look
             log("rl: known-good answer of " + task.id + " earns no reward: " + why.substr(0, why.find('\n', 200)));
+          } else if (!r.injected && reward == 0 && !explained) {
+            log("rl: step " + std::to_string(step) + " " + task.id + ": rollout " + std::to_string(i) +
+                " earns nothing: " + Printable(why, 200));
+            explained = true;
           }
           r.reward = reward;
           rewards.push_back(reward);
