@@ -183,7 +183,7 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
         CukeExample in = e;
         in.kind = "device_infill";
         in.id = e.id + "@" + std::to_string(split.prefix.size());
-        in.hash = NormalisedSourceHash(w.source) + ":" + std::to_string(split.prefix.size());
+        in.hash = e.hash + ":" + std::to_string(split.prefix.size());
         in.preamble = std::move(split.preamble);
         in.prefix = std::move(split.prefix);
         in.middle = std::move(split.middle);

@@ -49,7 +49,6 @@ Status CheckOptions(const EvalOptions& o) {
   return Status::Ok();
 }
 
-
 nlohmann::json ToJson(const EvalOptions& o, const EvalReport& r) {
   nlohmann::json tasks = nlohmann::json::array();
   for (const auto& t : r.tasks) {

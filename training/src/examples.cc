@@ -31,7 +31,7 @@ std::string CukeExample::ToJsonLine() const {
     j["suffix"] = suffix;
   }
   if (kind == "device_infill") j["preamble"] = preamble;
-  if ((kind == "device" || kind == "device_infill") && !graph.empty()) {
+  if (IsDeviceKind(kind) && !graph.empty()) {
     j["graph"] = graph;
     j["input_specs"] = input_specs;
     j["launch_plan"] = launch_plan;
@@ -94,7 +94,7 @@ Expected<CukeExample> CukeExample::FromJsonLine(const std::string& line, const s
   DICE_RETURN_IF_ERROR(str("reference", &e.reference, true));
   DICE_RETURN_IF_ERROR(str("prefix", &e.prefix, false));
   DICE_RETURN_IF_ERROR(
-      str("middle", &e.middle, e.kind == "infill" || e.kind == "device" || e.kind == "device_infill"));
+      str("middle", &e.middle, e.kind == "infill" || IsDeviceKind(e.kind)));
   DICE_RETURN_IF_ERROR(str("suffix", &e.suffix, false));
   DICE_RETURN_IF_ERROR(str("program", &e.program, e.kind == "e2e"));
   DICE_RETURN_IF_ERROR(str("difficulty", &e.difficulty, false));
@@ -168,16 +168,19 @@ Expected<PromptAndAnswer> ExamplePromptAndAnswer(const CukeExample& e, const Pro
 std::vector<InfillSplit> SplitKernelForInfill(const std::string& source, int64_t spans, int64_t max_bytes) {
   std::vector<InfillSplit> out;
   if (spans <= 0 || max_bytes <= 0) return out;
-  // Lines with their offsets and the brace depth at each line's start
+  // Lines with their offsets; the brace depth is tracked at each line's start
   // (braces after // are not counted; template kernels have none in strings).
   struct Line {
     size_t begin, end;  // [begin, end), end past the '\n'
-    int depth;
-    bool candidate;
+    bool candidate;     // may start or continue a span: a non-trivial line inside a __global__ body
   };
   std::vector<Line> lines;
   int depth = 0;
   bool pending = false, in_kernel = false;  // a __global__ signature seen / inside its body
+  // The prompt starts at the first __global__ function (with a template<>
+  // line right above it); what comes before is the preamble.
+  size_t kernel_start = std::string::npos;
+  bool prev_is_template = false;
   for (size_t b = 0; b < source.size();) {
     size_t e = source.find('\n', b);
     e = e == std::string::npos ? source.size() : e + 1;
@@ -186,10 +189,14 @@ std::vector<InfillSplit> SplitKernelForInfill(const std::string& source, int64_t
     const std::string body = first == std::string::npos ? "" : text.substr(first);
     const bool trivial = body.empty() || body.rfind("//", 0) == 0 || body.rfind("/*", 0) == 0 ||
                          body.rfind('#', 0) == 0 || body.find_first_not_of("{}; \t\r\n") == std::string::npos;
-    lines.push_back({b, e, depth, in_kernel && depth >= 1 && !trivial});
     const size_t comment = text.find("//");
     const size_t code_end = comment == std::string::npos ? text.size() : comment;
-    if (depth == 0 && text.substr(0, code_end).find("__global__") != std::string::npos) pending = true;
+    if (depth == 0 && text.substr(0, code_end).find("__global__") != std::string::npos) {
+      pending = true;
+      if (kernel_start == std::string::npos) kernel_start = prev_is_template ? lines.back().begin : b;
+    }
+    lines.push_back({b, e, in_kernel && depth >= 1 && !trivial});
+    prev_is_template = depth == 0 && body.rfind("template", 0) == 0;
     for (size_t i = 0; i < code_end; ++i) {
       if (text[i] == '{') {
         if (depth++ == 0 && pending) in_kernel = true, pending = false;
@@ -198,19 +205,6 @@ std::vector<InfillSplit> SplitKernelForInfill(const std::string& source, int64_t
       }
     }
     b = e;
-  }
-  // The prompt starts at the first __global__ function (with a template<>
-  // line right above it); what comes before is the preamble.
-  size_t kernel_start = std::string::npos;
-  for (size_t i = 0; i < lines.size() && kernel_start == std::string::npos; ++i) {
-    const std::string text = source.substr(lines[i].begin, lines[i].end - lines[i].begin);
-    if (lines[i].depth != 0 || text.find("__global__") == std::string::npos) continue;
-    kernel_start = lines[i].begin;
-    if (i > 0) {
-      const std::string above = source.substr(lines[i - 1].begin, lines[i - 1].end - lines[i - 1].begin);
-      const size_t f = above.find_first_not_of(" \t");
-      if (f != std::string::npos && above.compare(f, 8, "template") == 0) kernel_start = lines[i - 1].begin;
-    }
   }
   if (kernel_start == std::string::npos) return out;
   std::vector<size_t> starts;

@@ -160,7 +160,7 @@ Expected<std::vector<AnswerReward>> RewardAnswers(const CukeExample& task, const
     }
     return out;
   }
-  if (task.kind == "device" || task.kind == "device_infill") {
+  if (IsDeviceKind(task.kind)) {
     if (o.device_judge == nullptr) {
       return Status(StatusCode::kInvalidArgument, "RewardAnswers: judged device task " + task.id +
                                                       " needs RewardOptions::device_judge");

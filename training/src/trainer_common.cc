@@ -43,7 +43,7 @@ Expected<PromptTemplates> LoadTemplatesOrDefault(const std::string& path) {
 }
 
 bool IsStageKind(const std::string& stage, const std::string& kind) {
-  return stage == "e2e" ? (kind == "e2e" || kind == "task") : (kind == "infill" || kind == "device" || kind == "device_infill");
+  return stage == "e2e" ? (kind == "e2e" || kind == "task") : (kind == "infill" || IsDeviceKind(kind));
 }
 
 Expected<std::vector<CukeExample>> ReadStageTasks(const std::string& path, const std::string& stage,

@@ -98,6 +98,10 @@ std::vector<InfillSplit> SplitKernelForInfill(const std::string& source, int64_t
 /// ("device_infill": preamble + prefix + code + suffix.)
 std::string AnswerSource(const CukeExample& task, const std::string& code);
 
+/// True for the kinds made from a cache winner ("device", "device_infill"):
+/// they carry graph/input_specs/launch_plan and are judged in the device form.
+inline bool IsDeviceKind(const std::string& kind) { return kind == "device" || kind == "device_infill"; }
+
 /// The device form (runtime/candidate.h) of CUDA text taken from a model's
 /// answer, for NVRTC: the text inside a Python `source = """..."""` when
 /// present; includes other than the toolkit's device headers (cuda_fp16.h,
