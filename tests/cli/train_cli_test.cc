@@ -70,6 +70,15 @@ TEST_F(TrainCliTest, BadInputIsExitTwoNamingTheCause) {
   DiceResult garbage = RunDice("train dataset --corpus " + dir_ + "/garbage.json --out " + dir_ + "/o.jsonl");
   EXPECT_EQ(garbage.code, 2) << garbage.output;
   EXPECT_NE(garbage.output.find("garbage.json"), std::string::npos) << garbage.output;
+  for (const char* flag : {"--device-infill-spans 65", "--device-infill-max-bytes 3", "--device-infill-spans -1"}) {
+    DiceResult range = RunDice("train dataset --corpus " + dir_ + "/garbage.json --out " + dir_ + "/o.jsonl " + flag);
+    EXPECT_EQ(range.code, 2) << flag << ": " << range.output;
+    EXPECT_NE(range.output.find(std::string(flag).substr(0, std::string(flag).find(' '))), std::string::npos)
+        << range.output;
+  }
+  DiceResult cap = RunDice("train rl --model m --tasks t --out o --max-trace-tokens -5");
+  EXPECT_EQ(cap.code, 2) << cap.output;
+  EXPECT_NE(cap.output.find("--max-trace-tokens"), std::string::npos) << cap.output;
   // A checkpoint of another architecture: weights of one shape, a config of another.
   ASSERT_EQ(RunDice("train init --out " + dir_ + "/small --byte-tokenizer --hidden 32 --layers 1 --heads 2 "
                     "--kv-heads 1 --head-dim 16 --intermediate 64").code, 0);

@@ -280,6 +280,12 @@ TEST_F(TrainingPipeline, RlJudgedRewardRunsTheKernelBenchProtocol) {
   r.reward = "judge";
   r.judge_jobs = 0;
   EXPECT_EQ(RunRl(r, nullptr).status().code(), StatusCode::kInvalidArgument);
+  r.judge_jobs = 2;
+  r.max_trace_tokens = -1;
+  auto bad_cap = RunRl(r, nullptr);
+  ASSERT_FALSE(bad_cap.ok());
+  EXPECT_EQ(bad_cap.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_cap.status().message().find("--max-trace-tokens"), std::string::npos) << bad_cap.status().ToString();
 }
 
 // A known-good answer that cannot fit the model's context beside its prompt
@@ -493,6 +499,17 @@ TEST(TrainingExamples, MalformedLinesNameFileAndLine) {
       "{\"id\": \"x\", \"kind\": \"e2e\", \"reference\": \"r\", \"program\": \"p\", \"level\": 7}", "f.jsonl:4");
   ASSERT_FALSE(bad_level.ok());
   EXPECT_NE(bad_level.status().message().find("level 7"), std::string::npos);
+  // device_infill: a middle is required and the preamble must be a string.
+  auto no_middle = CukeExample::FromJsonLine(
+      "{\"id\": \"x@4\", \"kind\": \"device_infill\", \"reference\": \"r\"}", "f.jsonl:5");
+  ASSERT_FALSE(no_middle.ok());
+  EXPECT_NE(no_middle.status().message().find("middle"), std::string::npos) << no_middle.status().ToString();
+  auto bad_preamble = CukeExample::FromJsonLine(
+      "{\"id\": \"x@4\", \"kind\": \"device_infill\", \"reference\": \"r\", \"middle\": \"m\", "
+      "\"preamble\": 3}", "f.jsonl:6");
+  ASSERT_FALSE(bad_preamble.ok());
+  EXPECT_EQ(bad_preamble.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(bad_preamble.status().message().find("preamble"), std::string::npos) << bad_preamble.status().ToString();
 }
 
 TEST(TrainingExamples, DeviceFormKeepsKernelsAndDropsTorchHostCode) {
