@@ -23,7 +23,10 @@ have_headers() {
 }
 
 # 1. System packages.
-if [ -d "$ROOT/.deps" ] && ls "$ROOT"/.deps/*.deb >/dev/null 2>&1; then
+# Unpacked once: dpkg -x rewrites the libraries in place, and a process that
+# has them mapped (a training run beside a second build on an H200) dies of
+# SIGBUS.
+if [ -d "$ROOT/.deps" ] && ls "$ROOT"/.deps/*.deb >/dev/null 2>&1 && [ ! -d "$ROOT/.deps/root/usr/lib/x86_64-linux-gnu" ]; then
   log "unpacking carried Debian packages from .deps/ (no registry on this machine)"
   mkdir -p "$ROOT/.deps/root"
   for deb in "$ROOT"/.deps/*.deb; do dpkg -x "$deb" "$ROOT/.deps/root"; done

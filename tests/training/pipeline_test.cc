@@ -446,6 +446,66 @@ TEST_F(TrainingPipeline, SftResumesFromItsCheckpoint) {
   EXPECT_NE(no_state.status().message().find("trainer_state.json"), std::string::npos) << no_state.status().ToString();
 }
 
+TEST_F(TrainingPipeline, DecodingAMemorisedExampleReproducesItsAnswer) {
+  // SFT and decoding must agree on the layout (prompt blocks, block-causal
+  // attention, the masked block): a model trained until it knows one
+  // example by heart then decodes that example's prompt into its answer.
+  // (A mismatch shows as fluent-looking bytes that never compile.)
+  SdarConfig c;
+  c.hidden_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.intermediate_size = 128;
+  c.vocab_size = 260;
+  c.mask_token_id = 259;
+  c.max_position_embeddings = 512;
+  c.tie_word_embeddings = true;
+  ASSERT_TRUE(InitRandomCheckpoint(c, Path("memo_init"), 5).ok());
+  ASSERT_TRUE(WriteByteTokenizer(Path("memo_init")).ok());
+  CukeExample e;
+  e.id = "memo";
+  e.kind = "infill";
+  e.reference = "torch.neg(x)";
+  e.prefix = "__global__ void k(const float* x, float* y, int n) {\n";
+  e.middle = "  int i = threadIdx.x;\n  if (i < n) y[i] = -x[i];\n";
+  e.suffix = "}\n";
+  WriteText(Path("memo.jsonl"), e.ToJsonLine() + "\n");
+  SftOptions s;
+  s.model_dir = Path("memo_init");
+  s.data_path = Path("memo.jsonl");
+  s.templates_path = Path("templates.json");
+  s.out_dir = Path("memo_sft");
+  s.steps = 300;
+  s.batch_size = 4;
+  s.warmup_steps = 10;
+  s.lr = 3e-3;
+  s.max_length = 512;
+  auto sft = RunSft(s, nullptr);
+  ASSERT_TRUE(sft.ok()) << sft.status().ToString();
+  const double last = std::accumulate(sft->losses.end() - 10, sft->losses.end(), 0.0) / 10;
+  std::printf("memorise: last-10 mean loss %.4f\n", last);
+  auto model = SdarModel::Load(Path("memo_sft"));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto tok = Tokenizer::Load(Path("memo_sft"));
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  PromptTemplates t;
+  t.system = "";
+  t.infilling = "R:{reference}\nP:{prefix}\nS:{suffix}";
+  t.end_to_end = "R:{reference}";
+  auto pa = ExamplePromptAndAnswer(e, t);
+  ASSERT_TRUE(pa.ok()) << pa.status().ToString();
+  DecodeOptions o;
+  o.max_new_tokens = static_cast<int64_t>(pa->answer.size()) + 8;
+  o.eos_ids = {};
+  auto out = Decode(*model, tok->Encode(pa->prompt), o);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  const std::string got = tok->Decode(out->tokens[0]);
+  std::printf("memorise: want [%s]\n          got  [%s]\n", pa->answer.c_str(), got.c_str());
+  EXPECT_EQ(got.substr(0, pa->answer.size()), pa->answer);
+}
+
 TEST_F(TrainingPipeline, HeldOutTasksAreNeverTrainedOn) {
   // The split is a function of the task hash, fixed when the dataset is
   // built: with every task held out, SFT has nothing to train on.

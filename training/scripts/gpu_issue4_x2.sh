@@ -11,6 +11,13 @@
 #           reward); at the same time: the full build, then every
 #           `gpu`-labelled test on GPU 1.
 #           DP=1 also runs the 2-GPU vs 1-GPU loss curves (dp_compare.sh).
+#   CALL=all: the whole of it in one call (when the device budget has room
+#           for one): build dice; then GPU 0: sweep -> dataset -> SFT ->
+#           focused SFT on device_infill (FOCUS_STEPS) -> RL on the first
+#           RL_TASK_LIMIT training tasks -> pass@k of the RL model; beside it
+#           the rest of the build, every `gpu`-labelled test on GPU 1 (a
+#           failing python test run again under cuda-gdb for a backtrace),
+#           and pass@k of the SFT model on GPU 1.
 # Each process sees one GPU (CUDA_VISIBLE_DEVICES), so its judge children
 # run on that GPU too. Sizes: gpu_train_eval.sh's variables. Before the
 # call, here: bash scripts/gpu_prepare.sh; carry .deps.
@@ -36,7 +43,42 @@ BUILD_TARGETS=dice bash scripts/setup.sh > "$OUT/build.log" 2>&1 || { tail -40 "
 stamp "built dice"
 source scripts/deps_env.sh
 export SKIP_BUILD=1
-if [ "$CALL" = 1 ]; then
+if [ "$CALL" = all ]; then
+  export FOCUS_STEPS=${FOCUS_STEPS:-200} RL_TASK_LIMIT=${RL_TASK_LIMIT:-12} SFT_STEPS=${SFT_STEPS_ALL:-600}
+  # The rest of the build with cmake directly (setup.sh has configured it):
+  # up-to-date outputs (dice, the libraries) are not rewritten under the run.
+  (cmake --build build -j 12 > "$OUT/build_tests.log" 2>&1 || { echo "test build failed"; tail -20 "$OUT/build_tests.log"; }
+   stamp "tests built"
+   (cd build && CUDA_VISIBLE_DEVICES=1 timeout 330 ctest --timeout 300 -j 2 -L gpu --output-on-failure > "$OUT/ctest_gpu.log" 2>&1
+    echo "ctest exit $?" >> "$OUT/ctest_gpu.log")
+   stamp "gpu tests done"
+   if grep -q "PythonBackendGpuTests.*SEGFAULT" "$OUT/ctest_gpu.log" && command -v cuda-gdb >/dev/null; then
+     DICE_TORCH_LIB=$(ls build/torch_ext/libdice_torch_ext.so) PYTHONPATH=torch_ext/python DICE_MODE= CUDA_VISIBLE_DEVICES=1 \
+       timeout 150 cuda-gdb -q -batch -ex run -ex bt -ex "info sharedlibrary libdice" --args python3 -m pytest -q -x \
+       -p no:cacheprovider -m gpu tests/torch_ext/python/test_backend_gpu.py > "$OUT/pytest_gpu_cuda_gdb.log" 2>&1
+     stamp "cuda-gdb backtrace exit $?"
+   fi) > "$OUT/side.log" 2>&1 &
+  side=$!
+  export CUDA_VISIBLE_DEVICES=0 SWEEP_BUDGET_S=${SWEEP_BUDGET_S:-4} SWEEP_CANDIDATES=${SWEEP_CANDIDATES:-6}
+  PHASE=sweep timeout 200 bash training/scripts/gpu_train_eval.sh > "$OUT/phase_sweep.log" 2>&1
+  stamp "sweep exit $?"
+  EVAL=0 PHASE=sft timeout 300 bash training/scripts/gpu_train_eval.sh > "$OUT/phase_sft.log" 2>&1
+  stamp "sft done"
+  (CUDA_VISIBLE_DEVICES=1 PHASE=eval NAME=sft timeout "$(left)" bash training/scripts/gpu_train_eval.sh \
+     > "$OUT/phase_eval_sft.log" 2>&1; echo "eval sft exit $?" >> "$OUT/phase_eval_sft.log") &
+  # RL until 60 s before LIMIT_S: the RL model's eval needs ~30 s.
+  EVAL=0 PHASE=rl timeout "$(($(left) - 60))" bash training/scripts/gpu_train_eval.sh > "$OUT/phase_rl.log" 2>&1
+  stamp "rl exit $? (124: stopped on time; the last step's checkpoint stays)"
+  cp build/train-eval/m2/rl_log.csv "$OUT/" 2>/dev/null
+  PHASE=eval NAME=rl timeout "$(left)" bash training/scripts/gpu_train_eval.sh > "$OUT/phase_eval_rl.log" 2>&1
+  stamp "eval rl exit $?"
+  wait
+  stamp "side runs done"
+  grep -E "^sweep: [0-9]+ tasks" "$OUT/phase_sweep.log"; grep -E "^dataset:|^sft: (done|[0-9]+ training)" "$OUT/phase_sft.log"
+  grep -E "^rl step|^rl: [0-9]" "$OUT/phase_rl.log" | tail -4; cat "$OUT/rl_log.csv" 2>/dev/null
+  grep -h "^eval: [0-9]* tasks" "$OUT"/eval_*.log
+  cat "$OUT/side.log"; grep -E "tests passed|\(Failed|SEGFAULT|ctest exit" "$OUT/ctest_gpu.log" | tail -6
+elif [ "$CALL" = 1 ]; then
   export CUDA_VISIBLE_DEVICES=0 SWEEP_BUDGET_S=${SWEEP_BUDGET_S:-4} SWEEP_CANDIDATES=${SWEEP_CANDIDATES:-6}
   PHASE=sweep timeout 200 bash training/scripts/gpu_train_eval.sh > "$OUT/phase_sweep.log" 2>&1
   stamp "sweep exit $?"

@@ -35,6 +35,16 @@ RL_LR=${RL_LR:-3e-5}
 # imported items are judged by load_inline builds, ~60 s each).
 RL_TASKS=${RL_TASKS:-dev_infill}
 EVAL_TASKS=${EVAL_TASKS:-dev_infill}
+# FOCUS_STEPS > 0: after SFT on the whole set ($W/m1_all), a second SFT
+# stage from it on the training device_infill examples only ($W/m1), so that
+# the RL start model earns some reward on stage-1 tasks (a model that never
+# does gives every group the same reward). 0: $W/m1 is the whole-set model.
+FOCUS_STEPS=${FOCUS_STEPS:-0}
+FOCUS_LR=${FOCUS_LR:-5e-4}
+# RL_TASK_LIMIT > 0: RL takes only the first N training tasks of $RL_TASKS
+# (written to $W/rl_tasks.jsonl), so that a short run visits each several
+# times and a per-task reward trend can show; 0: all of them.
+RL_TASK_LIMIT=${RL_TASK_LIMIT:-0}
 JUDGE_JOBS=${JUDGE_JOBS:-16}
 EVAL=${EVAL:-1}
 GPU=${GPU:-0}
@@ -54,6 +64,13 @@ eval_model() {  # $1 model dir, $2 name
   $DICE train eval --model "$1" --tasks "$W/$EVAL_TASKS.jsonl" --templates "$W/templates.json" --device "$DEV" \
     --stage infill -n "$N" -k "${K:-1,4,$N}" --max-new-tokens "$max_new" --temperature "$TEMP" --seed 11 \
     --judge-jobs "$JUDGE_JOBS" --judge-timeout 240 --json "$OUT/eval_$2.json" 2>&1 | tee "$OUT/eval_$2.log" | tail -3
+  # The RL run's own (training) tasks too, when RL_TASK_LIMIT chose them:
+  # what RL changed on the tasks it was rewarded on, beside the held-out pass@k.
+  if [ -f "$W/rl_tasks.jsonl" ]; then
+    $DICE train eval --model "$1" --tasks "$W/rl_tasks.jsonl" --split train --templates "$W/templates.json" --device "$DEV" \
+      --stage infill -n "$N" -k "${K:-1,4,$N}" --max-new-tokens "$RL_MAX_NEW" --temperature "$TEMP" --seed 11 \
+      --judge-jobs "$JUDGE_JOBS" --judge-timeout 240 --json "$OUT/eval_$2_rltasks.json" 2>&1 | tee "$OUT/eval_$2_rltasks.log" | tail -1
+  fi
 }
 if [ "$PHASE" = sweep ]; then
   mkdir -p "$W"
@@ -70,17 +87,32 @@ elif [ "$PHASE" = sft ]; then
   grep -E '"kind":"(infill|device|device_infill)"' "$W/cuke.jsonl" > "$W/infill.jsonl"
   grep -E '"kind":"device_infill"' "$W/cuke.jsonl" > "$W/dev_infill.jsonl" ||
     { echo "no device_infill examples (no sweep winners): RL/eval fall back to infill"; cp "$W/infill.jsonl" "$W/dev_infill.jsonl"; }
+  # Written here, so that the SFT model's eval (beside RL) scores the same tasks.
+  [ "$RL_TASK_LIMIT" -gt 0 ] && grep '"split":"train"' "$W/$RL_TASKS.jsonl" | head -n "$RL_TASK_LIMIT" > "$W/rl_tasks.jsonl"
   $DICE train sft --model "$W/m0" --data "$W/infill.jsonl" --templates "$W/templates.json" --out "$W/m1" \
     --device "$DEV" --steps "$SFT_STEPS" --batch-size "${SFT_BATCH:-8}" --max-length 3072 --lr 1e-3 --warmup-steps 20 \
     --save-every 100 > "$OUT/sft.log" 2>&1; echo "sft exit $?"
   grep -v "^sft step" "$OUT/sft.log"; cp "$W/m1/sft_log.csv" "$OUT/" 2>/dev/null
+  if [ "$FOCUS_STEPS" -gt 0 ]; then
+    mv "$W/m1" "$W/m1_all"
+    $DICE train sft --model "$W/m1_all" --data "$W/dev_infill.jsonl" --templates "$W/templates.json" --out "$W/m1" \
+      --device "$DEV" --steps "$FOCUS_STEPS" --batch-size "${SFT_BATCH:-8}" --max-length 3072 --lr "$FOCUS_LR" --warmup-steps 10 \
+      --save-every "$FOCUS_STEPS" > "$OUT/sft_focus.log" 2>&1; echo "sft focus exit $?"
+    grep -v "^sft step" "$OUT/sft_focus.log"; cp "$W/m1/sft_log.csv" "$OUT/sft_focus_log.csv" 2>/dev/null
+  fi
   [ "$EVAL" = 1 ] && eval_model "$W/m1" sft
 elif [ "$PHASE" = rl ]; then
   [ -d "$W/m1" ] || { echo "gpu_train_eval: $W/m1 missing: run PHASE=sft first on this (warm) machine" >&2; exit 2; }
   rl_max_new=$MAX_NEW; [ "$RL_TASKS" = dev_infill ] && rl_max_new=$RL_MAX_NEW
-  $DICE train rl --model "$W/m1" --tasks "$W/$RL_TASKS.jsonl" --templates "$W/templates.json" --out "$W/m2" \
+  rl_tasks="$W/$RL_TASKS.jsonl"
+  if [ "$RL_TASK_LIMIT" -gt 0 ]; then
+    [ -f "$W/rl_tasks.jsonl" ] || grep '"split":"train"' "$rl_tasks" | head -n "$RL_TASK_LIMIT" > "$W/rl_tasks.jsonl"
+    rl_tasks="$W/rl_tasks.jsonl"
+    echo "rl: the first $(wc -l < "$rl_tasks") training tasks of $RL_TASKS.jsonl ($rl_tasks)"
+  fi
+  $DICE train rl --model "$W/m1" --tasks "$rl_tasks" --templates "$W/templates.json" --out "$W/m2" \
     --device "$DEV" --stage infill --steps "$RL_STEPS" --tasks-per-step "${RL_TASKS_PER_STEP:-4}" --group-size 8 --max-new-tokens "$rl_max_new" --temperature "$TEMP" \
-    --inject-known-good "$W/$RL_TASKS.jsonl" --save-every 1 --lr "$RL_LR" --judge-jobs "$JUDGE_JOBS" 2>&1 | tee "$OUT/rl.log" | tail -12
+    --inject-known-good "$rl_tasks" --save-every 1 --lr "$RL_LR" --judge-jobs "$JUDGE_JOBS" 2>&1 | tee "$OUT/rl.log" | tail -12
   cp "$W/m2/rl_log.csv" "$OUT/" 2>/dev/null
   [ "$EVAL" = 1 ] && eval_model "$W/m2" rl
 elif [ "$PHASE" = eval ]; then
