@@ -9,8 +9,13 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <cstdlib>
+
+#include "dice/cache/store.h"
 #include "dice/reference/reference_executor.h"
 #include "dice/runtime/ir.h"
+#include "dice/runtime/task.h"
+#include "dice/torch_ext/fusion_pass.h"
 #include "dice/torch_ext/optimize.h"
 
 namespace dice::torch_ext {
@@ -137,6 +142,51 @@ TEST_F(RunGroupTest, OperatorIsRegisteredWithTheDispatcher) {
   EXPECT_TRUE(op->hasKernelForDispatchKey(c10::DispatchKey::CPU));
   EXPECT_TRUE(op->hasKernelForDispatchKey(c10::DispatchKey::CUDA));
   EXPECT_TRUE(op->hasKernelForDispatchKey(c10::DispatchKey::Meta));
+}
+
+// optimize() twice in one process with different cache dirs: the second
+// tune reads the second cache. (The tuner once kept the first, freed store:
+// a segfault in Store::GetWinner on the H200.) Each cache holds a verified
+// winner for the task, so each tune is a cache hit and needs no GPU: the
+// origin says which cache the tuner read.
+TEST(TunerCacheDir, EachCacheDirIsTheOneTheTunerReads) {
+  auto graph = ir::Parse(kBroadcastIr);
+  ASSERT_TRUE(graph.ok()) << graph.status().ToString();
+  CapturedCall call;
+  call.graph = *graph;
+  call.inputs = {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {2, 5, 64}),
+                 ir::TensorSpec::Contiguous(ir::DType::kFloat32, {64})};
+  std::vector<std::string> dirs;
+  for (const char* name : {"dice-tuner-dir-a", "dice-tuner-dir-b"}) {
+    const std::string dir = ::testing::TempDir() + name;
+    (void)!std::system(("rm -rf '" + dir + "'").c_str());
+    dirs.push_back(dir);
+    Options o;
+    o.mode = Mode::kTuneSync;
+    o.cache_dir = dir;
+    auto task = Task::Make(call.graph, call.inputs, CurrentTarget(o.tune.device));
+    ASSERT_TRUE(task.ok()) << task.status().ToString();
+    {
+      auto store = cache::Store::Open(cache::DatabasePath(dir));
+      ASSERT_TRUE(store.ok()) << store.status().ToString();
+      cache::WinnerRecord w;
+      w.task_key = task->Key();
+      w.origin = std::string("winner-in-") + name;
+      w.verified = true;
+      auto put = (*store)->PutWinner(w);
+      ASSERT_TRUE(put.ok()) << put.status().ToString();
+    }
+    auto rep = TuneCapturedCall(call, o);
+    ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+    EXPECT_TRUE(rep->from_cache) << dir;
+    EXPECT_EQ(rep->winner_origin, std::string("winner-in-") + name) << "the tune into " << dir << " read another cache";
+  }
+  for (const auto& d : dirs) (void)!std::system(("rm -rf '" + d + "'").c_str());
+  // Later tests in this binary use the fixture's options again.
+  Options o;
+  o.mode = Mode::kCache;
+  o.cache_dir = ::testing::TempDir() + "dice-run-group-test";
+  SetRuntimeOptions(o);
 }
 
 }  // namespace

@@ -98,7 +98,9 @@ struct Runtime {
 
   // Cache store and loaded kernels (shared across op instances by task key).
   std::mutex store_mu;
-  std::unique_ptr<cache::Store> store;
+  // Shared: the tuner keeps the store it writes to open (tuner_store) after
+  // a new cache dir replaces it here.
+  std::shared_ptr<cache::Store> store;
   std::string store_dir;
   std::map<std::string, std::shared_ptr<LoadedKernel>> kernels;
   std::map<std::string, ExtensionEntryFn> extensions;  // loaded extension winners (never unloaded)
@@ -110,6 +112,7 @@ struct Runtime {
   // Tuning.
   std::mutex tune_mu;  // one Tune at a time
   std::unique_ptr<Tuner> tuner;
+  std::shared_ptr<cache::Store> tuner_store;  // the store `tuner` reads and writes
   std::vector<std::shared_ptr<KernelGenerator>> generators;  // empty = TemplateGenerator only
   std::mutex queue_mu;
   std::condition_variable queue_cv;
@@ -223,17 +226,23 @@ std::string NoWinnerText(const TuneReport& rep, double margin) {
 Expected<TuneReport> TuneTaskNow(const Task& task, const std::vector<std::string>* captured) {
   Runtime& r = R();
   std::lock_guard<std::mutex> tune_lock(r.tune_mu);
-  cache::Store* store = nullptr;
+  std::shared_ptr<cache::Store> store;
   {
     std::lock_guard<std::mutex> lock(r.store_mu);
     auto s = StoreLocked();
     if (!s.ok()) return s.status();
-    store = *s;
+    store = r.store;
   }
-  if (!r.tuner) {
+  // A tuner writes to the store of the cache dir it was built under. When
+  // the cache dir has changed since (a second optimize() in this process
+  // with another cache_dir), a new tuner is built for the new store; the
+  // old store stays open until its tuner is gone. (It used to be freed under
+  // the old tuner: a segfault in Store::GetWinner on the H200.)
+  if (!r.tuner || r.tuner_store != store) {
     std::vector<std::shared_ptr<KernelGenerator>> gens = r.generators;
     if (gens.empty()) gens.push_back(std::make_shared<TemplateGenerator>());
-    r.tuner = std::make_unique<Tuner>(store, std::move(gens), GetRuntimeOptions().tune);
+    r.tuner = std::make_unique<Tuner>(store.get(), std::move(gens), GetRuntimeOptions().tune);
+    r.tuner_store = store;
   }
   // The tuning worker is another process: blocks this process's caching
   // allocator keeps for reuse are invisible to it. On a model that fills the
