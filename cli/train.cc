@@ -273,6 +273,8 @@ CLI::App* AddTrainCommand(CLI::App& app) {
                                      "CUDA, NVRTC compile only on a CPU (--reward)");
   a.rl->option_defaults()->always_capture_default();  // --help shows every default
   a.rl->add_option("--model", r.model_dir, "starting checkpoint (the SFT model; also the KL reference)")->required();
+  a.rl->add_option("--resume", r.resume_dir,
+                   "an RL checkpoint (with optimizer.pt) to continue from, up to --steps in all; --model stays the KL reference");
   a.rl->add_option("--tasks", r.tasks_path, "CuKe JSONL of tasks")->required();
   a.rl->add_option("--out", r.out_dir, "checkpoint directory to write")->required();
   a.rl->add_option("--stage", r.stage, "infill (stage 1) | e2e (stage 2)");

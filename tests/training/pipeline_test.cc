@@ -506,6 +506,100 @@ TEST_F(TrainingPipeline, DecodingAMemorisedExampleReproducesItsAnswer) {
   EXPECT_EQ(got.substr(0, pa->answer.size()), pa->answer);
 }
 
+TEST_F(TrainingPipeline, RlResumesFromItsCheckpointAsOneRun) {
+  // 1 step, then --resume for the second, ends with the weights of one
+  // uninterrupted 2-step run (same seeds, task order and AdamW state); the
+  // CSV holds both steps. Bad input: adaptive schedule, a checkpoint already
+  // at --steps, another architecture, a directory without trainer state.
+  SdarConfig c;
+  c.hidden_size = 32;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 1;
+  c.head_dim = 16;
+  c.intermediate_size = 64;
+  c.vocab_size = 260;
+  c.mask_token_id = 259;
+  c.max_position_embeddings = 512;
+  c.tie_word_embeddings = true;
+  ASSERT_TRUE(InitRandomCheckpoint(c, Path("rl_init"), 4).ok());
+  ASSERT_TRUE(WriteByteTokenizer(Path("rl_init")).ok());
+  std::string lines;
+  for (int i = 0; i < 2; ++i) {
+    CukeExample e;
+    e.id = kOps[i].name;
+    e.kind = "infill";
+    e.reference = kOps[i].torch_expr;
+    e.middle = Kernel(kOps[i]);
+    e.suffix = "y = k(x)";
+    e.split = "train";
+    lines += e.ToJsonLine() + "\n";
+  }
+  WriteText(Path("rl_tasks.jsonl"), lines);
+  RlOptions r;
+  r.model_dir = Path("rl_init");
+  r.tasks_path = Path("rl_tasks.jsonl");
+  r.inject_path = Path("rl_tasks.jsonl");
+  r.templates_path = Path("templates.json");
+  r.reward = "compile";
+  r.group_size = 4;
+  r.max_new_tokens = 16;
+  r.save_every = 1;
+  r.lr = 1e-3;
+  r.steps = 2;
+  r.out_dir = Path("rl_whole");
+  auto whole = RunRl(r, nullptr);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  ASSERT_EQ(whole->steps.size(), 2u);
+  EXPECT_GE(whole->steps[1].groups_used, 1) << "step 2 updated nothing: the comparison would be vacuous";
+  r.steps = 1;
+  r.out_dir = Path("rl_part");
+  auto part = RunRl(r, nullptr);
+  ASSERT_TRUE(part.ok()) << part.status().ToString();
+  EXPECT_NE(part->parameter_digest, whole->parameter_digest);  // step 2 changes the weights
+  r.steps = 2;
+  r.resume_dir = Path("rl_part");
+  auto resumed = RunRl(r, nullptr);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_EQ(resumed->first_step, 1);
+  ASSERT_EQ(resumed->steps.size(), 1u);
+  EXPECT_EQ(resumed->steps[0].step, 2);
+  EXPECT_EQ(resumed->steps[0].level, whole->steps[1].level);
+  EXPECT_EQ(resumed->parameter_digest, whole->parameter_digest) << "1 + 1 resumed steps differ from 2 steps";
+  std::ifstream csv(Path("rl_part") + "/rl_log.csv");
+  std::string line;
+  std::vector<std::string> rows;
+  while (std::getline(csv, line)) rows.push_back(line);
+  ASSERT_EQ(rows.size(), 3u) << "header + steps 1 and 2";
+  EXPECT_EQ(rows[1].substr(0, 2), "1,");
+  EXPECT_EQ(rows[2].substr(0, 2), "2,");
+
+  r.out_dir = Path("rl_bad");
+  r.schedule = "adaptive";
+  auto adaptive = RunRl(r, nullptr);
+  ASSERT_FALSE(adaptive.ok());
+  EXPECT_NE(adaptive.status().message().find("--schedule ordered"), std::string::npos) << adaptive.status().ToString();
+  r.schedule = "ordered";
+  r.resume_dir = Path("rl_whole");  // saved at step 2 = --steps
+  auto done = RunRl(r, nullptr);
+  ASSERT_FALSE(done.ok());
+  EXPECT_NE(done.status().message().find("was saved at step 2"), std::string::npos) << done.status().ToString();
+  SdarConfig wide = c;
+  wide.hidden_size = 64;
+  wide.head_dim = 32;
+  ASSERT_TRUE(InitRandomCheckpoint(wide, Path("rl_wide"), 4).ok());
+  ASSERT_TRUE(WriteByteTokenizer(Path("rl_wide")).ok());
+  r.steps = 3;
+  r.resume_dir = Path("rl_wide");
+  auto other = RunRl(r, nullptr);
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("architecture"), std::string::npos) << other.status().ToString();
+  r.resume_dir = Path("rl_init");  // a model, but no RL trainer state
+  auto no_state = RunRl(r, nullptr);
+  ASSERT_FALSE(no_state.ok());
+  EXPECT_NE(no_state.status().message().find("trainer_state.json"), std::string::npos) << no_state.status().ToString();
+}
+
 TEST_F(TrainingPipeline, HeldOutTasksAreNeverTrainedOn) {
   // The split is a function of the task hash, fixed when the dataset is
   // built: with every task held out, SFT has nothing to train on.

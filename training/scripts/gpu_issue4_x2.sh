@@ -11,6 +11,10 @@
 #           reward); at the same time: the full build, then every
 #           `gpu`-labelled test on GPU 1.
 #           DP=1 also runs the 2-GPU vs 1-GPU loss curves (dp_compare.sh).
+#   CALL=more: (after CALL=all, on the same warm machine) GPU 0 continues
+#           the RL run (dice train rl --resume) until 60 s before LIMIT_S,
+#           then pass@k of the RL model; GPU 1 meanwhile pass@k of the SFT
+#           model; both with N (default 32) samples.
 #   CALL=all: the whole of it in one call (when the device budget has room
 #           for one): build dice; then GPU 0: sweep -> dataset -> SFT ->
 #           focused SFT on device_infill (FOCUS_STEPS) -> RL on the first
@@ -32,7 +36,7 @@ OUT=$(mktemp -d /tmp/issue4-out.XXXXXX)
 export OUT
 mkdir -p "$FINAL_OUT"
 trap 'tar czf "$FINAL_OUT/issue4_call$CALL.tgz" -C "$OUT" .' EXIT
-export JOBS=${JOBS:-32} SFT_STEPS=${SFT_STEPS:-1000}
+export JOBS=${JOBS:-32} SFT_STEPS=${SFT_STEPS:-1000} RL_STEPS=${RL_STEPS:-200}
 t0=$(date +%s)
 stamp() { echo "[$(($(date +%s) - t0)) s] $*"; }
 left() { echo $((LIMIT_S - ($(date +%s) - t0))); }
@@ -43,7 +47,20 @@ BUILD_TARGETS=dice bash scripts/setup.sh > "$OUT/build.log" 2>&1 || { tail -40 "
 stamp "built dice"
 source scripts/deps_env.sh
 export SKIP_BUILD=1
-if [ "$CALL" = all ]; then
+if [ "$CALL" = more ]; then
+  export RL_TASK_LIMIT=${RL_TASK_LIMIT:-12} N=${N:-32} K=${K:-1,8,32}
+  (CUDA_VISIBLE_DEVICES=1 PHASE=eval NAME=sft timeout "$(left)" bash training/scripts/gpu_train_eval.sh \
+     > "$OUT/phase_eval_sft.log" 2>&1; echo "eval sft exit $?" >> "$OUT/phase_eval_sft.log") &
+  CUDA_VISIBLE_DEVICES=0 EVAL=0 PHASE=rl RL_RESUME=1 timeout "$(($(left) - 60))" bash training/scripts/gpu_train_eval.sh \
+    > "$OUT/phase_rl.log" 2>&1
+  stamp "rl exit $? (124: stopped on time; the last step's checkpoint stays)"
+  cp build/train-eval/m2/rl_log.csv "$OUT/" 2>/dev/null
+  CUDA_VISIBLE_DEVICES=0 PHASE=eval NAME=rl timeout "$(left)" bash training/scripts/gpu_train_eval.sh > "$OUT/phase_eval_rl.log" 2>&1
+  stamp "eval rl exit $?"
+  wait
+  grep -E "^rl: resumed|^rl step" "$OUT/phase_rl.log" | tail -4; cat "$OUT/rl_log.csv" 2>/dev/null
+  grep -h "^eval: [0-9]* tasks, pass" "$OUT"/eval_*.log
+elif [ "$CALL" = all ]; then
   export FOCUS_STEPS=${FOCUS_STEPS:-200} RL_TASK_LIMIT=${RL_TASK_LIMIT:-12} SFT_STEPS=${SFT_STEPS_ALL:-600}
   # The rest of the build with cmake directly (setup.sh has configured it):
   # up-to-date outputs (dice, the libraries) are not rewritten under the run.

@@ -45,6 +45,9 @@ FOCUS_LR=${FOCUS_LR:-5e-4}
 # (written to $W/rl_tasks.jsonl), so that a short run visits each several
 # times and a per-task reward trend can show; 0: all of them.
 RL_TASK_LIMIT=${RL_TASK_LIMIT:-0}
+# RL_RESUME=1: PHASE=rl continues the RL run in $W/m2 (dice train rl
+# --resume; RL_STEPS is the total) instead of starting one from $W/m1.
+RL_RESUME=${RL_RESUME:-0}
 JUDGE_JOBS=${JUDGE_JOBS:-16}
 EVAL=${EVAL:-1}
 GPU=${GPU:-0}
@@ -110,7 +113,12 @@ elif [ "$PHASE" = rl ]; then
     rl_tasks="$W/rl_tasks.jsonl"
     echo "rl: the first $(wc -l < "$rl_tasks") training tasks of $RL_TASKS.jsonl ($rl_tasks)"
   fi
-  $DICE train rl --model "$W/m1" --tasks "$rl_tasks" --templates "$W/templates.json" --out "$W/m2" \
+  resume=()
+  if [ "$RL_RESUME" = 1 ]; then
+    [ -f "$W/m2/trainer_state.json" ] || { echo "gpu_train_eval: RL_RESUME=1 but $W/m2 holds no RL run" >&2; exit 2; }
+    resume=(--resume "$W/m2")
+  fi
+  $DICE train rl --model "$W/m1" "${resume[@]}" --tasks "$rl_tasks" --templates "$W/templates.json" --out "$W/m2" \
     --device "$DEV" --stage infill --steps "$RL_STEPS" --tasks-per-step "${RL_TASKS_PER_STEP:-4}" --group-size 8 --max-new-tokens "$rl_max_new" --temperature "$TEMP" \
     --inject-known-good "$rl_tasks" --save-every 1 --lr "$RL_LR" --judge-jobs "$JUDGE_JOBS" 2>&1 | tee "$OUT/rl.log" | tail -12
   cp "$W/m2/rl_log.csv" "$OUT/" 2>/dev/null

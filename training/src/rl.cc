@@ -42,6 +42,9 @@ Status CheckOptions(const RlOptions& o) {
   if (o.judge_jobs < 1) return Bad("--judge-jobs must be >= 1");
   if (!(o.judge_timeout_s > 0)) return Bad("--judge-timeout must be > 0");
   if (o.steps < 1) return Bad("--steps must be >= 1");
+  if (!o.resume_dir.empty() && o.schedule != "ordered") {
+    return Bad("--resume needs --schedule ordered: the adaptive schedule's running success rate is not saved");
+  }
   if (o.tasks_per_step < 1) return Bad("--tasks-per-step must be >= 1");
   if (o.group_size < 2) return Bad("--group-size must be >= 2 (advantages are normalised within a group)");
   if (o.inject_per_group < 0 || o.inject_per_group >= o.group_size) {
@@ -115,10 +118,21 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
   if (!tokenizer.ok()) return tokenizer.status();
   SdarModelOptions mo;
   mo.device = *device;
-  auto model = SdarModel::Load(o.model_dir, mo);
+  // The policy: the start model, or a resumed run's last checkpoint.
+  auto model = SdarModel::Load(o.resume_dir.empty() ? o.model_dir : o.resume_dir, mo);
   if (!model.ok()) return model.status();
   auto reference = SdarModel::Load(o.model_dir, mo);  // frozen KL reference
   if (!reference.ok()) return reference.status();
+  if (!o.resume_dir.empty()) {
+    auto pw = model->NamedWeights(), rw = reference->NamedWeights();
+    bool same = pw.size() == rw.size();
+    for (size_t i = 0; same && i < pw.size(); ++i) same = pw[i].first == rw[i].first && pw[i].second.sizes() == rw[i].second.sizes();
+    if (!same) {
+      return Status(StatusCode::kInvalidArgument, "dice train rl: --resume " + o.resume_dir +
+                                                      " does not hold a model of --model " + o.model_dir +
+                                                      "'s architecture (weight names or shapes differ)");
+    }
+  }
   const SdarConfig& cfg = model->config();
   auto eos = EndOfTurnId(*tokenizer, cfg);
   if (!eos.ok()) return eos.status();
@@ -181,14 +195,32 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
     params.push_back(t.requires_grad_(true));
   }
   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(o.lr).weight_decay(0.0).betas({0.9, 0.95}));
+  int64_t first_step = 0;
+  if (!o.resume_dir.empty()) {
+    auto state = LoadTrainerState(o.resume_dir, "rl", &optimizer);
+    if (!state.ok()) return state.status();
+    first_step = *state;
+    if (first_step >= o.steps) {
+      return Status(StatusCode::kInvalidArgument, "dice train rl: --resume " + o.resume_dir + " was saved at step " +
+                                                      std::to_string(first_step) + ": --steps (the total, " +
+                                                      std::to_string(o.steps) + ") must be larger");
+    }
+    // The ordered schedule is a function of the step: replay the steps done.
+    for (int64_t i = 0; i < first_step; ++i) (void)schedule.Next();
+    log("rl: resumed from " + o.resume_dir + " at step " + std::to_string(first_step) + "; KL reference " +
+        o.model_dir);
+  }
+  report.first_step = first_step;
   const std::string csv_path = o.csv_path.empty() ? o.out_dir + "/rl_log.csv" : o.csv_path;
   std::ofstream csv;
   if (dp.is_root()) {
     DICE_RETURN_IF_ERROR(MakeDirs(o.out_dir));
-    csv.open(csv_path, std::ios::trunc);
+    csv.open(csv_path, first_step > 0 ? std::ios::app : std::ios::trunc);
     if (!csv) return Status(StatusCode::kIoError, "cannot write " + csv_path);
-    csv << "step,level,mean_reward,policy_reward,rollouts,injected,compiled,groups_used,groups_dropped,scored_tokens,"
-           "loss,rollout_tokens_per_s,seconds\n";
+    if (first_step == 0) {
+      csv << "step,level,mean_reward,policy_reward,rollouts,injected,compiled,groups_used,groups_dropped,scored_tokens,"
+             "loss,rollout_tokens_per_s,seconds\n";
+    }
   }
   if (world > 1) {
     log("rl: data parallel over " + std::to_string(world) + " ranks: each takes a disjoint share of the step's " +
@@ -198,7 +230,7 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
 
   const int64_t B = cfg.block_size;
   try {
-    for (int64_t step = 1; step <= o.steps; ++step) {
+    for (int64_t step = first_step + 1; step <= o.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       RlStepReport sr;
       sr.step = step;

@@ -63,6 +63,13 @@ namespace dice::training {
 
 struct RlOptions {
   std::string model_dir;        ///< starting checkpoint (the SFT model); also the KL reference
+  /// An RL checkpoint of an earlier run (optimizer.pt, trainer_state.json of
+  /// kind "rl"): the policy and the AdamW state load from it and the run
+  /// goes on from its step to `steps` (total), with the same per-step seeds
+  /// and task order as one uninterrupted run; model_dir stays the KL
+  /// reference. "" = a fresh run. Ordered schedule only (the adaptive one's
+  /// running success rate is not saved).
+  std::string resume_dir;
   std::string tasks_path;       ///< CuKe JSONL of tasks
   std::string out_dir;
   std::string stage = "infill"; ///< "infill" (stage 1) | "e2e" (stage 2)
@@ -119,10 +126,13 @@ struct RlReport {
   int rank = 0;                  ///< this process's data-parallel rank
   int world_size = 1;            ///< data-parallel world size
   std::string parameter_digest;  ///< ParameterDigest of the final weights (distributed.h): equal on all ranks
+  int64_t first_step = 0;        ///< 0, or the step resume_dir was saved at
 };
 
 /// Runs BiC-RL. Errors: kInvalidArgument for bad options (naming the flag),
-/// no task of the stage's kind, a malformed inject file; those of the
+/// no task of the stage's kind, a malformed inject file, a resume_dir whose
+/// weights do not fit model_dir's architecture or whose step is not before
+/// `steps`; kNotFound for a resume_dir without trainer_state.json; those of the
 /// checkpoint/model/tokenizer loaders; kNoDevice for cuda without a GPU;
 /// kInternal when LibTorch fails (the last checkpoint stays intact); data
 /// parallel: those of DataParallel::Join and its collectives, the message
