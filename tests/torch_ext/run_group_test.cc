@@ -145,11 +145,11 @@ TEST_F(RunGroupTest, OperatorIsRegisteredWithTheDispatcher) {
 }
 
 // optimize() twice in one process with different cache dirs: the second
-// tune reads the second cache. (The tuner once kept the first, freed store:
+// tune reads the second cache; with other tune options, the new options. (The tuner once kept the first, freed store:
 // a segfault in Store::GetWinner on the H200.) Each cache holds a verified
 // winner for the task, so each tune is a cache hit and needs no GPU: the
 // origin says which cache the tuner read.
-TEST(TunerCacheDir, EachCacheDirIsTheOneTheTunerReads) {
+TEST(TunerCacheDir, EachCacheDirAndOptionsAreTheOnesTheTunerUses) {
   auto graph = ir::Parse(kBroadcastIr);
   ASSERT_TRUE(graph.ok()) << graph.status().ToString();
   CapturedCall call;
@@ -181,9 +181,25 @@ TEST(TunerCacheDir, EachCacheDirIsTheOneTheTunerReads) {
     EXPECT_TRUE(rep->from_cache) << dir;
     EXPECT_EQ(rep->winner_origin, std::string("winner-in-") + name) << "the tune into " << dir << " read another cache";
   }
+  // Same cache dir, other tune options: a compile-only tune there first
+  // (it never reads the cache), then a full one, which must read it (a tuner
+  // kept from the first would compile again and say nothing of the winner).
+  Options o;
+  o.mode = Mode::kTuneSync;
+  o.cache_dir = dirs.back();
+  o.tune.compile_only = true;
+  o.tune.max_candidates = 1;
+  auto compiled = TuneCapturedCall(call, o);
+  ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+  EXPECT_FALSE(compiled->from_cache);
+  o.tune.compile_only = false;
+  auto served = TuneCapturedCall(call, o);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_TRUE(served->from_cache) << "the tune with compile_only off ran with the first tune's options";
+  EXPECT_EQ(served->winner_origin, "winner-in-dice-tuner-dir-b");
   for (const auto& d : dirs) (void)!std::system(("rm -rf '" + d + "'").c_str());
   // Later tests in this binary use the fixture's options again.
-  Options o;
+  o = Options();
   o.mode = Mode::kCache;
   o.cache_dir = ::testing::TempDir() + "dice-run-group-test";
   SetRuntimeOptions(o);

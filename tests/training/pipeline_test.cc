@@ -451,17 +451,10 @@ TEST_F(TrainingPipeline, DecodingAMemorisedExampleReproducesItsAnswer) {
   // attention, the masked block): a model trained until it knows one
   // example by heart then decodes that example's prompt into its answer.
   // (A mismatch shows as fluent-looking bytes that never compile.)
-  SdarConfig c;
-  c.hidden_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
+  SdarConfig c = dice::testing::TinySdarConfig(260, 512, /*tie_word_embeddings=*/true);
+  c.hidden_size = 64;  // twice the tiny width: learns one example in 300 steps
   c.head_dim = 16;
   c.intermediate_size = 128;
-  c.vocab_size = 260;
-  c.mask_token_id = 259;
-  c.max_position_embeddings = 512;
-  c.tie_word_embeddings = true;
   ASSERT_TRUE(InitRandomCheckpoint(c, Path("memo_init"), 5).ok());
   ASSERT_TRUE(WriteByteTokenizer(Path("memo_init")).ok());
   CukeExample e;
@@ -511,17 +504,7 @@ TEST_F(TrainingPipeline, RlResumesFromItsCheckpointAsOneRun) {
   // uninterrupted 2-step run (same seeds, task order and AdamW state); the
   // CSV holds both steps. Bad input: adaptive schedule, a checkpoint already
   // at --steps, another architecture, a directory without trainer state.
-  SdarConfig c;
-  c.hidden_size = 32;
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.head_dim = 16;
-  c.intermediate_size = 64;
-  c.vocab_size = 260;
-  c.mask_token_id = 259;
-  c.max_position_embeddings = 512;
-  c.tie_word_embeddings = true;
+  const SdarConfig c = dice::testing::TinySdarConfig(260, 512, /*tie_word_embeddings=*/true);
   ASSERT_TRUE(InitRandomCheckpoint(c, Path("rl_init"), 4).ok());
   ASSERT_TRUE(WriteByteTokenizer(Path("rl_init")).ok());
   std::string lines;
@@ -586,7 +569,6 @@ TEST_F(TrainingPipeline, RlResumesFromItsCheckpointAsOneRun) {
   EXPECT_NE(done.status().message().find("was saved at step 2"), std::string::npos) << done.status().ToString();
   SdarConfig wide = c;
   wide.hidden_size = 64;
-  wide.head_dim = 32;
   ASSERT_TRUE(InitRandomCheckpoint(wide, Path("rl_wide"), 4).ok());
   ASSERT_TRUE(WriteByteTokenizer(Path("rl_wide")).ok());
   r.steps = 3;

@@ -113,6 +113,7 @@ struct Runtime {
   std::mutex tune_mu;  // one Tune at a time
   std::unique_ptr<Tuner> tuner;
   std::shared_ptr<cache::Store> tuner_store;  // the store `tuner` reads and writes
+  TuneOptions tuner_options;                  // the options `tuner` was built with
   std::vector<std::shared_ptr<KernelGenerator>> generators;  // empty = TemplateGenerator only
   std::mutex queue_mu;
   std::condition_variable queue_cv;
@@ -233,16 +234,19 @@ Expected<TuneReport> TuneTaskNow(const Task& task, const std::vector<std::string
     if (!s.ok()) return s.status();
     store = r.store;
   }
-  // A tuner writes to the store of the cache dir it was built under. When
-  // the cache dir has changed since (a second optimize() in this process
-  // with another cache_dir), a new tuner is built for the new store; the
-  // old store stays open until its tuner is gone. (It used to be freed under
-  // the old tuner: a segfault in Store::GetWinner on the H200.)
-  if (!r.tuner || r.tuner_store != store) {
+  // A tuner writes to the store of the cache dir it was built under, with
+  // the tune options of that time. When either has changed since (a second
+  // optimize() in this process with another cache_dir or other options), a
+  // new tuner is built; the old store stays open until its tuner is gone.
+  // (It used to be freed under the old tuner: a segfault in
+  // Store::GetWinner on the H200.)
+  const TuneOptions options = GetRuntimeOptions().tune;
+  if (!r.tuner || r.tuner_store != store || r.tuner_options != options) {
     std::vector<std::shared_ptr<KernelGenerator>> gens = r.generators;
     if (gens.empty()) gens.push_back(std::make_shared<TemplateGenerator>());
-    r.tuner = std::make_unique<Tuner>(store.get(), std::move(gens), GetRuntimeOptions().tune);
+    r.tuner = std::make_unique<Tuner>(store.get(), std::move(gens), options);
     r.tuner_store = store;
+    r.tuner_options = options;
   }
   // The tuning worker is another process: blocks this process's caching
   // allocator keeps for reuse are invisible to it. On a model that fills the

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dice/cache/store.h"
@@ -36,6 +37,17 @@ struct TuneOptions {
   /// 120 s + 2x this before it counts as hung.
   double extension_compile_timeout_s = 300;
 };
+
+/// Field-by-field equality (every field above: extend it with a new one).
+/// The torch extension rebuilds its process-wide Tuner when the options of
+/// a tune differ from those it was built with.
+inline bool operator==(const TuneOptions& a, const TuneOptions& b) {
+  return std::tie(a.max_candidates, a.budget_s, a.margin, a.trials, a.candidate_timeout_s, a.allow_reduced_precision,
+                  a.compile_only, a.worker_path, a.device, a.extension_compile_timeout_s) ==
+         std::tie(b.max_candidates, b.budget_s, b.margin, b.trials, b.candidate_timeout_s, b.allow_reduced_precision,
+                  b.compile_only, b.worker_path, b.device, b.extension_compile_timeout_s);
+}
+inline bool operator!=(const TuneOptions& a, const TuneOptions& b) { return !(a == b); }
 
 /// What happened to one candidate.
 struct CandidateOutcome {
