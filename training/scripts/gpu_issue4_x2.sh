@@ -22,7 +22,8 @@ cd "$(dirname "$0")/../.."
 CALL=${CALL:-all}
 LIMIT_S=${LIMIT_S:-580}
 # BUILD_DIR, SKIP_SETUP=1 and DEV=cpu let the flow run on a CPU machine (a
-# dry run of the script at toy sizes; the gpu tests then skip).
+# dry run of the script at toy sizes; the gpu tests then skip; ctest
+# TrainingH200CallsDryRunOnCpu runs it).
 BUILD_DIR=${BUILD_DIR:-build}
 export DICE=${DICE:-./$BUILD_DIR/cli/dice}
 export W=${W:-$BUILD_DIR/train-eval}
@@ -60,7 +61,7 @@ rl_beside_sft_eval() {  # extra VAR=value for the RL phase
      OUT="$OUT/dp" timeout "$(left)" bash training/scripts/dp_compare.sh > "$OUT/dp_compare.log" 2>&1
      echo "dp_compare exit $?" >> "$OUT/dp_compare.log"
    fi) &
-  CUDA_VISIBLE_DEVICES=0 EVAL=0 PHASE=rl "$@" timeout "$(($(left) - 60))" bash training/scripts/gpu_train_eval.sh \
+  env CUDA_VISIBLE_DEVICES=0 EVAL=0 PHASE=rl "$@" timeout "$(($(left) - 60))" bash training/scripts/gpu_train_eval.sh \
     > "$OUT/phase_rl.log" 2>&1
   stamp "rl exit $? (124: stopped on time; the last step's checkpoint stays)"
   cp "$W/m2/rl_log.csv" "$OUT/" 2>/dev/null
@@ -74,7 +75,9 @@ case "$CALL" in
     export FOCUS_STEPS=${FOCUS_STEPS:-200} RL_TASK_LIMIT=${RL_TASK_LIMIT:-12} SFT_STEPS=${SFT_STEPS_ALL:-600}
     # The rest of the build with cmake directly (setup.sh has configured it):
     # up-to-date outputs (dice, the libraries) are not rewritten under the run.
-    (cmake --build "$BUILD_DIR" -j "${SIDE_JOBS:-12}" > "$OUT/build_tests.log" 2>&1 || { echo "test build failed"; tail -20 "$OUT/build_tests.log"; }
+    # SIDE_TESTS=0 leaves them out (the CPU dry run in ctest).
+    [ "${SIDE_TESTS:-1}" = 1 ] || echo "side build and gpu tests left out (SIDE_TESTS=0)" > "$OUT/side.log"
+    [ "${SIDE_TESTS:-1}" = 1 ] && (cmake --build "$BUILD_DIR" -j "${SIDE_JOBS:-12}" > "$OUT/build_tests.log" 2>&1 || { echo "test build failed"; tail -20 "$OUT/build_tests.log"; }
      stamp "tests built"
      (cd "$BUILD_DIR" && CUDA_VISIBLE_DEVICES=1 timeout 330 ctest --timeout 300 -j 2 -L gpu --output-on-failure > "$OUT/ctest_gpu.log" 2>&1
       echo "ctest exit $?" >> "$OUT/ctest_gpu.log")

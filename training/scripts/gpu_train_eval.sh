@@ -77,7 +77,7 @@ eval_model() {  # $1 model dir, $2 name
 }
 if [ "$PHASE" = sweep ]; then
   mkdir -p "$W"
-  $DICE train sweep --cache-db "$W/sweep.db" --gpu "$GPU" --budget-s "${SWEEP_BUDGET_S:-30}" --max-candidates "${SWEEP_CANDIDATES:-8}" 2>&1 | tee "$OUT/sweep.log" | tail -40
+  $DICE train sweep --cache-db "$W/sweep.db" --gpu "$GPU" ${SWEEP_ONLY:+--only "$SWEEP_ONLY"} --budget-s "${SWEEP_BUDGET_S:-30}" --max-candidates "${SWEEP_CANDIDATES:-8}" 2>&1 | tee "$OUT/sweep.log" | tail -40
 elif [ "$PHASE" = sft ]; then
   # Keep a sweep's cache (PHASE=sweep) when there is one: its winners become device examples.
   find "$W" -mindepth 1 -maxdepth 1 ! -name sweep.db -exec rm -rf {} + 2>/dev/null; mkdir -p "$W"
@@ -103,7 +103,7 @@ elif [ "$PHASE" = sft ]; then
       --save-every "$FOCUS_STEPS" > "$OUT/sft_focus.log" 2>&1; echo "sft focus exit $?"
     grep -v "^sft step" "$OUT/sft_focus.log"; cp "$W/m1/sft_log.csv" "$OUT/sft_focus_log.csv" 2>/dev/null
   fi
-  [ "$EVAL" = 1 ] && eval_model "$W/m1" sft
+  if [ "$EVAL" = 1 ]; then eval_model "$W/m1" sft; fi
 elif [ "$PHASE" = rl ]; then
   [ -d "$W/m1" ] || { echo "gpu_train_eval: $W/m1 missing: run PHASE=sft first on this (warm) machine" >&2; exit 2; }
   rl_max_new=$MAX_NEW; [ "$RL_TASKS" = dev_infill ] && rl_max_new=$RL_MAX_NEW
@@ -122,7 +122,7 @@ elif [ "$PHASE" = rl ]; then
     --device "$DEV" --stage infill --steps "$RL_STEPS" --tasks-per-step "${RL_TASKS_PER_STEP:-4}" --group-size 8 --max-new-tokens "$rl_max_new" --temperature "$TEMP" \
     --inject-known-good "$rl_tasks" --save-every 1 --lr "$RL_LR" --judge-jobs "$JUDGE_JOBS" 2>&1 | tee "$OUT/rl.log" | tail -12
   cp "$W/m2/rl_log.csv" "$OUT/" 2>/dev/null
-  [ "$EVAL" = 1 ] && eval_model "$W/m2" rl
+  if [ "$EVAL" = 1 ]; then eval_model "$W/m2" rl; fi
 elif [ "$PHASE" = eval ]; then
   NAME=${NAME:-sft}
   case "$NAME" in sft) m="$W/m1" ;; rl) m="$W/m2" ;; *) echo "gpu_train_eval: NAME must be sft or rl" >&2; exit 2 ;; esac
