@@ -556,6 +556,17 @@ TEST_F(TrainingPipeline, RlResumesFromItsCheckpointAsOneRun) {
   ASSERT_EQ(rows.size(), 3u) << "header + steps 1 and 2";
   EXPECT_EQ(rows[1].substr(0, 2), "1,");
   EXPECT_EQ(rows[2].substr(0, 2), "2,");
+  // Resumed into another --out: a new CSV with its own header.
+  r.steps = 3;
+  r.resume_dir = Path("rl_part");
+  r.out_dir = Path("rl_next");
+  ASSERT_TRUE(RunRl(r, nullptr).ok());
+  std::ifstream next_csv(Path("rl_next") + "/rl_log.csv");
+  rows.clear();
+  while (std::getline(next_csv, line)) rows.push_back(line);
+  ASSERT_EQ(rows.size(), 2u) << "header + step 3";
+  EXPECT_EQ(rows[0].substr(0, 5), "step,");
+  EXPECT_EQ(rows[1].substr(0, 2), "3,");
 
   r.out_dir = Path("rl_bad");
   r.schedule = "adaptive";
@@ -563,6 +574,7 @@ TEST_F(TrainingPipeline, RlResumesFromItsCheckpointAsOneRun) {
   ASSERT_FALSE(adaptive.ok());
   EXPECT_NE(adaptive.status().message().find("--schedule ordered"), std::string::npos) << adaptive.status().ToString();
   r.schedule = "ordered";
+  r.steps = 2;
   r.resume_dir = Path("rl_whole");  // saved at step 2 = --steps
   auto done = RunRl(r, nullptr);
   ASSERT_FALSE(done.ok());

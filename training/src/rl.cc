@@ -217,7 +217,9 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
     DICE_RETURN_IF_ERROR(MakeDirs(o.out_dir));
     csv.open(csv_path, first_step > 0 ? std::ios::app : std::ios::trunc);
     if (!csv) return Status(StatusCode::kIoError, "cannot write " + csv_path);
-    if (first_step == 0) {
+    // A resumed run appends to its CSV; a new file (another --out) gets the header.
+    csv.seekp(0, std::ios::end);
+    if (csv.tellp() == std::streampos(0)) {
       csv << "step,level,mean_reward,policy_reward,rollouts,injected,compiled,groups_used,groups_dropped,scored_tokens,"
              "loss,rollout_tokens_per_s,seconds\n";
     }
