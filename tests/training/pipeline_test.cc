@@ -61,6 +61,17 @@ class TrainingPipeline : public ::testing::Test {
   // rm -rf: LibTorch's exported std::filesystem::remove_all crashes when interposed.
   static void TearDownTestSuite() { (void)!std::system(("rm -rf '" + dir_ + "'").c_str()); }
   static std::string Path(const std::string& name) { return dir_ + "/" + name; }
+  // RL from the model in `model` on the tasks in `tasks` (also the
+  // known-good answers injected), checkpoints to `out`; the suite's templates.
+  static RlOptions Rl(const std::string& model, const std::string& tasks, const std::string& out) {
+    RlOptions r;
+    r.model_dir = Path(model);
+    r.tasks_path = Path(tasks);
+    r.inject_path = Path(tasks);
+    r.out_dir = Path(out);
+    r.templates_path = Path("templates.json");
+    return r;
+  }
   static std::string dir_;
 };
 std::string TrainingPipeline::dir_;
@@ -164,12 +175,7 @@ TEST_F(TrainingPipeline, DatasetSftRlCheckpointDecode) {
 
   // 3. RL: one stage-1 step; random rollouts earn nothing, the injected
   // known-good answer compiles with NVRTC (sm_90), so the group has signal.
-  RlOptions r;
-  r.model_dir = Path("sft");
-  r.tasks_path = Path("infill.jsonl");
-  r.inject_path = Path("infill.jsonl");
-  r.out_dir = Path("rl");
-  r.templates_path = Path("templates.json");
+  RlOptions r = Rl("sft", "infill.jsonl", "rl");
   r.stage = "infill";
   r.steps = 1;
   r.group_size = 4;
@@ -240,12 +246,7 @@ TEST_F(TrainingPipeline, RlJudgedRewardRunsTheKernelBenchProtocol) {
     tasks += e.ToJsonLine() + "\n";
   }
   WriteText(Path("judge_tasks.jsonl"), tasks);
-  RlOptions r;
-  r.model_dir = Path("judge_init");
-  r.tasks_path = Path("judge_tasks.jsonl");
-  r.inject_path = Path("judge_tasks.jsonl");
-  r.out_dir = Path("judge_rl");
-  r.templates_path = Path("templates.json");
+  RlOptions r = Rl("judge_init", "judge_tasks.jsonl", "judge_rl");
   r.stage = "e2e";
   r.reward = "judge";
   r.steps = 1;
@@ -305,12 +306,7 @@ TEST_F(TrainingPipeline, RlSkipsAKnownGoodAnswerLongerThanTheContext) {
   e.program = std::string(300, 'x');  // 300 byte tokens > the 128-position context
   e.split = "train";
   WriteText(Path("long_tasks.jsonl"), e.ToJsonLine() + "\n");
-  RlOptions r;
-  r.model_dir = Path("short_init");
-  r.tasks_path = Path("long_tasks.jsonl");
-  r.inject_path = Path("long_tasks.jsonl");
-  r.out_dir = Path("long_rl");
-  r.templates_path = Path("templates.json");
+  RlOptions r = Rl("short_init", "long_tasks.jsonl", "long_rl");
   r.stage = "e2e";
   r.reward = "compile";
   r.steps = 1;
@@ -519,18 +515,13 @@ TEST_F(TrainingPipeline, RlResumesFromItsCheckpointAsOneRun) {
     lines += e.ToJsonLine() + "\n";
   }
   WriteText(Path("rl_tasks.jsonl"), lines);
-  RlOptions r;
-  r.model_dir = Path("rl_init");
-  r.tasks_path = Path("rl_tasks.jsonl");
-  r.inject_path = Path("rl_tasks.jsonl");
-  r.templates_path = Path("templates.json");
+  RlOptions r = Rl("rl_init", "rl_tasks.jsonl", "rl_whole");
   r.reward = "compile";
   r.group_size = 4;
   r.max_new_tokens = 16;
   r.save_every = 1;
   r.lr = 1e-3;
   r.steps = 2;
-  r.out_dir = Path("rl_whole");
   auto whole = RunRl(r, nullptr);
   ASSERT_TRUE(whole.ok()) << whole.status().ToString();
   ASSERT_EQ(whole->steps.size(), 2u);

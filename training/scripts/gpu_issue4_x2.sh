@@ -47,25 +47,24 @@ fi
 stamp "built dice"
 source scripts/deps_env.sh
 export SKIP_BUILD=1
-run_phase() {  # $1 log name, then VAR=value... for gpu_train_eval.sh; stops at the limit left
-  local log=$1
-  shift
-  env "$@" timeout "$(left)" bash training/scripts/gpu_train_eval.sh > "$OUT/$log.log" 2>&1
+run_phase() {  # $1 log name, $2 seconds kept back from the limit, then VAR=value... for gpu_train_eval.sh
+  local log=$1 reserve=$2
+  shift 2
+  env "$@" timeout "$(($(left) - reserve))" bash training/scripts/gpu_train_eval.sh > "$OUT/$log.log" 2>&1
 }
 # RL on GPU 0 (until 60 s before LIMIT_S: the RL model's eval needs ~30 s)
 # beside pass@k of the SFT model on GPU 1, then pass@k of the RL model.
 rl_beside_sft_eval() {  # extra VAR=value for the RL phase
-  (run_phase phase_eval_sft CUDA_VISIBLE_DEVICES=1 PHASE=eval NAME=sft
+  (run_phase phase_eval_sft 0 CUDA_VISIBLE_DEVICES=1 PHASE=eval NAME=sft
    echo "eval sft exit $?" >> "$OUT/phase_eval_sft.log"
    if [ "${DP:-0}" = 1 ]; then
      OUT="$OUT/dp" timeout "$(left)" bash training/scripts/dp_compare.sh > "$OUT/dp_compare.log" 2>&1
      echo "dp_compare exit $?" >> "$OUT/dp_compare.log"
    fi) &
-  env CUDA_VISIBLE_DEVICES=0 EVAL=0 PHASE=rl "$@" timeout "$(($(left) - 60))" bash training/scripts/gpu_train_eval.sh \
-    > "$OUT/phase_rl.log" 2>&1
+  run_phase phase_rl 60 CUDA_VISIBLE_DEVICES=0 EVAL=0 PHASE=rl "$@"
   stamp "rl exit $? (124: stopped on time; the last step's checkpoint stays)"
   cp "$W/m2/rl_log.csv" "$OUT/" 2>/dev/null
-  run_phase phase_eval_rl CUDA_VISIBLE_DEVICES=0 PHASE=eval NAME=rl
+  run_phase phase_eval_rl 0 CUDA_VISIBLE_DEVICES=0 PHASE=eval NAME=rl
   stamp "eval rl exit $?"
   wait
   stamp "side runs done"
@@ -76,8 +75,9 @@ case "$CALL" in
     # The rest of the build with cmake directly (setup.sh has configured it):
     # up-to-date outputs (dice, the libraries) are not rewritten under the run.
     # SIDE_TESTS=0 leaves them out (the CPU dry run in ctest).
-    [ "${SIDE_TESTS:-1}" = 1 ] || echo "side build and gpu tests left out (SIDE_TESTS=0)" > "$OUT/side.log"
-    [ "${SIDE_TESTS:-1}" = 1 ] && (cmake --build "$BUILD_DIR" -j "${SIDE_JOBS:-12}" > "$OUT/build_tests.log" 2>&1 || { echo "test build failed"; tail -20 "$OUT/build_tests.log"; }
+    if [ "${SIDE_TESTS:-1}" != 1 ]; then
+      echo "side build and gpu tests left out (SIDE_TESTS=0)" > "$OUT/side.log"
+    else (cmake --build "$BUILD_DIR" -j "${SIDE_JOBS:-12}" > "$OUT/build_tests.log" 2>&1 || { echo "test build failed"; tail -20 "$OUT/build_tests.log"; }
      stamp "tests built"
      (cd "$BUILD_DIR" && CUDA_VISIBLE_DEVICES=1 timeout 330 ctest --timeout 300 -j 2 -L gpu --output-on-failure > "$OUT/ctest_gpu.log" 2>&1
       echo "ctest exit $?" >> "$OUT/ctest_gpu.log")
@@ -88,6 +88,7 @@ case "$CALL" in
          -p no:cacheprovider -m gpu tests/torch_ext/python/test_backend_gpu.py > "$OUT/pytest_gpu_cuda_gdb.log" 2>&1
        stamp "cuda-gdb backtrace exit $?"
      fi) > "$OUT/side.log" 2>&1 &
+    fi
     export CUDA_VISIBLE_DEVICES=0 SWEEP_BUDGET_S=${SWEEP_BUDGET_S:-4} SWEEP_CANDIDATES=${SWEEP_CANDIDATES:-6}
     PHASE=sweep timeout 200 bash training/scripts/gpu_train_eval.sh > "$OUT/phase_sweep.log" 2>&1
     stamp "sweep exit $?"

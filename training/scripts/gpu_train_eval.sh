@@ -59,21 +59,34 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then  # SKIP_BUILD=1: build/cli/dice is built (t
   JOBS=${JOBS:-16} BUILD_TARGETS=dice bash scripts/setup.sh > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 fi
 source scripts/deps_env.sh
+run_eval() {  # $1 model dir, $2 tasks file, $3 split, $4 max new tokens, $5 output name, $6 summary lines shown
+  $DICE train eval --model "$1" --tasks "$2" --split "$3" --templates "$W/templates.json" --device "$DEV" \
+    --stage infill -n "$N" -k "${K:-1,4,$N}" --max-new-tokens "$4" --temperature "$TEMP" --seed 11 \
+    --judge-jobs "$JUDGE_JOBS" --judge-timeout 240 --json "$OUT/$5.json" 2>&1 | tee "$OUT/$5.log" | tail -"$6"
+}
 eval_model() {  # $1 model dir, $2 name
   if [ "$EVAL_TASKS" = dev_infill ] && ! grep -q '"split":"heldout"' "$W/dev_infill.jsonl" 2>/dev/null; then
     echo "eval: no held-out device_infill task: evaluating on infill"; EVAL_TASKS=infill
   fi
   local max_new=$MAX_NEW; [ "$EVAL_TASKS" = dev_infill ] && max_new=$RL_MAX_NEW
-  $DICE train eval --model "$1" --tasks "$W/$EVAL_TASKS.jsonl" --templates "$W/templates.json" --device "$DEV" \
-    --stage infill -n "$N" -k "${K:-1,4,$N}" --max-new-tokens "$max_new" --temperature "$TEMP" --seed 11 \
-    --judge-jobs "$JUDGE_JOBS" --judge-timeout 240 --json "$OUT/eval_$2.json" 2>&1 | tee "$OUT/eval_$2.log" | tail -3
+  run_eval "$1" "$W/$EVAL_TASKS.jsonl" heldout "$max_new" "eval_$2" 3
   # The RL run's own (training) tasks too, when RL_TASK_LIMIT chose them:
   # what RL changed on the tasks it was rewarded on, beside the held-out pass@k.
-  if [ -f "$W/rl_tasks.jsonl" ]; then
-    $DICE train eval --model "$1" --tasks "$W/rl_tasks.jsonl" --split train --templates "$W/templates.json" --device "$DEV" \
-      --stage infill -n "$N" -k "${K:-1,4,$N}" --max-new-tokens "$RL_MAX_NEW" --temperature "$TEMP" --seed 11 \
-      --judge-jobs "$JUDGE_JOBS" --judge-timeout 240 --json "$OUT/eval_$2_rltasks.json" 2>&1 | tee "$OUT/eval_$2_rltasks.log" | tail -1
-  fi
+  if [ -f "$W/rl_tasks.jsonl" ]; then run_eval "$1" "$W/rl_tasks.jsonl" train "$RL_MAX_NEW" "eval_$2_rltasks" 1; fi
+}
+# $W/rl_tasks.jsonl: the first RL_TASK_LIMIT training tasks of $RL_TASKS
+# (once; PHASE=sft empties $W), so that the SFT model's eval beside RL and
+# the RL run score the same tasks.
+write_rl_task_subset() {
+  [ "$RL_TASK_LIMIT" -gt 0 ] && [ ! -f "$W/rl_tasks.jsonl" ] &&
+    grep '"split":"train"' "$W/$RL_TASKS.jsonl" | head -n "$RL_TASK_LIMIT" > "$W/rl_tasks.jsonl"
+  return 0
+}
+sft() {  # $1 start model, $2 data, $3 out, $4 steps, $5 lr, $6 warm-up steps, $7 save every, $8 log name
+  $DICE train sft --model "$1" --data "$2" --templates "$W/templates.json" --out "$3" \
+    --device "$DEV" --steps "$4" --batch-size "${SFT_BATCH:-8}" --max-length 3072 --lr "$5" --warmup-steps "$6" \
+    --save-every "$7" > "$OUT/$8.log" 2>&1; echo "$8 exit $?"
+  grep -v "^sft step" "$OUT/$8.log"
 }
 if [ "$PHASE" = sweep ]; then
   mkdir -p "$W"
@@ -90,18 +103,13 @@ elif [ "$PHASE" = sft ]; then
   grep -E '"kind":"(infill|device|device_infill)"' "$W/cuke.jsonl" > "$W/infill.jsonl"
   grep -E '"kind":"device_infill"' "$W/cuke.jsonl" > "$W/dev_infill.jsonl" ||
     { echo "no device_infill examples (no sweep winners): RL/eval fall back to infill"; cp "$W/infill.jsonl" "$W/dev_infill.jsonl"; }
-  # Written here, so that the SFT model's eval (beside RL) scores the same tasks.
-  [ "$RL_TASK_LIMIT" -gt 0 ] && grep '"split":"train"' "$W/$RL_TASKS.jsonl" | head -n "$RL_TASK_LIMIT" > "$W/rl_tasks.jsonl"
-  $DICE train sft --model "$W/m0" --data "$W/infill.jsonl" --templates "$W/templates.json" --out "$W/m1" \
-    --device "$DEV" --steps "$SFT_STEPS" --batch-size "${SFT_BATCH:-8}" --max-length 3072 --lr 1e-3 --warmup-steps 20 \
-    --save-every 100 > "$OUT/sft.log" 2>&1; echo "sft exit $?"
-  grep -v "^sft step" "$OUT/sft.log"; cp "$W/m1/sft_log.csv" "$OUT/" 2>/dev/null
+  write_rl_task_subset
+  sft "$W/m0" "$W/infill.jsonl" "$W/m1" "$SFT_STEPS" 1e-3 20 100 sft
+  cp "$W/m1/sft_log.csv" "$OUT/" 2>/dev/null
   if [ "$FOCUS_STEPS" -gt 0 ]; then
     mv "$W/m1" "$W/m1_all"
-    $DICE train sft --model "$W/m1_all" --data "$W/dev_infill.jsonl" --templates "$W/templates.json" --out "$W/m1" \
-      --device "$DEV" --steps "$FOCUS_STEPS" --batch-size "${SFT_BATCH:-8}" --max-length 3072 --lr "$FOCUS_LR" --warmup-steps 10 \
-      --save-every "$FOCUS_STEPS" > "$OUT/sft_focus.log" 2>&1; echo "sft focus exit $?"
-    grep -v "^sft step" "$OUT/sft_focus.log"; cp "$W/m1/sft_log.csv" "$OUT/sft_focus_log.csv" 2>/dev/null
+    sft "$W/m1_all" "$W/dev_infill.jsonl" "$W/m1" "$FOCUS_STEPS" "$FOCUS_LR" 10 "$FOCUS_STEPS" sft_focus
+    cp "$W/m1/sft_log.csv" "$OUT/sft_focus_log.csv" 2>/dev/null
   fi
   if [ "$EVAL" = 1 ]; then eval_model "$W/m1" sft; fi
 elif [ "$PHASE" = rl ]; then
@@ -109,7 +117,7 @@ elif [ "$PHASE" = rl ]; then
   rl_max_new=$MAX_NEW; [ "$RL_TASKS" = dev_infill ] && rl_max_new=$RL_MAX_NEW
   rl_tasks="$W/$RL_TASKS.jsonl"
   if [ "$RL_TASK_LIMIT" -gt 0 ]; then
-    [ -f "$W/rl_tasks.jsonl" ] || grep '"split":"train"' "$rl_tasks" | head -n "$RL_TASK_LIMIT" > "$W/rl_tasks.jsonl"
+    write_rl_task_subset
     rl_tasks="$W/rl_tasks.jsonl"
     echo "rl: the first $(wc -l < "$rl_tasks") training tasks of $RL_TASKS.jsonl ($rl_tasks)"
   fi

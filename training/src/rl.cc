@@ -313,7 +313,7 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
           const double reward = group_rewards[i];
           const std::string& why = whys[i];
           if (r.injected && reward == 0) {  // a known-good answer that earns nothing is worth a look
-            log("rl: known-good answer of " + task.id + " earns no reward: " + why.substr(0, why.find('\n', 200)));
+            log("rl: known-good answer of " + task.id + " earns no reward: " + Printable(why, 200));
           } else if (!r.injected && reward == 0 && !explained) {
             log("rl: step " + std::to_string(step) + " " + task.id + ": rollout " + std::to_string(i) +
                 " earns nothing: " + Printable(why, 200));

@@ -36,12 +36,12 @@ std::vector<int64_t> AnswerStopIds(const Tokenizer& tokenizer, int64_t end_of_tu
 /// empty. Errors: those of PromptTemplates::Load.
 Expected<PromptTemplates> LoadTemplatesOrDefault(const std::string& path);
 
-/// Whether an example of `kind` is a task of RL/eval `stage`: "infill" takes
-/// infill and device examples, "e2e" takes e2e and task examples.
 /// `text` for a terminal line: control bytes and newlines as \n / \xNN (a
 /// decoded answer can hold any byte), cut at `max` characters ("..." added).
 std::string Printable(const std::string& text, size_t max);
 
+/// Whether an example of `kind` is a task of RL/eval `stage`: "infill" takes
+/// infill and the device kinds (IsDeviceKind), "e2e" takes e2e and task examples.
 bool IsStageKind(const std::string& stage, const std::string& kind);
 
 /// The tasks of `stage` (IsStageKind) in `split` ("train", "heldout" or
