@@ -61,6 +61,15 @@ class TrainingPipeline : public ::testing::Test {
   // rm -rf: LibTorch's exported std::filesystem::remove_all crashes when interposed.
   static void TearDownTestSuite() { (void)!std::system(("rm -rf '" + dir_ + "'").c_str()); }
   static std::string Path(const std::string& name) { return dir_ + "/" + name; }
+  // SFT of the model in `model` on `data`, checkpoints to `out`; the suite's templates.
+  static SftOptions Sft(const std::string& model, const std::string& data, const std::string& out) {
+    SftOptions s;
+    s.model_dir = Path(model);
+    s.data_path = Path(data);
+    s.out_dir = Path(out);
+    s.templates_path = Path("templates.json");
+    return s;
+  }
   // RL from the model in `model` on the tasks in `tasks` (also the
   // known-good answers injected), checkpoints to `out`; the suite's templates.
   static RlOptions Rl(const std::string& model, const std::string& tasks, const std::string& out) {
@@ -155,11 +164,7 @@ TEST_F(TrainingPipeline, DatasetSftRlCheckpointDecode) {
   WriteText(Path("infill.jsonl"), infill);
 
   // 2. SFT: the loss falls over 50 steps on the fixed tiny set.
-  SftOptions s;
-  s.model_dir = Path("init");
-  s.data_path = Path("infill.jsonl");
-  s.out_dir = Path("sft");
-  s.templates_path = Path("templates.json");
+  SftOptions s = Sft("init", "infill.jsonl", "sft");
   s.steps = 50;
   s.batch_size = 4;
   s.warmup_steps = 5;
@@ -410,11 +415,7 @@ TEST_F(TrainingPipeline, SftResumesFromItsCheckpoint) {
   e.middle = Kernel(kOps[0]);
   e.suffix = "y";
   WriteText(Path("one.jsonl"), e.ToJsonLine() + "\nnot json\n");
-  SftOptions s;
-  s.model_dir = Path("small");
-  s.data_path = Path("one.jsonl");
-  s.templates_path = Path("templates.json");
-  s.out_dir = Path("sft_a");
+  SftOptions s = Sft("small", "one.jsonl", "sft_a");
   s.steps = 6;
   s.save_every = 3;
   s.batch_size = 1;
@@ -461,11 +462,7 @@ TEST_F(TrainingPipeline, DecodingAMemorisedExampleReproducesItsAnswer) {
   e.middle = "  int i = threadIdx.x;\n  if (i < n) y[i] = -x[i];\n";
   e.suffix = "}\n";
   WriteText(Path("memo.jsonl"), e.ToJsonLine() + "\n");
-  SftOptions s;
-  s.model_dir = Path("memo_init");
-  s.data_path = Path("memo.jsonl");
-  s.templates_path = Path("templates.json");
-  s.out_dir = Path("memo_sft");
+  SftOptions s = Sft("memo_init", "memo.jsonl", "memo_sft");
   s.steps = 300;
   s.batch_size = 4;
   s.warmup_steps = 10;
@@ -617,11 +614,7 @@ TEST_F(TrainingPipeline, HeldOutTasksAreNeverTrainedOn) {
   c.tie_word_embeddings = true;
   ASSERT_TRUE(InitRandomCheckpoint(c, Path("held_model"), 5).ok());
   ASSERT_TRUE(WriteByteTokenizer(Path("held_model")).ok());
-  SftOptions s;
-  s.model_dir = Path("held_model");
-  s.data_path = Path("held.jsonl");
-  s.out_dir = Path("sft_held");
-  s.templates_path = Path("templates.json");
+  SftOptions s = Sft("held_model", "held.jsonl", "sft_held");
   s.steps = 1;
   auto sft = RunSft(s, nullptr);
   ASSERT_FALSE(sft.ok());
