@@ -277,6 +277,14 @@ TEST_F(TrainingPipeline, RlJudgedRewardRunsTheKernelBenchProtocol) {
   bool rollout_logged = false;  // a decoded rollout that earns nothing says why
   for (const auto& l : lines) rollout_logged |= l.find(": rollout 0 earns nothing: ") != std::string::npos;
   EXPECT_TRUE(rollout_logged) << "no log line says why a rollout earned nothing";
+  // Each group's line counts its own (decoded) rollouts only: 1 of G = 2 here,
+  // 8 random tokens that cannot be a correct program.
+  for (const std::string id : {"right", "wrong"}) {
+    bool group_logged = false;
+    for (const auto& l : lines) group_logged |= l.find("rl: step 1 " + id + " (level ") != std::string::npos &&
+                                                l.find("): policy rewarded 0/1, compiled ") != std::string::npos;
+    EXPECT_TRUE(group_logged) << "no per-task line for " << id;
+  }
 
   r.reward = "sometimes";
   auto bad = RunRl(r, nullptr);

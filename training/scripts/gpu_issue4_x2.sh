@@ -4,8 +4,9 @@
 #   CALL=all: build dice; then GPU 0: template sweep -> dataset (imported
 #           items + sweep winners, device_infill spans) -> SFT -> focused
 #           SFT on device_infill (FOCUS_STEPS) -> stage-1 RL on the first
-#           RL_TASK_LIMIT training tasks (a checkpoint every step, stopped
-#           60 s before LIMIT_S) -> pass@k of the RL model; beside it: the
+#           RL_TASK_LIMIT training tasks, all of them each step (a
+#           checkpoint every step, stopped 60 s before LIMIT_S) -> pass@k
+#           of the RL model; beside it: the
 #           rest of the build, every `gpu`-labelled test on GPU 1 (a
 #           segfaulting python test run again under cuda-gdb for a
 #           backtrace), and pass@k of the SFT model on GPU 1.
@@ -35,6 +36,11 @@ export OUT
 mkdir -p "$FINAL_OUT"
 trap 'tar czf "$FINAL_OUT/issue4_call$CALL.tgz" -C "$OUT" .' EXIT
 export JOBS=${JOBS:-32} SFT_STEPS=${SFT_STEPS:-1000} RL_STEPS=${RL_STEPS:-200}
+# RL (both calls): the first RL_TASK_LIMIT training tasks, all of them every
+# step (RL_TASKS_PER_STEP), so that each step's policy reward is over the same
+# tasks and a per-step trend can show; lr and inner epochs as session 8 ran them.
+export RL_TASK_LIMIT=${RL_TASK_LIMIT:-8}
+export RL_TASKS_PER_STEP=${RL_TASKS_PER_STEP:-$RL_TASK_LIMIT} RL_LR=${RL_LR:-1e-4} RL_INNER_EPOCHS=${RL_INNER_EPOCHS:-2}
 t0=$(date +%s)
 stamp() { echo "[$(($(date +%s) - t0)) s] $*"; }
 left() { echo $((LIMIT_S - ($(date +%s) - t0))); }
@@ -71,7 +77,7 @@ rl_beside_sft_eval() {  # extra VAR=value for the RL phase
 }
 case "$CALL" in
   all)
-    export FOCUS_STEPS=${FOCUS_STEPS:-200} RL_TASK_LIMIT=${RL_TASK_LIMIT:-12} SFT_STEPS=${SFT_STEPS_ALL:-600}
+    export FOCUS_STEPS=${FOCUS_STEPS:-250} SFT_STEPS=${SFT_STEPS_ALL:-600}
     # The rest of the build with cmake directly (setup.sh has configured it):
     # up-to-date outputs (dice, the libraries) are not rewritten under the run.
     # SIDE_TESTS=0 leaves them out (the CPU dry run in ctest).
@@ -100,7 +106,7 @@ case "$CALL" in
     cat "$OUT/side.log"; grep -E "tests passed|\(Failed|SEGFAULT|ctest exit" "$OUT/ctest_gpu.log" | tail -6
     ;;
   more)
-    export RL_TASK_LIMIT=${RL_TASK_LIMIT:-12} N=${N:-32} K=${K:-1,8,32}
+    export N=${N:-32} K=${K:-1,8,32}
     rl_beside_sft_eval RL_RESUME=1
     grep -E "^rl: resumed" "$OUT/phase_rl.log"
     [ -f "$OUT/dp_compare.log" ] && tail -3 "$OUT/dp_compare.log"
@@ -108,4 +114,8 @@ case "$CALL" in
   *) echo "gpu_issue4_x2: CALL must be all or more, got '$CALL'" >&2; exit 2 ;;
 esac
 grep -E "^rl step" "$OUT/phase_rl.log" | tail -3; cat "$OUT/rl_log.csv" 2>/dev/null
+# Per task, this call's policy rollouts rewarded at each step (rl.cc's group line).
+grep -h "): policy rewarded" "$OUT/phase_rl.log" |
+  awk '{split($0, a, "policy rewarded "); split(a[2], b, ","); if (!($4 in seq)) order[n++] = $4; seq[$4] = seq[$4] " " b[1]}
+       END {for (i = 0; i < n; ++i) print "rl task " order[i] ":" seq[order[i]]}'
 grep -h "^eval: [0-9]* tasks, pass" "$OUT"/eval_*.log

@@ -30,6 +30,8 @@ MAX_NEW=${MAX_NEW:-2048}  # bytes: the 99 items' middles are 647-7518 bytes (med
 TEMP=${TEMP:-0.7}
 RL_MAX_NEW=${RL_MAX_NEW:-512}  # device_infill middles are <= 384 bytes
 RL_LR=${RL_LR:-3e-5}
+RL_GROUP=${RL_GROUP:-8}             # G rollouts per task (1 of them the injected known-good answer)
+RL_INNER_EPOCHS=${RL_INNER_EPOCHS:-1}  # TraceRL updates per batch of rollouts (PPO clip bounds the later ones)
 # RL and eval tasks: dev_infill (kernel lines of sweep winners, judged by
 # NVRTC in the device form, ~50 ms) or infill (all stage-1 kinds; the
 # imported items are judged by load_inline builds, ~60 s each).
@@ -127,8 +129,8 @@ elif [ "$PHASE" = rl ]; then
     resume=(--resume "$W/m2")
   fi
   $DICE train rl --model "$W/m1" "${resume[@]}" --tasks "$rl_tasks" --templates "$W/templates.json" --out "$W/m2" \
-    --device "$DEV" --stage infill --steps "$RL_STEPS" --tasks-per-step "${RL_TASKS_PER_STEP:-4}" --group-size 8 --max-new-tokens "$rl_max_new" --temperature "$TEMP" \
-    --inject-known-good "$rl_tasks" --save-every 1 --lr "$RL_LR" --judge-jobs "$JUDGE_JOBS" 2>&1 | tee "$OUT/rl.log" | tail -12
+    --device "$DEV" --stage infill --steps "$RL_STEPS" --tasks-per-step "${RL_TASKS_PER_STEP:-4}" --group-size "$RL_GROUP" --max-new-tokens "$rl_max_new" --temperature "$TEMP" \
+    --inject-known-good "$rl_tasks" --save-every 1 --lr "$RL_LR" --inner-epochs "$RL_INNER_EPOCHS" --judge-jobs "$JUDGE_JOBS" 2>&1 | tee "$OUT/rl.log" | tail -12
   cp "$W/m2/rl_log.csv" "$OUT/" 2>/dev/null
   if [ "$EVAL" = 1 ]; then eval_model "$W/m2" rl; fi
 elif [ "$PHASE" = eval ]; then

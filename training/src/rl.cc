@@ -329,6 +329,18 @@ Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
             ++policy_rollouts;
           }
         }
+        {  // the group's own (decoded) rollouts: the per-task trend of a run
+          int64_t own = 0, own_rewarded = 0, own_compiled = 0;
+          for (int64_t i = 0; i < o.group_size; ++i) {
+            if (group[i].injected) continue;
+            ++own;
+            if (group_rewards[i] > 0) ++own_rewarded;
+            if ((*scored)[i].compiled) ++own_compiled;
+          }
+          log("rl: step " + std::to_string(step) + " " + task.id + " (level " + std::to_string(task.level) +
+              "): policy rewarded " + std::to_string(own_rewarded) + "/" + std::to_string(own) + ", compiled " +
+              std::to_string(own_compiled) + "/" + std::to_string(own));
+        }
         auto adv = GroupAdvantages(rewards);
         if (!adv) {
           ++sr.groups_dropped;
