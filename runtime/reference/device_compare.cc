@@ -108,4 +108,26 @@ CompareResult CompareTensorsChunked(const at::Tensor& got_in, const at::Tensor& 
   return r;
 }
 
+
+StorageFingerprint FingerprintStorage(const at::Tensor& t) {
+  constexpr int64_t kChunk = 1ll << 22;  // words per pass: 5 int64 temporaries of 32 MiB
+  // The whole storage as bytes: a write anywhere in an input's buffer
+  // (alignment offset, stride gaps) shows, not only in the elements viewed.
+  const int64_t nbytes = static_cast<int64_t>(t.storage().nbytes());
+  at::Tensor bytes = at::from_blob(const_cast<void*>(t.storage().data()), {nbytes}, t.options().dtype(at::kByte));
+  at::Tensor words = nbytes % 4 == 0 ? bytes.view(at::kInt) : bytes;
+  StorageFingerprint f;
+  for (int64_t first = 0; first < words.numel(); first += kChunk) {
+    at::Tensor w = words.narrow(0, first, std::min(kChunk, words.numel() - first)).to(at::kLong);
+    at::Tensor a = w.bitwise_and(0xffff), b = w.bitwise_right_shift(16).bitwise_and(0xffff);
+    // Below 2^55 within a chunk; the wrap is across chunks, on unsigned integers.
+    at::Tensor sums = at::stack({a.sum(), b.sum(), (a * a + b * b).sum()}).cpu();
+    const int64_t* v = sums.data_ptr<int64_t>();
+    f.a += static_cast<uint64_t>(v[0]);
+    f.b += static_cast<uint64_t>(v[1]);
+    f.sq += static_cast<uint64_t>(v[2]);
+  }
+  return f;
+}
+
 }  // namespace dice::reference

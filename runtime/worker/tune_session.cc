@@ -61,14 +61,34 @@ std::string Clip(std::string s) {
 }
 
 // One verification trial: inputs on the device in the task's layout and the
-// reference outputs copied to the host.
+// reference outputs, on the device too. Candidates of one request share the
+// trials, so each trial keeps fingerprints of what it owns (TrialData) and a
+// candidate that writes into them is caught (ChangedTrialData).
 struct Trial {
   std::string label;
+  int random_index = -1;  // MakeRandomTrial's index; -1 = the captured inputs
   std::vector<at::Tensor> inputs;
   std::vector<at::Tensor> refs;  // reference outputs, on the device
   std::vector<ir::DType> ref_dtypes;
   std::vector<at::Tensor> slack;  // per output; undefined = none (see FillReference)
+  std::vector<reference::StorageFingerprint> prints;  // of TrialData(*this), in its order
 };
+
+// What a trial owns, with names for a message: inputs, reference outputs, slack.
+std::vector<std::pair<std::string, at::Tensor>> TrialData(const Trial& t) {
+  std::vector<std::pair<std::string, at::Tensor>> v;
+  for (size_t i = 0; i < t.inputs.size(); ++i) v.emplace_back("input " + std::to_string(i), t.inputs[i]);
+  for (size_t k = 0; k < t.refs.size(); ++k) v.emplace_back("reference output " + std::to_string(k), t.refs[k]);
+  for (size_t k = 0; k < t.slack.size(); ++k) {
+    if (t.slack[k].defined()) v.emplace_back("slack of output " + std::to_string(k), t.slack[k]);
+  }
+  return v;
+}
+
+void TakeFingerprints(Trial* t) {
+  t->prints.clear();
+  for (const auto& [name, tensor] : TrialData(*t)) t->prints.push_back(reference::FingerprintStorage(tensor));
+}
 
 // Output buffers of one candidate: raw bytes (poisoned before every run) and
 // typed views of them in the task's output layout; plus the workspace.
@@ -179,12 +199,14 @@ Status FillReference(const Session& ss, Trial* t) {
       if (t->refs[k].numel() * 8 <= max_in) t->slack[k] = reference::ReferenceErrorSlack(t->refs[k], (*ref64)[k]);
     }
   }
+  TakeFingerprints(t);
   return Status::Ok();
 }
 
 // Random trial number `index`: randn scaled by 1 (even) or 10 (odd).
 Expected<Trial> MakeRandomTrial(const Session& ss, int index) {
   Trial t;
+  t.random_index = index;
   const double scale = (index % 2 == 0) ? 1.0 : 10.0;
   t.label = "random trial " + std::to_string(index) + " (randn x" + std::to_string(static_cast<int>(scale)) + ")";
   at::manual_seed(kSeedBase + static_cast<uint64_t>(index));
@@ -536,6 +558,69 @@ worker::CandidateResult Evaluate(Session& ss, const worker::TuneItem& item, cons
   }
 }
 
+// The first trial tensor (inputs, reference outputs, slack; resident and
+// re-verification trials) whose bytes no longer match its fingerprint, e.g.
+// "random trial 4 (randn x1): reference output 0 f32[2048,4096]"; nullopt
+// when all are intact. Candidates get only input and output pointers, so a
+// change is a candidate writing into its inputs or out of its outputs'
+// bounds. Throws c10::Error when the CUDA context is broken.
+std::optional<std::string> ChangedTrialData(const Session& ss) {
+  auto check = [](const std::vector<Trial>& trials) -> std::optional<std::string> {
+    for (const Trial& t : trials) {
+      const auto data = TrialData(t);
+      for (size_t i = 0; i < data.size() && i < t.prints.size(); ++i) {
+        if (reference::FingerprintStorage(data[i].second) != t.prints[i]) {
+          return t.label + ": " + data[i].first + " " + c10::str(data[i].second.scalar_type(), data[i].second.sizes());
+        }
+      }
+    }
+    return std::nullopt;
+  };
+  if (auto c = check(ss.trials)) return c;
+  if (ss.extra_trials) return check(*ss.extra_trials);
+  return std::nullopt;
+}
+
+// Rebuilds every resident trial from its seed (or the captured inputs' file)
+// and drops the re-verification trials (built again on demand): what the
+// candidates after one that wrote into the trial data are verified on.
+Status RebuildTrials(Session& ss) {
+  std::vector<Trial> fresh;
+  for (const Trial& old : ss.trials) {
+    auto t = old.random_index >= 0 ? MakeRandomTrial(ss, old.random_index) : MakeCapturedTrial(ss);
+    if (!t.ok()) return t.status().WithContext("rebuilding " + old.label);
+    fresh.push_back(std::move(*t));
+  }
+  ss.trials = std::move(fresh);
+  ss.extra_trials.reset();
+  return Status::Ok();
+}
+
+// After candidate `r` ran: when it wrote into the shared trial data, it is
+// rejected (verify_failed, naming the changed tensor; a candidate that failed
+// anyway keeps its error with this added) and the trials are rebuilt, so
+// no later candidate is judged against changed inputs or references.
+Status GuardTrialData(Session& ss, worker::CandidateResult& r) {
+  if (r.fatal) return Status::Ok();  // the context is gone; the worker exits
+  std::optional<std::string> changed;
+  try {
+    changed = ChangedTrialData(ss);
+  } catch (const c10::Error& e) {
+    return Status(StatusCode::kCrashed, std::string("checking the trial data: ") + e.what_without_backtrace());
+  }
+  if (!changed) return Status::Ok();
+  const std::string what = "wrote outside its outputs: " + *changed + " changed after it ran";
+  if (r.outcome == "verified") {
+    r.outcome = "verify_failed";
+    r.error = what;
+    r.time_us = 0;
+    r.cubin.clear();
+  } else {
+    r.error = Clip(r.error + "; it also " + what);
+  }
+  return RebuildTrials(ss);
+}
+
 }  // namespace
 
 static bool RunTuneRequestImpl(const worker::TuneRequest& req, const SendFn& send) {
@@ -689,7 +774,9 @@ static bool RunTuneRequestImpl(const worker::TuneRequest& req, const SendFn& sen
       }
       if (emit(worker::EncodeBegin(item.id))) return true;
       worker::CandidateResult r = Evaluate(ss, item, *compiled[i]);
+      Status guard = GuardTrialData(ss, r);
       if (emit(worker::EncodeResult(r))) return true;
+      if (!guard.ok()) return finish(guard.ToString());
       if (r.fatal) return true;
     }
     for (size_t i = 0; i < to_build.size(); ++i) {
@@ -707,7 +794,9 @@ static bool RunTuneRequestImpl(const worker::TuneRequest& req, const SendFn& sen
       if (emit(worker::EncodeBegin(item.id))) return true;
       worker::CandidateResult r = Evaluate(ss, item, CompileResult{}, builds[i].get());
       builds[i].reset();  // the files go; a loaded library stays mapped
+      Status guard = GuardTrialData(ss, r);
       if (emit(worker::EncodeResult(r))) return true;
+      if (!guard.ok()) return finish(guard.ToString());
       if (r.fatal) return true;
     }
   } catch (const c10::Error& e) {

@@ -8,7 +8,9 @@
 // ("begin"), load its cubin, poison outputs, launch on PyTorch's current
 // stream, check CUDA errors, compare every element, repeat once (races),
 // time it (CUDA events, L2 flushed between repetitions, median), re-verify
-// with 3x the trials when the speedup exceeds 10x, and report.
+// with 3x the trials when the speedup exceeds 10x, check that the trial
+// data it shares with the other candidates (inputs, reference outputs) is
+// unchanged (else reject it and rebuild the trials), and report.
 #pragma once
 
 #include <functional>

@@ -86,6 +86,11 @@ std::vector<Candidate> HandWrittenKernels() {
   Candidate tf32 = Kernel("reduced_precision", "relu_rp", "  if (i < n) y[i] = fmaxf(x[i], 0.0f);");
   tf32.reduced_precision = true;
   v.push_back(tf32);
+  // Right outputs, but it overwrites its input with them: its own repeat
+  // run agrees (relu is idempotent), so only the check of the trial data
+  // after it ran catches it. In a model it would change a live tensor.
+  v.push_back(Kernel("writes_input", "relu_inplace",
+                     "  if (i < n) { const float v = fmaxf(x[i], 0.0f); y[i] = v; const_cast<float*>(x)[i] = v; }"));
   v.push_back(Kernel("correct_b128", "relu_ok128", "  if (i < n) y[i] = fmaxf(x[i], 0.0f);", 128));
   return v;
 }
@@ -131,8 +136,12 @@ TEST(VerifierGpu, RejectsEachWrongKernelWithTheRightOutcomeAndAcceptsCorrectOnes
   EXPECT_EQ(outcome("compile_error"), "compile_error") << error("compile_error");
   EXPECT_EQ(outcome("reduced_precision"), "skipped") << error("reduced_precision");
   EXPECT_NE(error("unwritten_tail").find("nan"), std::string::npos) << error("unwritten_tail");
+  EXPECT_EQ(outcome("writes_input"), "verify_failed") << error("writes_input");
+  EXPECT_NE(error("writes_input").find("wrote outside its outputs: random trial 0 (randn x1): input 0"),
+            std::string::npos) << error("writes_input");
 
-  // Candidates after the crash and the hang still ran (worker respawned).
+  // Candidates after the crash and the hang still ran (worker respawned);
+  // correct_b128, after writes_input, on trials rebuilt from their seeds.
   for (const char* ok : {"correct", "correct_b128"}) {
     const std::string o = outcome(ok);
     EXPECT_TRUE(o == "winner" || o == "slower" || o == "verified") << ok << ": " << o << " " << error(ok);
@@ -140,12 +149,12 @@ TEST(VerifierGpu, RejectsEachWrongKernelWithTheRightOutcomeAndAcceptsCorrectOnes
   }
   EXPECT_GT(report->baseline_us, 0.0);
   EXPECT_EQ(report->verified, 2);
-  EXPECT_EQ(report->tried, 10);  // all but the reduced-precision one
+  EXPECT_EQ(report->tried, 11);  // all but the reduced-precision one
 
   // Attempts are recorded, so a second run retries nothing (or serves the winner).
   auto attempts = (*store)->ListAttempts(task.Key());
   ASSERT_TRUE(attempts.ok());
-  EXPECT_EQ(attempts->size(), 10u);
+  EXPECT_EQ(attempts->size(), 11u);
   auto again = tuner.Tune(task);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   if (!report->winner_origin.empty()) {

@@ -116,5 +116,47 @@ TEST(DeviceCompareTest, ChunkedComparisonGivesTheSameResultForAnyChunkSize) {
     EXPECT_EQ(c.reason, whole.reason) << chunk;
   }
 }
+
+// The worker's guard against candidates that write into the shared trial
+// data (tune_session.cc ChangedTrialData) rests on this fingerprint.
+TEST(DeviceCompareTest, StorageFingerprintSeesAnyChangedWordOfTheStorage) {
+  at::manual_seed(3);
+  at::Tensor x = at::randn({1000});
+  const StorageFingerprint f = FingerprintStorage(x);
+  EXPECT_EQ(FingerprintStorage(x), f);
+  EXPECT_EQ(FingerprintStorage(x.clone()), f);
+  at::Tensor y = x.clone();
+  y[500] = std::nextafter(y[500].item<float>(), 1e9f);  // one ulp
+  EXPECT_NE(FingerprintStorage(y), f);
+  y = x.clone();
+  y[0] = -y[0];  // only the sign bit: the high half
+  EXPECT_NE(FingerprintStorage(y), f);
+
+  // A strided view: a write into a gap or the offset in front of it, which the
+  // view itself never shows, changes the fingerprint of the view.
+  at::Tensor buf = at::randn({2 + 8 * 3});
+  at::Tensor view = buf.as_strided({8}, {3}, 2);
+  const StorageFingerprint fv = FingerprintStorage(view);
+  buf[0] = 42.0f;
+  EXPECT_NE(FingerprintStorage(view), fv);
+  const StorageFingerprint fv2 = FingerprintStorage(view);
+  buf[4] = 7.0f;  // between view elements 0 (index 2) and 1 (index 5)
+  EXPECT_NE(FingerprintStorage(view), fv2);
+
+  // Sizes that are not whole 32-bit words (6 bytes of half) are summed as bytes.
+  at::Tensor h = at::randn({3}).to(at::kHalf);
+  const StorageFingerprint fh = FingerprintStorage(h);
+  h[2] = 0.5f;
+  EXPECT_NE(FingerprintStorage(h), fh);
+
+  // More than one chunk (2^22 words): the last word still counts.
+  at::Tensor big = at::zeros({(1 << 22) + 5});
+  const StorageFingerprint fb = FingerprintStorage(big);
+  big[(1 << 22) + 4] = 1.0f;
+  EXPECT_NE(FingerprintStorage(big), fb);
+
+  // The documented blind spot: a permutation of whole words keeps it.
+  EXPECT_EQ(FingerprintStorage(x.flip(0).contiguous()), f);
+}
 }  // namespace
 }  // namespace dice::reference

@@ -38,4 +38,24 @@ CompareResult CompareTensorsChunked(const at::Tensor& got, const at::Tensor& ref
 /// The slack for CompareTensors: 2 * |ref - ref64| as float32, zero where either is not finite.
 at::Tensor ReferenceErrorSlack(const at::Tensor& ref, const at::Tensor& ref64);
 
+/// Sums over every byte a tensor's storage holds (not only the elements its
+/// view spans: a strided input's gaps and alignment offset too), taken as
+/// 32-bit words (bytes when the size is not a multiple of 4) split into
+/// 16-bit halves a and b: sum(a), sum(b) and sum(a*a + b*b), each modulo
+/// 2^64. A write that changes the storage changes the fingerprint unless it
+/// only permutes words. The worker fingerprints each verification trial's
+/// inputs and reference outputs, which its candidates share, to catch a
+/// candidate writing into them (DESIGN.md "Verification").
+struct StorageFingerprint {
+  uint64_t a = 0, b = 0, sq = 0;
+  bool operator==(const StorageFingerprint& o) const { return a == o.a && b == o.b && sq == o.sq; }
+  bool operator!=(const StorageFingerprint& o) const { return !(*this == o); }
+};
+
+/// StorageFingerprint of `t` (any dtype, any device; computed there, 2^22
+/// words at a time: about 160 MiB of int64 temporaries at most; one host
+/// read-back per chunk). Throws c10::Error when the device fails (a broken
+/// CUDA context).
+StorageFingerprint FingerprintStorage(const at::Tensor& t);
+
 }  // namespace dice::reference
