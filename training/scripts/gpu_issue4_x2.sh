@@ -6,10 +6,10 @@
 #           SFT on device_infill (FOCUS_STEPS) -> stage-1 RL on the first
 #           RL_TASK_LIMIT training tasks, all of them each step (a
 #           checkpoint every step, stopped 60 s before LIMIT_S) -> pass@k
-#           of the RL model; beside it: the
-#           rest of the build, every `gpu`-labelled test on GPU 1 (a
-#           segfaulting python test run again under cuda-gdb for a
-#           backtrace), and pass@k of the SFT model on GPU 1.
+#           of the RL model; beside it: the rest of the build, every
+#           `gpu`-labelled test on GPU 1 (a segfaulting python test run
+#           again under cuda-gdb for a backtrace), and pass@k of the SFT
+#           model on GPU 1.
 #   CALL=more: (after CALL=all, on the same warm machine) GPU 0 continues
 #           the RL run (dice train rl --resume) the same way, then pass@k
 #           of the RL model; GPU 1 meanwhile pass@k of the SFT model; both
@@ -108,14 +108,15 @@ case "$CALL" in
   more)
     export N=${N:-32} K=${K:-1,8,32}
     rl_beside_sft_eval RL_RESUME=1
-    grep -E "^rl: resumed" "$OUT/phase_rl.log"
+    grep -E "^rl: resumed" "$OUT/rl.log"
     [ -f "$OUT/dp_compare.log" ] && tail -3 "$OUT/dp_compare.log"
     ;;
   *) echo "gpu_issue4_x2: CALL must be all or more, got '$CALL'" >&2; exit 2 ;;
 esac
 grep -E "^rl step" "$OUT/phase_rl.log" | tail -3; cat "$OUT/rl_log.csv" 2>/dev/null
-# Per task, this call's policy rollouts rewarded at each step (rl.cc's group line).
-grep -h "): policy rewarded" "$OUT/phase_rl.log" |
+# Per task, this call's policy rollouts rewarded at each step (rl.cc's group
+# line; rl.log is the whole RL log, phase_rl.log only its tail).
+grep -h "): policy rewarded" "$OUT/rl.log" |
   awk '{split($0, a, "policy rewarded "); split(a[2], b, ","); if (!($4 in seq)) order[n++] = $4; seq[$4] = seq[$4] " " b[1]}
        END {for (i = 0; i < n; ++i) print "rl task " order[i] ":" seq[order[i]]}'
 grep -h "^eval: [0-9]* tasks, pass" "$OUT"/eval_*.log
