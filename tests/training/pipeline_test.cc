@@ -300,6 +300,20 @@ TEST_F(TrainingPipeline, RlJudgedRewardRunsTheKernelBenchProtocol) {
   ASSERT_FALSE(bad_cap.ok());
   EXPECT_EQ(bad_cap.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad_cap.status().message().find("--max-trace-tokens"), std::string::npos) << bad_cap.status().ToString();
+  r.max_trace_tokens = 0;
+  r.inner_epochs = 0;  // gpu_train_eval.sh's RL_INNER_EPOCHS
+  auto bad_epochs = RunRl(r, nullptr);
+  ASSERT_FALSE(bad_epochs.ok());
+  EXPECT_EQ(bad_epochs.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_epochs.status().message().find("--inner-epochs must be >= 1"), std::string::npos)
+      << bad_epochs.status().ToString();
+  r.inner_epochs = 1;
+  r.group_size = 1;  // gpu_train_eval.sh's RL_GROUP: one rollout has no group to normalise over
+  auto bad_group = RunRl(r, nullptr);
+  ASSERT_FALSE(bad_group.ok());
+  EXPECT_EQ(bad_group.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_group.status().message().find("--group-size must be >= 2"), std::string::npos)
+      << bad_group.status().ToString();
 }
 
 // A known-good answer that cannot fit the model's context beside its prompt
