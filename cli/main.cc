@@ -43,7 +43,7 @@
 #include "dice/reference/device_compare.h"
 #include "dice/reference/reference_executor.h"
 #include "dice/runtime/cuda_driver.h"
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 #include "dice/torch_ext/optimize.h"
 #include "generate.h"
 #include "train.h"

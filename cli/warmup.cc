@@ -12,7 +12,7 @@
 #include "dice/cache/store.h"
 #include "dice/reference/reference_executor.h"
 #include "dice/runtime/cuda_driver.h"
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 #include "dice/torch_ext/optimize.h"
 
 namespace dice::cli {

@@ -24,7 +24,7 @@
 #include <thread>
 #include <utility>
 
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 
 namespace dice::cache {
 namespace {

@@ -26,7 +26,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 
 namespace dice::cache {
 namespace {

@@ -27,7 +27,7 @@
 #include "dice/runtime/compiler.h"
 #include "dice/runtime/cuda_driver.h"
 #include "dice/runtime/extension_compiler.h"
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 #include "dice/runtime/kernel_launcher.h"
 
 namespace dice::worker_impl {

@@ -16,7 +16,7 @@
 #include <functional>
 #include <string>
 
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 #include "dice/runtime/worker_protocol.h"
 
 namespace dice::worker_impl {

@@ -14,7 +14,7 @@
 #include "dice/cache/http_client.h"
 #include "dice/cache/http_server.h"
 #include "dice/cache/store.h"
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 
 namespace dice::cache {
 namespace {

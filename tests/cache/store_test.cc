@@ -20,7 +20,7 @@
 
 #include <gtest/gtest.h>
 
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 
 namespace dice::cache {
 namespace {

@@ -10,8 +10,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "dice/runtime/ir.h"
-#include "dice/runtime/task.h"
+#include "dice/core/ir.h"
+#include "dice/core/task.h"
 
 namespace dice {
 namespace {

@@ -12,8 +12,8 @@
 #include "dice/generator/templates.h"
 #include "dice/runtime/compiler.h"
 #include "dice/runtime/cuda_driver.h"
-#include "dice/runtime/ir.h"
-#include "dice/runtime/task.h"
+#include "dice/core/ir.h"
+#include "dice/core/task.h"
 #include "dice/runtime/tuner.h"
 
 namespace dice {

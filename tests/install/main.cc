@@ -4,7 +4,7 @@
 
 #include "dice/cache/store.h"
 #include "dice/generator/templates.h"
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 #include "dice/runtime/worker_pool.h"
 #include "dice/torch_ext/optimize.h"
 

@@ -1,7 +1,7 @@
 // Launch-plan JSON and candidate identity.
 #include <gtest/gtest.h>
 
-#include "dice/runtime/candidate.h"
+#include "dice/core/candidate.h"
 
 namespace dice {
 namespace {

@@ -18,7 +18,7 @@
 
 #include "dice/generator/completion_parser.h"
 #include "dice/runtime/extension_compiler.h"
-#include "dice/runtime/task.h"
+#include "dice/core/task.h"
 #include "dice/runtime/tuner.h"
 #include "extension_sources.h"
 #include "relu_graph.h"

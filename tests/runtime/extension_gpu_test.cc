@@ -15,7 +15,7 @@
 
 #include "fixed_generator.h"
 #include "dice/runtime/cuda_driver.h"
-#include "dice/runtime/task.h"
+#include "dice/core/task.h"
 #include "dice/runtime/tuner.h"
 #include "extension_sources.h"
 #include "relu_graph.h"

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "dice/runtime/candidate.h"
+#include "dice/core/candidate.h"
 
 namespace dice::runtime_test {
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <limits>
 
-#include "dice/runtime/ir.h"
-#include "dice/runtime/task.h"
+#include "dice/core/ir.h"
+#include "dice/core/task.h"
 
 namespace dice::ir {
 namespace {

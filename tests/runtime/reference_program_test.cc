@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 
 namespace dice::ir {
 namespace {

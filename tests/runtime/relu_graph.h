@@ -2,7 +2,7 @@
 // relu(f32 rank-1 input), the smallest task a worker can tune.
 #pragma once
 
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 
 namespace dice::runtime_test {
 

@@ -11,9 +11,9 @@
 
 #include "relu_graph.h"
 #include "dice/cache/store.h"
-#include "dice/generator/generator.h"
+#include "dice/core/generator.h"
 #include "dice/runtime/cuda_driver.h"
-#include "dice/runtime/task.h"
+#include "dice/core/task.h"
 #include "dice/runtime/tuner.h"
 
 namespace dice {

@@ -20,7 +20,7 @@
 #include "dice/runtime/compiler.h"
 #include "dice/runtime/cuda_driver.h"
 #include "dice/runtime/kernel_launcher.h"
-#include "dice/runtime/task.h"
+#include "dice/core/task.h"
 #include "dice/runtime/tuner.h"
 
 namespace dice {

@@ -22,7 +22,7 @@
 #include "dice/cache/store.h"
 #include "dice/generator/templates.h"
 #include "dice/runtime/cuda_driver.h"
-#include "dice/runtime/task.h"
+#include "dice/core/task.h"
 #include "dice/runtime/tuner.h"
 #include "dice/runtime/worker_pool.h"
 #include "dice/runtime/worker_protocol.h"

@@ -11,7 +11,7 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/torch.h>
 
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 #include "dice/torch_ext/capture.h"
 #include "dice/torch_ext/fusion_pass.h"
 #include "dice/torch_ext/optimize.h"

@@ -13,8 +13,8 @@
 
 #include "dice/cache/store.h"
 #include "dice/reference/reference_executor.h"
-#include "dice/runtime/ir.h"
-#include "dice/runtime/task.h"
+#include "dice/core/ir.h"
+#include "dice/core/task.h"
 #include "dice/torch_ext/fusion_pass.h"
 #include "dice/torch_ext/optimize.h"
 

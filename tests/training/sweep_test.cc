@@ -13,7 +13,7 @@
 #include "dice/cache/store.h"
 #include "dice/runtime/cuda_driver.h"
 #include "dice/generator/templates.h"
-#include "dice/runtime/task.h"
+#include "dice/core/task.h"
 #include "dice/training/examples.h"
 #include "dice/training/sweep.h"
 

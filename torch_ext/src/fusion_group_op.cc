@@ -39,7 +39,7 @@
 #include "dice/runtime/cuda_driver.h"
 #include "dice/runtime/extension_compiler.h"
 #include "dice/runtime/kernel_launcher.h"
-#include "dice/runtime/task.h"
+#include "dice/core/task.h"
 #include "dice/runtime/tuner.h"
 #include "dice/runtime/worker_protocol.h"
 #include "dice/torch_ext/fusion_pass.h"

@@ -10,7 +10,7 @@
 
 #include "dice/cache/store.h"
 #include "dice/runtime/cuda_driver.h"
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 #include "dice/runtime/program_judge.h"
 #include "dice/training/files.h"
 #include "dice/training/examples.h"

@@ -14,7 +14,7 @@
 #include "dice/generator/prompts.h"
 #include "dice/runtime/compiler.h"
 #include "dice/runtime/cuda_driver.h"
-#include "dice/runtime/task.h"
+#include "dice/core/task.h"
 #include "dice/runtime/tuner.h"
 
 namespace dice::training {

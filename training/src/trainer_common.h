@@ -13,7 +13,7 @@
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/prompts.h"
 #include "dice/generator/tokenizer.h"
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 #include "dice/training/distributed.h"
 #include "dice/training/examples.h"
 

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 
 namespace dice {
 namespace {

@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "dice/runtime/candidate.h"
-#include "dice/runtime/status.h"
+#include "dice/core/candidate.h"
+#include "dice/core/status.h"
 #include "lowering.h"
 
 namespace dice::tmpl {

@@ -16,9 +16,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "dice/runtime/ir.h"
-#include "dice/runtime/status.h"
-#include "dice/runtime/task.h"
+#include "dice/core/ir.h"
+#include "dice/core/status.h"
+#include "dice/core/task.h"
 
 namespace dice::tmpl {
 

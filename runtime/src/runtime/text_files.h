@@ -10,7 +10,7 @@
 #include <sstream>
 #include <string>
 
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice::text_files {
 

@@ -3,7 +3,7 @@
 The FX twin of ``torch_ext/include/dice/torch_ext/capture.h`` (TorchScript):
 one translation code path serves both the support check and the builder, so
 "supported" means "translates". The IR and its canonical text are specified in
-``runtime/include/dice/runtime/ir.h``; semantics follow PyTorch eager op by op
+``runtime/include/dice/core/ir.h``; semantics follow PyTorch eager op by op
 (broadcasting, type promotion, Python scalars are weak constants).
 
 Supported ATen overloads (what aot_autograd / torch.export produce): add/sub/

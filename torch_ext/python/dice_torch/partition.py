@@ -30,7 +30,7 @@ class FusionGroup:
     """One group that became a ``dice::run_group`` call."""
 
     id: int                 #: process-wide group id (dice::register_group)
-    ir: str                 #: IR canonical text (runtime/include/dice/runtime/ir.h)
+    ir: str                 #: IR canonical text (runtime/include/dice/core/ir.h)
     summary: str            #: "mul+add+gelu" (IR op names, constants omitted)
     torch_ops: list[str]    #: the ATen ops it replaced, in graph order
     num_inputs: int

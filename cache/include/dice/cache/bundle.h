@@ -23,7 +23,7 @@
 #include <string>
 
 #include "dice/cache/store.h"
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice::cache {
 

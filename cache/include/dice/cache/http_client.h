@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "dice/cache/store.h"
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice::cache {
 

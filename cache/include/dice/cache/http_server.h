@@ -50,8 +50,8 @@
 #include <vector>
 
 #include "dice/cache/store.h"
-#include "dice/runtime/base64.h"
-#include "dice/runtime/status.h"
+#include "dice/core/base64.h"
+#include "dice/core/status.h"
 
 namespace dice::cache {
 
@@ -100,7 +100,7 @@ Expected<WinnerRecord> WinnerFromWireJson(const std::string& json);
 /// Same for a list entry (no source, no cubin_base64; they stay empty).
 Expected<WinnerRecord> WinnerSummaryFromWireJson(const std::string& json);
 
-// Cubins travel as base64: dice::Base64Encode / Base64Decode (dice/runtime/base64.h).
+// Cubins travel as base64: dice::Base64Encode / Base64Decode (dice/core/base64.h).
 using dice::Base64Decode;
 using dice::Base64Encode;
 

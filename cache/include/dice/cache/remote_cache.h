@@ -30,7 +30,7 @@
 
 #include "dice/cache/http_client.h"
 #include "dice/cache/store.h"
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice::cache {
 

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice::cache {
 

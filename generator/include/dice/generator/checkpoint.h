@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "dice/generator/diffusion_decoder.h"
-#include "dice/generator/generator.h"
+#include "dice/core/generator.h"
 #include "dice/generator/prompts.h"
 #include "dice/generator/sdar_model.h"
 #include "dice/generator/tokenizer.h"

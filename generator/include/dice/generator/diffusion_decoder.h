@@ -58,7 +58,7 @@
 #include <vector>
 
 #include "dice/generator/sdar_model.h"
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice {
 

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "dice/generator/generator.h"
+#include "dice/core/generator.h"
 
 namespace dice {
 

@@ -21,8 +21,8 @@
 
 #include <string>
 
-#include "dice/runtime/status.h"
-#include "dice/runtime/task.h"
+#include "dice/core/status.h"
+#include "dice/core/task.h"
 
 namespace dice {
 

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "dice/generator/checkpoint.h"
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice {
 

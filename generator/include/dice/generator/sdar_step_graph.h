@@ -51,7 +51,7 @@
 #include <memory>
 
 #include "dice/generator/sdar_model.h"
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice {
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "dice/generator/generator.h"
+#include "dice/core/generator.h"
 
 namespace dice {
 

@@ -44,7 +44,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice {
 

@@ -12,8 +12,8 @@
 
 #include <ATen/ATen.h>
 
-#include "dice/runtime/ir.h"
-#include "dice/runtime/status.h"
+#include "dice/core/ir.h"
+#include "dice/core/status.h"
 
 namespace dice::reference {
 

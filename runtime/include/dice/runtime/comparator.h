@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <string>
 
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 
 namespace dice {
 

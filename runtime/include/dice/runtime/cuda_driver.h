@@ -11,8 +11,8 @@
 #include <cstddef>
 #include <string>
 
-#include "dice/runtime/status.h"
-#include "dice/runtime/task.h"
+#include "dice/core/status.h"
+#include "dice/core/task.h"
 
 namespace dice {
 

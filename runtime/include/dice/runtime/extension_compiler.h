@@ -29,8 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "dice/runtime/candidate.h"
-#include "dice/runtime/status.h"
+#include "dice/core/candidate.h"
+#include "dice/core/status.h"
 
 namespace dice {
 

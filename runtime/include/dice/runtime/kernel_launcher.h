@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "dice/runtime/candidate.h"
+#include "dice/core/candidate.h"
 #include "dice/runtime/cuda_driver.h"
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice {
 

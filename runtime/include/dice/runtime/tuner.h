@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "dice/cache/store.h"
-#include "dice/generator/generator.h"
-#include "dice/runtime/task.h"
+#include "dice/core/generator.h"
+#include "dice/core/task.h"
 
 namespace dice {
 

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 #include "dice/runtime/worker_protocol.h"
 
 namespace dice {

@@ -32,11 +32,11 @@
 #include <string_view>
 #include <vector>
 
-#include "dice/runtime/candidate.h"
+#include "dice/core/candidate.h"
 #include "dice/runtime/cuda_driver.h"
-#include "dice/runtime/ir.h"
-#include "dice/runtime/base64.h"
-#include "dice/runtime/status.h"
+#include "dice/core/ir.h"
+#include "dice/core/base64.h"
+#include "dice/core/status.h"
 
 namespace dice::worker {
 
@@ -145,7 +145,7 @@ std::string EncodeDone(const std::string& error);
 /// Errors: kCorrupt naming the missing/invalid field.
 Expected<Event> DecodeEvent(std::string_view payload);
 
-// Cubins travel as base64: dice::Base64Encode / Base64Decode (dice/runtime/base64.h).
+// Cubins travel as base64: dice::Base64Encode / Base64Decode (dice/core/base64.h).
 using dice::Base64Decode;
 using dice::Base64Encode;
 

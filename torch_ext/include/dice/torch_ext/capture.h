@@ -30,8 +30,8 @@
 
 #include <ATen/core/ivalue.h>
 
-#include "dice/runtime/ir.h"
-#include "dice/runtime/status.h"
+#include "dice/core/ir.h"
+#include "dice/core/status.h"
 
 namespace torch::jit {
 struct Graph;

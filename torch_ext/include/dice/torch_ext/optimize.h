@@ -29,7 +29,7 @@
 
 #include <ATen/core/ivalue.h>
 
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 #include "dice/runtime/tuner.h"
 #include "dice/torch_ext/capture.h"
 

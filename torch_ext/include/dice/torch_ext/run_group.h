@@ -32,7 +32,7 @@
 
 #include <ATen/ATen.h>
 
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice::torch_ext {
 

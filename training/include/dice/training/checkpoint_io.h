@@ -25,7 +25,7 @@
 
 #include "dice/generator/checkpoint.h"
 #include "dice/generator/sdar_model.h"
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 #include "dice/training/files.h"
 #include "dice/training/model_init.h"
 

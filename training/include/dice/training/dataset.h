@@ -51,7 +51,7 @@
 #include <string>
 #include <vector>
 
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice::training {
 

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "dice/generator/prompts.h"
-#include "dice/runtime/candidate.h"
-#include "dice/runtime/ir.h"
-#include "dice/runtime/status.h"
+#include "dice/core/candidate.h"
+#include "dice/core/ir.h"
+#include "dice/core/status.h"
 
 namespace dice::training {
 

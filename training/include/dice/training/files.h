@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice::training {
 

@@ -44,7 +44,7 @@
 #include <optional>
 #include <vector>
 
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice::training {
 

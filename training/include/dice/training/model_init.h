@@ -8,7 +8,7 @@
 #include <string>
 
 #include "dice/generator/checkpoint.h"
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice::training {
 

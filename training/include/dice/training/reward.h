@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "dice/runtime/program_judge.h"
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 #include "dice/training/examples.h"
 
 namespace dice::training {

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "dice/runtime/ir.h"
-#include "dice/runtime/status.h"
+#include "dice/core/ir.h"
+#include "dice/core/status.h"
 
 namespace dice::training {
 

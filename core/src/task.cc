@@ -1,5 +1,5 @@
-// Implementation of dice/runtime/task.h.
-#include "dice/runtime/task.h"
+// Implementation of dice/core/task.h.
+#include "dice/core/task.h"
 
 namespace dice {
 

@@ -1,4 +1,4 @@
-// dice/runtime/ir.h — the framework-free fusion-group IR.
+// dice/core/ir.h — the framework-free fusion-group IR.
 //
 // A fusion group is a small SSA graph: N group inputs (dtype + rank), then a
 // list of ops, each producing exactly one value, then the list of values that
@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice::ir {
 

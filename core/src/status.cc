@@ -1,4 +1,4 @@
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice {
 

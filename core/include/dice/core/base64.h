@@ -1,4 +1,4 @@
-// dice/runtime/base64.h — standard base64 (RFC 4648, padded) over OpenSSL.
+// dice/core/base64.h — standard base64 (RFC 4648, padded) over OpenSSL.
 //
 // One implementation for every place bytes travel as JSON text: cubins in
 // worker messages (worker_protocol.h) and in the HTTP cache's wire format
@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice {
 

@@ -1,4 +1,4 @@
-// dice/runtime/status.h — error values that travel inside the library.
+// dice/core/status.h — error values that travel inside the library.
 //
 // Every fallible call in runtime/, cache/ and generator/ returns a Status or an
 // Expected<T>; exceptions are used only at the framework boundary (TorchScript

@@ -1,4 +1,4 @@
-// dice/runtime/task.h — a tuning task and its cache key.
+// dice/core/task.h — a tuning task and its cache key.
 //
 // Task = fusion-group IR + concrete input specs + the GPU it runs on. The task
 // key (DESIGN.md "Task key") is the sha256 of: canonical IR, input and output
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 
 namespace dice {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 
 namespace dice::ir {
 

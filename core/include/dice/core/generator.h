@@ -1,4 +1,4 @@
-// dice/generator/generator.h — the interface every kernel generator implements.
+// dice/core/generator.h — the interface every kernel generator implements.
 //
 // A generator turns a Task into candidate kernels. Two implementations are
 // planned: TemplateGenerator (templates.h, always available, parametric CUDA
@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "dice/runtime/candidate.h"
-#include "dice/runtime/status.h"
-#include "dice/runtime/task.h"
+#include "dice/core/candidate.h"
+#include "dice/core/status.h"
+#include "dice/core/task.h"
 
 namespace dice {
 

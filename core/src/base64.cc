@@ -1,5 +1,5 @@
-// Implementation of dice/runtime/base64.h.
-#include "dice/runtime/base64.h"
+// Implementation of dice/core/base64.h.
+#include "dice/core/base64.h"
 
 #include <openssl/evp.h>
 

@@ -1,9 +1,9 @@
-// Implementation of dice/runtime/candidate.h: launch-plan JSON and hashing.
-#include "dice/runtime/candidate.h"
+// Implementation of dice/core/candidate.h: launch-plan JSON and hashing.
+#include "dice/core/candidate.h"
 
 #include <nlohmann/json.hpp>
 
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 
 namespace dice {
 

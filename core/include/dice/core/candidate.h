@@ -1,4 +1,4 @@
-// dice/runtime/candidate.h — a candidate kernel and how to launch it.
+// dice/core/candidate.h — a candidate kernel and how to launch it.
 //
 // Device form (DESIGN.md "Candidate"): CUDA C++ source with one or more
 // `extern "C" __global__` kernels plus a launch plan. The calling convention
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "dice/runtime/status.h"
+#include "dice/core/status.h"
 
 namespace dice {
 

@@ -1,6 +1,6 @@
-// Implementation of dice/runtime/ir.h: op table, validation, type and shape
+// Implementation of dice/core/ir.h: op table, validation, type and shape
 // inference, canonical text, parser, hashing.
-#include "dice/runtime/ir.h"
+#include "dice/core/ir.h"
 
 #include <openssl/evp.h>
 
