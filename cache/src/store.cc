@@ -1,5 +1,7 @@
-// SQLite implementation of dice/cache/store.h. See the header for the
-// contract; notes on the choices made here:
+// SQLite implementation of dice/cache/store.h: opening the file and the
+// queries. The schema and its migrations are in schema.cc, the SQLite
+// helpers (errors, binding, transactions, WAL switch) in sqlite_util.cc.
+// See the header for the contract; notes on the choices made here:
 //  - One connection per Store, opened with SQLITE_OPEN_NOMUTEX: the Store's
 //    own mutex serialises every call, so SQLite's per-connection mutex would
 //    be redundant.
@@ -16,155 +18,27 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 
 #include "dice/core/ir.h"
+#include "schema.h"
+#include "sqlite_util.h"
 
 namespace dice::cache {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr int kBusyTimeoutMs = 10000;
-
-// Maps a SQLite result code to a StatusCode: damaged/foreign files are
-// kCorrupt, everything else (locks, disk full, permissions) kIoError.
-StatusCode CodeFor(int rc) {
-  switch (rc & 0xff) {
-    case SQLITE_NOTADB:
-    case SQLITE_CORRUPT:
-    case SQLITE_FORMAT:
-      return StatusCode::kCorrupt;
-    default:
-      return StatusCode::kIoError;
-  }
-}
-
-Status SqliteError(sqlite3* db, int rc, const std::string& path, const std::string& what) {
-  const char* msg = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-  return Status(CodeFor(rc), "cache database " + path + ": " + what + ": " + msg);
-}
-
-int64_t NowUnixSeconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string ColumnText(sqlite3_stmt* stmt, int col) {
-  const void* p = sqlite3_column_blob(stmt, col);  // works for TEXT and BLOB, keeps NULs
-  int n = sqlite3_column_bytes(stmt, col);
-  if (p == nullptr || n <= 0) return std::string();
-  return std::string(static_cast<const char*>(p), static_cast<size_t>(n));
-}
-
-// Schema (DESIGN.md "Cache") as a list of migrations; kMigrations[i] takes
-// the schema from version i to i+1.
-const char* const kMigrations[] = {
-    // v0 -> v1: the initial tables.
-    "CREATE TABLE winners ("
-    "  task_key TEXT PRIMARY KEY NOT NULL,"
-    "  graph_canonical TEXT NOT NULL,"
-    "  input_specs TEXT NOT NULL,"
-    "  arch TEXT NOT NULL,"
-    "  gpu_name TEXT NOT NULL,"
-    "  origin TEXT NOT NULL,"
-    "  candidate_hash TEXT NOT NULL,"
-    "  source TEXT NOT NULL,"
-    "  cubin BLOB NOT NULL,"
-    "  launch_plan_json TEXT NOT NULL,"
-    "  baseline_us REAL NOT NULL,"
-    "  best_us REAL NOT NULL,"
-    "  speedup REAL NOT NULL,"
-    "  reduced_precision INTEGER NOT NULL,"
-    "  versions_json TEXT NOT NULL,"
-    "  created_at INTEGER NOT NULL,"
-    "  content_hash TEXT NOT NULL);"
-    "CREATE TABLE attempts ("
-    "  task_key TEXT NOT NULL,"
-    "  candidate_hash TEXT NOT NULL,"
-    "  origin TEXT NOT NULL,"
-    "  outcome TEXT NOT NULL,"
-    "  error TEXT NOT NULL,"
-    "  time_us REAL NOT NULL,"
-    "  created_at INTEGER NOT NULL,"
-    "  PRIMARY KEY (task_key, candidate_hash));"
-    "CREATE TABLE meta ("
-    "  key TEXT PRIMARY KEY NOT NULL,"
-    "  value TEXT NOT NULL);"
-    "INSERT INTO meta(key, value) VALUES ('created_by', 'dice');",
-    // v1 -> v2: provenance and use of each winner. Rows written by v1 were
-    // tuned and verified locally, never used as far as anyone counted.
-    "ALTER TABLE winners ADD COLUMN verified INTEGER NOT NULL DEFAULT 1;"
-    "ALTER TABLE winners ADD COLUMN pulled_from TEXT NOT NULL DEFAULT '';"
-    "ALTER TABLE winners ADD COLUMN hits INTEGER NOT NULL DEFAULT 0;"
-    "ALTER TABLE winners ADD COLUMN last_used_at INTEGER NOT NULL DEFAULT 0;",
-};
-static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion,
-              "one migration per schema version");
-
-// Runs SQL text without parameters (PRAGMAs, BEGIN/COMMIT, DDL).
-Status ExecSql(sqlite3* db, const std::string& path, const char* sql) {
-  char* err = nullptr;
-  int rc = sqlite3_exec(db, sql, nullptr, nullptr, &err);
-  if (rc == SQLITE_OK) return Status::Ok();
-  std::string msg = err != nullptr ? err : sqlite3_errstr(rc);
-  sqlite3_free(err);
-  return Status(CodeFor(rc), "cache database " + path + ": '" + sql + "': " + msg);
-}
-
-Status NewerSchemaError(const std::string& path, int64_t version) {
-  return Status(StatusCode::kCorrupt,
-                "cache database " + path + " has schema version " + std::to_string(version) +
-                    ", newer than this build's " + std::to_string(kSchemaVersion) +
-                    " (left untouched; use a newer DICE or another DICE_CACHE_DIR)");
-}
-
-Status ForeignDatabaseError(const std::string& path) {
-  return Status(StatusCode::kCorrupt, "cache database " + path +
-                                          " is a SQLite database but not a DICE cache "
-                                          "(user_version 0 with existing tables); left untouched");
-}
-
-// RAII BEGIN IMMEDIATE ... COMMIT; rolls back unless Commit() succeeded.
-class Transaction {
- public:
-  Transaction(sqlite3* db, const std::string& path) : db_(db), path_(path) {}
-  ~Transaction() {
-    if (open_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  Status Begin() {
-    DICE_RETURN_IF_ERROR(ExecSql(db_, path_, "BEGIN IMMEDIATE"));
-    open_ = true;
-    return Status::Ok();
-  }
-  Status Commit() {
-    Status st = ExecSql(db_, path_, "COMMIT");
-    if (st.ok()) open_ = false;
-    return st;
-  }
-
- private:
-  sqlite3* db_;
-  const std::string& path_;
-  bool open_ = false;
-};
-
-// Binding helpers: text/blob with explicit lengths (NUL bytes survive).
-int BindText(sqlite3_stmt* s, int i, const std::string& v) {
-  return sqlite3_bind_text(s, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-}
-int BindBlob(sqlite3_stmt* s, int i, const std::string& v) {
-  return sqlite3_bind_blob(s, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-}
+using sqlite::BindBlob;
+using sqlite::BindText;
+using sqlite::ColumnText;
+using sqlite::NowUnixSeconds;
+using sqlite::Transaction;
 
 }  // namespace
 
@@ -195,7 +69,7 @@ struct Store::Impl {
     if (db != nullptr) sqlite3_close_v2(db);
   }
 
-  Status Error(int rc, const std::string& what) const { return SqliteError(db, rc, path, what); }
+  Status Error(int rc, const std::string& what) const { return sqlite::Error(db, rc, path, what); }
 
   // Prepared statement for `sql`, reset and with bindings cleared. Owned by
   // the cache; REQUIRES: mu held.
@@ -213,57 +87,8 @@ struct Store::Impl {
     return stmt;
   }
 
-  Status Exec(const char* sql) { return ExecSql(db, path, sql); }
-
-  // The schema version (PRAGMA user_version), read together with the table
-  // count in one statement (one snapshot: a concurrent opener's migration is
-  // seen whole or not at all). Errors: kCorrupt for a version newer than
-  // kSchemaVersion, or for version 0 with tables present (a SQLite database
-  // that is not a DICE cache); kCorrupt (SQLITE_NOTADB) for a foreign file.
-  Expected<int64_t> CheckSchemaVersion() {
-    sqlite3_stmt* stmt = nullptr;
-    const char* sql =
-        "SELECT (SELECT user_version FROM pragma_user_version),"
-        " (SELECT count(*) FROM sqlite_master)";
-    int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
-    if (rc != SQLITE_OK) return Error(rc, "read schema version");
-    rc = sqlite3_step(stmt);
-    int64_t version = 0, tables = 0;
-    if (rc == SQLITE_ROW) {
-      version = sqlite3_column_int64(stmt, 0);
-      tables = sqlite3_column_int64(stmt, 1);
-    }
-    sqlite3_finalize(stmt);
-    if (rc != SQLITE_ROW) return Error(rc, "read schema version");
-    if (version > kSchemaVersion) return NewerSchemaError(path, version);
-    if (version == 0 && tables > 0) return ForeignDatabaseError(path);
-    return version;
-  }
-
-  Status Migrate();
+  Status Exec(const char* sql) { return sqlite::Exec(db, path, sql); }
 };
-
-// Brings the schema from PRAGMA user_version up to kSchemaVersion inside one
-// IMMEDIATE transaction (so concurrent openers migrate exactly once).
-Status Store::Impl::Migrate() {
-  Transaction txn(db, path);
-  DICE_RETURN_IF_ERROR(txn.Begin());
-  auto version = CheckSchemaVersion();
-  if (!version.ok()) return version.status();
-  if (*version == kSchemaVersion) return Status::Ok();  // rolled back: nothing written
-  for (int64_t v = *version; v < kSchemaVersion; ++v) {
-    DICE_RETURN_IF_ERROR(Exec(kMigrations[v]));
-  }
-  const std::string set_version = "PRAGMA user_version = " + std::to_string(kSchemaVersion);
-  DICE_RETURN_IF_ERROR(Exec(set_version.c_str()));
-  auto stmt = Prepare("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?1)");
-  if (!stmt.ok()) return stmt.status();
-  BindText(*stmt, 1, std::to_string(kSchemaVersion));
-  int rc = sqlite3_step(*stmt);
-  sqlite3_reset(*stmt);
-  if (rc != SQLITE_DONE) return Error(rc, "write meta schema_version");
-  return txn.Commit();
-}
 
 // ---------------------------------------------------------------------------
 // Store
@@ -310,49 +135,27 @@ Expected<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   int rc = sqlite3_open_v2(path.c_str(), &impl->db,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
-    Status st = SqliteError(impl->db, rc, path, "open");
+    Status st = sqlite::Error(impl->db, rc, path, "open");
     return Status(rc == SQLITE_NOTADB ? StatusCode::kCorrupt : StatusCode::kIoError, st.message());
   }
   sqlite3_extended_result_codes(impl->db, 1);
-  sqlite3_busy_timeout(impl->db, kBusyTimeoutMs);
+  sqlite3_busy_timeout(impl->db, sqlite::kBusyTimeoutMs);
   if (sqlite3_db_readonly(impl->db, "main") == 1) {
     return Status(StatusCode::kIoError, "cache database " + path + " could only be opened read-only");
   }
 
   // First touch is a read: a foreign file fails here with SQLITE_NOTADB
   // before anything has been written to it.
-  auto version = impl->CheckSchemaVersion();
+  auto version = ReadSchemaVersion(impl->db, path);
   if (!version.ok()) return version.status();
 
-  // Switching to WAL needs an exclusive lock the first time; a concurrent
-  // opener may hold the file briefly, and this path does not always consult
-  // the busy handler, so retry for up to the busy timeout.
-  {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
-    for (;;) {
-      sqlite3_stmt* stmt = nullptr;
-      rc = sqlite3_prepare_v2(impl->db, "PRAGMA journal_mode=WAL", -1, &stmt, nullptr);
-      if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
-      std::string got = rc == SQLITE_ROW ? ColumnText(stmt, 0) : std::string();
-      sqlite3_finalize(stmt);
-      if (rc == SQLITE_ROW && got == "wal") break;
-      if (rc == SQLITE_ROW) {
-        return Status(StatusCode::kIoError, "cache database " + path +
-                                                ": cannot enable WAL journal (mode is " + got + ")");
-      }
-      if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) {
-        return impl->Error(rc, "PRAGMA journal_mode=WAL");
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        return impl->Error(rc, "PRAGMA journal_mode=WAL (timed out)");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  }
+  // Switching to WAL needs an exclusive lock the first time (retried for
+  // up to the busy timeout: a concurrent opener may hold the file briefly).
+  DICE_RETURN_IF_ERROR(sqlite::EnableWalJournal(impl->db, path));
   // NORMAL is crash-safe in WAL mode (a kill -9 loses nothing committed; a
   // power loss may drop the last transactions but never corrupts).
   DICE_RETURN_IF_ERROR(impl->Exec("PRAGMA synchronous=NORMAL"));
-  DICE_RETURN_IF_ERROR(impl->Migrate());
+  DICE_RETURN_IF_ERROR(MigrateSchema(impl->db, path));
   return std::unique_ptr<Store>(new Store(path, std::move(impl)));
 }
 

@@ -1,0 +1,123 @@
+// The kernel cache's schema and migrations (schema.h).
+#include "schema.h"
+
+#include "sqlite_util.h"
+
+namespace dice::cache {
+
+constexpr MigrationStep kMigrationSteps[kSchemaVersion] = {
+    {0, "the initial tables: winners, attempts, meta",
+     "CREATE TABLE winners ("
+     "  task_key TEXT PRIMARY KEY NOT NULL,"
+     "  graph_canonical TEXT NOT NULL,"
+     "  input_specs TEXT NOT NULL,"
+     "  arch TEXT NOT NULL,"
+     "  gpu_name TEXT NOT NULL,"
+     "  origin TEXT NOT NULL,"
+     "  candidate_hash TEXT NOT NULL,"
+     "  source TEXT NOT NULL,"
+     "  cubin BLOB NOT NULL,"
+     "  launch_plan_json TEXT NOT NULL,"
+     "  baseline_us REAL NOT NULL,"
+     "  best_us REAL NOT NULL,"
+     "  speedup REAL NOT NULL,"
+     "  reduced_precision INTEGER NOT NULL,"
+     "  versions_json TEXT NOT NULL,"
+     "  created_at INTEGER NOT NULL,"
+     "  content_hash TEXT NOT NULL);"
+     "CREATE TABLE attempts ("
+     "  task_key TEXT NOT NULL,"
+     "  candidate_hash TEXT NOT NULL,"
+     "  origin TEXT NOT NULL,"
+     "  outcome TEXT NOT NULL,"
+     "  error TEXT NOT NULL,"
+     "  time_us REAL NOT NULL,"
+     "  created_at INTEGER NOT NULL,"
+     "  PRIMARY KEY (task_key, candidate_hash));"
+     "CREATE TABLE meta ("
+     "  key TEXT PRIMARY KEY NOT NULL,"
+     "  value TEXT NOT NULL);"
+     "INSERT INTO meta(key, value) VALUES ('created_by', 'dice');"},
+    // Rows written by v1 were tuned and verified locally, never used as far
+    // as anyone counted: verified 1, local, 0 hits, never used.
+    {1, "provenance and use of each winner: verified, pulled_from, hits, last_used_at",
+     "ALTER TABLE winners ADD COLUMN verified INTEGER NOT NULL DEFAULT 1;"
+     "ALTER TABLE winners ADD COLUMN pulled_from TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE winners ADD COLUMN hits INTEGER NOT NULL DEFAULT 0;"
+     "ALTER TABLE winners ADD COLUMN last_used_at INTEGER NOT NULL DEFAULT 0;"},
+};
+
+namespace {
+
+constexpr bool StepsAreInOrder() {
+  for (int v = 0; v < kSchemaVersion; ++v) {
+    if (kMigrationSteps[v].from_version != v) return false;
+  }
+  return true;
+}
+static_assert(StepsAreInOrder(), "kMigrationSteps[v] takes the schema from v to v + 1");
+
+Status NewerSchemaError(const std::string& path, int64_t version) {
+  return Status(StatusCode::kCorrupt,
+                "cache database " + path + " has schema version " + std::to_string(version) +
+                    ", newer than this build's " + std::to_string(kSchemaVersion) +
+                    " (left untouched; use a newer DICE or another DICE_CACHE_DIR)");
+}
+
+Status ForeignDatabaseError(const std::string& path) {
+  return Status(StatusCode::kCorrupt, "cache database " + path +
+                                          " is a SQLite database but not a DICE cache "
+                                          "(user_version 0 with existing tables); left untouched");
+}
+
+// meta('schema_version') = kSchemaVersion.
+Status WriteMetaVersion(sqlite3* db, const std::string& path) {
+  sqlite3_stmt* stmt = nullptr;
+  const char* sql = "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?1)";
+  int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
+  if (rc != SQLITE_OK) return sqlite::Error(db, rc, path, std::string("prepare '") + sql + "'");
+  sqlite::BindText(stmt, 1, std::to_string(kSchemaVersion));
+  rc = sqlite3_step(stmt);
+  sqlite3_finalize(stmt);
+  if (rc != SQLITE_DONE) return sqlite::Error(db, rc, path, "write meta schema_version");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Expected<int64_t> ReadSchemaVersion(sqlite3* db, const std::string& path) {
+  sqlite3_stmt* stmt = nullptr;
+  const char* sql =
+      "SELECT (SELECT user_version FROM pragma_user_version),"
+      " (SELECT count(*) FROM sqlite_master)";
+  int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
+  if (rc != SQLITE_OK) return sqlite::Error(db, rc, path, "read schema version");
+  rc = sqlite3_step(stmt);
+  int64_t version = 0, tables = 0;
+  if (rc == SQLITE_ROW) {
+    version = sqlite3_column_int64(stmt, 0);
+    tables = sqlite3_column_int64(stmt, 1);
+  }
+  sqlite3_finalize(stmt);
+  if (rc != SQLITE_ROW) return sqlite::Error(db, rc, path, "read schema version");
+  if (version > kSchemaVersion) return NewerSchemaError(path, version);
+  if (version == 0 && tables > 0) return ForeignDatabaseError(path);
+  return version;
+}
+
+Status MigrateSchema(sqlite3* db, const std::string& path) {
+  sqlite::Transaction txn(db, path);
+  DICE_RETURN_IF_ERROR(txn.Begin());
+  auto version = ReadSchemaVersion(db, path);
+  if (!version.ok()) return version.status();
+  if (*version == kSchemaVersion) return Status::Ok();  // rolled back: nothing written
+  for (int64_t v = *version; v < kSchemaVersion; ++v) {
+    DICE_RETURN_IF_ERROR(sqlite::Exec(db, path, kMigrationSteps[v].sql));
+  }
+  const std::string set_version = "PRAGMA user_version = " + std::to_string(kSchemaVersion);
+  DICE_RETURN_IF_ERROR(sqlite::Exec(db, path, set_version.c_str()));
+  DICE_RETURN_IF_ERROR(WriteMetaVersion(db, path));
+  return txn.Commit();
+}
+
+}  // namespace dice::cache
