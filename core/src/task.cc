@@ -31,6 +31,9 @@ std::string Task::Key() const {
   text += "nvrtc " + std::to_string(target.nvrtc_version) + "\n";
   text += "flags " + target.compile_flags + "\n";
   text += "abi " + std::to_string(target.abi_version) + "\n";
+  // target.sm_count, l2_bytes, smem_*, max_threads_per_sm and cluster_launch
+  // stay out on purpose: arch + gpu name identify the model, and the key text
+  // must stay byte-identical (tests/generator/templates_golden_test.cc).
   return ir::Sha256Hex(text);
 }
 

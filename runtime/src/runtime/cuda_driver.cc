@@ -22,9 +22,13 @@ namespace {
 
 // From cuda.h (CUdevice_attribute / CUresult).
 constexpr int kAttrMultiprocessorCount = 16;        // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+constexpr int kAttrL2CacheSize = 38;                // CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE
+constexpr int kAttrMaxThreadsPerSm = 39;            // CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR
 constexpr int kAttrComputeCapabilityMajor = 75;     // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 constexpr int kAttrComputeCapabilityMinor = 76;     // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+constexpr int kAttrMaxSharedMemPerSm = 81;          // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
 constexpr int kAttrMaxSharedMemPerBlockOptin = 97;  // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+constexpr int kAttrClusterLaunch = 120;             // CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH (CUDA 11.8+)
 constexpr CUresult_t kCudaSuccess = 0;
 constexpr CUresult_t kCudaErrorNoDevice = 100;       // CUDA_ERROR_NO_DEVICE
 
@@ -154,6 +158,14 @@ Expected<DeviceInfo> QueryDevice(int ordinal) {
   DICE_RETURN_IF_ERROR(attr(kAttrMaxSharedMemPerBlockOptin,
                             "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)",
                             &info.max_smem_per_block_optin));
+  DICE_RETURN_IF_ERROR(attr(kAttrMaxSharedMemPerSm, "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)",
+                            &info.max_smem_per_sm));
+  DICE_RETURN_IF_ERROR(attr(kAttrL2CacheSize, "cuDeviceGetAttribute(L2_CACHE_SIZE)", &info.l2_bytes));
+  DICE_RETURN_IF_ERROR(attr(kAttrMaxThreadsPerSm, "cuDeviceGetAttribute(MAX_THREADS_PER_MULTIPROCESSOR)",
+                            &info.max_threads_per_sm));
+  // A driver older than the attribute (CUDA < 11.8) answers CUDA_ERROR_INVALID_VALUE: no clusters.
+  int cluster = 0;
+  info.cluster_launch = d.cuDeviceGetAttribute(&cluster, kAttrClusterLaunch, dev) == kCudaSuccess && cluster != 0;
   info.arch = "sm_" + std::to_string(major * 10 + minor);
 
   int version = 0;
@@ -171,6 +183,13 @@ TargetInfo TargetForDevice(int ordinal) {
     t.arch = dev->arch;
     t.gpu_name = dev->name;
     t.driver_major = dev->driver_major;
+    // Device facts (not in the task key); a zero (unreported) keeps the default.
+    if (dev->sm_count > 0) t.sm_count = dev->sm_count;
+    if (dev->l2_bytes > 0) t.l2_bytes = dev->l2_bytes;
+    if (dev->max_smem_per_sm > 0) t.smem_per_sm_bytes = dev->max_smem_per_sm;
+    if (dev->max_smem_per_block_optin > 0) t.smem_per_block_optin_bytes = dev->max_smem_per_block_optin;
+    if (dev->max_threads_per_sm > 0) t.max_threads_per_sm = dev->max_threads_per_sm;
+    t.cluster_launch = dev->cluster_launch;
   }
   return t;
 }

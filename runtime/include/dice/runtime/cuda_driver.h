@@ -54,22 +54,31 @@ struct CudaDriver {
   std::string ErrorText(const char* call, CUresult_t rc) const;
 };
 
-/// Facts about device `ordinal` used in the task key.
+/// Facts about device `ordinal`: the task-key ones (arch, name, driver) and
+/// the ones templates size their schedules with (cuDeviceGetAttribute). The
+/// worker's hello reply carries arch .. max_smem_per_block_optin only.
 struct DeviceInfo {
   std::string arch;       ///< "sm_90"
   std::string name;       ///< "NVIDIA H200"
   int driver_major = 0;   ///< 13 for driver API 13.0
-  int sm_count = 0;
+  int sm_count = 0;       ///< multiprocessors (132 on H100/H200 SXM, 114 on H100 PCIe)
   int max_smem_per_block_optin = 0;  ///< bytes
+  int max_smem_per_sm = 0;           ///< bytes
+  int l2_bytes = 0;                  ///< L2 cache, bytes
+  int max_threads_per_sm = 0;        ///< resident threads per multiprocessor
+  bool cluster_launch = false;       ///< thread-block cluster launch supported
 };
-/// Errors: kNoDevice, kCudaError.
+/// Errors: kNoDevice, kCudaError (naming the call or attribute that failed).
+/// A driver without CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH reports no clusters.
 Expected<DeviceInfo> QueryDevice(int ordinal);
 
-/// The TargetInfo (task-key fields) of CUDA device `ordinal`: arch, name and
-/// driver major from the driver, the NVRTC version of this build. Without a
-/// GPU: TargetInfo's defaults (sm_90, the compile-only target) with the NVRTC
-/// version filled in. Never fails; not cached (QueryDevice is cheap after the
-/// first call).
+/// The TargetInfo of CUDA device `ordinal`: arch, name and driver major
+/// (task key) and SM count, L2 size, shared memory per SM and per block
+/// (opt-in), threads per SM and cluster support (device facts, not in the
+/// key) from the driver; the NVRTC version of this build. Without a GPU:
+/// TargetInfo's defaults (sm_90, 132 SMs: the compile-only target) with the
+/// NVRTC version filled in. Never fails; not cached (QueryDevice is cheap
+/// after the first call).
 TargetInfo TargetForDevice(int ordinal);
 
 }  // namespace dice
