@@ -88,6 +88,34 @@ const std::vector<Case>& Cases() {
   return cases;
 }
 
+TEST(TemplatesGpu, TargetForDeviceCarriesTheDeviceFacts) {
+  auto dev = QueryDevice(0);
+  if (!dev.ok()) GTEST_SKIP() << "no GPU: " << dev.status().ToString();
+  const TargetInfo t = TargetForDevice(0);
+  std::printf("%s %s: %d SMs, L2 %lld B, smem %d B/SM %d B/block (opt-in), %d threads/SM, clusters %d\n",
+              t.gpu_name.c_str(), t.arch.c_str(), t.sm_count, static_cast<long long>(t.l2_bytes),
+              t.smem_per_sm_bytes, t.smem_per_block_optin_bytes, t.max_threads_per_sm, t.cluster_launch);
+  EXPECT_EQ(t.arch, dev->arch);
+  EXPECT_EQ(t.sm_count, dev->sm_count);
+  EXPECT_GT(t.sm_count, 0);
+  EXPECT_GT(t.l2_bytes, 0);
+  EXPECT_GE(t.smem_per_sm_bytes, t.smem_per_block_optin_bytes);
+  EXPECT_GE(t.max_threads_per_sm, 1024);
+  if (t.arch == "sm_90") {
+    EXPECT_TRUE(t.cluster_launch);
+  }
+  // An H100/H200 SXM (sm_90, 132 SMs) is the compile-only default target: the
+  // defaults written in task.h must be what its driver reports.
+  if (t.arch == "sm_90" && t.sm_count == 132) {
+    const TargetInfo d;
+    EXPECT_EQ(t.l2_bytes, d.l2_bytes);
+    EXPECT_EQ(t.smem_per_sm_bytes, d.smem_per_sm_bytes);
+    EXPECT_EQ(t.smem_per_block_optin_bytes, d.smem_per_block_optin_bytes);
+    EXPECT_EQ(t.max_threads_per_sm, d.max_threads_per_sm);
+    EXPECT_EQ(t.cluster_launch, d.cluster_launch);
+  }
+}
+
 TEST(TemplatesGpu, EveryTemplateCandidatePassesTheVerifier) {
   auto dev = QueryDevice(0);
   if (!dev.ok()) GTEST_SKIP() << "no GPU: " << dev.status().ToString();

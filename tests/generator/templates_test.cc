@@ -10,42 +10,16 @@
 
 #include "dice/generator/templates.h"
 #include "dice/runtime/compiler.h"
+#include "template_test_util.h"
 
 namespace dice {
 namespace {
 
 using ir::DType;
 using ir::OpKind;
-
-struct GraphBuilder {
-  ir::Graph g;
-  int Input(DType dt, int rank) {
-    g.inputs.push_back(ir::InputDecl{dt, rank});
-    return static_cast<int>(g.inputs.size()) - 1;
-  }
-  int Op(OpKind kind, std::vector<int32_t> args, std::vector<int64_t> dims = {}, bool keepdim = false,
-         int64_t ivalue = 0, std::vector<double> scalars = {}) {
-    ir::Op op;
-    op.kind = kind;
-    op.args = std::move(args);
-    op.dims = std::move(dims);
-    op.keepdim = keepdim;
-    op.ivalue = ivalue;
-    op.scalars = std::move(scalars);
-    g.ops.push_back(op);
-    return g.op_value(g.ops.size() - 1);
-  }
-  int Const(double v) { return Op(OpKind::kConstant, {}, {}, false, 0, {v}); }
-  void Output(int v) { g.outputs.push_back(v); }
-};
-
-Task MakeTask(const ir::Graph& g, const std::vector<ir::TensorSpec>& inputs) {
-  auto t = Task::Make(g, inputs, TargetInfo{});
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  return std::move(t).value();
-}
-
-ir::TensorSpec Spec(DType dt, std::vector<int64_t> shape) { return ir::TensorSpec::Contiguous(dt, std::move(shape)); }
+using tmpl_test::GraphBuilder;
+using tmpl_test::MakeTask;
+using tmpl_test::Spec;
 
 bool CubinHas(const std::string& cubin, const std::string& name) {
   return cubin.find(std::string("\0", 1) + name + std::string("\0", 1)) != std::string::npos;

@@ -5,7 +5,9 @@
 // indexed linearly and, when VEC > 1, moved with 16-byte vector accesses;
 // broadcast inputs are read through their own strides (div/mod by baked
 // constants). A broadcast output (smaller than F) is written only by the
-// element whose coordinates along its broadcast axes are 0.
+// element whose coordinates along its broadcast axes are 0. The grid covers
+// the iteration space, capped at 4 full waves of the target's SMs (beyond
+// that the grid-stride loop takes over).
 #include <algorithm>
 #include <string>
 
@@ -54,7 +56,7 @@ EwPlan Analyse(const Lowered& lo) {
   return p;
 }
 
-Candidate Make(const Lowered& lo, const EwPlan& p, int block, int vec, bool wide) {
+Candidate Make(const Lowered& lo, const EwPlan& p, int block, int vec, bool wide, const TargetInfo& target) {
   const int64_t n = Numel(lo.F);
   const std::string idx = IdxType(wide);
   const std::string name = "dice_ew_b" + std::to_string(block) + "_v" + std::to_string(vec);
@@ -115,7 +117,9 @@ Candidate Make(const Lowered& lo, const EwPlan& p, int block, int vec, bool wide
   c.source = std::move(s);
   KernelLaunch l;
   l.kernel = name;
-  const int64_t cap = 132LL * (2048 / block) * 4;
+  // 4 waves of resident blocks: SMs x blocks per SM by threads (132 x 8 x 4 = 4224
+  // blocks of 256 on H100/H200 SXM).
+  const int64_t cap = int64_t{target.sm_count} * (target.max_threads_per_sm / block) * 4;
   const int64_t want = (n / vec + block - 1) / block;
   l.grid = {static_cast<uint32_t>(std::max<int64_t>(1, std::min(want, cap))), 1, 1};
   l.block = {static_cast<uint32_t>(block), 1, 1};
@@ -125,7 +129,8 @@ Candidate Make(const Lowered& lo, const EwPlan& p, int block, int vec, bool wide
 
 }  // namespace
 
-Expected<std::vector<Candidate>> ElementwiseCandidates(const Lowered& lo, int max_candidates) {
+Expected<std::vector<Candidate>> ElementwiseCandidates(const Lowered& lo, int max_candidates,
+                                                       const TargetInfo& target) {
   if (lo.num_reduces > 0) return Status(StatusCode::kUnsupported, "templates: elementwise family given a reduction");
   EwPlan p = Analyse(lo);
   const bool wide = NeedsWideIndex(lo);
@@ -136,7 +141,7 @@ Expected<std::vector<Candidate>> ElementwiseCandidates(const Lowered& lo, int ma
   std::vector<Candidate> out;
   for (auto [b, vec] : order) {
     if (static_cast<int>(out.size()) >= max_candidates) break;
-    out.push_back(Make(lo, p, b, vec, wide));
+    out.push_back(Make(lo, p, b, vec, wide, target));
   }
   return out;
 }

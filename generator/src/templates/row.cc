@@ -26,9 +26,10 @@
 //               so the rows in flight fit in L2: the outputs pass re-reads the
 //               row from L2 instead of HBM
 //   cluster<B>/q<Q>/smem  the cluster schedule with each CTA's chunk of the
-//               row cached in dynamic shared memory (up to ~200 KB a CTA):
-//               the row is read from HBM once, its later passes read shared
-//               memory (a 1.5 MB softmax row over a cluster of 8 CTAs)
+//               row cached in dynamic shared memory (up to 200/227 of the
+//               opt-in maximum a CTA: 200 KB on sm_90): the row is read from
+//               HBM once, its later passes read shared memory (a 1.5 MB
+//               softmax row over a cluster of 8 CTAs)
 //   .../online  fused statistics: a pass saved per pair of dependent reductions
 //               - online softmax (Milakov & Gimelshein 2018, "Online normalizer
 //                 calculation for softmax"): Σ exp(t - max t) accumulates in the
@@ -36,6 +37,10 @@
 //               - moments: Σ (t - Σt/L)^2 = Σt² - (Σt)²/L, both sums in float64
 //                 (layer_norm/group_norm variance in the mean's pass).
 //               The two-pass variants stay in the list; the tuner picks.
+// Grid caps, split chunk counts, rows in flight and the shared-memory budget
+// come from the task's target (TargetInfo device facts: SM count, threads per
+// SM, L2 bytes, opt-in shared memory per block, cluster launch); the numbers
+// quoted in comments are those of the default H100/H200 SXM target.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -180,7 +185,8 @@ RowInfo Analyse(const Lowered& lo, bool fuse) {
 
 class RowEmitter {
  public:
-  RowEmitter(const Lowered& lo, const RowInfo& ri, const RowCfg& cfg) : lo_(lo), ri_(ri), cfg_(cfg) {
+  RowEmitter(const Lowered& lo, const RowInfo& ri, const RowCfg& cfg, const TargetInfo& target)
+      : lo_(lo), ri_(ri), cfg_(cfg), target_(target) {
     idx_ = IdxType(ri.wide);
   }
 
@@ -245,6 +251,7 @@ class RowEmitter {
   const Lowered& lo_;
   const RowInfo& ri_;
   const RowCfg& cfg_;
+  const TargetInfo& target_;
   std::string idx_;
 };
 
@@ -713,8 +720,11 @@ Candidate RowEmitter::Build() {
                         : cfg_.mode == Mode::kTile ? 32
                                                    : 1;
     int64_t grid = (ri_.rows + per_block - 1) / per_block;
-    const int64_t cap = cfg_.mode == Mode::kBlock || cfg_.mode == Mode::kTile ? (int64_t{1} << 20)
-                                                                               : 132LL * (2048 / cfg_.threads) * 8;
+    // Column and warp schedules stride over rows: 8 waves of resident blocks
+    // (132 SMs x 8 blocks of 256 x 8 = 8448 on H100/H200 SXM).
+    const int64_t cap = cfg_.mode == Mode::kBlock || cfg_.mode == Mode::kTile
+                            ? (int64_t{1} << 20)
+                            : int64_t{target_.sm_count} * (target_.max_threads_per_sm / cfg_.threads) * 8;
     launch(base, std::min(grid, cap));
   }
   c.source = std::move(s);
@@ -723,10 +733,13 @@ Candidate RowEmitter::Build() {
 
 }  // namespace
 
-Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candidates, int sm) {
+Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candidates, const TargetInfo& target) {
   if (lo.num_reduces == 0 || lo.reduce_axes.empty())
     return Status(StatusCode::kUnsupported, "templates: row family given a group without reductions");
   RowInfo ri = Analyse(lo, false);
+  const int64_t sms = target.sm_count;
+  // Thread-block clusters (and the L2-sized grids built on them) need sm_90+.
+  const bool clusters = ArchNumber(target.arch) >= 90 && target.cluster_launch;
   const RowInfo fused = Analyse(lo, true);
   const bool has_fused = !fused.secondary.empty();
   const int nloads = std::max<int>(1, static_cast<int>(ri.cached_loads.size()));
@@ -736,7 +749,7 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
     return static_cast<int>(per);
   };
   auto split_cfg = [&](int T) -> RowCfg {
-    int64_t c = (132 * 4 + ri.rows - 1) / ri.rows;
+    int64_t c = (sms * 4 + ri.rows - 1) / ri.rows;  // about 4 blocks per SM in all
     c = std::min<int64_t>(c, 1024);
     c = std::min<int64_t>(c, ri.L / (static_cast<int64_t>(T) * 4));
     return RowCfg{Mode::kSplit, T, 0, static_cast<int>(std::max<int64_t>(c, 0))};
@@ -745,8 +758,9 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
   auto warp = [&]() { order.push_back(RowCfg{Mode::kWarp, 256, per_for(32, 32)}); };
   // A block per row leaves most SMs idle when a few rows carry millions of
   // elements (x / norm(x) over 1.9e9 elements ran one block for > 20 s on
-  // the H200); split and cluster schedules cover those.
-  const bool starved = ri.rows < 33 && ri.L > (int64_t{1} << 20);
+  // the H200); split and cluster schedules cover those. Starved: fewer rows
+  // than a quarter of the SMs (33 of 132).
+  const bool starved = ri.rows < sms / 4 && ri.L > (int64_t{1} << 20);
   auto block = [&](int B) {
     if (!starved) order.push_back(RowCfg{Mode::kBlock, B, per_for(B, 16)});
   };
@@ -758,37 +772,40 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
     if (cfg.chunks >= 2) order.push_back(cfg);
   };
   // Rows long enough that re-reading them from HBM costs: a cluster (or a
-  // block) per row with the grid capped so that the rows in flight (about
-  // 24 MB) stay in L2 (50 MB on H100/H200) between the statistics pass and
-  // the outputs pass. Q CTAs share a row so that enough CTAs run.
+  // block) per row with the grid capped so that the rows in flight (48% of
+  // L2: 24 MB of the 50 MB on H100/H200) stay in L2 between the statistics
+  // pass and the outputs pass; at most 2 rows per SM in flight. Q CTAs share
+  // a row so that enough CTAs run: half of every SM's threads.
   auto cluster = [&](int T) {
-    if (sm < 90 || ri.L < 8192 || ri.rows < 16) return;
+    if (!clusters || ri.L < 8192 || ri.rows < 16) return;
     const int64_t row_bytes = ri.L * 4 * std::max<int64_t>(1, static_cast<int64_t>(ri.cached_loads.size()));
-    const int64_t fit = (int64_t{24} << 20) / row_bytes;  // rows that fit in the L2 budget
+    const int64_t fit = target.l2_bytes * 12 / 25 / row_bytes;  // rows that fit in the L2 budget
     if (fit < 4) return;  // rows of several MB: the split schedule serves them
-    const int64_t live = std::min<int64_t>({fit, 264, ri.rows});
+    const int64_t live = std::min<int64_t>({fit, 2 * sms, ri.rows});
     int Q = 1;
-    while (Q < 8 && live * Q < 132 * 1024 / T) Q *= 2;
+    while (Q < 8 && live * Q < sms * (target.max_threads_per_sm / 2) / T) Q *= 2;
     if (ri.L / Q < T) return;
     RowCfg cfg{Mode::kCluster, T, 0, Q};
     cfg.grid = live * Q;
     order.push_back(cfg);
   };
   // A row cached in the shared memory of a cluster's CTAs (Q = 1..8, at most
-  // ~200 KB a CTA): read once from HBM whatever the L2 holds. Cluster of the
-  // fewest CTAs whose chunk fits.
+  // 200/227 of the opt-in maximum a CTA, 200 KB on sm_90, leaving room for the
+  // static shared memory): read once from HBM whatever the L2 holds. Cluster
+  // of the fewest CTAs whose chunk fits.
+  const int64_t smem_budget = int64_t{target.smem_per_block_optin_bytes} * 200 / 227;
   auto cluster_smem = [&](int T) {
-    if (sm < 90 || ri.L < 16384 || ri.cached_loads.empty()) return;
+    if (!clusters || ri.L < 16384 || ri.cached_loads.empty()) return;
     const int64_t per_elem = static_cast<int64_t>(ri.cached_loads.size()) * 4;
     int Q = 1;
-    while (Q < 8 && ((ri.L + Q - 1) / Q) * per_elem > (int64_t{200} << 10)) Q *= 2;
-    if (((ri.L + Q - 1) / Q) * per_elem > (int64_t{200} << 10) || ri.L / Q < T) return;
+    while (Q < 8 && ((ri.L + Q - 1) / Q) * per_elem > smem_budget) Q *= 2;
+    if (((ri.L + Q - 1) / Q) * per_elem > smem_budget || ri.L / Q < T) return;
     RowCfg cfg{Mode::kCluster, T, 0, Q};
     cfg.smem = true;
     cfg.grid = std::min<int64_t>(ri.rows, 4096) * Q;
     order.push_back(cfg);
   };
-  const bool few_long_rows = ri.rows <= 264 && ri.L >= 16384;
+  const bool few_long_rows = ri.rows <= 2 * sms && ri.L >= 16384;  // at most 2 rows per SM
   if (ri.inner) {
     column(128); tile(8); tile(16); column(256); block(256); warp(); block(128);
   } else if (few_long_rows) {
@@ -821,7 +838,7 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
   std::set<std::string> seen;
   for (const auto& cfg : order) {
     if (static_cast<int>(out.size()) >= max_candidates) break;
-    RowEmitter e(lo, cfg.fused ? fused : ri, cfg);
+    RowEmitter e(lo, cfg.fused ? fused : ri, cfg, target);
     Candidate c = e.Build();
     if (!seen.insert(c.origin).second) continue;
     out.push_back(std::move(c));

@@ -15,14 +15,20 @@ Expected<std::vector<Candidate>> TemplateGenerator::Generate(const Task& task, i
   if (tmpl::Numel(lowered->F) == 0) {
     return Status(StatusCode::kUnsupported, "templates: empty iteration space (a zero-sized tensor)");
   }
-  if (lowered->num_reduces == 0) return tmpl::ElementwiseCandidates(*lowered, max_candidates);
-  // "sm_90" / "sm_90a" -> 90; anything unparsable disables arch-specific variants.
+  if (lowered->num_reduces == 0) return tmpl::ElementwiseCandidates(*lowered, max_candidates, task.target);
+  return tmpl::RowCandidates(*lowered, max_candidates, task.target);
+}
+
+namespace tmpl {
+
+int ArchNumber(const std::string& arch) {
   int sm = 0;
-  const std::string& arch = task.target.arch;
   if (arch.rfind("sm_", 0) == 0) {
     for (size_t i = 3; i < arch.size() && arch[i] >= '0' && arch[i] <= '9'; ++i) sm = sm * 10 + (arch[i] - '0');
   }
-  return tmpl::RowCandidates(*lowered, max_candidates, sm);
+  return sm;
 }
+
+}  // namespace tmpl
 
 }  // namespace dice

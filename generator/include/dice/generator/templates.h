@@ -13,6 +13,11 @@
 //     elementwise prologue/epilogue; variants warp-per-row vs block-per-row,
 //     block size, two-pass vs online softmax, row cached in shared memory.
 // Shapes are baked into the source as constants (a task key fixes them).
+// Grids, rows in flight and shared-memory budgets are sized from the task's
+// target (TargetInfo's device facts: SM count, threads per SM, L2 bytes,
+// opt-in shared memory per block, cluster launch), so an H100 PCIe (114 SMs)
+// and an H200 (132 SMs) get their own grids; the default TargetInfo gives
+// the H100/H200 SXM ones.
 // Computation is in float32 for every dtype; loads/stores convert.
 // Thread-compatible; stateless apart from options.
 #pragma once
