@@ -1,0 +1,270 @@
+// The grouping policy of both frontends (fusion_policy.h). No torch headers.
+#include "fusion_policy.h"
+
+#include <algorithm>
+#include <set>
+#include <unordered_set>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace dice::torch_ext {
+namespace {
+
+// Ops with a `dim` argument (or none: whole-tensor) that reduce over it.
+const std::unordered_set<std::string_view>& DimReductions() {
+  static const std::unordered_set<std::string_view> kinds = {
+      "aten::sum",     "aten::mean",        "aten::amax",       "aten::amin",     "aten::max",
+      "aten::min",     "aten::softmax",     "aten::log_softmax", "aten::_softmax", "aten::_log_softmax",
+      "aten::logsumexp", "aten::norm",      "aten::linalg_vector_norm", "aten::prod", "aten::var",
+      "aten::std",     "aten::var_mean",    "aten::argmax",     "aten::argmin",   "aten::all",
+      "aten::any"};
+  return kinds;
+}
+
+// Norms over the last len(normalized_shape) axes.
+const std::unordered_set<std::string_view>& LastAxesNorms() {
+  static const std::unordered_set<std::string_view> kinds = {"aten::layer_norm", "aten::native_layer_norm",
+                                                             "aten::rms_norm"};
+  return kinds;
+}
+
+// Norms over axes no signature can name (group_norm's channel groups).
+const std::unordered_set<std::string_view>& OpaqueNorms() {
+  static const std::unordered_set<std::string_view> kinds = {"aten::group_norm", "aten::native_group_norm",
+                                                             "aten::instance_norm"};
+  return kinds;
+}
+
+std::string DimsSignature(const std::vector<int64_t>& dims) {
+  std::string sig = "dims:";
+  for (size_t i = 0; i < dims.size(); ++i) sig += (i ? "," : "") + std::to_string(dims[i]);
+  return sig;
+}
+
+// Reduction signatures of a node, or of every node inside a group formed earlier.
+void CollectSignatures(const PolicyNode& node, const std::string& unique, std::set<std::string>* sigs) {
+  if (!node.inner.empty()) {
+    for (size_t j = 0; j < node.inner.size(); ++j)
+      CollectSignatures(node.inner[j], unique + "." + std::to_string(j), sigs);
+    return;
+  }
+  std::string sig = ReductionSignature(node, unique);
+  if (!sig.empty()) sigs->insert(std::move(sig));
+}
+
+int NontrivialCount(const PolicyNode& node) {
+  if (node.inner.empty()) return IsCastOrProjection(node.kind) ? 0 : 1;
+  int n = 0;
+  for (const PolicyNode& p : node.inner) n += NontrivialCount(p);
+  return n;
+}
+
+// True when no path leaves `members` and comes back into it. Edges run from a
+// lower index to a higher one, so only nodes before the last member matter.
+class ConvexityCheck {
+ public:
+  explicit ConvexityCheck(const std::vector<PolicyNode>& nodes)
+      : users_(nodes.size()), in_set_(nodes.size(), 0), seen_(nodes.size(), 0) {
+    for (size_t i = 0; i < nodes.size(); ++i)
+      for (int p : nodes[i].inputs) users_[p].push_back(static_cast<int>(i));
+  }
+
+  bool Convex(const std::vector<int>& members) {
+    int last = -1;
+    for (int m : members) {
+      in_set_[m] = 1;
+      last = std::max(last, m);
+    }
+    ++stamp_;
+    std::vector<int>& frontier = frontier_;
+    frontier.clear();
+    for (int m : members)
+      for (int u : users_[m])
+        if (!in_set_[u]) frontier.push_back(u);
+    bool convex = true;
+    while (convex && !frontier.empty()) {
+      int n = frontier.back();
+      frontier.pop_back();
+      if (seen_[n] == stamp_ || n > last) continue;
+      seen_[n] = stamp_;
+      for (int u : users_[n]) {
+        if (in_set_[u]) {
+          convex = false;
+          break;
+        }
+        frontier.push_back(u);
+      }
+    }
+    for (int m : members) in_set_[m] = 0;
+    return convex;
+  }
+
+ private:
+  std::vector<std::vector<int>> users_;
+  std::vector<char> in_set_;
+  std::vector<unsigned> seen_;
+  std::vector<int> frontier_;
+  unsigned stamp_ = 0;
+};
+
+Status ParseNode(const nlohmann::json& j, const std::string& where, PolicyNode* out) {
+  auto bad = [&](const std::string& what) {
+    return Status(StatusCode::kInvalidArgument, "fusion policy graph: " + where + ": " + what);
+  };
+  if (!j.is_object()) return bad("not an object");
+  auto kind = j.find("kind");
+  if (kind == j.end() || !kind->is_string()) return bad("\"kind\" must be a string");
+  out->kind = kind->get<std::string>();
+  auto get_int = [&](const char* key, int* v) -> Status {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return Status::Ok();
+    if (!it->is_number_integer()) return bad(std::string("\"") + key + "\" must be an integer");
+    *v = it->get<int>();
+    return Status::Ok();
+  };
+  if (auto it = j.find("fusible"); it != j.end()) {
+    if (!it->is_boolean()) return bad("\"fusible\" must be a boolean");
+    out->fusible = it->get<bool>();
+  }
+  if (auto it = j.find("inputs"); it != j.end()) {
+    if (!it->is_array()) return bad("\"inputs\" must be a list of integers");
+    for (const auto& e : *it) {
+      if (!e.is_number_integer()) return bad("\"inputs\" must be a list of integers");
+      out->inputs.push_back(e.get<int>());
+    }
+  }
+  DICE_RETURN_IF_ERROR(get_int("operands", &out->operands));
+  DICE_RETURN_IF_ERROR(get_int("tensor_operands", &out->tensor_operands));
+  int v = -1;
+  DICE_RETURN_IF_ERROR(get_int("rank", &v));
+  if (v >= 0) out->rank = v;
+  v = -1;
+  DICE_RETURN_IF_ERROR(get_int("normalized_dims", &v));
+  if (v >= 0) out->normalized_dims = v;
+  if (auto it = j.find("dim"); it != j.end()) {
+    if (it->is_null()) {
+      out->dim = DimArg::kNone;
+    } else if (it->is_number_integer()) {
+      out->dim = DimArg::kList;
+      out->dims = {it->get<int64_t>()};
+    } else if (it->is_array()) {
+      out->dim = DimArg::kList;
+      for (const auto& e : *it) {
+        if (!e.is_number_integer()) return bad("\"dim\" list must hold integers");
+        out->dims.push_back(e.get<int64_t>());
+      }
+    } else if (it->is_string() && it->get<std::string>() == "?") {
+      out->dim = DimArg::kUnknown;
+    } else {
+      return bad("\"dim\" must be null, an integer, a list of integers or \"?\"");
+    }
+  }
+  if (auto it = j.find("inner"); it != j.end()) {
+    if (!it->is_array()) return bad("\"inner\" must be a list of nodes");
+    out->inner.resize(it->size());
+    for (size_t k = 0; k < it->size(); ++k)
+      DICE_RETURN_IF_ERROR(ParseNode((*it)[k], where + " inner " + std::to_string(k), &out->inner[k]));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool IsCastOrProjection(std::string_view kind) {
+  return kind == "aten::to" || kind == "aten::type_as" || kind == "aten::_to_copy" ||
+         kind == "prims::convert_element_type" || kind == "getitem";
+}
+
+std::string ReductionSignature(const PolicyNode& node, const std::string& unique) {
+  const bool last_axes = LastAxesNorms().count(node.kind) != 0;
+  if (!last_axes && !DimReductions().count(node.kind)) {
+    return OpaqueNorms().count(node.kind) ? unique : "";
+  }
+  if (node.operands == 0) return unique;
+  if (last_axes) {
+    if (!node.normalized_dims || !node.rank || *node.normalized_dims > *node.rank) return unique;
+    std::vector<int64_t> dims;
+    for (int d = *node.rank - *node.normalized_dims; d < *node.rank; ++d) dims.push_back(d);
+    return DimsSignature(dims);
+  }
+  switch (node.dim) {
+    case DimArg::kAbsent:
+      // Binary max/min (elementwise) reduce nothing; a whole-tensor sum/amax does.
+      if ((node.kind == "aten::max" || node.kind == "aten::min") && node.tensor_operands == 2) return "";
+      return "dims:all";
+    case DimArg::kNone:
+      return "dims:all";
+    case DimArg::kUnknown:
+      return unique;
+    case DimArg::kList:
+      break;
+  }
+  if (node.dims.empty()) return "dims:all";
+  std::vector<int64_t> dims = node.dims;
+  for (auto& d : dims)
+    if (d < 0 && node.rank) d += *node.rank;
+  std::sort(dims.begin(), dims.end());
+  return DimsSignature(dims);
+}
+
+Expected<std::vector<std::vector<int>>> ProposeFusionGroups(const std::vector<PolicyNode>& nodes,
+                                                            int min_nontrivial_ops) {
+  const int n = static_cast<int>(nodes.size());
+  for (int i = 0; i < n; ++i)
+    for (int p : nodes[i].inputs)
+      if (p < 0 || p >= i)
+        return Status(StatusCode::kInvalidArgument, "fusion policy graph: node " + std::to_string(i) + " (" +
+                                                        nodes[i].kind + ") reads node " + std::to_string(p) +
+                                                        ", which does not come before it");
+  ConvexityCheck convexity(nodes);
+  std::vector<int> group_of(n, -1);
+  std::vector<std::vector<int>> members;  // by group id; emptied when merged away
+  std::vector<std::set<std::string>> sigs;
+  for (int i = 0; i < n; ++i) {
+    if (!nodes[i].fusible) continue;
+    int gid = static_cast<int>(members.size());
+    members.push_back({i});
+    sigs.emplace_back();
+    CollectSignatures(nodes[i], "node:" + std::to_string(i), &sigs.back());
+    group_of[i] = gid;
+    for (int p : nodes[i].inputs) {
+      const int pg = group_of[p];
+      if (pg < 0 || pg == gid) continue;
+      std::set<std::string> merged_sigs = sigs[pg];
+      merged_sigs.insert(sigs[gid].begin(), sigs[gid].end());
+      if (merged_sigs.size() > 1) continue;
+      std::vector<int> merged = members[pg];
+      merged.insert(merged.end(), members[gid].begin(), members[gid].end());
+      if (!convexity.Convex(merged)) continue;
+      for (int m : members[gid]) group_of[m] = pg;
+      members[pg] = std::move(merged);
+      sigs[pg] = std::move(merged_sigs);
+      members[gid].clear();
+      gid = pg;
+    }
+  }
+  std::vector<std::vector<int>> groups;
+  for (auto& g : members) {
+    if (g.empty()) continue;
+    int nontrivial = 0;
+    for (int m : g) nontrivial += NontrivialCount(nodes[m]);
+    if (nontrivial < min_nontrivial_ops) continue;
+    std::sort(g.begin(), g.end());
+    groups.push_back(std::move(g));
+  }
+  std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.front() < b.front(); });
+  return groups;
+}
+
+Expected<std::vector<PolicyNode>> ParsePolicyNodes(std::string_view json) {
+  nlohmann::json doc = nlohmann::json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return Status(StatusCode::kInvalidArgument, "fusion policy graph: not valid JSON");
+  if (!doc.is_array()) return Status(StatusCode::kInvalidArgument, "fusion policy graph: not a list of nodes");
+  std::vector<PolicyNode> nodes(doc.size());
+  for (size_t i = 0; i < doc.size(); ++i)
+    DICE_RETURN_IF_ERROR(ParseNode(doc[i], "node " + std::to_string(i), &nodes[i]));
+  return nodes;
+}
+
+}  // namespace dice::torch_ext
