@@ -35,7 +35,8 @@ def test_pip_installed_package_registers_the_backend_by_entry_point(tmp_path):
                           "--no-index", "--target", str(target), str(src)],
                          capture_output=True, text=True, timeout=300)
     assert pip.returncode == 0, pip.stdout + pip.stderr
-    env = dict(os.environ, PYTHONPATH=str(target))  # only the installed copy, not the source tree
+    # Only the installed copy, not the source tree; the CPU test switch makes it partition without a GPU.
+    env = dict(os.environ, PYTHONPATH=str(target), DICE_TORCH_FORCE_PARTITION="1")
     run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, env=env,
                          cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr

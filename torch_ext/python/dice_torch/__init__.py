@@ -9,19 +9,21 @@ log_softmax, layer/group norm, the epilogues after matmuls) become calls to
 the C++ op ``dice::run_group`` (torch_ext/include/dice/torch_ext/run_group.h),
 which serves cached winner kernels and otherwise runs the group with ATen.
 Environment: DICE_MODE, DICE_CACHE_DIR (as the C++ side), DICE_TORCH_LIB /
-DICE_BUILD_DIR (where libdice_torch_ext.so is).
+DICE_BUILD_DIR (where libdice_torch_ext.so is), DICE_LOG_LEVEL (trace|debug|
+info|warn|error|off: the ``dice_torch`` logger), DICE_TORCH_FORCE_PARTITION=1
+(partition on CPU too: a test switch).
 """
 
 from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-from . import _library
-from .backend import (CompileReport, OptimizedModel, clear_reports, dice_backend, group_stats, last_report,
-                      optimize, reports)
+from . import _library, logs
+from .backend import (CompileReport, OptimizedModel, backend_stats, clear_reports, dice_backend, group_stats,
+                      last_report, optimize, reports)
 from .partition import FusionGroup, LeftOut, PartitionReport, fuse_dice_groups
 
-__all__ = ["CompileReport", "FusionGroup", "LeftOut", "OptimizedModel", "PartitionReport", "clear_reports",
+__all__ = ["CompileReport", "backend_stats", "FusionGroup", "LeftOut", "OptimizedModel", "PartitionReport", "clear_reports",
            "dice_backend", "fuse_dice_groups", "group_stats", "last_report", "load_library", "optimize", "reports"]
 
 load_library = _library.load
@@ -41,4 +43,5 @@ def _register() -> None:
         register_backend(dice_backend, name="dice")
 
 
+logs.apply_log_level()
 _register()

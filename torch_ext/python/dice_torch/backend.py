@@ -2,24 +2,39 @@
 
 Flow (DESIGN.md "Layers": the Python frontend translates and calls, the C++
 runtime does the work): dynamo hands over a graph; aot_autograd lowers it to
-an ATen-level inference graph; ``partition.fuse_dice_groups`` replaces every
-fusion group with a ``dice::run_group`` call (the C++ op serves the cached
-winner kernel for the concrete shapes, or runs the group with ATen and counts
-the fallback with its reason); the rest of the graph goes to the "rest"
-compiler: Inductor (``rest="inductor"``, the default: ``compile_fx`` with our
-groups formed in its ``inner_compile`` hook, before Inductor's own fusion) or
-eager (``rest="eager"``: the rewritten ATen graph runs op by op).
+an ATen-level inference graph; the partitioner (``partition.fuse_dice_groups``)
+forms fusion groups and those given to dice become ``dice::run_group`` calls
+(the C++ op serves the cached winner kernel for the concrete shapes, or runs
+the group with ATen and counts the fallback with its reason); the rest goes
+to the "rest" compiler: Inductor (``rest="inductor"``, the default; groups are
+formed in its ``inner_compile`` hook, before Inductor's own fusion) or eager
+(``rest="eager"``: the rewritten ATen graph runs op by op). pipeline.py has
+the compile, decisions.py / measure.py the Inductor-baseline decisions.
 
-Options (``torch.compile(..., backend="dice", options={...})`` or the
-keyword arguments of ``optimize``): ``mode`` (off | observe | cache | tune |
-tune-sync; default ``$DICE_MODE``, else "cache"), ``cache_dir`` (default
-``$DICE_CACHE_DIR``, else ~/.cache/dice), ``rest`` ("inductor" | "eager").
-Inference only: a graph that needs autograd (grad mode on and an input or
-parameter requiring grad) is handed unchanged to the rest compiler, and a
-warning on the "dice_torch" logger says so. Mode and cache dir are
-process-wide (as on the C++ side): the last compile's options apply. Dynamic shapes: the op computes
-its task key from the concrete shapes of each call, so a new batch size is a
-new key (and a new tuning task in tune modes) while the fallback serves it.
+Issue 17's rules:
+- With ``rest="inductor"``, Inductor is the baseline: a region goes to dice
+  only where measured faster in context (tune / tune-sync, first call, on a
+  GPU; stored in the cache dir; ``cache`` mode reads the decision and never
+  measures; a region never decided stays with Inductor), and the whole-graph
+  guard keeps Inductor alone when that is faster (measure.TunedGraph).
+- Any exception in dice's part (load, partition, decompositions, compile,
+  tune) falls back to the rest compiler for that graph: one warning per graph
+  names the stage and the cause (``warnings`` + logger ``dice_torch``), and
+  ``backend_stats()["fallbacks"][stage]`` and the report's ``fallback`` show it.
+- Without a GPU (no CUDA tensor among the graph's inputs) the graph goes to
+  the rest compiler unchanged, said once; the test switch
+  ``DICE_TORCH_FORCE_PARTITION=1`` (or option ``force_partition``) still
+  partitions on CPU, so CI covers the partitioner.
+
+Options (``torch.compile(..., backend="dice", options={...})`` or the keyword
+arguments of ``optimize``): ``mode`` (off | observe | cache | tune | tune-sync;
+default ``$DICE_MODE``, else "cache"), ``cache_dir`` (default
+``$DICE_CACHE_DIR``, else ~/.cache/dice), ``rest`` ("inductor" | "eager"),
+``force_partition`` (bool). Inference only: a graph that needs autograd goes
+to the rest compiler unchanged, with a warning. Mode and cache dir are
+process-wide (as on the C++ side): the last compile's options apply. Dynamic
+shapes: the op computes its task key from the concrete shapes of each call;
+graphs with symbolic shapes are not measured (regions as in ``cache`` mode).
 """
 
 from __future__ import annotations
@@ -33,12 +48,13 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx
 
-from . import _library, partition
+from . import _library, decisions, logs, measure, partition, pipeline
 
 log = logging.getLogger("dice_torch")
 
 MODES = ("off", "observe", "cache", "tune", "tune-sync")
 RESTS = ("inductor", "eager")
+FORCE_ENV = "DICE_TORCH_FORCE_PARTITION"
 
 
 @dataclass
@@ -47,9 +63,14 @@ class CompileReport:
 
     mode: str
     rest: str
-    groups: list[partition.FusionGroup] = field(default_factory=list)
+    groups: list[partition.FusionGroup] = field(default_factory=list)  #: the groups given to dice (run_group calls)
     left_out: list[partition.LeftOut] = field(default_factory=list)
     skipped: str | None = None  #: why the graph went to the rest compiler unchanged, else None
+    candidates: list[partition.FusionGroup] = field(default_factory=list)  #: every group the partitioner formed
+    regions: list[decisions.RegionDecision] = field(default_factory=list)  #: per-region decisions (rest=inductor)
+    guard: decisions.GuardResult | None = None  #: the whole-graph guard's result, when it ran
+    fallback: dict[str, str] | None = None  #: {"stage", "cause"} when dice's part failed and rest took over
+    decomposed: list[str] = field(default_factory=list)  #: ops kept whole for dice, decomposed for Inductor
 
 
 _reports: list[CompileReport] = []
@@ -70,30 +91,49 @@ def clear_reports() -> None:
     _reports.clear()
 
 
-def group_stats() -> list[dict[str, Any]]:
+class GroupStats(list):
+    """``group_stats()``'s result: a list of per-group dicts, plus ``backend``:
+    the backend's own counters (``backend_stats()``) at the time of the call."""
+
+    backend: dict[str, Any]
+
+
+def group_stats() -> GroupStats:
     """Run-time statistics of every fusion group of this process (C++
     ``dice::torch_ext::GetGroupStats``): dicts with id, summary, canonical (IR),
     torch_ops, input_specs and task_key of the newest input signature, task_keys (every
     distinct key: one per input signature), calls, hits (served by a winner
     kernel), fallbacks, fallback_reasons (reason -> count, e.g. "no GPU"),
-    timed_calls and total_us (µs, observe mode).
+    timed_calls and total_us (µs, observe mode). The list's ``backend``
+    attribute holds ``backend_stats()`` (graph-level fallbacks by stage).
     Raises:
         FileNotFoundError / OSError: libdice_torch_ext.so missing or unloadable.
     """
     _library.load()
-    return json.loads(torch.ops.dice.group_stats())
+    out = GroupStats(json.loads(torch.ops.dice.group_stats()))
+    out.backend = backend_stats()
+    return out
 
 
-def resolve_options(options: dict[str, Any] | None) -> dict[str, str]:
-    """Fills mode / cache_dir / rest from ``options``, then the environment
-    (DICE_MODE, DICE_CACHE_DIR), then defaults ("cache", "", "inductor").
+def backend_stats() -> dict[str, Any]:
+    """The backend's graph-level counters (no library needed): graphs,
+    graphs_with_dice, passthrough_no_gpu, and fallbacks {stage: count} for the
+    stages load, partition, decompositions, compile, tune."""
+    return logs.counters()
+
+
+def resolve_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """Fills mode / cache_dir / rest / force_partition from ``options``, then
+    the environment (DICE_MODE, DICE_CACHE_DIR, DICE_TORCH_FORCE_PARTITION),
+    then defaults ("cache", "", "inductor", False).
     Raises:
         ValueError: an unknown option, mode or rest (the message lists the accepted values).
     """
     options = dict(options or {})
-    unknown = set(options) - {"mode", "cache_dir", "rest"}
+    accepted = ("mode", "cache_dir", "rest", "force_partition")
+    unknown = set(options) - set(accepted)
     if unknown:
-        raise ValueError(f"dice backend: unknown option(s) {sorted(unknown)} (accepted: mode, cache_dir, rest)")
+        raise ValueError(f"dice backend: unknown option(s) {sorted(unknown)} (accepted: {', '.join(accepted)})")
     mode = options.get("mode") or os.environ.get("DICE_MODE") or "cache"
     mode = mode.replace("_", "-")
     if mode not in MODES:
@@ -102,7 +142,10 @@ def resolve_options(options: dict[str, Any] | None) -> dict[str, str]:
     if rest not in RESTS:
         raise ValueError(f"dice backend: unknown rest compiler '{rest}' (expected {'|'.join(RESTS)})")
     cache_dir = options.get("cache_dir") or os.environ.get("DICE_CACHE_DIR") or ""
-    return {"mode": mode, "cache_dir": str(cache_dir), "rest": rest}
+    force = options.get("force_partition")
+    if force is None:
+        force = os.environ.get(FORCE_ENV, "") not in ("", "0")
+    return {"mode": mode, "cache_dir": str(cache_dir), "rest": rest, "force_partition": bool(force)}
 
 
 def autograd_reason(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
@@ -120,24 +163,47 @@ def autograd_reason(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
             "model.requires_grad_(False)")
 
 
+def on_gpu(example_inputs: Sequence[Any]) -> bool:
+    """True when a CUDA device exists and some tensor input of the graph is on it
+    (the only case where ``dice::run_group`` can launch a kernel)."""
+    return torch.cuda.is_available() and any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
+
+
+def is_static(example_inputs: Sequence[Any]) -> bool:
+    """True when no input is a SymInt and no tensor input has a symbolic size."""
+    for x in example_inputs:
+        if isinstance(x, torch.SymInt):
+            return False
+        if isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape):
+            return False
+    return True
+
+
+#: Test hook: called with the stage name as each stage of dice's part starts;
+#: a test makes it raise to inject a failure there.
+_stage_hook: Callable[[str], None] | None = None
+#: Test hook: whether the first call may measure (default: on a GPU).
+_can_measure: Callable[[Sequence[Any]], bool] = on_gpu
+
+
+def _enter_stage(state: pipeline.CompileState | None, stage: str) -> None:
+    if state is not None:
+        state.stage = stage
+    if _stage_hook is not None:
+        _stage_hook(stage)
+
+
 def _rest_unchanged(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rest: str) -> Callable:
     if rest == "eager":
         return gm.forward
-    from torch._inductor.compile_fx import compile_fx
-
-    return compile_fx(gm, example_inputs)
+    return pipeline.plain_inductor(gm, example_inputs)
 
 
-def _inductor_decompositions() -> dict:
-    """Inductor's decomposition table minus the ops the IR has (so softmax,
-    layer_norm, gelu, ... reach the partitioner whole; ungrouped ones go to
-    Inductor's lowerings or its ATen fallback)."""
-    from torch._inductor.decomposition import select_decomp_table
-
-    from . import capture
-
-    keep = set(capture.supported_targets())
-    return {op: fn for op, fn in select_decomp_table().items() if op not in keep}
+def _fall_back(report: CompileReport, stage: str, exc: BaseException, cause: str | None = None) -> None:
+    cause = cause or f"{type(exc).__name__}: {exc}".splitlines()[0][:400]
+    report.fallback = {"stage": stage, "cause": cause}
+    logs.count("fallbacks", stage)
+    logs.warn(f"dice: {stage} failed ({cause}); this graph falls back to {report.rest} without dice")
 
 
 def dice_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
@@ -147,71 +213,128 @@ def dice_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     Args:
         gm: dynamo's FX graph (torch-level ops).
         example_inputs: its example inputs (tensors, possibly fake; SymInts).
-        options: {"mode", "cache_dir", "rest"}; see the module docstring.
+        options: {"mode", "cache_dir", "rest", "force_partition"}; see the module docstring.
     Returns:
-        The compiled callable: ATen graph with ``dice::run_group`` calls, run
-        by Inductor or eagerly; or, for an autograd graph or mode "off", the
-        rest compiler's result on the unchanged graph.
+        The compiled callable: ATen graph with ``dice::run_group`` calls for the
+        regions given to dice, run by Inductor or eagerly; or the rest
+        compiler's result on the unchanged graph (mode "off", autograd, no
+        GPU, a failure in dice's part: ``report.skipped`` / ``report.fallback``).
     Raises:
-        ValueError: bad options. (A missing or unloadable libdice_torch_ext.so
-        is not raised: the graph goes to the rest compiler unchanged and the
-        report's ``skipped`` and a warning name the cause.)
+        ValueError: bad options. Whatever the rest compiler itself raises on
+        the unchanged graph (where torch.compile would fail too).
     """
     opts = resolve_options(options)
     report = CompileReport(mode=opts["mode"], rest=opts["rest"])
-    try:
-        _library.load()
-    except OSError as e:  # FileNotFoundError included: the model still runs, without dice
-        report.skipped = f"dice library unavailable: {e}"
-        log.warning("dice: %s; graph left to %s unchanged", report.skipped, opts["rest"])
-        _reports.append(report)
-        return _rest_unchanged(gm, example_inputs, opts["rest"])
-    torch.ops.dice.set_options(opts["mode"], opts["cache_dir"])
+    logs.count("graphs")
     compiled = _compile(gm, example_inputs, opts, report)
     _reports.append(report)  # only compiles that returned (dynamo may retry a graph)
     return compiled
 
 
-def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: dict[str, str],
+def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: dict[str, Any],
              report: CompileReport) -> Callable:
+    rest = opts["rest"]
     if opts["mode"] == "off":
         report.skipped = "mode off (DICE_MODE=off): no fusion groups formed"
-        log.info("dice: %s; graph left to %s", report.skipped, opts["rest"])
-        return _rest_unchanged(gm, example_inputs, opts["rest"])
+        log.info("dice: %s; graph left to %s", report.skipped, rest)
+        return _rest_unchanged(gm, example_inputs, rest)
     reason = autograd_reason(gm, example_inputs)
     if reason is not None:
         report.skipped = reason
-        log.warning("dice: %s; left to %s unchanged", reason, opts["rest"])
-        return _rest_unchanged(gm, example_inputs, opts["rest"])
+        log.warning("dice: %s; left to %s unchanged", reason, rest)
+        return _rest_unchanged(gm, example_inputs, rest)
+    if not on_gpu(example_inputs):
+        if not opts["force_partition"]:
+            report.skipped = "no GPU: the graph's inputs are not on a CUDA device"
+            logs.count("passthrough_no_gpu")
+            logs.warn_once("no-gpu", f"dice: {report.skipped}; graphs go to {rest} unchanged "
+                           f"(set {FORCE_ENV}=1 to partition anyway, for tests)")
+            return _rest_unchanged(gm, example_inputs, rest)
+        logs.warn_once("forced", f"dice: {FORCE_ENV}=1 / force_partition: partitioning on CPU, where every "
+                       "group runs its ATen fallback (a test switch: slower than the rest compiler alone)")
+    state = pipeline.CompileState()
+    try:
+        _enter_stage(state, "load")
+        _library.load()
+        torch.ops.dice.set_options(opts["mode"], opts["cache_dir"])
+    except Exception as e:  # FileNotFoundError / OSError included: the model still runs, without dice
+        if isinstance(e, OSError):
+            report.skipped = f"dice library unavailable: {e}"
+        _fall_back(report, "load", e, report.skipped)
+        return _rest_unchanged(gm, example_inputs, rest)
+    try:
+        return _compile_with_dice(gm, example_inputs, opts, report, state)
+    except Exception as e:  # never fail where the rest compiler succeeds
+        _fall_back(report, state.stage, e)
+        return _rest_unchanged(gm, example_inputs, rest)
 
-    def fuse(aten_gm: torch.fx.GraphModule) -> None:
-        res = partition.fuse_dice_groups(aten_gm)
-        report.groups.extend(res.groups)
-        report.left_out.extend(res.left_out)
-        log.info("dice: %d fusion group(s) [%s]; %d op(s) left to %s", len(res.groups),
-                 ", ".join(g.summary for g in res.groups), len(res.left_out), opts["rest"])
 
+def _compile_with_dice(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: dict[str, Any],
+                       report: CompileReport, state: pipeline.CompileState) -> Callable:
+    enter = lambda stage: _enter_stage(state, stage)  # noqa: E731
     if opts["rest"] == "eager":
-        from functorch.compile import make_boxed_func
-        from torch._dynamo.backends.common import aot_autograd
+        compiled = pipeline.compile_eager(gm, example_inputs, state, enter)
+        _fill_report(report, state)
+        return compiled
+    store = decisions.DecisionStore(opts["cache_dir"])
+    mode = opts["mode"]
+    measure_now = mode in ("tune", "tune-sync") and _can_measure(example_inputs) and is_static(example_inputs)
+    decided: dict[str, decisions.RegionDecision] = {}
 
-        def fw_compiler(aten_gm: torch.fx.GraphModule, aten_inputs: Sequence[Any]) -> Callable:
-            fuse(aten_gm)
-            return make_boxed_func(aten_gm.forward)
+    def choose(regions: list[measure.Region]) -> frozenset:
+        chosen, undecided = set(), 0
+        for r in regions:
+            stored = store.get(r.key, "inductor") if mode != "observe" else None
+            if stored is not None:
+                decided[r.key] = decisions.from_stored(r.key, r.summary, stored)
+                if decided[r.key].choice == decisions.DICE:
+                    chosen.add(r.key)
+            else:
+                undecided += 1
+                if mode == "observe" or measure_now or opts["force_partition"]:
+                    chosen.add(r.key)  # observed, measured on the first call, or the CPU test switch
+        gkey = decisions.graph_key([r.key for r in regions])
+        g = store.get(gkey, "inductor") if regions and mode != "observe" else None
+        if g is not None and g.get("choice") == decisions.INDUCTOR and not (measure_now and undecided):
+            report.guard = decisions.GuardResult(decisions.INDUCTOR, "cache", g.get("dice_us"), g.get("base_us"))
+            return frozenset()
+        return frozenset(chosen)
 
-        return aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
+    compiled = pipeline.compile_inductor(gm, example_inputs, choose, state, enter)
+    _fill_report(report, state)
+    report.regions = [decided[r.key] for r in state.regions if r.key in decided]
+    undecided = [r for r in state.regions if r.key not in decided]
+    if not measure_now:
+        for r in undecided:
+            choice = decisions.DICE if opts["force_partition"] or mode == "observe" else decisions.INDUCTOR
+            report.regions.append(decisions.RegionDecision(r.key, r.summary, choice, "undecided"))
+        if report.groups:
+            logs.count("graphs_with_dice")
+        return compiled
+    if not undecided:
+        if report.groups:
+            logs.count("graphs_with_dice")
+        return compiled  # every region decided earlier
 
-    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+    def compile_variant(keys: frozenset, args: Sequence[Any]) -> Callable:
+        if not keys:
+            return pipeline.plain_inductor(gm, args)
+        sub = pipeline.CompileState(primary=False)
+        return pipeline.compile_inductor(gm, args, lambda regions: keys, sub, lambda s: _enter_stage(sub, s))
 
-    def inner_compile(aten_gm: torch.fx.GraphModule, aten_inputs: Sequence[Any], **kwargs: Any) -> Any:
-        fuse(aten_gm)
-        return compile_fx_inner(aten_gm, aten_inputs, **kwargs)
+    def on_failure(stage: str, exc: BaseException, args: list) -> Callable:
+        _fall_back(report, stage, exc)
+        return pipeline.plain_inductor(gm, args)
 
-    # AOTAutograd's cache keys the dynamo graph, not our inner_compile: a hit
-    # would skip the partitioner (or hand plain Inductor our groups). Off for
-    # this compile; Inductor's FX graph cache (keyed on the rewritten graph) stays.
-    with torch._functorch.config.patch(enable_autograd_cache=False):
-        return compile_fx(gm, example_inputs, inner_compile=inner_compile, decompositions=_inductor_decompositions())
+    return measure.TunedGraph(compile_variant, compiled, state.regions, decided, store, "inductor", mode,
+                              on_failure, report)
+
+
+def _fill_report(report: CompileReport, state: pipeline.CompileState) -> None:
+    report.groups, report.candidates = state.groups, state.candidates
+    report.left_out, report.decomposed = state.left_out, state.decomposed
+    log.info("dice: %d fusion group(s) given to dice [%s] of %d formed; %d op(s) left to %s", len(state.groups),
+             ", ".join(g.summary for g in state.groups), len(state.candidates), len(state.left_out), report.rest)
 
 
 class OptimizedModel(torch.nn.Module):

@@ -24,6 +24,8 @@ the elementwise ops after them form the group (their epilogue).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import operator
 from dataclasses import dataclass, field
@@ -81,6 +83,7 @@ class IrBuilder:
     input_nodes: list[torch.fx.Node] = field(default_factory=list)
     ops: list[tuple[str, list[_Value], str]] = field(default_factory=list)  # name, args, attribute text
     values: dict[torch.fx.Node, _Value] = field(default_factory=dict)
+    members: list[torch.fx.Node] = field(default_factory=list)  # nodes translated into this builder
 
     def input(self, node: torch.fx.Node) -> _Value:
         """The IR value of a tensor produced outside the group (an input; deduplicated)."""
@@ -136,7 +139,61 @@ class IrBuilder:
             else:
                 lines.append(f"%{vid} = {name}(" + ", ".join(f"%{self._id(a)}" for a in args) + ")" + attrs)
         lines.append("output " + ", ".join(f"%{self._id(o)}" for o in outputs))
-        return "\n".join(lines) + "\n"
+        text = "\n".join(lines) + "\n"
+        rec = _recorder.get()
+        if rec is not None:
+            rec.append((text, tuple(n.name for n in self.members), input_signature(self.input_nodes)))
+        return text
+
+
+# Region bookkeeping for the backend's per-region decisions (backend.py):
+# which FX nodes a group's IR came from, and which nodes to leave to the rest
+# compiler when a variant of the graph is built with only some regions.
+_recorder: contextvars.ContextVar[list | None] = contextvars.ContextVar("dice_capture_recorder", default=None)
+_excluded: contextvars.ContextVar[frozenset] = contextvars.ContextVar("dice_capture_excluded", default=frozenset())
+
+#: The reason ``unsupported_reason`` gives for a node excluded by ``excluding``.
+EXCLUDED_REASON = "left to the rest compiler (region decision)"
+
+
+def input_signature(nodes) -> str:
+    """'f32[8, 16]/[16, 1];...': dtype, shape and strides of each node's example value."""
+    parts = []
+    for n in nodes:
+        t = tensor_meta(n)
+        if t is None:
+            parts.append("?")
+            continue
+        try:
+            stride = list(t.stride())
+        except RuntimeError:
+            stride = "?"
+        parts.append(f"{_DTYPES.get(t.dtype, dtype_name(t.dtype))}{list(t.shape)}/{stride}")
+    return ";".join(parts)
+
+
+@contextlib.contextmanager
+def recording_members():
+    """Within the block, every IR text rendered (one per group planned) is
+    appended to the yielded list as (ir_text, member node names in graph
+    order, input_signature of the group's inputs)."""
+    rec: list = []
+    token = _recorder.set(rec)
+    try:
+        yield rec
+    finally:
+        _recorder.reset(token)
+
+
+@contextlib.contextmanager
+def excluding(node_names):
+    """Within the block, nodes named in ``node_names`` are unsupported (reason
+    EXCLUDED_REASON), so the partitioner leaves them to the rest compiler."""
+    token = _excluded.set(frozenset(node_names))
+    try:
+        yield
+    finally:
+        _excluded.reset(token)
 
 
 class _Ctx:
@@ -427,6 +484,7 @@ def translate_node(node: torch.fx.Node, b: IrBuilder) -> _Value:
         raise Unsupported(f"rank {first.dim()} > {_MAX_RANK}")
     v = handler(_Ctx(node, b))
     b.values[node] = v
+    b.members.append(node)
     return v
 
 
@@ -435,6 +493,8 @@ def unsupported_reason(node: torch.fx.Node) -> str | None:
     translated alone, its tensor operands becoming inputs)."""
     if is_first_output_getitem(node):
         return unsupported_reason(node.args[0])
+    if node.name in _excluded.get():
+        return EXCLUDED_REASON
     try:
         translate_node(node, IrBuilder())
     except Unsupported as e:

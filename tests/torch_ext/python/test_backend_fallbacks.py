@@ -1,0 +1,154 @@
+"""CPU tests of issue 17 items 3 and 4: the dice backend never fails where
+torch.compile succeeds (an injected failure in each stage of dice's part
+falls back, with one warning and a counter), the ResNet18 pattern (batchnorm
+and casts) compiles with Inductor, a graph without a GPU goes to the rest
+compiler unchanged (no run_group node), and DICE_LOG_LEVEL filters the
+``dice_torch`` logger."""
+
+import logging
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import dice_torch
+from dice_torch import backend, logs, measure
+
+INDUCTOR = {"mode": "cache", "rest": "inductor"}
+
+
+class Mlp(nn.Module):
+    def __init__(self, d=16, h=32):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d, h), nn.Linear(h, d)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+
+
+class ConvBnCast(nn.Module):
+    """The ResNet18 pattern, small: conv -> batchnorm -> relu -> half -> float."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x))).to(torch.float16).float() * 2.0
+
+
+@pytest.fixture(autouse=True)
+def _fresh_backend_state(monkeypatch):
+    logs.reset_warnings()
+    logs.reset_counters()
+    monkeypatch.delenv("DICE_TORCH_FORCE_PARTITION", raising=False)
+    level = logs.log.level
+    yield
+    logs.log.setLevel(level)
+
+
+def run(model, x, options):
+    model.eval()
+    compiled = torch.compile(model, backend="dice", options=options)
+    with torch.no_grad():
+        return compiled(x), model(x)
+
+
+def test_graph_without_gpu_goes_to_rest_unchanged_with_no_run_group(monkeypatch):
+    seen = []
+    real = backend._rest_unchanged
+
+    def spy(gm, example_inputs, rest):
+        seen.append(gm)
+        return real(gm, example_inputs, rest)
+
+    monkeypatch.setattr(backend, "_rest_unchanged", spy)
+    with pytest.warns(UserWarning, match="no GPU") as caught:
+        got, want = run(Mlp(), torch.randn(4, 16), INDUCTOR)
+        run(ConvBnCast(), torch.randn(1, 3, 8, 8), INDUCTOR)
+    torch.testing.assert_close(got, want)
+    assert len(seen) == 2
+    for gm in seen:
+        targets = {n.target for n in gm.graph.nodes}
+        assert not any("run_group" in str(t) for t in targets), targets
+    assert sum("no GPU" in str(w.message) for w in caught) == 1  # said once per process
+    rep = dice_torch.last_report()
+    assert rep.groups == [] and rep.candidates == [] and "no GPU" in rep.skipped
+    assert dice_torch.backend_stats()["passthrough_no_gpu"] == 2
+
+
+def test_batchnorm_and_to_copy_compile_with_inductor_and_match_eager(monkeypatch):
+    # Before issue 17 the table dice handed to Inductor left _to_copy whole;
+    # a cast no group took reached Inductor's lowering: "both a fallback and
+    # a decomp for same op: aten._to_copy.default".
+    monkeypatch.setenv("DICE_TORCH_FORCE_PARTITION", "1")
+    torch.manual_seed(0)
+    model = ConvBnCast()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-0.5, 0.5)
+        model.bn.running_var.uniform_(0.5, 1.5)
+    got, want = run(model, torch.randn(2, 3, 16, 16), INDUCTOR)
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+    rep = dice_torch.last_report()
+    assert rep.fallback is None, rep.fallback  # fixed at the cause, not caught
+    assert rep.candidates, "no fusion group formed"
+    assert dice_torch.backend_stats()["fallbacks"] == {s: 0 for s in logs.STAGES}
+
+
+@pytest.mark.parametrize("stage", ["load", "partition", "decompositions", "compile", "tune"])
+def test_injected_failure_in_each_stage_falls_back_with_one_warning_and_a_counter(monkeypatch, caplog, stage):
+    monkeypatch.setenv("DICE_TORCH_FORCE_PARTITION", "1")
+    options = dict(INDUCTOR)
+    if stage == "tune":  # the first-call measurements: allowed on CPU for the test
+        options["mode"] = "tune-sync"
+        monkeypatch.setattr(backend, "_can_measure", lambda inputs: True)
+        monkeypatch.setattr(measure, "_timer", lambda label, fn, args: 1.0)
+
+    def hook(s):
+        if s == stage:
+            raise RuntimeError(f"injected failure in {s}")
+
+    monkeypatch.setattr(backend, "_stage_hook", hook)
+    torch.manual_seed(0)
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.WARNING, logger="dice_torch"):
+        warnings.simplefilter("always")
+        got, want = run(Mlp(), torch.randn(4, 16), options)
+    torch.testing.assert_close(got, want)
+    msgs = [str(w.message) for w in caught if "falls back" in str(w.message)]
+    assert len(msgs) == 1 and f"{stage} failed" in msgs[0] and "injected failure" in msgs[0], msgs
+    assert sum("falls back" in r.getMessage() for r in caplog.records) == 1
+    rep = dice_torch.last_report()
+    assert rep.fallback == {"stage": stage, "cause": f"RuntimeError: injected failure in {stage}"}
+    stats = dice_torch.backend_stats()
+    assert stats["fallbacks"][stage] == 1 and sum(stats["fallbacks"].values()) == 1
+    assert dice_torch.group_stats().backend["fallbacks"][stage] == 1
+
+
+def test_log_level_info_shows_groups_and_warn_hides_them(monkeypatch, caplog):
+    monkeypatch.setenv("DICE_TORCH_FORCE_PARTITION", "1")
+    caplog.set_level(logs.TRACE)  # the capture handler takes everything; the logger's level filters
+    monkeypatch.setenv("DICE_LOG_LEVEL", "info")
+    assert logs.apply_log_level() == logging.INFO and logs.log.level == logging.INFO
+    run(Mlp(), torch.randn(2, 16), INDUCTOR)
+    infos = [r.getMessage() for r in caplog.records if r.name == "dice_torch" and r.levelno == logging.INFO]
+    assert any("formed: gelu" in m for m in infos), infos
+    caplog.clear()
+    torch._dynamo.reset()
+    monkeypatch.setenv("DICE_LOG_LEVEL", "warn")
+    logs.apply_log_level()
+    run(Mlp(), torch.randn(3, 16), INDUCTOR)
+    assert not [r for r in caplog.records if r.name == "dice_torch" and r.levelno < logging.WARNING]
+    caplog.clear()
+    logs.apply_log_level("off")
+    logs.warn("dice: hidden")
+    assert not [r for r in caplog.records if r.name == "dice_torch"]
+
+
+def test_log_level_names_are_the_cpp_ones():
+    assert [logs.parse_level(n) for n in ("trace", "debug", "info", "warn", "error")] == \
+        [logs.TRACE, logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR]
+    assert logs.parse_level("OFF") > logging.CRITICAL
+    with pytest.raises(ValueError, match="trace\\|debug\\|info\\|warn\\|error\\|off"):
+        logs.parse_level("loud")

@@ -1,0 +1,106 @@
+"""GPU tests of issue 17 (ctest PythonBackendGpuTests, label gpu): the region
+decision keeps Inductor where Inductor is faster, the guard serves the faster
+graph, and a ResNet18-sized model (batchnorm, casts) compiles and matches
+eager. They assert decisions, never a time. Skipped without CUDA."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+import dice_torch
+from dice_torch import decisions, measure
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda.is_available() is False)")]
+
+
+class Act(nn.Module):
+    def forward(self, x, w):
+        return torch.softmax((x @ w) * 0.5, dim=-1)
+
+
+def _tune(tmp_path):
+    x, w = torch.randn(512, 256, device="cuda"), torch.randn(256, 1024, device="cuda")
+    compiled = torch.compile(Act(), backend="dice",
+                             options={"mode": "tune-sync", "rest": "inductor", "cache_dir": str(tmp_path)})
+    with torch.no_grad():
+        got = compiled(x, w)
+        again = compiled(x, w)
+    torch.testing.assert_close(got, Act()(x, w), rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(again, Act()(x, w), rtol=1e-3, atol=1e-4)
+    return dice_torch.last_report()
+
+
+def test_region_decision_keeps_inductor_where_inductor_is_faster(monkeypatch, tmp_path):
+    # Inductor made faster by the timer: the decision, not the clock, is under test.
+    monkeypatch.setattr(measure, "tuning_state", lambda ids, stats: "winner")
+
+    def timer(label, fn, args):
+        measure.call(fn, args)
+        return 100.0 if label == "base" else 200.0
+
+    monkeypatch.setattr(measure, "_timer", timer)
+    rep = _tune(tmp_path)
+    assert rep.fallback is None, rep.fallback
+    assert rep.regions and all(d.choice == "inductor" and d.source == "measured" for d in rep.regions), rep.regions
+    assert rep.guard.choice == "inductor"
+    for d in rep.regions:
+        assert decisions.DecisionStore(str(tmp_path)).get(d.key, "inductor")["choice"] == "inductor"
+
+
+def test_real_timings_give_consistent_decisions(tmp_path):
+    rep = _tune(tmp_path)
+    assert rep.fallback is None, rep.fallback
+    for d in rep.regions:
+        if d.source == "measured":
+            assert (d.choice == "dice") == decisions.keep_dice(d.dice_us, d.base_us), d
+        else:
+            assert d.choice == "inductor", d  # no winner / pending: Inductor keeps it
+    if rep.guard is not None and rep.guard.dice_us is not None:
+        assert (rep.guard.choice == "dice") == decisions.keep_dice(rep.guard.dice_us, rep.guard.base_us)
+
+
+class Basic(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout)
+        self.c2, self.b2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.b2(self.c2(torch.relu(self.b1(self.c1(x)))))
+        return torch.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNet18(nn.Module):
+    """torchvision's ResNet18 layout (BasicBlock x [2, 2, 2, 2]), written out here."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        blocks, cin = [], 64
+        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            blocks += [Basic(cin, cout, stride), Basic(cout, cout, 1)]
+            cin = cout
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(512, 1000)
+
+    def forward(self, x):
+        y = self.blocks(self.stem(x.to(torch.float16).float()))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1))
+
+
+def test_resnet18_sized_model_compiles_and_matches_eager(tmp_path):
+    torch.manual_seed(0)
+    model = ResNet18().cuda().eval()
+    x = torch.randn(8, 3, 224, 224, device="cuda")
+    compiled = torch.compile(model, backend="dice", options={"mode": "cache", "rest": "inductor",
+                                                             "cache_dir": str(tmp_path)})
+    with torch.no_grad():
+        got, want = compiled(x), model(x)
+    torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+    rep = dice_torch.last_report()
+    assert rep.fallback is None, rep.fallback

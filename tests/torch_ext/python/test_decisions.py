@@ -1,0 +1,141 @@
+"""CPU tests of issue 17 items 1 and 2 with fake timings: the per-region
+decision and the whole-graph guard keep Inductor where Inductor is faster,
+decisions are stored keyed by (region, baseline, torch version), and
+``cache`` mode reads them without measuring."""
+
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+
+import dice_torch
+from dice_torch import backend, decisions, logs, measure
+
+
+def test_region_keeps_inductor_where_inductor_is_faster():
+    d = decisions.decide_region("k", "softmax", dice_us=120.0, base_us=100.0)
+    assert d.choice == "inductor" and d.source == "measured" and (d.dice_us, d.base_us) == (120.0, 100.0)
+    assert decisions.decide_region("k", "softmax", 80.0, 100.0).choice == "dice"
+
+
+def test_a_tie_or_a_gain_within_noise_keeps_inductor():
+    assert decisions.decide_region("k", "s", 100.0, 100.0).choice == "inductor"
+    assert decisions.decide_region("k", "s", 99.5, 100.0).choice == "inductor"  # < MIN_GAIN (1%)
+    assert decisions.decide_region("k", "s", 98.0, 100.0).choice == "dice"
+
+
+def test_guard_keeps_the_faster_whole_graph():
+    assert decisions.decide_guard(dice_us=210.0, base_us=200.0).choice == "inductor"
+    assert decisions.decide_guard(dice_us=150.0, base_us=200.0).choice == "dice"
+
+
+def test_median_of_samples_and_of_none():
+    assert decisions.median_us([5.0, 1.0, 3.0]) == 3.0
+    with pytest.raises(ValueError):
+        decisions.median_us([])
+
+
+def test_region_key_depends_on_ir_and_input_signature():
+    ir = "dice-ir v1\ninput %0 f32 rank=2\n%1 = relu(%0)\noutput %1\n"
+    a = decisions.region_key(ir, "f32[8, 16]/[16, 1]")
+    assert a == decisions.region_key(ir, "f32[8, 16]/[16, 1]")
+    assert a != decisions.region_key(ir, "f32[8, 32]/[32, 1]")
+    assert a != decisions.region_key(ir.replace("relu", "exp"), "f32[8, 16]/[16, 1]")
+
+
+def test_store_is_keyed_by_baseline_and_torch_version(tmp_path):
+    store = decisions.DecisionStore(str(tmp_path))
+    store.put_region(decisions.RegionDecision("r1", "gelu", "dice", "measured", 1.0, 2.0), "inductor")
+    assert store.get("r1", "inductor")["choice"] == "dice"
+    assert store.get("r1", "eager") is None
+    assert store.get("r1", "inductor", version="0.0.0") is None
+    # A second writer merges, the file stays valid JSON (written by rename).
+    decisions.DecisionStore(str(tmp_path)).put_many([("r2", {"choice": "inductor"})], "inductor")
+    data = json.loads((tmp_path / decisions.FILE_NAME).read_text())
+    assert sorted(data["entries"]) == [f"r1|inductor|{torch.__version__}", f"r2|inductor|{torch.__version__}"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(decisions.FILE_NAME + ".") and
+                not p.name.endswith(".lock")]
+
+
+def test_unreadable_store_reads_as_empty(tmp_path):
+    (tmp_path / decisions.FILE_NAME).write_text("{not json")
+    assert decisions.DecisionStore(str(tmp_path)).get("r1", "inductor") is None
+
+
+def test_tuning_state_from_group_stats():
+    stats = [{"id": 1, "hits": 3, "fallback_reasons": {}},
+             {"id": 2, "hits": 0, "fallback_reasons": {"no winner (tuned: 6 tried)": 2}},
+             {"id": 3, "hits": 0, "fallback_reasons": {"tuning in progress": 1}},
+             {"id": 4, "hits": 0, "fallback_reasons": {"no GPU": 1}}]
+    assert measure.tuning_state([1], stats) == "winner"
+    assert measure.tuning_state([2], stats) == "no winner"
+    assert measure.tuning_state([3], stats) == "pending"
+    assert measure.tuning_state([4], stats) == "pending"
+    assert measure.tuning_state([1, 2], stats) == "winner"
+
+
+class Act(nn.Module):
+    def forward(self, x, w):
+        return torch.softmax((x @ w) * 0.5, dim=-1)
+
+
+def _tune_with_fake_timings(monkeypatch, tmp_path, timings):
+    """Compiles Act in tune-sync on CPU with measuring allowed and the given
+    fake µs per label ("base", "region", "guard"); returns (output, report, labels timed)."""
+    monkeypatch.setenv("DICE_TORCH_FORCE_PARTITION", "1")
+    monkeypatch.setattr(backend, "_can_measure", lambda inputs: True)
+    monkeypatch.setattr(measure, "tuning_state", lambda ids, stats: "winner")
+    timed = []
+
+    def timer(label, fn, args):
+        timed.append(label)
+        measure.call(fn, args)  # the variant really runs
+        return timings[label.split(":")[0]]
+
+    monkeypatch.setattr(measure, "_timer", timer)
+    x, w = torch.randn(8, 16), torch.randn(16, 32)
+    compiled = torch.compile(Act(), backend="dice",
+                             options={"mode": "tune-sync", "rest": "inductor", "cache_dir": str(tmp_path)})
+    with torch.no_grad():
+        got = compiled(x, w)
+        again = compiled(x, w)
+    torch.testing.assert_close(got, Act()(x, w))
+    torch.testing.assert_close(again, Act()(x, w))
+    return dice_torch.last_report(), timed
+
+
+def test_tune_keeps_inductor_for_a_region_measured_slower_and_stores_it(monkeypatch, tmp_path):
+    logs.reset_counters()
+    rep, timed = _tune_with_fake_timings(monkeypatch, tmp_path, {"base": 100.0, "region": 150.0, "guard": 1.0})
+    assert [(d.summary, d.choice, d.source) for d in rep.regions] == [("mul+softmax", "inductor", "measured")]
+    assert rep.guard.choice == "inductor" and rep.guard.source == "nothing for dice"
+    assert timed == ["base", "region:" + rep.regions[0].key]  # no guard timing: nothing left for dice
+    stored = decisions.DecisionStore(str(tmp_path)).get(rep.regions[0].key, "inductor")
+    assert stored["choice"] == "inductor" and stored["dice_us"] == 150.0 and stored["base_us"] == 100.0
+
+    # cache mode: the stored decision, never a measurement.
+    torch._dynamo.reset()
+    monkeypatch.setattr(measure, "_timer", lambda *a: pytest.fail("cache mode measured"))
+    compiled = torch.compile(Act(), backend="dice",
+                             options={"mode": "cache", "rest": "inductor", "cache_dir": str(tmp_path)})
+    x, w = torch.randn(8, 16), torch.randn(16, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, w), Act()(x, w))
+    rep = dice_torch.last_report()
+    assert [(d.choice, d.source) for d in rep.regions] == [("inductor", "cache")]
+    assert rep.groups == [] and len(rep.candidates) == 1  # formed, then left to Inductor
+
+
+def test_tune_keeps_dice_for_a_faster_region_when_the_guard_agrees(monkeypatch, tmp_path):
+    rep, timed = _tune_with_fake_timings(monkeypatch, tmp_path, {"base": 100.0, "region": 50.0, "guard": 60.0})
+    assert [(d.choice, d.source) for d in rep.regions] == [("dice", "measured")]
+    assert rep.guard.choice == "dice" and (rep.guard.dice_us, rep.guard.base_us) == (60.0, 100.0)
+    assert timed[-1] == "guard"
+
+
+def test_guard_keeps_inductor_alone_when_dice_plus_inductor_is_slower(monkeypatch, tmp_path):
+    rep, _ = _tune_with_fake_timings(monkeypatch, tmp_path, {"base": 100.0, "region": 50.0, "guard": 130.0})
+    assert rep.regions[0].choice == "dice" and rep.guard.choice == "inductor"
+    gkey = decisions.graph_key([rep.regions[0].key])
+    assert decisions.DecisionStore(str(tmp_path)).get(gkey, "inductor")["choice"] == "inductor"

@@ -1,0 +1,173 @@
+"""Per-region and whole-graph decisions of the backend, and where they are stored.
+
+Issue 17 items 1 and 2: with ``rest="inductor"`` a fusion region is given
+to dice only where the graph compiled with that region given to dice ran
+faster than the graph compiled without it (both with Inductor for the rest);
+the whole graph then runs dice + Inductor only when that beats Inductor
+alone (the guard). The functions here are pure (timings in, decision out),
+so they are unit-tested on CPU with fake timings; ``measure.py`` produces
+the timings on a GPU.
+
+Decisions persist in ``<cache_dir>/torch_decisions.json`` (this module's
+own side file; the C++ cache is not touched), keyed by (region key,
+baseline "inductor" | "eager", torch version); ``cache`` mode reads them and
+never measures. The file is rewritten atomically (temporary file + rename,
+under an flock on ``<file>.lock``), merging with what other processes wrote.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import statistics
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+DICE, INDUCTOR = "dice", "inductor"
+#: A region or graph keeps dice only when at least this much faster (fraction
+#: of the baseline's time): below it, timing noise would decide.
+MIN_GAIN = 0.01
+FILE_NAME = "torch_decisions.json"
+_VERSION = 1
+
+
+@dataclass
+class RegionDecision:
+    """Who runs one fusion region (all groups of one region key) and why."""
+
+    key: str                     #: region_key(): IR text + input signature
+    summary: str                 #: "mul+add+gelu"
+    choice: str                  #: "dice" | "inductor"
+    source: str                  #: "measured" | "cache" | "no winner" | "undecided" | "not measured: ..."
+    dice_us: float | None = None  #: median µs of the graph with this region given to dice
+    base_us: float | None = None  #: median µs of the graph without (the baseline alone)
+
+
+@dataclass
+class GuardResult:
+    """The whole-graph guard: baseline alone vs dice + baseline."""
+
+    choice: str                  #: "dice" | "inductor"
+    source: str                  #: "measured" | "cache" | "nothing for dice" | "not measured: ..."
+    dice_us: float | None = None
+    base_us: float | None = None
+
+
+def region_key(ir_text: str, input_signature: str) -> str:
+    """Stable key of a region: sha256 (hex, 24 chars) of its IR canonical text
+    and its inputs' signature (dtype, shape, strides of every input)."""
+    h = hashlib.sha256(ir_text.encode())
+    h.update(b"\0")
+    h.update(input_signature.encode())
+    return h.hexdigest()[:24]
+
+
+def graph_key(region_keys: Sequence[str]) -> str:
+    """Key of a graph's guard decision: its sorted distinct region keys, hashed."""
+    return "graph:" + hashlib.sha256("\n".join(sorted(set(region_keys))).encode()).hexdigest()[:24]
+
+
+def median_us(samples: Sequence[float]) -> float:
+    """Median of timing samples (µs).
+    Raises:
+        ValueError: no samples."""
+    if not samples:
+        raise ValueError("median of no timing samples")
+    return float(statistics.median(samples))
+
+
+def keep_dice(dice_us: float, base_us: float, min_gain: float = MIN_GAIN) -> bool:
+    """True when dice's variant (µs) beats the baseline's (µs) by at least
+    ``min_gain`` of the baseline: the region (or graph) goes to dice only then;
+    a tie or a loss keeps the baseline, so Inductor can fuse across the region."""
+    return dice_us < base_us * (1.0 - min_gain)
+
+
+def decide_region(key: str, summary: str, dice_us: float, base_us: float,
+                  min_gain: float = MIN_GAIN) -> RegionDecision:
+    """The measured decision for one region (timings in µs)."""
+    choice = DICE if keep_dice(dice_us, base_us, min_gain) else INDUCTOR
+    return RegionDecision(key, summary, choice, "measured", dice_us, base_us)
+
+
+def decide_guard(dice_us: float, base_us: float, min_gain: float = MIN_GAIN) -> GuardResult:
+    """The whole-graph guard's choice from the two graphs' medians (µs)."""
+    choice = DICE if keep_dice(dice_us, base_us, min_gain) else INDUCTOR
+    return GuardResult(choice, "measured", dice_us, base_us)
+
+
+def torch_version() -> str:
+    """The torch version the decisions are valid for (``torch.__version__``)."""
+    return str(torch.__version__)
+
+
+def _entry_key(key: str, baseline: str, version: str) -> str:
+    return f"{key}|{baseline}|{version}"
+
+
+class DecisionStore:
+    """The decisions side file of one cache directory (see the module docstring).
+
+    Args:
+        cache_dir: the DICE cache directory ("" -> $DICE_CACHE_DIR, else ~/.cache/dice).
+    """
+
+    def __init__(self, cache_dir: str):
+        root = cache_dir or os.environ.get("DICE_CACHE_DIR") or os.path.join(Path.home(), ".cache", "dice")
+        self.path = Path(root) / FILE_NAME
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            with open(self.path) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict) or data.get("version") != _VERSION:
+            return {}
+        entries = data.get("entries")
+        return entries if isinstance(entries, dict) else {}
+
+    def get(self, key: str, baseline: str, version: str | None = None) -> dict[str, Any] | None:
+        """The stored decision for (key, baseline, version) as a dict (choice,
+        source, dice_us, base_us, ...), or None when there is none (or the file
+        is missing or unreadable)."""
+        return self._read().get(_entry_key(key, baseline, version or torch_version()))
+
+    def put_many(self, items: Sequence[tuple[str, dict[str, Any]]], baseline: str,
+                 version: str | None = None) -> None:
+        """Stores decisions [(key, fields)] for ``baseline``, atomically.
+        Raises:
+            OSError: the cache directory cannot be created or written."""
+        if not items:
+            return
+        version = version or torch_version()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(str(self.path) + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            entries = self._read()
+            for key, fields in items:
+                entries[_entry_key(key, baseline, version)] = dict(fields)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=FILE_NAME + ".")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump({"version": _VERSION, "entries": entries}, f, indent=1, sort_keys=True)
+                os.replace(tmp, self.path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+
+    def put_region(self, d: RegionDecision, baseline: str) -> None:
+        """Stores one region decision (``put_many`` of one)."""
+        self.put_many([(d.key, asdict(d))], baseline)
+
+
+def from_stored(key: str, summary: str, stored: dict[str, Any]) -> RegionDecision:
+    """A RegionDecision read back from the store (source "cache")."""
+    return RegionDecision(key, summary, stored.get("choice", INDUCTOR), "cache",
+                          stored.get("dice_us"), stored.get("base_us"))
