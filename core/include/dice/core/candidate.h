@@ -45,7 +45,13 @@ struct LaunchPlan {
   bool operator==(const LaunchPlan& o) const;
 };
 
-enum class CandidateForm : uint8_t { kDevice = 0, kExtension = 1 };
+/// How a candidate is built and run (DESIGN.md "Candidate"). The values are
+/// stable (the worker protocol sends them as integers).
+enum class CandidateForm : uint8_t {
+  kDevice = 0,     ///< `extern "C" __global__` kernels + a launch plan, compiled with NVRTC
+  kExtension = 1,  ///< host functions on torch::Tensor, built with nvcc into a shared object
+  kLibrary = 2,    ///< a configuration of a vendor library (CUTLASS, cuBLASLt, cuDNN); no generator emits it yet
+};
 
 /// A candidate kernel for one task.
 struct Candidate {
