@@ -1,50 +1,85 @@
-// dice::torch_ext::optimize and the profiling/tuning helpers (optimize.h).
+// dice::torch_ext::optimize, the process-wide options and the tuning
+// helpers (optimize.h). The state behind them lives in torch-free modules
+// (runtime_state.h, tune_queue.h); this file converts Options to their terms.
 #include "dice/torch_ext/optimize.h"
 
-#include <algorithm>
-#include <cstdlib>
+#include <map>
+#include <mutex>
 #include <set>
-#include <sstream>
 
-#include <cstdio>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/inliner.h>
 
+#include "dice/core/task.h"
+#include "dice/runtime/cuda_driver.h"
 #include "dice/torch_ext/fusion_pass.h"
+#include "runtime_state.h"
+#include "tune_queue.h"
 
 namespace dice::torch_ext {
 
-const char* ModeName(Mode mode) {
-  switch (mode) {
-    case Mode::kOff: return "off";
-    case Mode::kObserve: return "observe";
-    case Mode::kCache: return "cache";
-    case Mode::kTune: return "tune";
-    case Mode::kTuneSync: return "tune-sync";
-  }
-  return "off";
+namespace {
+
+RuntimeSettings ToSettings(const Options& o) {
+  RuntimeSettings s;
+  s.mode = o.mode;
+  s.cache_dir = o.cache_dir;
+  s.tune = o.tune;
+  s.freeze = o.freeze;
+  s.min_nontrivial_ops = o.min_nontrivial_ops;
+  return s;
 }
 
-Expected<Mode> ParseMode(std::string_view text) {
-  if (text.empty() || text == "off" || text == "0") return Mode::kOff;
-  if (text == "observe") return Mode::kObserve;
-  if (text == "cache") return Mode::kCache;
-  if (text == "tune") return Mode::kTune;
-  if (text == "tune-sync" || text == "tune_sync") return Mode::kTuneSync;
-  return Status(StatusCode::kInvalidArgument,
-                "unknown DICE mode '" + std::string(text) + "' (expected off|observe|cache|tune|tune-sync)");
-}
+}  // namespace
 
 Expected<Options> Options::FromEnv() {
+  auto s = SettingsFromEnv();
+  if (!s.ok()) return s.status();
   Options o;
-  const char* mode = std::getenv("DICE_MODE");
-  auto m = ParseMode(mode ? mode : "");
-  if (!m.ok()) return m.status().WithContext("DICE_MODE");
-  o.mode = *m;
-  if (const char* dir = std::getenv("DICE_CACHE_DIR")) o.cache_dir = dir;
+  o.mode = s->mode;
+  o.cache_dir = s->cache_dir;
   return o;
+}
+
+void SetRuntimeOptions(const Options& options) { SetRuntimeSettings(ToSettings(options)); }
+
+Options GetRuntimeOptions() {
+  RuntimeSettings s = GetRuntimeSettings();
+  Options o;  // example_inputs: not kept past optimize()
+  o.mode = s.mode;
+  o.cache_dir = std::move(s.cache_dir);
+  o.tune = std::move(s.tune);
+  o.freeze = s.freeze;
+  o.min_nontrivial_ops = s.min_nontrivial_ops;
+  return o;
+}
+
+void SetGenerators(std::vector<std::shared_ptr<KernelGenerator>> generators) {
+  SetTunerGenerators(std::move(generators));
+}
+
+void SetCaptureInputs(bool enabled) { SetCapturingInputs(enabled); }
+
+std::vector<CapturedCall> TakeCapturedCalls() { return TakeStoredCapturedCalls(); }
+
+TargetInfo CurrentTarget(int ordinal) {
+  static std::mutex mu;
+  static std::map<int, TargetInfo> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(ordinal);
+  if (it != cache.end()) return it->second;
+  TargetInfo t = TargetForDevice(ordinal);
+  cache[ordinal] = t;
+  return t;
+}
+
+Expected<TuneReport> TuneCapturedCall(const CapturedCall& call, const Options& options) {
+  SetRuntimeOptions(options);
+  auto task = Task::Make(call.graph, call.inputs, CurrentTarget(options.tune.device));
+  if (!task.ok()) return task.status();
+  return TuneNow(*task, call.input_bytes.empty() ? nullptr : &call.input_bytes);
 }
 
 void EnsureRegistered() {
@@ -87,31 +122,6 @@ Expected<OptimizeReport> optimize(torch::jit::Module& module, const Options& opt
   }
   SetRuntimeOptions(options);
   return report;
-}
-
-std::string FormatProfile(const std::vector<GroupStats>& stats) {
-  std::vector<GroupStats> s = stats;
-  std::sort(s.begin(), s.end(), [](const GroupStats& a, const GroupStats& b) {
-    if (a.total_us != b.total_us) return a.total_us > b.total_us;
-    return a.calls > b.calls;
-  });
-  std::ostringstream os;
-  // LibTorch bundles its own fmt, so torch TUs format with snprintf.
-  char line[512];
-  std::snprintf(line, sizeof(line), "%4s  %-28s %-36s %8s %8s %9s %12s %10s  %s\n", "id", "group", "inputs", "calls",
-                "hits", "fallback", "total_us", "mean_us", "top fallback reason");
-  os << line;
-  for (const auto& g : s) {
-    std::string inputs;
-    for (size_t i = 0; i < g.input_specs.size(); ++i) inputs += (i ? "," : "") + g.input_specs[i];
-    double mean = g.timed_calls > 0 ? g.total_us / static_cast<double>(g.timed_calls) : 0.0;
-    std::string reason = g.fallback_reasons.empty() ? "" : g.fallback_reasons.front().first;
-    std::snprintf(line, sizeof(line), "%4d  %-28s %-36s %8lld %8lld %9lld %12.1f %10.2f  %s\n", g.id,
-                  g.summary.c_str(), inputs.c_str(), static_cast<long long>(g.calls), static_cast<long long>(g.hits),
-                  static_cast<long long>(g.fallbacks), g.total_us, mean, reason.c_str());
-    os << line;
-  }
-  return os.str();
 }
 
 Expected<std::vector<TuneReport>> TuneGroups(torch::jit::Module& module, const std::vector<c10::IValue>& inputs,

@@ -2,9 +2,10 @@
 //
 // The frontend-neutral result of capture is a CapturedGroup (an ir::Graph plus
 // what it came from) and a list of LeftOutNode (ops that stayed with the
-// framework, with the reason). This header holds the TorchScript frontend:
-// translation of single TorchScript nodes into IR ops (the support check and
-// the builder share one code path, so "supported" means "translates"), the
+// framework, with the reason), both in capture_result.h. This header holds
+// the TorchScript frontend: translation of single TorchScript nodes into IR
+// ops (the support check and the builder share one code path, so
+// "supported" means "translates"), the
 // translation of a whole fusion-group subgraph, and type observation (complete
 // dtype/rank on every top-level value, from example inputs or from the
 // profiling executor's prim::profile nodes). An FX frontend produces the same
@@ -32,6 +33,7 @@
 
 #include "dice/core/ir.h"
 #include "dice/core/status.h"
+#include "dice/torch_ext/capture_result.h"
 
 namespace torch::jit {
 struct Graph;
@@ -40,20 +42,6 @@ struct Value;
 }  // namespace torch::jit
 
 namespace dice::torch_ext {
-
-/// One fusion group as the runtime sees it: IR plus provenance.
-struct CapturedGroup {
-  ir::Graph graph;                    ///< validated IR (ir::Validate passed)
-  std::string canonical;              ///< ir::Canonical(graph)
-  std::string summary;                ///< ir::Summary(graph), "mul+add+gelu"
-  std::vector<std::string> torch_ops; ///< framework op names, in order ("aten::mul", ...)
-};
-
-/// A framework node that stayed outside every fusion group, and why.
-struct LeftOutNode {
-  std::string kind;    ///< "aten::matmul"
-  std::string reason;  ///< "not a fusible op", "unsupported dtype int64 (input 0)"
-};
 
 /// Why `node` cannot join a fusion group, or "" when it can. The node is
 /// translated alone (its tensor operands become group inputs), so the answer

@@ -24,6 +24,7 @@
 #include <ATen/core/interned_strings.h>
 
 #include "dice/torch_ext/capture.h"
+#include "dice/torch_ext/group_table.h"
 #include "dice/torch_ext/optimize.h"
 
 namespace torch::jit {
@@ -50,18 +51,6 @@ struct FusionPassResult {
 /// group with fewer non-cast ops is dissolved. Tensor type specialisations of
 /// the top-level block are removed afterwards (subgraphs keep theirs).
 FusionPassResult FuseDiceGroups(const std::shared_ptr<torch::jit::Graph>& graph, int min_nontrivial_ops = 1);
-
-/// Registers a group with the process-wide statistics table and returns its
-/// id (defined in fusion_group_op.cc).
-int RegisterGroup(const CapturedGroup& group);
-/// The IR of a registered group. Errors: kNotFound.
-Expected<CapturedGroup> GetRegisteredGroup(int id);
-
-/// Tunes one captured group call with the template generator and the
-/// process-wide tuner (one Tune at a time); sets the runtime options to
-/// `options` first. Errors: as Tuner::Tune, kInvalidArgument when the specs
-/// do not match the graph, cache open errors.
-Expected<TuneReport> TuneCapturedCall(const CapturedCall& call, const Options& options);
 
 /// The pass body registered for DICE_MODE: no-op when DICE_MODE is unset,
 /// "off" or invalid; otherwise absorbs profiled types and fuses.

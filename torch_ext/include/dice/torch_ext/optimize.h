@@ -32,27 +32,14 @@
 #include "dice/core/status.h"
 #include "dice/runtime/tuner.h"
 #include "dice/torch_ext/capture.h"
+#include "dice/torch_ext/group_stats.h"
+#include "dice/torch_ext/mode.h"
 
 namespace torch::jit {
 struct Module;
 }  // namespace torch::jit
 
 namespace dice::torch_ext {
-
-/// DESIGN.md "Modes".
-enum class Mode {
-  kOff,       ///< no fusion pass; optimize() still reports groups but inserts none
-  kObserve,   ///< fusion groups run the fallback and are timed (profile only)
-  kCache,     ///< use cached winners, never tune
-  kTune,      ///< on a miss, queue the task for a background tuner thread; fallback meanwhile
-  kTuneSync,  ///< on a miss, tune before returning (warm-up)
-};
-
-/// "off", "observe", "cache", "tune", "tune-sync".
-const char* ModeName(Mode mode);
-/// Parses a mode name (also "" -> kOff, "tune_sync"). Errors: kInvalidArgument
-/// naming the text and the accepted values.
-Expected<Mode> ParseMode(std::string_view text);
 
 /// Runtime and capture options.
 struct Options {
@@ -110,40 +97,9 @@ Expected<OptimizeReport> optimize(torch::jit::Module& module, const Options& opt
 /// -Wl,--no-as-needed). Idempotent and cheap.
 void EnsureRegistered();
 
-/// Per-group run-time statistics (DESIGN.md "profile").
-struct GroupStats {
-  int id = 0;
-  std::string summary;                     ///< "mul+add+gelu"
-  std::string canonical;                   ///< IR text
-  std::vector<std::string> input_specs;    ///< inputs of the newest input signature seen, TensorSpec::ToString ("f32[1024,8192]")
-  std::string task_key;                    ///< task key of the newest input signature seen ("" until computed)
-  std::vector<std::string> task_keys;      ///< every distinct task key seen (one per input signature), in order
-  int64_t calls = 0;
-  int64_t hits = 0;                        ///< calls served by a winner kernel
-  int64_t fallbacks = 0;                   ///< calls served by the original subgraph
-  double total_us = 0;                     ///< timed calls only (observe mode), µs
-  int64_t timed_calls = 0;
-  std::vector<std::pair<std::string, int64_t>> fallback_reasons;  ///< reason -> count ("no GPU", "no winner", ...)
-};
-
-/// Snapshot of every group's statistics, by id.
-std::vector<GroupStats> GetGroupStats();
-/// Zeroes the counters (groups stay registered).
-void ResetGroupStats();
-/// A text table: id, summary, inputs, calls, hits, fallbacks, total µs, mean
-/// µs, top fallback reason; sorted by total µs (then calls), descending.
-std::string FormatProfile(const std::vector<GroupStats>& stats);
-
-/// The real inputs of one group call, captured for tuning.
-struct CapturedCall {
-  int group_id = 0;
-  ir::Graph graph;
-  std::vector<ir::TensorSpec> inputs;     ///< specs of the call's inputs
-  std::vector<std::string> input_bytes;   ///< host copies, contiguous, TensorSpec::nbytes each
-};
-
 /// While enabled, every group records the inputs of its first call per input
-/// signature. TakeCapturedCalls returns (and clears) what was recorded.
+/// signature (a CapturedCall, capture_result.h). TakeCapturedCalls returns
+/// (and clears) what was recorded.
 void SetCaptureInputs(bool enabled);
 std::vector<CapturedCall> TakeCapturedCalls();
 
@@ -151,6 +107,12 @@ std::vector<CapturedCall> TakeCapturedCalls();
 /// driver major from the driver; NVRTC version). Without a GPU: the defaults
 /// of TargetInfo with the NVRTC version filled in.
 TargetInfo CurrentTarget(int ordinal);
+
+/// Tunes one captured group call with the process-wide tuner (one Tune at a
+/// time; the generators of SetGenerators); sets the runtime options to
+/// `options` first. Errors: as Tuner::Tune, kInvalidArgument when the specs
+/// do not match the graph, cache open errors.
+Expected<TuneReport> TuneCapturedCall(const CapturedCall& call, const Options& options);
 
 /// Runs `module` (already optimize()d) once on `inputs` with input capture on,
 /// then tunes every distinct captured group task with the template generator

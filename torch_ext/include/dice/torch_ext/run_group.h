@@ -4,10 +4,10 @@
 // The TorchScript frontend bakes a fusion group into a dice::FusionGroup
 // node; a torch.fx frontend cannot add JIT nodes, so it calls a PyTorch
 // dispatcher operator with the group's IR canonical text as its first
-// argument. Registered with TORCH_LIBRARY (namespace `dice`, defined in
-// fusion_group_op.cc next to dice::FusionGroup, whose machinery it shares:
-// group table and statistics, task keys per input signature, cache lookup,
-// winner launch, background tuning):
+// argument. Registered with TORCH_LIBRARY (namespace `dice`, in run_group.cc
+// next to dice::FusionGroup, whose operator it shares: group table and
+// statistics, task keys per input signature, cache lookup, winner launch,
+// background tuning):
 //
 //   dice::run_group(str ir, Tensor[] inputs) -> Tensor[]
 //       CPU and CUDA kernels: RunGroup below. Meta kernel (fake tensors,
@@ -18,7 +18,7 @@
 //       mode as ParseMode ("" keeps DICE_MODE), cache_dir "" = default.
 //   dice::get_mode() -> str
 //   dice::group_stats() -> str
-//       GroupStatsJson below.
+//       GroupStatsJson (group_stats.h).
 //
 // The ops throw c10::Error (PyTorch's convention at the framework boundary)
 // carrying the Status message of the functions below.
@@ -33,6 +33,7 @@
 #include <ATen/ATen.h>
 
 #include "dice/core/status.h"
+#include "dice/torch_ext/group_stats.h"
 
 namespace dice::torch_ext {
 
@@ -65,12 +66,5 @@ Expected<std::vector<at::Tensor>> RunGroup(std::string_view ir_text, const std::
 /// symbolic. Outputs are contiguous, on `inputs[0]`'s device (meta under
 /// fake tensors). Errors: as RunGroup's input checks.
 Expected<std::vector<at::Tensor>> MetaOutputs(std::string_view ir_text, const std::vector<at::Tensor>& inputs);
-
-/// Every registered group's statistics (GetGroupStats) as a JSON array of
-/// objects: id, summary, canonical, torch_ops, input_specs and task_key (of
-/// the newest input signature), task_keys (every distinct key seen), calls, hits,
-/// fallbacks, timed_calls, total_us (µs, observe mode), fallback_reasons
-/// (object: reason -> count).
-std::string GroupStatsJson();
 
 }  // namespace dice::torch_ext

@@ -1,0 +1,88 @@
+// Private: the process-wide state the fusion-group ops share, apart from the
+// group table (group_record.h) and the tuner (tune_queue.h):
+//   - the runtime settings (optimize.h's Options without the example inputs)
+//     and the mode, read on every call without a lock;
+//   - input capture (optimize.h SetCaptureInputs / TakeCapturedCalls);
+//   - the cache store of the current cache dir and the shared cache server.
+// No torch types (optimize.cc converts Options to and from RuntimeSettings).
+// Thread-safe: one mutex for settings and captured calls, one for the store;
+// the mode and the capture flag are atomics.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dice/cache/remote_cache.h"
+#include "dice/cache/store.h"
+#include "dice/core/status.h"
+#include "dice/runtime/tuner.h"
+#include "dice/torch_ext/capture_result.h"
+#include "dice/torch_ext/mode.h"
+
+namespace dice::torch_ext {
+
+/// What the ops and the tuner read of the process-wide options (the fields
+/// of optimize.h's Options that outlive optimize(); same defaults).
+struct RuntimeSettings {
+  Mode mode = Mode::kObserve;
+  std::string cache_dir;      ///< "" = cache::DefaultCacheDir()
+  TuneOptions tune;
+  bool freeze = true;
+  int min_nontrivial_ops = 1;
+};
+
+/// Defaults with mode from DICE_MODE (unset = kOff) and cache_dir from
+/// DICE_CACHE_DIR. Errors: kInvalidArgument for an unknown DICE_MODE (the
+/// message names DICE_MODE).
+Expected<RuntimeSettings> SettingsFromEnv();
+
+/// Replaces the process-wide settings (and the mode every op reads).
+void SetRuntimeSettings(const RuntimeSettings& settings);
+/// The process-wide settings; until SetRuntimeSettings they are
+/// SettingsFromEnv(), with an invalid DICE_MODE read as kOff.
+RuntimeSettings GetRuntimeSettings();
+
+namespace state_internal {
+extern std::atomic<int> g_mode;
+extern std::atomic<bool> g_mode_loaded;
+extern std::atomic<bool> g_capture;
+Mode LoadMode();
+}  // namespace state_internal
+
+/// The process-wide mode. Hot path (every op call): two atomic loads once
+/// the settings are known.
+inline Mode CurrentMode() {
+  if (!state_internal::g_mode_loaded.load(std::memory_order_acquire)) return state_internal::LoadMode();
+  return static_cast<Mode>(state_internal::g_mode.load(std::memory_order_relaxed));
+}
+
+/// Whether ops record the inputs of their first call per input signature.
+/// Hot path: one relaxed atomic load.
+inline bool CapturingInputs() { return state_internal::g_capture.load(std::memory_order_relaxed); }
+/// Turns input capture on or off; turning it on forgets which signatures
+/// every group has already captured.
+void SetCapturingInputs(bool enabled);
+/// Keeps one captured call (an op calls it while capture is on).
+void AddCapturedCall(CapturedCall call);
+/// Returns and forgets the calls kept so far.
+std::vector<CapturedCall> TakeStoredCapturedCalls();
+
+/// The cache store of the current cache dir, held under the lock that
+/// serialises the ops' use of it. The store stays alive while a holder (the
+/// tuner) keeps the shared_ptr, even after another cache dir replaces it.
+struct LockedStore {
+  std::unique_lock<std::mutex> lock;
+  std::shared_ptr<cache::Store> store;
+};
+/// Opens the store of GetRuntimeSettings().cache_dir (once per dir) and
+/// locks it. Errors: as cache::Store::Open (kIoError, kCorrupt).
+Expected<LockedStore> LockStore();
+
+/// The shared cache server of $DICE_REMOTE_CACHE, or null when unset or
+/// invalid (an invalid setting is reported once on stderr and ignored).
+cache::RemoteCache* Remote();
+
+}  // namespace dice::torch_ext

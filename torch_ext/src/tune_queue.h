@@ -1,0 +1,56 @@
+// Private: the process's tuner and its background queue.
+//
+// One Tuner per process tunes one task at a time (TuneNow blocks while
+// another tune runs). It is built for the cache store of the current cache
+// dir and the current tune options (runtime_state.h) and rebuilt when either
+// changes or SetTunerGenerators replaces its generators. Tune mode hands
+// tasks to EnqueueTune: one detached thread, started on first use, tunes them
+// in order and reports each result to the job's callback. No torch types;
+// before each tune the framework's cached, unused device memory is handed
+// back (ReleaseFrameworkCachedMemory, defined by the op library's torch
+// part). Thread-safe.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dice/core/generator.h"
+#include "dice/core/status.h"
+#include "dice/core/task.h"
+#include "dice/runtime/tuner.h"
+
+namespace dice::torch_ext {
+
+/// Tunes `task` with the process's tuner (Tuner::Tune; `captured`: host
+/// copies of real inputs to verify with, or null). Errors: as Tuner::Tune,
+/// or the cache store's open errors.
+Expected<TuneReport> TuneNow(const Task& task, const std::vector<std::string>* captured);
+
+/// Called on the tuner thread with the result of one queued tune.
+using TuneDone = std::function<void(const Expected<TuneReport>& report)>;
+
+/// Queues `task` for the background tuner thread (starting it on first
+/// use); `captured` as TuneNow's (empty = none). The thread logs one line
+/// per task on stderr and then calls `done`.
+void EnqueueTune(Task task, std::vector<std::string> captured, TuneDone done);
+
+/// The generators the tuner asks, in order (empty = TemplateGenerator
+/// alone). Takes effect for the next tune (waits for a running one).
+void SetTunerGenerators(std::vector<std::shared_ptr<KernelGenerator>> generators);
+
+/// Why tuning stored no winner, for fallback reasons and logs: counts, the
+/// baseline and the fastest verified candidate (µs), and the first failure
+/// (its error's first line, at most 200 characters). E.g. "no winner
+/// (tuned: 6 tried, 6 compiled, 6 verified; baseline 11400.0 µs, best
+/// template:row/tile32x8/reg 11350.2 µs, needs < 0.95x of it)". `margin`
+/// as TuneOptions::margin.
+std::string NoWinnerText(const TuneReport& report, double margin);
+
+/// Returns the framework allocator's cached, unused device blocks to the
+/// driver, so the tuning worker (another process) can use that memory; live
+/// tensors stay. Defined in run_group.cc (it needs c10).
+void ReleaseFrameworkCachedMemory();
+
+}  // namespace dice::torch_ext
