@@ -8,7 +8,11 @@ self-attention written out with matmul + scale + additive mask + softmax, and
 a GELU MLP; bf16, batch 8, sequence 1024, width 768, 12 heads).
 
 Per workload and variant: correctness against eager (per-dtype tolerance of
-bench/kernelbench_bench.py: |err| <= tol + tol*|ref|, NaN placement equal),
+bench/kernelbench_bench.py: |err| <= tol + tol*|ref|, NaN placement equal;
+a workload running an op whose summation order PyTorch does not fix (conv,
+conv_transpose, mm/bmm/addmm/linear/matmul, reductions: ORDER_FREE_OPS) gets
+the float64 second opinion of kernelbench_bench.match_against_float64 when it
+misses that tolerance; docs/DECISIONS.md "Correctness of order-free ops"),
 time (µs: CUDA events, L2 flushed, median of --reps; wall-clock median on
 CPU), first-call time (s: compile, and for dice in tune-sync mode the tuning).
 Summary: fast_1 / fast_2 (share of workloads correct and >= 1x / >= 2x
@@ -18,6 +22,17 @@ line per workload goes to --out; the markdown table is printed.
 GPU machine (the lead's run):
     python3 bench/torch_compile_bench.py level1/23_Softmax.py level2/... --gpt2 \
         --kb .deps/kernelbench --cache /tmp/dice-cache --out $OUT/compile.jsonl
+Issue 17's workload lists (--list level3-dev: every task of <kb>/level3;
+--list level2-20: the 20 level-2 tasks of WORKLOAD_LISTS), in chunks that fit
+one device call: --time-budget-s stops starting workloads once the next one
+would likely pass the budget, rows are appended to --out as each workload
+ends, and --skip-done skips tasks already in --out (so the next call resumes):
+    python3 bench/torch_compile_bench.py --list level3-dev --cold-inductor-cache \
+        --time-budget-s 480 --skip-done --out $OUT/compile.jsonl
+Variants: eager, inductor (alias compile-default), max-autotune (alias
+max-autotune-no-cudagraphs), dice. Each row has task, correct (dice's),
+speedup_vs_compile (dice vs torch.compile default) and per variant
+first_call_s (compile, with --cold-inductor-cache from an empty Inductor cache).
 CPU dry run (tiny shapes: module-level ints of each task capped at 32; the
 GPT-2 block at batch 2, sequence 16, width 64; float32):
     python3 bench/torch_compile_bench.py level1/23_Softmax.py --gpt2 --dry-run
@@ -45,6 +60,77 @@ sys.path.insert(0, str(ROOT / "torch_ext" / "python"))
 import kernelbench_bench as kb  # noqa: E402  (load_task, bench_interleaved, outputs_match)
 
 VARIANTS = ("eager", "inductor", "max-autotune", "dice")
+ALIASES = {"compile-default": "inductor", "max-autotune-no-cudagraphs": "max-autotune"}
+
+#: Issue 17's lists: level-2 convolution tasks, then GEMM tasks (by number).
+LEVEL2_20 = (1, 2, 4, 10, 17, 21, 32, 46, 52, 54, 12, 22, 29, 40, 53, 56, 59, 62, 70, 76)
+
+#: ATen ops whose summation order PyTorch itself does not fix (cuDNN / cuBLAS
+#: pick the algorithm, reductions split as they like): outputs depending on
+#: them get the float64 second opinion (docs/DECISIONS.md).
+ORDER_FREE_OPS = frozenset({
+    "convolution", "_convolution", "cudnn_convolution", "cudnn_convolution_transpose", "conv2d", "conv1d",
+    "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "mkldnn_convolution",
+    "mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "linear", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+    "sum", "mean", "var", "std", "var_mean", "std_mean", "prod", "norm", "linalg_vector_norm", "logsumexp",
+    "_softmax", "_log_softmax", "native_layer_norm", "native_group_norm", "native_batch_norm",
+    "_native_batch_norm_legit_no_training", "cumsum", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool2d",
+    "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "_cdist_forward", "einsum",
+})
+
+
+def workload_list(name: str, kb_root: str) -> list[str]:
+    """Task paths of a named list: "level3-dev" (every .py of <kb>/level3,
+    sorted by task number) or "level2-20" (LEVEL2_20, in that order).
+    Raises:
+        ValueError: an unknown list, or a listed level-2 task missing under kb_root."""
+    def number(p: Path) -> int:
+        head = p.name.split("_", 1)[0]
+        return int(head) if head.isdigit() else 1 << 30
+
+    if name == "level3-dev":
+        return [str(p) for p in sorted(Path(kb_root, "level3").glob("*.py"), key=number)]
+    if name == "level2-20":
+        files = {number(p): p for p in Path(kb_root, "level2").glob("*.py")}
+        missing = [n for n in LEVEL2_20 if n not in files]
+        if missing:
+            raise ValueError(f"level2-20: tasks {missing} not found under {kb_root}/level2")
+        return [str(files[n]) for n in LEVEL2_20]
+    raise ValueError(f"unknown workload list '{name}' (expected level3-dev|level2-20)")
+
+
+def order_free_ops(model: nn.Module, inputs: list) -> set[str]:
+    """The ORDER_FREE_OPS the model runs on ``inputs`` (one eager call under a
+    dispatch mode that records ATen op names)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: set[str] = set()
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if name in ORDER_FREE_OPS:
+                seen.add(name)
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Record():
+        model(*inputs)
+    return seen
+
+
+def check_correct(model: nn.Module, inputs: list, out, ref, order_free: set[str]) -> tuple[bool, str]:
+    """Strict per-dtype tolerance against eager; when that fails and the model
+    runs an order-free op, the float64 second opinion decides (ours at most
+    about as wrong as eager, both against the model in float64)."""
+    ok, detail = kb.outputs_match(out, ref)
+    if ok or "outside tolerance" not in detail or not order_free:
+        return ok, detail
+    try:
+        ok, detail = kb.match_against_float64(model, inputs, out, ref, detail)
+    except Exception as e:  # e.g. a non-tensor input without .double()
+        return False, f"{detail}; no float64 check: {type(e).__name__}"
+    return ok, f"{detail} (float64 second opinion: {', '.join(sorted(order_free))})"
 
 
 class GPT2Block(nn.Module):
@@ -128,6 +214,7 @@ def run_workload(label: str, model: nn.Module, inputs: list, args) -> dict:
     ready: dict = {}
     with torch.no_grad():
         ref = model(*inputs)
+        order_free = order_free_ops(model, inputs)
         # One reset per workload, none between variants: dynamo guards each
         # cache entry on its backend, so the compiled variants coexist and can
         # be timed side by side afterwards.
@@ -143,11 +230,11 @@ def run_workload(label: str, model: nn.Module, inputs: list, args) -> dict:
                 if cuda:
                     torch.cuda.synchronize()
                 v["first_call_s"] = time.time() - t0
-                v["correct"], v["detail"] = kb.outputs_match(out, ref)
+                v["correct"], v["detail"] = check_correct(model, inputs, out, ref, order_free)
                 if name == "dice":
                     groups = [g for r in dice_torch.reports() for g in r.groups]
                     ids = {g.id for g in groups}
-                    stats = [s for s in dice_torch.group_stats() if s["id"] in ids]
+                    stats = [s for s in dice_torch.group_stats() if s["id"] in ids] if ids else []
                     v["groups"] = [g.summary for g in groups]
                     v["hits"] = sum(s["hits"] for s in stats)
                     v["fallbacks"] = sum(s["fallbacks"] for s in stats)
@@ -159,6 +246,7 @@ def run_workload(label: str, model: nn.Module, inputs: list, args) -> dict:
                     skipped = [r.skipped for r in dice_torch.reports() if r.skipped]
                     if skipped:
                         v["skipped"] = skipped[0]
+                    v.update(dice_decisions(dice_torch.reports()))
                 ready[name] = (lambda f=fn: f(*inputs))
             except Exception as e:  # one failing variant must not end the run
                 v["error"] = f"{type(e).__name__}: {e}"[:500]
@@ -168,14 +256,37 @@ def run_workload(label: str, model: nn.Module, inputs: list, args) -> dict:
         except Exception as e:  # a variant failing only when timed
             for name in ready:
                 rec["variants"][name]["error"] = f"timing: {type(e).__name__}: {e}"[:500]
-    eager = rec["variants"].get("eager", {}).get("us")
-    ma = rec["variants"].get("max-autotune", {}).get("us")
-    for v in rec["variants"].values():
-        if v.get("us") and eager:
-            v["speedup_vs_eager"] = eager / v["us"]
-        if v.get("us") and ma:
-            v["speedup_vs_max_autotune"] = ma / v["us"]
+    add_speedups(rec)
     return rec
+
+
+def dice_decisions(reports: list) -> dict:
+    """The dice variant's decisions from its CompileReports: regions (summary,
+    choice, source), guard choices, graphs that fell back (stage: cause)."""
+    out: dict = {"regions": [], "guard": [], "fallback": []}
+    for r in reports:
+        out["regions"] += [{"summary": d.summary, "choice": d.choice, "source": d.source} for d in r.regions]
+        if r.guard is not None:
+            out["guard"].append({"choice": r.guard.choice, "source": r.guard.source,
+                                 "dice_us": r.guard.dice_us, "base_us": r.guard.base_us})
+        if r.fallback:
+            out["fallback"].append(f"{r.fallback['stage']}: {r.fallback['cause']}")
+    return out
+
+
+def add_speedups(rec: dict) -> None:
+    """Per variant speedup_vs_eager / _vs_compile / _vs_max_autotune, and the
+    row's own ``correct`` and ``speedup_vs_compile`` (the dice variant's)."""
+    base = {k: rec["variants"].get(n, {}).get("us") for k, n in
+            (("eager", "eager"), ("compile", "inductor"), ("max_autotune", "max-autotune"))}
+    for v in rec["variants"].values():
+        for k, us in base.items():
+            if v.get("us") and us:
+                v[f"speedup_vs_{k}"] = us / v["us"]
+    d = rec["variants"].get("dice", {})
+    rec["correct"] = d.get("correct", False) and "error" not in d
+    if "speedup_vs_compile" in d:
+        rec["speedup_vs_compile"] = d["speedup_vs_compile"]
 
 
 def summarize(records: list[dict], variants: list[str]) -> str:
@@ -193,8 +304,9 @@ def summarize(records: list[dict], variants: list[str]) -> str:
                      f" | {d.get('correct', '-')} | {'; '.join(d.get('groups', [])) or '-'} |"
                      f" {d.get('first_call_s', float('nan')):.1f} |")
     lines.append("")
-    lines.append("| variant | correct | fast_1 | fast_2 | geomean vs eager | geomean vs max-autotune |")
-    lines.append("|---|---|---|---|---|---|")
+    lines.append("| variant | correct | fast_1 | fast_2 | geomean vs eager | geomean vs compile | min vs compile |"
+                 " geomean vs max-autotune | first call s (sum) |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     n = max(len(records), 1)
     for name in variants:
         vs = [r["variants"].get(name, {}) for r in records]
@@ -206,33 +318,95 @@ def summarize(records: list[dict], variants: list[str]) -> str:
             xs = [v[key] for v in ok if v.get(key)]
             return f"{math.exp(sum(map(math.log, xs)) / len(xs)):.3f}" if xs else "-"
 
+        mins = [v["speedup_vs_compile"] for v in ok if v.get("speedup_vs_compile")]
+        first = sum(v.get("first_call_s", 0.0) for v in vs)
         lines.append(f"| {name} | {len(ok)}/{len(records)} | {f1 / n:.0%} | {f2 / n:.0%} | {geo('speedup_vs_eager')} |"
-                     f" {geo('speedup_vs_max_autotune')} |")
+                     f" {geo('speedup_vs_compile')} | {min(mins):.3f} |" if mins else
+                     f"| {name} | {len(ok)}/{len(records)} | {f1 / n:.0%} | {f2 / n:.0%} | {geo('speedup_vs_eager')} |"
+                     f" {geo('speedup_vs_compile')} | - |")
+        lines[-1] += f" {geo('speedup_vs_max_autotune')} | {first:.1f} |"
     return "\n".join(lines)
 
 
-def main() -> int:
-    """CLI entry point; exit code 0, or 2 for bad arguments / no CUDA device without --dry-run."""
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("tasks", nargs="*", help="KernelBench task files (absolute, or relative to --kb)")
     p.add_argument("--kb", default=os.environ.get("KB", ".deps/kernelbench"), help="KernelBench root")
-    p.add_argument("--gpt2", action="store_true", help="also run the GPT-2-style block")
+    p.add_argument("--list", default="", help="comma list of workload lists: level3-dev, level2-20")
+    p.add_argument("--gpt2", action="store_true", help="also run the GPT-2-style block (bf16)")
+    p.add_argument("--gpt2-fp32", action="store_true", help="also run the GPT-2-style block in float32")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, float32 (checks the script works)")
-    p.add_argument("--variants", default=None, help=f"comma list from {','.join(VARIANTS)} "
+    p.add_argument("--variants", default=None, help=f"comma list from {','.join(VARIANTS + tuple(ALIASES))} "
                    "(default: all on a GPU; eager,dice in a dry run)")
     p.add_argument("--dice-mode", default="tune-sync", help="DICE mode of the dice variant (default tune-sync)")
     p.add_argument("--rest", default="inductor", choices=["inductor", "eager"],
                    help="what runs the ops outside fusion groups in the dice variant")
     p.add_argument("--cache", default=os.environ.get("DICE_CACHE_DIR", "/tmp/dice-compile-bench-cache"))
     p.add_argument("--reps", type=int, default=None, help="timed repetitions (default 30; 3 in a dry run)")
+    p.add_argument("--time-budget-s", type=float, default=0.0,
+                   help="stop starting workloads when the next would likely end past this many seconds (0: no limit)")
+    p.add_argument("--skip-done", action="store_true", help="skip tasks that already have a row in --out")
+    p.add_argument("--cold-inductor-cache", action="store_true",
+                   help="a fresh empty TORCHINDUCTOR_CACHE_DIR for this run (first-call times from cold)")
     p.add_argument("--out", default="compile-bench.jsonl")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    if not args.tasks and not args.gpt2 and not args.gpt2_fp32 and not args.list:
+        p.error("give KernelBench task files, --list and/or --gpt2")
+    return args
+
+
+def done_tasks(path: str) -> set[str]:
+    """Task labels with a row in the JSONL file ``path`` (none if it is missing)."""
+    try:
+        with open(path) as f:
+            return {json.loads(line).get("task") for line in f if line.strip()}
+    except (OSError, ValueError):
+        return set()
+
+
+def workloads(args) -> list:
+    """[(label, build)]: build() -> (model, inputs) on args.device, seeded."""
+    paths = list(args.tasks)
+    for name in filter(None, args.list.split(",")):
+        paths += workload_list(name, args.kb)
+    out = []
+    for t in paths:
+        path = t if os.path.isabs(t) or os.path.exists(t) else os.path.join(args.kb, t)
+
+        def build(path=path):
+            torch.manual_seed(0)
+            mod = kb.load_task(path)
+            if args.dry_run:
+                shrink_task(mod, 32)
+            model = mod.Model(*mod.get_init_inputs()).to(args.device).eval()
+            return model, [x.to(args.device) if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
+        out.append(("/".join(Path(path).parts[-2:]), build))
+    for flag, bf16 in ((args.gpt2, True), (args.gpt2_fp32, False)):
+        if not flag:
+            continue
+        if args.dry_run:
+            batch, seq, width, heads, dtype = 2, 16, 64, 4, torch.float32
+        else:
+            batch, seq, width, heads, dtype = 8, 1024, 768, 12, torch.bfloat16 if bf16 else torch.float32
+
+        def build(batch=batch, seq=seq, width=width, heads=heads, dtype=dtype):
+            torch.manual_seed(0)
+            model = GPT2Block(width, heads, seq).to(args.device, dtype).eval()
+            return model, [torch.randn(batch, seq, width, device=args.device, dtype=dtype)]
+        out.append((f"gpt2-block b{batch} s{seq} {str(dtype).replace('torch.', '')}", build))
+    return out
+
+
+def main(argv=None) -> int:
+    """CLI entry point; exit code 0, or 2 for bad arguments / no CUDA device without --dry-run."""
+    args = parse_args(argv)
     args.device = "cpu" if args.dry_run else "cuda"
     if not args.dry_run and not torch.cuda.is_available():
         print("torch_compile_bench: no CUDA device; use --dry-run on a CPU machine", file=sys.stderr)
         return 2
-    args.variants = (args.variants.split(",") if args.variants else
-                     (["eager", "dice"] if args.dry_run else list(VARIANTS)))
+    args.variants = [ALIASES.get(v, v) for v in args.variants.split(",")] if args.variants else \
+        (["eager", "dice"] if args.dry_run else list(VARIANTS))
     bad = [v for v in args.variants if v not in VARIANTS]
     if bad:
         print(f"torch_compile_bench: unknown variant(s) {bad} (expected {','.join(VARIANTS)})", file=sys.stderr)
@@ -240,39 +414,40 @@ def main() -> int:
     args.reps = args.reps or (3 if args.dry_run else 30)
     if args.dry_run and args.dice_mode.startswith("tune"):
         args.dice_mode = "cache"  # nothing to tune without a GPU
-    if not args.tasks and not args.gpt2:
-        p.error("give KernelBench task files and/or --gpt2")
-
-    records = []
-    for t in args.tasks:
-        path = t if os.path.isabs(t) or os.path.exists(t) else os.path.join(args.kb, t)
-        label = "/".join(Path(path).parts[-2:])
+    if args.cold_inductor_cache:
+        import tempfile
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-cold-")
+    try:
+        todo = workloads(args)
+    except ValueError as e:
+        print(f"torch_compile_bench: {e}", file=sys.stderr)
+        return 2
+    skip = done_tasks(args.out) if args.skip_done else set()
+    start, longest, records, left = time.time(), 0.0, [], []
+    for label, build in todo:
+        if label in skip:
+            continue
+        elapsed = time.time() - start
+        if args.time_budget_s and records and elapsed + longest > args.time_budget_s:
+            left.append(label)
+            continue
+        t0 = time.time()
         try:
-            torch.manual_seed(0)
-            mod = kb.load_task(path)
-            if args.dry_run:
-                shrink_task(mod, 32)
-            model = mod.Model(*mod.get_init_inputs()).to(args.device).eval()
-            inputs = [x.to(args.device) if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
+            model, inputs = build()
             rec = run_workload(label, model, inputs, args)
+            del model, inputs
         except Exception as e:  # a broken task file must not end the run
-            rec = {"task": label, "error": f"{type(e).__name__}: {e}"[:500], "variants": {}}
+            rec = {"task": label, "error": f"{type(e).__name__}: {e}"[:500], "variants": {}, "correct": False}
+        rec["wall_s"] = time.time() - t0
+        longest = max(longest, rec["wall_s"])
         records.append(rec)
         print(json.dumps(rec), flush=True)
-    if args.gpt2:
-        torch.manual_seed(0)
-        if args.dry_run:
-            batch, seq, width, heads, dtype = 2, 16, 64, 4, torch.float32
-        else:
-            batch, seq, width, heads, dtype = 8, 1024, 768, 12, torch.bfloat16
-        model = GPT2Block(width, heads, seq).to(args.device, dtype).eval()
-        x = torch.randn(batch, seq, width, device=args.device, dtype=dtype)
-        rec = run_workload(f"gpt2-block b{batch} s{seq} {str(dtype).replace('torch.', '')}", model, [x], args)
-        records.append(rec)
-        print(json.dumps(rec), flush=True)
-    with open(args.out, "a") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
+        with open(args.out, "a") as f:  # per workload: a chunk killed at its limit keeps its rows
+            f.write(json.dumps(rec) + "\n")
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    if left:
+        print(f"torch_compile_bench: time budget reached; not run: {' '.join(left)}", flush=True)
     print(summarize(records, args.variants))
     return 0
 
