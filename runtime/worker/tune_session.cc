@@ -476,10 +476,10 @@ worker::CandidateResult Evaluate(Session& ss, const worker::TuneItem& item, cons
   const Candidate& c = item.candidate;
   auto fail = [&](const Status& st, const std::string& context) {
     if (st.code() == StatusCode::kCrashed) {
-      r.outcome = "crashed";
+      r.outcome = Outcome::kCrashed;
       r.fatal = true;
     } else {
-      r.outcome = "verify_failed";
+      r.outcome = Outcome::kVerifyFailed;
     }
     r.error = Clip(context.empty() ? st.message() : context + ": " + st.message());
     return r;
@@ -491,13 +491,13 @@ worker::CandidateResult Evaluate(Session& ss, const worker::TuneItem& item, cons
     if (ext != nullptr) {
       void* handle = ::dlopen(ext->library_path().c_str(), RTLD_NOW | RTLD_LOCAL);
       if (handle == nullptr) {
-        r.outcome = "compile_error";
+        r.outcome = Outcome::kCompileError;
         r.error = Clip(std::string("dlopen of the compiled extension failed: ") + ::dlerror());
         return r;
       }
       auto fn = reinterpret_cast<ExtensionEntryFn>(::dlsym(handle, kExtensionEntryName));
       if (fn == nullptr) {
-        r.outcome = "compile_error";
+        r.outcome = Outcome::kCompileError;
         r.error = std::string("the compiled extension has no ") + kExtensionEntryName;
         return r;
       }
@@ -544,7 +544,7 @@ worker::CandidateResult Evaluate(Session& ss, const worker::TuneItem& item, cons
                             std::to_string(ss.baseline_us / *us) + "x > " + std::to_string(kReverifySpeedup) + "x)");
       }
     }
-    r.outcome = "verified";
+    r.outcome = Outcome::kVerified;
     r.time_us = *us;
     r.cubin = std::move(binary);
     return r;
@@ -610,8 +610,8 @@ Status GuardTrialData(Session& ss, worker::CandidateResult& r) {
   }
   if (!changed) return Status::Ok();
   const std::string what = "wrote outside its outputs: " + *changed + " changed after it ran";
-  if (r.outcome == "verified") {
-    r.outcome = "verify_failed";
+  if (r.outcome == Outcome::kVerified) {
+    r.outcome = Outcome::kVerifyFailed;
     r.error = what;
     r.time_us = 0;
     r.cubin.clear();
@@ -654,7 +654,7 @@ static bool RunTuneRequestImpl(const worker::TuneRequest& req, const SendFn& sen
   for (const auto& item : req.items) {
     worker::CandidateResult r;
     r.id = item.id;
-    r.outcome = "skipped";
+    r.outcome = Outcome::kSkipped;
     if (item.candidate.reduced_precision && !req.allow_reduced_precision) {
       r.error = "uses reduced precision internally; not allowed by the precision policy";
       if (emit(worker::EncodeResult(r))) return true;
@@ -675,7 +675,7 @@ static bool RunTuneRequestImpl(const worker::TuneRequest& req, const SendFn& sen
     }
     worker::CandidateResult r;
     r.id = to_compile[i]->id;
-    r.outcome = "compile_error";
+    r.outcome = Outcome::kCompileError;
     r.error = Clip(compiled[i].status().message());
     if (emit(worker::EncodeResult(r))) return true;
   }
@@ -702,7 +702,7 @@ static bool RunTuneRequestImpl(const worker::TuneRequest& req, const SendFn& sen
       }
       worker::CandidateResult r;
       r.id = to_build[i]->id;
-      r.outcome = "compile_error";
+      r.outcome = Outcome::kCompileError;
       r.error = Clip(results[i]->status().message());
       if (emit(worker::EncodeResult(r))) return true;
     }
@@ -766,7 +766,7 @@ static bool RunTuneRequestImpl(const worker::TuneRequest& req, const SendFn& sen
       if (SecondsSince(start) >= req.budget_s) {
         worker::CandidateResult r;
         r.id = item.id;
-        r.outcome = "skipped";
+        r.outcome = Outcome::kSkipped;
         r.error = "tuning budget exhausted";
         r.compile_ms = compiled[i]->compile_ms;
         if (emit(worker::EncodeResult(r))) return true;
@@ -785,7 +785,7 @@ static bool RunTuneRequestImpl(const worker::TuneRequest& req, const SendFn& sen
       if (SecondsSince(start) >= req.budget_s) {
         worker::CandidateResult r;
         r.id = item.id;
-        r.outcome = "skipped";
+        r.outcome = Outcome::kSkipped;
         r.error = "tuning budget exhausted";
         r.compile_ms = builds[i]->compile_ms();
         if (emit(worker::EncodeResult(r))) return true;

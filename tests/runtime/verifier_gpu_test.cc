@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -122,29 +123,29 @@ TEST(VerifierGpu, RejectsEachWrongKernelWithTheRightOutcomeAndAcceptsCorrectOnes
   for (const auto& o : report->outcomes) by_origin[o.origin] = o;
   auto outcome = [&](const std::string& origin) {
     auto it = by_origin.find(origin);
-    return it == by_origin.end() ? std::string("<missing>") : it->second.outcome;
+    return it == by_origin.end() ? std::optional<Outcome>() : std::optional<Outcome>(it->second.kind);
   };
   auto error = [&](const std::string& origin) { return by_origin[origin].error; };
 
-  EXPECT_EQ(outcome("off_by_one"), "verify_failed") << error("off_by_one");
-  EXPECT_EQ(outcome("unwritten_tail"), "verify_failed") << error("unwritten_tail");
-  EXPECT_EQ(outcome("race"), "verify_failed") << error("race");
-  EXPECT_EQ(outcome("nan_output"), "verify_failed") << error("nan_output");
-  EXPECT_EQ(outcome("wrong_dtype"), "verify_failed") << error("wrong_dtype");
-  EXPECT_EQ(outcome("illegal_address"), "crashed") << error("illegal_address");
-  EXPECT_EQ(outcome("endless_loop"), "timeout") << error("endless_loop");
-  EXPECT_EQ(outcome("compile_error"), "compile_error") << error("compile_error");
-  EXPECT_EQ(outcome("reduced_precision"), "skipped") << error("reduced_precision");
+  EXPECT_EQ(outcome("off_by_one"), Outcome::kVerifyFailed) << error("off_by_one");
+  EXPECT_EQ(outcome("unwritten_tail"), Outcome::kVerifyFailed) << error("unwritten_tail");
+  EXPECT_EQ(outcome("race"), Outcome::kVerifyFailed) << error("race");
+  EXPECT_EQ(outcome("nan_output"), Outcome::kVerifyFailed) << error("nan_output");
+  EXPECT_EQ(outcome("wrong_dtype"), Outcome::kVerifyFailed) << error("wrong_dtype");
+  EXPECT_EQ(outcome("illegal_address"), Outcome::kCrashed) << error("illegal_address");
+  EXPECT_EQ(outcome("endless_loop"), Outcome::kTimeout) << error("endless_loop");
+  EXPECT_EQ(outcome("compile_error"), Outcome::kCompileError) << error("compile_error");
+  EXPECT_EQ(outcome("reduced_precision"), Outcome::kSkipped) << error("reduced_precision");
   EXPECT_NE(error("unwritten_tail").find("nan"), std::string::npos) << error("unwritten_tail");
-  EXPECT_EQ(outcome("writes_input"), "verify_failed") << error("writes_input");
+  EXPECT_EQ(outcome("writes_input"), Outcome::kVerifyFailed) << error("writes_input");
   EXPECT_NE(error("writes_input").find("wrote outside its outputs: random trial 0 (randn x1): input 0"),
             std::string::npos) << error("writes_input");
 
   // Candidates after the crash and the hang still ran (worker respawned);
   // correct_b128, after writes_input, on trials rebuilt from their seeds.
   for (const char* ok : {"correct", "correct_b128"}) {
-    const std::string o = outcome(ok);
-    EXPECT_TRUE(o == "winner" || o == "slower" || o == "verified") << ok << ": " << o << " " << error(ok);
+    const std::optional<Outcome> o = outcome(ok);
+    EXPECT_TRUE(o && IsVerified(*o)) << ok << ": " << by_origin[ok].outcome << " " << error(ok);
     EXPECT_GT(by_origin[ok].time_us, 0.0) << ok;
   }
   EXPECT_GT(report->baseline_us, 0.0);
@@ -180,7 +181,7 @@ TEST(VerifierGpu, TemplateCandidatesVerifyAndAreTimedAgainstBaseline) {
   EXPECT_GT(report->baseline_us, 0.0);
   EXPECT_GT(report->verified, 0);
   for (const auto& o : report->outcomes) {
-    EXPECT_TRUE(o.outcome == "winner" || o.outcome == "slower" || o.outcome == "verified")
+    EXPECT_TRUE(IsVerified(o.kind))
         << o.origin << ": " << o.outcome << " " << o.error;
   }
 }
@@ -200,7 +201,7 @@ TEST(VerifierGpu, CapturedInputsJoinTheTrials) {
   auto random_only = tuner.Tune(task);
   ASSERT_TRUE(random_only.ok()) << random_only.status().ToString();
   ASSERT_EQ(random_only->outcomes.size(), 1u);
-  EXPECT_NE(random_only->outcomes[0].outcome, "verify_failed") << random_only->outcomes[0].error;
+  EXPECT_NE(random_only->outcomes[0].kind, Outcome::kVerifyFailed) << random_only->outcomes[0].error;
 
   std::vector<float> host(kN);
   for (int i = 0; i < kN; ++i) host[i] = static_cast<float>(i % 13) * 0.25f - 1.0f;  // includes 0.5
@@ -208,7 +209,7 @@ TEST(VerifierGpu, CapturedInputsJoinTheTrials) {
   auto with_captured = tuner.Tune(task, &captured);
   ASSERT_TRUE(with_captured.ok()) << with_captured.status().ToString();
   ASSERT_EQ(with_captured->outcomes.size(), 1u);
-  EXPECT_EQ(with_captured->outcomes[0].outcome, "verify_failed");
+  EXPECT_EQ(with_captured->outcomes[0].kind, Outcome::kVerifyFailed);
   EXPECT_NE(with_captured->outcomes[0].error.find("captured"), std::string::npos) << with_captured->outcomes[0].error;
 }
 

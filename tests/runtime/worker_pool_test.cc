@@ -127,7 +127,7 @@ TEST(WorkerProtocol, ResultCarriesBinaryCubinExactly) {
   for (size_t len : {0u, 1u, 2u, 3u, 4u, 255u, 256u, 1001u}) {
     worker::CandidateResult res;
     res.id = 3;
-    res.outcome = "verified";
+    res.outcome = Outcome::kVerified;
     res.time_us = 12.5;
     for (size_t i = 0; i < len; ++i) res.cubin.push_back(static_cast<char>(i * 7 + 1));
     auto ev = worker::DecodeEvent(worker::EncodeResult(res));
@@ -135,8 +135,26 @@ TEST(WorkerProtocol, ResultCarriesBinaryCubinExactly) {
     ASSERT_EQ(ev->type, worker::EventType::kResult);
     EXPECT_EQ(ev->result.cubin, res.cubin) << "length " << len;
     EXPECT_EQ(ev->result.id, 3);
+    EXPECT_EQ(ev->result.outcome, Outcome::kVerified);
     EXPECT_DOUBLE_EQ(ev->result.time_us, 12.5);
   }
+}
+
+TEST(WorkerProtocol, ResultOutcomeTravelsAsItsNameAndUnknownNamesAreCorrupt) {
+  worker::CandidateResult res;
+  res.outcome = Outcome::kVerifyFailed;
+  const std::string wire = worker::EncodeResult(res);
+  EXPECT_NE(wire.find("\"outcome\":\"verify_failed\""), std::string::npos) << wire;
+  auto ev = worker::DecodeEvent(wire);
+  ASSERT_TRUE(ev.ok()) << ev.status().ToString();
+  EXPECT_EQ(ev->result.outcome, Outcome::kVerifyFailed);
+
+  std::string bad = wire;
+  bad.replace(bad.find("verify_failed"), 13, "verify_faile");
+  auto rejected = worker::DecodeEvent(bad);
+  ASSERT_FALSE(rejected.ok());
+  EXPECT_EQ(rejected.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(rejected.status().message().find("verify_faile"), std::string::npos) << rejected.status().message();
 }
 
 TEST(WorkerProtocol, RejectsMalformedMessages) {
@@ -302,7 +320,8 @@ TEST(WorkerPool, TuneRecordsCrashAndHangThenResubmitsTheRest) {
   ASSERT_TRUE(res.ok()) << res.status().ToString();
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 30.0);
   ASSERT_EQ(res->results.size(), origins.size());
-  const std::vector<std::string> expected = {"verified", "crashed", "compile_error", "verified", "timeout", "verified"};
+  const std::vector<Outcome> expected = {Outcome::kVerified, Outcome::kCrashed, Outcome::kCompileError,
+                                         Outcome::kVerified, Outcome::kTimeout,  Outcome::kVerified};
   for (size_t i = 0; i < origins.size(); ++i) {
     EXPECT_EQ(res->results[i].id, static_cast<int>(100 + i));
     EXPECT_EQ(res->results[i].outcome, expected[i]) << "candidate " << i << ": " << res->results[i].error;
@@ -363,8 +382,9 @@ TEST(Tuner, CompileOnlyCompilesTemplateCandidatesAndStoresNothing) {
   EXPECT_FALSE(report->from_cache);
   EXPECT_EQ(report->task_key, task.Key());
   for (const auto& o : report->outcomes) {
-    EXPECT_TRUE(o.outcome == "compiled" || o.outcome == "compile_error") << o.origin << ": " << o.outcome;
-    if (o.outcome == "compiled") {
+    EXPECT_TRUE(o.kind == Outcome::kCompiled || o.kind == Outcome::kCompileError) << o.origin << ": " << o.outcome;
+    EXPECT_EQ(o.outcome, OutcomeName(o.kind));
+    if (o.kind == Outcome::kCompiled) {
       EXPECT_GT(o.compile_ms, 0.0);
     }
   }

@@ -21,6 +21,7 @@
 
 #include "dice/runtime/compiler.h"
 #include "dice/runtime/extension_compiler.h"
+#include "dice/runtime/select_winner.h"
 #include "dice/runtime/worker_pool.h"
 #include "dice/runtime/worker_protocol.h"
 
@@ -38,7 +39,7 @@ void RecordOutcome(cache::Store* store, const std::string& task_key, const Candi
   a.task_key = task_key;
   a.candidate_hash = o.hash;
   a.origin = o.origin;
-  a.outcome = o.outcome;
+  a.outcome = std::string(OutcomeName(o.kind));
   a.error = o.error;
   a.time_us = o.time_us;
   Status st = store->RecordAttempt(std::move(a));
@@ -103,9 +104,146 @@ class CapturedFile {
   uint64_t bytes_ = 0;
 };
 
-bool IsVerifiedOutcome(const std::string& o) { return o == "verified" || o == "slower" || o == "winner"; }
-bool IsCompiledOutcome(const std::string& o) {
-  return IsVerifiedOutcome(o) || o == "verify_failed" || o == "crashed" || o == "timeout";
+// What the generators (or the pulled cache entry) gave one Tune.
+struct Generated {
+  std::vector<Candidate> candidates;       ///< to compile / measure, in the generators' order
+  std::vector<CandidateOutcome> outcomes;  ///< outputs that did not become candidates, and skips
+  bool pulled_rejected = false;            ///< the pulled entry cannot even be read (bad launch plan)
+};
+
+// What CompileOnly or RunInWorker measured: one entry per candidate, in order.
+struct Measured {
+  double baseline_us = 0;                  ///< PyTorch on the same subgraph, median µs (0 = unknown)
+  std::string baseline_error;              ///< why there is no baseline ("" = fine)
+  std::vector<CandidateOutcome> outcomes;  ///< kind = the measured outcome (before SelectWinner)
+  std::vector<std::string> binaries;       ///< cubin or extension .so bytes (verified only)
+};
+
+CandidateOutcome MakeOutcome(std::string origin, std::string hash, Outcome kind, std::string error) {
+  CandidateOutcome o;
+  o.origin = std::move(origin);
+  o.hash = std::move(hash);
+  o.SetOutcome(kind);
+  o.error = std::move(error);
+  return o;
+}
+
+// The one place the precision policy is applied (the worker trusts it).
+bool ForbiddenByPrecisionPolicy(const Candidate& c, const TuneOptions& opt) {
+  return c.reduced_precision && !opt.allow_reduced_precision;
+}
+constexpr const char* kPrecisionPolicyError =
+    "uses reduced precision (TF32 or lower) internally; not allowed by the precision policy";
+
+// Captured inputs must match the task: one buffer per input, nbytes each.
+Status CheckCapturedInputs(const Task& task, const std::vector<std::string>* captured_inputs) {
+  if (captured_inputs == nullptr) return Status::Ok();
+  if (captured_inputs->size() != task.inputs.size()) {
+    return Status(StatusCode::kInvalidArgument, "captured inputs: got " + std::to_string(captured_inputs->size()) +
+                                                    " buffers for " + std::to_string(task.inputs.size()) +
+                                                    " task inputs");
+  }
+  for (size_t i = 0; i < task.inputs.size(); ++i) {
+    if (static_cast<int64_t>((*captured_inputs)[i].size()) != task.inputs[i].nbytes()) {
+      return Status(StatusCode::kInvalidArgument,
+                    "captured input " + std::to_string(i) + " holds " + std::to_string((*captured_inputs)[i].size()) +
+                        " bytes, expected " + std::to_string(task.inputs[i].nbytes()) + " for " +
+                        task.inputs[i].ToString());
+    }
+  }
+  return Status::Ok();
+}
+
+// The pulled entry as the only candidate: re-verification asks no generator.
+Generated FromPulled(const cache::WinnerRecord& pulled, const TuneOptions& opt) {
+  Generated g;
+  auto plan = LaunchPlan::FromJson(pulled.launch_plan_json);
+  if (!plan.ok()) {
+    g.outcomes.push_back(MakeOutcome(pulled.origin, pulled.candidate_hash, Outcome::kVerifyFailed,
+                                     "pulled entry has a bad launch plan: " + plan.status().message()));
+    g.pulled_rejected = true;
+    return g;
+  }
+  Candidate c;
+  c.origin = pulled.origin;
+  c.form = CandidateForm::kDevice;
+  c.source = pulled.source;
+  c.plan = *plan;
+  c.reduced_precision = pulled.reduced_precision;
+  if (ForbiddenByPrecisionPolicy(c, opt)) {
+    g.outcomes.push_back(MakeOutcome(c.origin, c.Hash(), Outcome::kSkipped, kPrecisionPolicyError));
+  } else {
+    g.candidates.push_back(std::move(c));
+  }
+  return g;
+}
+
+// SelectWinner's view of the measured candidates.
+std::vector<Measurement> Measurements(const std::vector<Candidate>& candidates, const Measured& m) {
+  std::vector<Measurement> v;
+  v.reserve(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    v.push_back(Measurement{m.outcomes[i].kind, m.outcomes[i].time_us, candidates[i].reduced_precision});
+  }
+  return v;
+}
+
+// Moves the measured outcomes into the report with SelectWinner's verdict,
+// counts them, and fills the winner's fields.
+void ApplySelection(const std::vector<Candidate>& candidates, const Selection& sel, Measured* m, TuneReport* report) {
+  report->baseline_us = m->baseline_us;
+  for (size_t i = 0; i < m->outcomes.size(); ++i) {
+    CandidateOutcome& o = m->outcomes[i];
+    o.SetOutcome(sel.outcomes[i]);
+    if (o.kind == Outcome::kVerified && m->baseline_us <= 0) {
+      o.error = "no baseline to compare with" +
+                (m->baseline_error.empty() ? std::string() : ": " + m->baseline_error);
+    }
+    if (IsCompiled(o.kind)) ++report->compiled;
+    if (IsVerified(o.kind)) ++report->verified;
+    report->outcomes.push_back(o);
+  }
+  if (sel.winner >= 0) {
+    const CandidateOutcome& w = m->outcomes[static_cast<size_t>(sel.winner)];
+    report->winner_origin = candidates[static_cast<size_t>(sel.winner)].origin;
+    report->best_us = w.time_us;
+    report->speedup = report->baseline_us / w.time_us;
+  }
+}
+
+// The cache row of a winner verified and timed on this GPU just now.
+cache::WinnerRecord MakeWinnerRecord(const Task& task, const Candidate& c, std::string binary,
+                                     const TuneReport& report, const worker::HelloReply& hello,
+                                     const std::optional<cache::WinnerRecord>& pulled) {
+  cache::WinnerRecord w;
+  w.task_key = report.task_key;
+  w.graph_canonical = ir::Canonical(task.graph);
+  for (size_t i = 0; i < task.inputs.size(); ++i) {
+    if (i) w.input_specs += ';';
+    w.input_specs += task.inputs[i].ToString();
+  }
+  w.arch = task.target.arch;
+  w.gpu_name = hello.device.name;
+  w.origin = c.origin;
+  w.candidate_hash = c.Hash();
+  w.source = c.source;
+  w.cubin = std::move(binary);
+  w.launch_plan_json = c.plan.ToJson();
+  w.verified = true;
+  if (pulled) w.pulled_from = pulled->pulled_from;
+  w.baseline_us = report.baseline_us;
+  w.best_us = report.best_us;
+  w.speedup = report.speedup;
+  w.reduced_precision = c.reduced_precision;
+  w.versions_json = nlohmann::json{{"driver", hello.device.driver_major},
+                                   {"nvrtc", hello.nvrtc_version},
+                                   {"abi", kRuntimeAbiVersion},
+                                   {"torch", hello.torch_version},
+                                   {"dice", DICE_VERSION_STRING},
+                                   // extension form: `cubin` holds the nvcc-built shared object
+                                   {"form", c.form == CandidateForm::kExtension ? "extension" : "device"}}
+                        .dump();
+  return w;
 }
 
 }  // namespace
@@ -116,6 +254,8 @@ struct Tuner::Impl {
   TuneOptions options;
   std::unique_ptr<WorkerPool> pool;
   std::optional<worker::HelloReply> hello;
+
+  bool persists() const { return store != nullptr && !options.compile_only; }
 
   Expected<worker::HelloReply> EnsureWorker() {
     if (hello) return *hello;
@@ -138,6 +278,199 @@ struct Tuner::Impl {
     hello = *h;
     return *hello;
   }
+
+  // LookupCache: the task's winner row, read once per Tune (none in
+  // compile-only or without a store). A verified row is served as is; an
+  // unverified (pulled) one is re-verified (DESIGN.md "HTTP sharing").
+  Expected<std::optional<cache::WinnerRecord>> LookupCache(const std::string& task_key) const {
+    if (!persists()) return std::optional<cache::WinnerRecord>();
+    auto cached = store->GetWinner(task_key);
+    if (!cached.ok()) return cached.status().WithContext("reading the kernel cache");
+    return std::move(*cached);
+  }
+
+  // The worker's GPU must be the task's target. Comes before generation so
+  // a GPU-less machine fails fast.
+  Expected<worker::HelloReply> CheckDevice(const Task& task, const std::string& description) {
+    auto h = EnsureWorker();
+    if (!h.ok()) return h.status();
+    if (h->device.arch != task.target.arch) {
+      return Status(StatusCode::kInvalidArgument, "task '" + description + "' targets " + task.target.arch +
+                                                      " but the worker's GPU " + h->device.name + " is " +
+                                                      h->device.arch);
+    }
+    return *h;
+  }
+
+  // Generate: asks the generators in order (within the budget), dedupes, and
+  // drops what the attempts table says was tried or what the precision policy
+  // forbids; a pulled entry is the only candidate instead.
+  Expected<Generated> Generate(const Task& task, const std::string& task_key,
+                               const std::optional<cache::WinnerRecord>& pulled, Clock::time_point start) {
+    if (pulled) return FromPulled(*pulled, options);
+    Generated g;
+    std::unordered_set<std::string> seen;
+    for (const auto& gen : generators) {
+      if (SecondsSince(start) >= options.budget_s) break;
+      auto generated = gen->Generate(task, options.max_candidates);
+      // Outputs that did not become candidates (a model answer without code):
+      // failed attempts with their reason, identified by the text's hash.
+      for (GenerationFailure& f : gen->TakeFailures()) {
+        Candidate raw;
+        raw.form = CandidateForm::kExtension;
+        raw.source = f.text;
+        g.outcomes.push_back(MakeOutcome(f.origin, raw.Hash(), Outcome::kParseError, f.reason));
+      }
+      if (!generated.ok()) {
+        g.outcomes.push_back(MakeOutcome("generator:" + gen->name(), "", Outcome::kSkipped,
+                                         generated.status().ToString()));
+        continue;
+      }
+      int taken = 0;
+      for (Candidate& c : *generated) {
+        if (taken >= options.max_candidates) break;
+        std::string hash = c.Hash();
+        if (!seen.insert(hash).second) continue;  // the same kernel twice
+        if (persists()) {
+          auto attempted = store->WasAttempted(task_key, hash);
+          if (!attempted.ok()) return attempted.status().WithContext("reading the attempts table");
+          if (*attempted) {
+            g.outcomes.push_back(MakeOutcome(c.origin, hash, Outcome::kSkipped,
+                                             "already attempted for this task (cache attempts table)"));
+            continue;
+          }
+        }
+        if (ForbiddenByPrecisionPolicy(c, options)) {
+          g.outcomes.push_back(MakeOutcome(c.origin, hash, Outcome::kSkipped, kPrecisionPolicyError));
+          continue;
+        }
+        ++taken;
+        g.candidates.push_back(std::move(c));
+      }
+    }
+    return g;
+  }
+
+  // CompileOnly: device form with NVRTC (in parallel), extension form with
+  // nvcc (one at a time: a LibTorch-header build takes ~1-2 GB and tens of
+  // seconds). Nothing runs; outcomes are kCompiled / kCompileError.
+  Measured CompileOnly(const Task& task, const std::vector<Candidate>& candidates, Clock::time_point start) const {
+    Measured m;
+    std::vector<Candidate> device;
+    for (const Candidate& c : candidates) {
+      if (c.form == CandidateForm::kDevice) device.push_back(c);
+    }
+    auto compiled = CompileAll(device, task.target.arch);
+    ExtensionCompileOptions eo;
+    eo.timeout_s = options.extension_compile_timeout_s;
+    size_t next_device = 0;
+    for (const Candidate& c : candidates) {
+      CandidateOutcome o = MakeOutcome(c.origin, c.Hash(), Outcome::kSkipped, "");
+      Status st;
+      if (c.form == CandidateForm::kDevice) {
+        const auto& r = compiled[next_device++];
+        if (r.ok()) o.compile_ms = r->compile_ms;
+        st = r.status();
+      } else if (SecondsSince(start) >= options.budget_s) {
+        o.error = "tuning budget exhausted";
+        m.outcomes.push_back(std::move(o));
+        m.binaries.emplace_back();
+        continue;
+      } else {
+        auto r = CompileExtension(c, task.target.arch, static_cast<int>(task.inputs.size()), eo);
+        if (r.ok()) o.compile_ms = (*r)->compile_ms();
+        st = r.status();
+      }
+      o.SetOutcome(st.ok() ? Outcome::kCompiled : Outcome::kCompileError);
+      if (!st.ok()) o.error = FirstLines(st.message());
+      m.outcomes.push_back(std::move(o));
+      m.binaries.emplace_back();
+    }
+    return m;
+  }
+
+  // RunInWorker: one tune request to the worker pool (compile, verify, time,
+  // baseline); captured real inputs travel through a size-capped file.
+  Expected<Measured> RunInWorker(const Task& task, const std::vector<Candidate>& candidates,
+                                 const std::vector<std::string>* captured_inputs, Clock::time_point start) {
+    CapturedFile captured;
+    if (captured_inputs != nullptr) {
+      uint64_t total = 0;
+      for (const auto& b : *captured_inputs) total += b.size();
+      if (total > worker::kMaxCapturedBytes) {
+        spdlog::warn("dice: captured inputs of {} bytes exceed the {} byte cap; verifying with random inputs only",
+                     total, worker::kMaxCapturedBytes);
+      } else {
+        Status st = captured.Write(*captured_inputs);
+        if (!st.ok()) spdlog::warn("dice: captured inputs not passed to the worker: {}", st.ToString());
+      }
+    }
+    worker::TuneRequest req;
+    req.graph_canonical = ir::Canonical(task.graph);
+    req.inputs = task.inputs;
+    req.arch = task.target.arch;
+    req.device = options.device;
+    req.trials = std::max(options.trials, 1);
+    req.allow_reduced_precision = options.allow_reduced_precision;
+    req.measure_baseline = true;
+    if (!captured.path().empty()) {
+      req.captured_path = captured.path();
+      req.captured_bytes = captured.bytes();
+    }
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      req.items.push_back(worker::TuneItem{static_cast<int>(i), candidates[i]});
+    }
+    const double budget_left = std::max(options.budget_s - SecondsSince(start), 0.0);
+    req.budget_s = budget_left;
+    req.extension_compile_timeout_s = options.extension_compile_timeout_s;
+    auto run = pool->Tune(req, options.candidate_timeout_s, budget_left);
+    if (!run.ok()) return run.status();
+    // The worker that served this call may have been replaced; its facts stay.
+    Measured m;
+    m.baseline_us = run->baseline_us;
+    m.baseline_error = run->baseline_error;
+    m.outcomes.resize(candidates.size());
+    m.binaries.resize(candidates.size());
+    for (auto& r : run->results) {
+      if (r.id < 0 || static_cast<size_t>(r.id) >= candidates.size()) continue;
+      const Candidate& c = candidates[static_cast<size_t>(r.id)];
+      CandidateOutcome& o = m.outcomes[static_cast<size_t>(r.id)];
+      o = MakeOutcome(c.origin, c.Hash(), r.outcome, FirstLines(r.error));
+      o.compile_ms = r.compile_ms;
+      o.time_us = r.time_us;
+      m.binaries[static_cast<size_t>(r.id)] = std::move(r.cubin);
+    }
+    return m;
+  }
+
+  // Persist, part 1: every outcome but a skip goes to the attempts table.
+  void RecordAttempts(const TuneReport& report) const {
+    if (!persists()) return;
+    for (const CandidateOutcome& o : report.outcomes) {
+      if (o.kind != Outcome::kSkipped) RecordOutcome(store, report.task_key, o);
+    }
+  }
+
+  // Persist: the attempts, the winner (verified, with its binary), and a
+  // pulled entry that did not win here is removed so it is never served.
+  Status Persist(const Task& task, const std::vector<Candidate>& candidates, Measured& m, const Selection& sel,
+                 const worker::HelloReply& device, const std::optional<cache::WinnerRecord>& pulled,
+                 const TuneReport& report) {
+    if (!persists()) return Status::Ok();
+    RecordAttempts(report);
+    if (sel.winner >= 0) {
+      const size_t w = static_cast<size_t>(sel.winner);
+      auto put = store->PutWinner(MakeWinnerRecord(task, candidates[w], std::move(m.binaries[w]), report, device,
+                                                   pulled));
+      if (!put.ok()) return put.status().WithContext("storing the winner");
+    } else if (pulled) {
+      // Failed re-verification (wrong, crashed, not faster here, or not
+      // allowed by the precision policy): never served.
+      auto removed = store->RemoveUnverifiedWinner(report.task_key);
+      if (!removed.ok()) return removed.status().WithContext("dropping a pulled kernel that failed re-verification");
+    }
+    return Status::Ok();
+  }
 };
 
 Tuner::Tuner(cache::Store* store, std::vector<std::shared_ptr<KernelGenerator>> generators, TuneOptions options)
@@ -149,315 +482,66 @@ Tuner::Tuner(cache::Store* store, std::vector<std::shared_ptr<KernelGenerator>> 
 
 Tuner::~Tuner() = default;
 
+// LookupCache -> Generate -> (CompileOnly | RunInWorker) -> SelectWinner -> Persist.
 Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string>* captured_inputs) {
   const auto start = Clock::now();
   const TuneOptions& opt = impl_->options;
   TuneReport report;
   report.task_key = task.Key();
   report.description = task.Describe();
+  DICE_RETURN_IF_ERROR(CheckCapturedInputs(task, captured_inputs));
 
-  if (captured_inputs != nullptr) {
-    if (captured_inputs->size() != task.inputs.size()) {
-      return Status(StatusCode::kInvalidArgument, "captured inputs: got " + std::to_string(captured_inputs->size()) +
-                                                      " buffers for " + std::to_string(task.inputs.size()) +
-                                                      " task inputs");
-    }
-    for (size_t i = 0; i < task.inputs.size(); ++i) {
-      if (static_cast<int64_t>((*captured_inputs)[i].size()) != task.inputs[i].nbytes()) {
-        return Status(StatusCode::kInvalidArgument,
-                      "captured input " + std::to_string(i) + " holds " + std::to_string((*captured_inputs)[i].size()) +
-                          " bytes, expected " + std::to_string(task.inputs[i].nbytes()) + " for " +
-                          task.inputs[i].ToString());
-      }
-    }
-  }
-
-  // A cached winner is served as is: nothing generated, nothing compiled.
-  if (!opt.compile_only && impl_->store != nullptr) {
-    auto cached = impl_->store->GetWinner(report.task_key);
-    if (!cached.ok()) return cached.status().WithContext("reading the kernel cache");
-    if (cached->has_value() && (**cached).verified) {
-      const cache::WinnerRecord& w = **cached;
-      report.from_cache = true;
-      report.winner_origin = w.origin;
-      report.baseline_us = w.baseline_us;
-      report.best_us = w.best_us;
-      report.speedup = w.speedup;
-      report.tune_seconds = SecondsSince(start);
-      return report;
-    }
-  }
-
-  // A pulled (unverified) entry is re-verified and re-timed here before it
-  // is ever served: it becomes the only candidate (DESIGN.md "HTTP sharing").
+  auto cached = impl_->LookupCache(report.task_key);
+  if (!cached.ok()) return cached.status();
   std::optional<cache::WinnerRecord> pulled;
-  if (!opt.compile_only && impl_->store != nullptr) {
-    auto cached = impl_->store->GetWinner(report.task_key);
-    if (!cached.ok()) return cached.status().WithContext("reading the kernel cache");
-    if (cached->has_value() && !(**cached).verified) pulled = std::move(**cached);
+  if (cached->has_value() && (**cached).verified) {
+    // A cached winner is served as is: nothing generated, nothing compiled.
+    const cache::WinnerRecord& w = **cached;
+    report.from_cache = true;
+    report.winner_origin = w.origin;
+    report.baseline_us = w.baseline_us;
+    report.best_us = w.best_us;
+    report.speedup = w.speedup;
+    report.tune_seconds = SecondsSince(start);
+    return report;
   }
+  if (cached->has_value()) pulled = std::move(**cached);
 
-  // The GPU check comes before generation so a GPU-less machine fails fast.
-  std::optional<worker::HelloReply> hello;
+  std::optional<worker::HelloReply> device;
   if (!opt.compile_only) {
-    auto h = impl_->EnsureWorker();
+    auto h = impl_->CheckDevice(task, report.description);
     if (!h.ok()) return h.status();
-    hello = *h;
-    if (hello->device.arch != task.target.arch) {
-      return Status(StatusCode::kInvalidArgument, "task '" + report.description + "' targets " + task.target.arch +
-                                                      " but the worker's GPU " + hello->device.name + " is " +
-                                                      hello->device.arch);
-    }
+    device = std::move(*h);
   }
 
-  // Generate, dedupe, and drop what the cache says was already attempted or
-  // what the precision policy forbids.
-  std::vector<Candidate> candidates;
-  std::unordered_set<std::string> seen;
-  if (pulled) {
-    auto plan = LaunchPlan::FromJson(pulled->launch_plan_json);
-    if (!plan.ok()) {
-      CandidateOutcome o;
-      o.origin = pulled->origin;
-      o.hash = pulled->candidate_hash;
-      o.outcome = "verify_failed";
-      o.error = "pulled entry has a bad launch plan: " + plan.status().message();
-      report.outcomes.push_back(std::move(o));
-      auto removed = impl_->store->RemoveUnverifiedWinner(report.task_key);
-      if (!removed.ok()) return removed.status();
-      report.tune_seconds = SecondsSince(start);
-      return report;
-    }
-    Candidate c;
-    c.origin = pulled->origin;
-    c.form = CandidateForm::kDevice;
-    c.source = pulled->source;
-    c.plan = *plan;
-    c.reduced_precision = pulled->reduced_precision;
-    candidates.push_back(std::move(c));
-  }
-  for (const auto& gen : impl_->generators) {
-    if (pulled) break;  // re-verification only: the generators are not asked
-    if (SecondsSince(start) >= opt.budget_s) break;
-    auto generated = gen->Generate(task, opt.max_candidates);
-    // Outputs that did not become candidates (a model answer without code):
-    // failed attempts with their reason, identified by the text's hash.
-    for (GenerationFailure& f : gen->TakeFailures()) {
-      CandidateOutcome o;
-      o.origin = f.origin;
-      Candidate raw;
-      raw.form = CandidateForm::kExtension;
-      raw.source = f.text;
-      o.hash = raw.Hash();
-      o.outcome = "parse_error";
-      o.error = f.reason;
-      if (impl_->store != nullptr && !opt.compile_only) RecordOutcome(impl_->store, report.task_key, o);
-      report.outcomes.push_back(std::move(o));
-    }
-    if (!generated.ok()) {
-      CandidateOutcome o;
-      o.origin = "generator:" + gen->name();
-      o.outcome = "skipped";
-      o.error = generated.status().ToString();
-      report.outcomes.push_back(std::move(o));
-      continue;
-    }
-    int taken = 0;
-    for (Candidate& c : *generated) {
-      if (taken >= opt.max_candidates) break;
-      std::string hash = c.Hash();
-      if (!seen.insert(hash).second) continue;  // the same kernel twice
-      CandidateOutcome skip;
-      skip.origin = c.origin;
-      skip.hash = hash;
-      skip.outcome = "skipped";
-      if (impl_->store != nullptr && !opt.compile_only) {
-        auto attempted = impl_->store->WasAttempted(report.task_key, hash);
-        if (!attempted.ok()) return attempted.status().WithContext("reading the attempts table");
-        if (*attempted) {
-          skip.error = "already attempted for this task (cache attempts table)";
-          report.outcomes.push_back(std::move(skip));
-          continue;
-        }
-      }
-      if (c.reduced_precision && !opt.allow_reduced_precision) {
-        skip.error = "uses reduced precision (TF32 or lower) internally; not allowed by the precision policy";
-        report.outcomes.push_back(std::move(skip));
-        continue;
-      }
-      ++taken;
-      candidates.push_back(std::move(c));
-    }
-  }
+  auto generated = impl_->Generate(task, report.task_key, pulled, start);
+  if (!generated.ok()) return generated.status();
+  const std::vector<Candidate>& candidates = generated->candidates;
+  report.outcomes = std::move(generated->outcomes);
   report.tried = static_cast<int>(candidates.size());
-
-  if (opt.compile_only) {
-    // Device form with NVRTC (in parallel), extension form with nvcc (one at
-    // a time: a LibTorch-header build takes ~1-2 GB and tens of seconds).
-    std::vector<Candidate> device;
-    for (const Candidate& c : candidates) {
-      if (c.form == CandidateForm::kDevice) device.push_back(c);
-    }
-    auto compiled = CompileAll(device, task.target.arch);
-    ExtensionCompileOptions eo;
-    eo.timeout_s = opt.extension_compile_timeout_s;
-    size_t next_device = 0;
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      CandidateOutcome o;
-      o.origin = candidates[i].origin;
-      o.hash = candidates[i].Hash();
-      Status st;
-      if (candidates[i].form == CandidateForm::kExtension && SecondsSince(start) >= opt.budget_s) {
-        o.outcome = "skipped";
-        o.error = "tuning budget exhausted";
-        report.outcomes.push_back(std::move(o));
-        continue;
-      }
-      if (candidates[i].form == CandidateForm::kDevice) {
-        const auto& r = compiled[next_device++];
-        if (r.ok()) o.compile_ms = r->compile_ms;
-        st = r.status();
-      } else {
-        auto r = CompileExtension(candidates[i], task.target.arch, static_cast<int>(task.inputs.size()), eo);
-        if (r.ok()) o.compile_ms = (*r)->compile_ms();
-        st = r.status();
-      }
-      if (st.ok()) {
-        o.outcome = "compiled";
-        ++report.compiled;
-      } else {
-        o.outcome = "compile_error";
-        o.error = FirstLines(st.message());
-      }
-      report.outcomes.push_back(std::move(o));
-    }
-    report.tune_seconds = SecondsSince(start);
-    return report;
-  }
-
-  if (candidates.empty()) {
-    report.tune_seconds = SecondsSince(start);
-    return report;
-  }
-
-  // Captured real inputs go to the worker through a size-capped file.
-  CapturedFile captured;
-  if (captured_inputs != nullptr) {
-    uint64_t total = 0;
-    for (const auto& b : *captured_inputs) total += b.size();
-    if (total > worker::kMaxCapturedBytes) {
-      spdlog::warn("dice: captured inputs of {} bytes exceed the {} byte cap; verifying with random inputs only",
-                   total, worker::kMaxCapturedBytes);
-    } else {
-      Status st = captured.Write(*captured_inputs);
-      if (!st.ok()) spdlog::warn("dice: captured inputs not passed to the worker: {}", st.ToString());
-    }
-  }
-
-  worker::TuneRequest req;
-  req.graph_canonical = ir::Canonical(task.graph);
-  req.inputs = task.inputs;
-  req.arch = task.target.arch;
-  req.device = opt.device;
-  req.trials = std::max(opt.trials, 1);
-  req.allow_reduced_precision = opt.allow_reduced_precision;
-  req.measure_baseline = true;
-  if (!captured.path().empty()) {
-    req.captured_path = captured.path();
-    req.captured_bytes = captured.bytes();
-  }
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    req.items.push_back(worker::TuneItem{static_cast<int>(i), candidates[i]});
-  }
-  const double budget_left = std::max(opt.budget_s - SecondsSince(start), 0.0);
-  req.budget_s = budget_left;
-  req.extension_compile_timeout_s = opt.extension_compile_timeout_s;
-  auto run = impl_->pool->Tune(req, opt.candidate_timeout_s, budget_left);
-  if (!run.ok()) return run.status();
-  // The worker that served this call may have been replaced; its facts stay.
-
-  report.baseline_us = run->baseline_us;
-  // Winner: the fastest verified candidate that beats the baseline by the margin.
-  const double threshold = report.baseline_us * (1.0 - opt.margin);
-  int best = -1;
-  for (size_t i = 0; i < run->results.size(); ++i) {
-    const auto& r = run->results[i];
-    if (r.outcome != "verified" || r.time_us <= 0) continue;
-    if (best < 0 || r.time_us < run->results[best].time_us) best = static_cast<int>(i);
-  }
-  const bool have_winner = best >= 0 && report.baseline_us > 0 && run->results[best].time_us < threshold;
-
-  for (size_t i = 0; i < run->results.size(); ++i) {
-    const auto& r = run->results[i];
-    const Candidate& c = candidates[static_cast<size_t>(r.id)];
-    CandidateOutcome o;
-    o.origin = c.origin;
-    o.hash = c.Hash();
-    o.outcome = r.outcome;
-    o.error = FirstLines(r.error);
-    o.compile_ms = r.compile_ms;
-    o.time_us = r.time_us;
-    if (r.outcome == "verified") {
-      if (have_winner && static_cast<int>(i) == best) {
-        o.outcome = "winner";
-      } else if (report.baseline_us <= 0) {
-        o.error = "no baseline to compare with" +
-                  (run->baseline_error.empty() ? std::string() : ": " + run->baseline_error);
-      } else if (r.time_us >= threshold) {
-        o.outcome = "slower";
-      }
-    }
-    if (IsCompiledOutcome(o.outcome)) ++report.compiled;
-    if (IsVerifiedOutcome(o.outcome)) ++report.verified;
-    if (impl_->store != nullptr && o.outcome != "skipped") RecordOutcome(impl_->store, report.task_key, o);
-    report.outcomes.push_back(std::move(o));
-  }
-
-  if (have_winner) {
-    const auto& r = run->results[best];
-    const Candidate& c = candidates[static_cast<size_t>(r.id)];
-    report.winner_origin = c.origin;
-    report.best_us = r.time_us;
-    report.speedup = report.baseline_us / r.time_us;
-    if (impl_->store != nullptr) {
-      cache::WinnerRecord w;
-      w.task_key = report.task_key;
-      w.graph_canonical = req.graph_canonical;
-      for (size_t i = 0; i < task.inputs.size(); ++i) {
-        if (i) w.input_specs += ';';
-        w.input_specs += task.inputs[i].ToString();
-      }
-      w.arch = task.target.arch;
-      w.gpu_name = hello->device.name;
-      w.origin = c.origin;
-      w.candidate_hash = c.Hash();
-      w.source = c.source;
-      w.cubin = r.cubin;
-      w.launch_plan_json = c.plan.ToJson();
-      w.verified = true;  // verified and timed on this GPU just now
-      if (pulled) w.pulled_from = pulled->pulled_from;
-      w.baseline_us = report.baseline_us;
-      w.best_us = r.time_us;
-      w.speedup = report.speedup;
-      w.reduced_precision = c.reduced_precision;
-      w.versions_json = nlohmann::json{{"driver", hello->device.driver_major},
-                                       {"nvrtc", hello->nvrtc_version},
-                                       {"abi", kRuntimeAbiVersion},
-                                       {"torch", hello->torch_version},
-                                       {"dice", DICE_VERSION_STRING},
-                                       // extension form: `cubin` holds the nvcc-built shared object
-                                       {"form", c.form == CandidateForm::kExtension ? "extension" : "device"}}
-                            .dump();
-      auto put = impl_->store->PutWinner(std::move(w));
-      if (!put.ok()) return put.status().WithContext("storing the winner");
-    }
-  }
-  if (pulled && !have_winner) {
-    // Failed re-verification (wrong, crashed, or not faster here): recorded
-    // above as an attempt and never served.
+  if (generated->pulled_rejected) {
     auto removed = impl_->store->RemoveUnverifiedWinner(report.task_key);
-    if (!removed.ok()) return removed.status().WithContext("dropping a pulled kernel that failed re-verification");
+    if (!removed.ok()) return removed.status();
+    report.tune_seconds = SecondsSince(start);
+    return report;
   }
+
+  Measured measured;
+  if (opt.compile_only) {
+    measured = impl_->CompileOnly(task, candidates, start);
+  } else if (!candidates.empty()) {
+    auto run = impl_->RunInWorker(task, candidates, captured_inputs, start);
+    if (!run.ok()) {
+      impl_->RecordAttempts(report);  // the generators' failures are attempts all the same
+      return run.status();
+    }
+    measured = std::move(*run);
+  }
+
+  const Selection selection = SelectWinner(measured.baseline_us, Measurements(candidates, measured),
+                                           SelectionPolicy{opt.margin, opt.allow_reduced_precision});
+  ApplySelection(candidates, selection, &measured, &report);
+  if (device) DICE_RETURN_IF_ERROR(impl_->Persist(task, candidates, measured, selection, *device, pulled, report));
   report.tune_seconds = SecondsSince(start);
   return report;
 }

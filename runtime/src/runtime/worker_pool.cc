@@ -334,7 +334,7 @@ Expected<WorkerTuneResult> WorkerPool::Tune(const worker::TuneRequest& request, 
     done[i] = true;
     --remaining;
   };
-  auto finish_rest = [&](const std::string& outcome, const std::string& error) {
+  auto finish_rest = [&](Outcome outcome, const std::string& error) {
     for (size_t i = 0; i < n; ++i) {
       if (!done[i]) {
         worker::CandidateResult r;
@@ -352,13 +352,13 @@ Expected<WorkerTuneResult> WorkerPool::Tune(const worker::TuneRequest& request, 
   while (remaining > 0) {
     const double elapsed = SecondsSince(start);
     if (elapsed >= budget_s) {
-      finish_rest("skipped", "tuning budget exhausted");
+      finish_rest(Outcome::kSkipped, "tuning budget exhausted");
       break;
     }
     auto acquired = Acquire();
     if (!acquired.ok()) {
       if (acquired.status().code() == StatusCode::kNotFound) return acquired.status();
-      finish_rest("crashed", "could not start a worker: " + acquired.status().ToString());
+      finish_rest(Outcome::kCrashed, "could not start a worker: " + acquired.status().ToString());
       break;
     }
     std::unique_ptr<WorkerProcess> w = std::move(*acquired);
@@ -421,7 +421,7 @@ Expected<WorkerTuneResult> WorkerPool::Tune(const worker::TuneRequest& request, 
           break;
         case worker::EventType::kDone:
           batch_done = true;
-          if (!ev->error.empty()) finish_rest("skipped", "worker: " + ev->error);
+          if (!ev->error.empty()) finish_rest(Outcome::kSkipped, "worker: " + ev->error);
           break;
         case worker::EventType::kHelloReply:
           break;  // not expected here; harmless
@@ -435,11 +435,11 @@ Expected<WorkerTuneResult> WorkerPool::Tune(const worker::TuneRequest& request, 
         if (it != pos.end()) {
           worker::CandidateResult r;
           if (lost_status.code() == StatusCode::kTimeout) {
-            r.outcome = "timeout";
+            r.outcome = Outcome::kTimeout;
             r.error = "candidate exceeded the " + std::to_string(candidate_timeout_s) +
                       " s timeout (hang or endless loop); " + lost_status.message();
           } else {
-            r.outcome = "crashed";
+            r.outcome = Outcome::kCrashed;
             r.error = "the worker died while running this candidate: " + lost_status.message();
           }
           set_result(it->second, std::move(r));
@@ -447,12 +447,12 @@ Expected<WorkerTuneResult> WorkerPool::Tune(const worker::TuneRequest& request, 
       } else if (!fatal_seen) {
         // Lost outside any candidate (startup, compiles, reference, baseline).
         if (++setup_failures >= 2) {
-          finish_rest(lost_status.code() == StatusCode::kTimeout ? "timeout" : "crashed",
+          finish_rest(lost_status.code() == StatusCode::kTimeout ? Outcome::kTimeout : Outcome::kCrashed,
                       "the worker failed before running candidates: " + lost_status.ToString());
         }
       }
     } else if (batch_done && remaining > 0) {
-      finish_rest("skipped", "the worker finished the batch without a result for this candidate");
+      finish_rest(Outcome::kSkipped, "the worker finished the batch without a result for this candidate");
     }
     Release(std::move(w));
     if (batch_done) break;

@@ -244,7 +244,7 @@ std::string EncodeBegin(int id) { return json{{"type", "begin"}, {"id", id}}.dum
 
 std::string EncodeResult(const CandidateResult& r) {
   json j = {{"type", "result"},       {"id", r.id},
-            {"outcome", r.outcome},   {"error", r.error},
+            {"outcome", OutcomeName(r.outcome)}, {"error", r.error},
             {"compile_ms", r.compile_ms}, {"time_us", r.time_us},
             {"cubin", Base64Encode(r.cubin)}, {"fatal", r.fatal}};
   // Kernel logs may hold bytes that are not UTF-8: replace them rather than fail.
@@ -289,7 +289,10 @@ Expected<Event> DecodeEvent(std::string_view payload) {
       ev.type = EventType::kResult;
       CandidateResult& r = ev.result;
       r.id = j.at("id").get<int>();
-      r.outcome = j.at("outcome").get<std::string>();
+      const std::string outcome = j.at("outcome").get<std::string>();
+      auto parsed_outcome = ParseOutcome(outcome);
+      if (!parsed_outcome) return Status(StatusCode::kCorrupt, "worker result: unknown outcome '" + outcome + "'");
+      r.outcome = *parsed_outcome;
       r.error = j.value("error", std::string());
       r.compile_ms = j.value("compile_ms", 0.0);
       r.time_us = j.value("time_us", 0.0);

@@ -8,6 +8,14 @@
 // subgraph (DESIGN.md "Verification", "Timing"). A winner must beat the
 // baseline by `margin`; it is stored in the cache with its cubin. A crashing
 // or hanging candidate kills only the worker (recorded as an attempt).
+//
+// One Tune runs these phases, each a function of its own in tuner.cc:
+//   LookupCache   the task's winner row, read once (verified: served as is)
+//   Generate      candidates from the generators (or the pulled row), deduped,
+//                 minus those attempted before or forbidden by the precision policy
+//   CompileOnly | RunInWorker   compile only (no GPU), or compile + verify + time
+//   SelectWinner  a pure function of the measurements (select_winner.h)
+//   Persist       attempts, the winner, the fate of a pulled row
 // Torch-free. Thread-compatible: one Tune at a time per Tuner.
 #pragma once
 
@@ -19,6 +27,7 @@
 #include "dice/cache/store.h"
 #include "dice/core/generator.h"
 #include "dice/core/task.h"
+#include "dice/runtime/outcome.h"
 
 namespace dice {
 
@@ -53,10 +62,21 @@ inline bool operator!=(const TuneOptions& a, const TuneOptions& b) { return !(a 
 struct CandidateOutcome {
   std::string origin;
   std::string hash;
-  std::string outcome;     ///< "compiled" (compile-only) | "compile_error" | "parse_error" (a generator output with no candidate) | "verify_failed" | "crashed" | "timeout" | "slower" | "winner" | "verified" | "skipped"
+  Outcome kind = Outcome::kSkipped;  ///< what happened (outcome.h); set with SetOutcome
+  /// OutcomeName(kind): "compiled" (compile-only) | "compile_error" |
+  /// "parse_error" (a generator output with no candidate) | "verify_failed" |
+  /// "crashed" | "timeout" | "slower" | "winner" | "verified" | "skipped".
+  /// The form the cache and --json hold; kept for the callers that print it.
+  std::string outcome = std::string(OutcomeName(Outcome::kSkipped));
   std::string error;       ///< reason, first lines
-  double compile_ms = 0;
+  double compile_ms = 0;   ///< NVRTC / nvcc wall time, milliseconds
   double time_us = 0;      ///< median µs when timed
+
+  /// Sets `kind` and its string form `outcome` together.
+  void SetOutcome(Outcome k) {
+    kind = k;
+    outcome = std::string(OutcomeName(k));
+  }
 };
 
 /// Result of tuning one task.

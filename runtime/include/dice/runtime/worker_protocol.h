@@ -34,6 +34,7 @@
 
 #include "dice/core/candidate.h"
 #include "dice/runtime/cuda_driver.h"
+#include "dice/runtime/outcome.h"
 #include "dice/core/ir.h"
 #include "dice/core/base64.h"
 #include "dice/core/status.h"
@@ -89,9 +90,11 @@ struct TuneRequest {
   std::vector<ir::TensorSpec> inputs;    ///< one per graph input
   std::string arch;                      ///< compile target, "sm_90"; must match the worker's device
   int device = 0;                        ///< CUDA ordinal
+  /// REQUIRES: every item obeys the precision policy (the Tuner applies it;
+  /// the worker does not check it again).
   std::vector<TuneItem> items;
   int trials = 5;                        ///< random-input trials (plus captured inputs)
-  bool allow_reduced_precision = false;  ///< precision policy
+  bool allow_reduced_precision = false;  ///< precision policy: reduced-precision items get a 10x tolerance
   double budget_s = 60;                  ///< worker starts no new candidate after this many seconds
   bool measure_baseline = true;          ///< time the reference executor and send "baseline"
   double known_baseline_us = 0;          ///< baseline from an earlier worker (used when !measure_baseline)
@@ -101,11 +104,12 @@ struct TuneRequest {
 };
 
 /// Outcome of one candidate as the worker saw it. `outcome` is one of
-/// "compile_error", "verify_failed", "crashed", "skipped", "verified";
-/// the parent adds "timeout" and decides "winner"/"slower".
+/// kCompileError, kVerifyFailed, kCrashed, kSkipped, kVerified (it travels as
+/// OutcomeName: "compile_error", ...); the parent adds kTimeout and decides
+/// kWinner / kSlower (select_winner.h).
 struct CandidateResult {
   int id = 0;
-  std::string outcome;
+  Outcome outcome = Outcome::kSkipped;
   std::string error;        ///< reason, first lines (empty when verified)
   double compile_ms = 0;    ///< NVRTC (device form) or nvcc (extension form) wall time, milliseconds
   double time_us = 0;       ///< median kernel time, µs (verified only)
