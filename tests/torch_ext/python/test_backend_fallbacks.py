@@ -152,3 +152,23 @@ def test_log_level_names_are_the_cpp_ones():
     assert logs.parse_level("OFF") > logging.CRITICAL
     with pytest.raises(ValueError, match="trace\\|debug\\|info\\|warn\\|error\\|off"):
         logs.parse_level("loud")
+
+
+def test_ops_kept_whole_but_left_out_get_inductors_decomposition(monkeypatch):
+    # float64 is not an IR dtype: softmax, gelu, layer_norm and the casts stay
+    # out of every group and must reach Inductor decomposed, as without dice.
+    monkeypatch.setenv("DICE_TORCH_FORCE_PARTITION", "1")
+
+    class M(nn.Module):
+        def forward(self, x):
+            y = x.double()
+            y = F.layer_norm(F.gelu(torch.softmax(y, -1)), (y.shape[-1],))
+            return y.float() + torch.log_softmax(x, -1)
+
+    x = torch.randn(4, 32)
+    got, want = run(M(), x, INDUCTOR)
+    torch.testing.assert_close(got, want)
+    rep = dice_torch.last_report()
+    assert rep.fallback is None, rep.fallback
+    assert {"aten._softmax.default", "aten.gelu.default", "aten._to_copy.default"} <= set(rep.decomposed), rep.decomposed
+    assert any("aten._log_softmax.default" in g.torch_ops for g in rep.groups), rep.groups  # float32: a group

@@ -88,7 +88,9 @@ def test_gpt2_block_bf16_matches_eager():
         got, want = compiled(x), model(x)
     torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
     rep = dice_torch.last_report()
-    ops = {op for g in rep.groups for op in g.torch_ops}
+    assert rep.fallback is None, rep.fallback
+    # Formed by the partitioner; in cache mode without stored decisions Inductor keeps them (issue 17).
+    ops = {op for g in rep.candidates for op in g.torch_ops}
     assert {"aten._softmax.default", "aten.native_layer_norm.default", "aten.gelu.default"} <= ops, ops
 
 

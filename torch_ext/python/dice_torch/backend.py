@@ -280,6 +280,10 @@ def _compile_with_dice(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     mode = opts["mode"]
     measure_now = mode in ("tune", "tune-sync") and _can_measure(example_inputs) and is_static(example_inputs)
     decided: dict[str, decisions.RegionDecision] = {}
+    # A region without a stored decision: tuned and measured on the first call
+    # (tune modes; with symbolic shapes tuned but not measured), observed, or
+    # under the CPU test switch, dice; in cache mode, Inductor.
+    undecided_choice = decisions.INDUCTOR if mode == "cache" and not opts["force_partition"] else decisions.DICE
 
     def choose(regions: list[measure.Region]) -> frozenset:
         chosen, undecided = set(), 0
@@ -291,8 +295,8 @@ def _compile_with_dice(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
                     chosen.add(r.key)
             else:
                 undecided += 1
-                if mode == "observe" or measure_now or opts["force_partition"]:
-                    chosen.add(r.key)  # observed, measured on the first call, or the CPU test switch
+                if undecided_choice == decisions.DICE:
+                    chosen.add(r.key)
         gkey = decisions.graph_key([r.key for r in regions])
         g = store.get(gkey, "inductor") if regions and mode != "observe" else None
         if g is not None and g.get("choice") == decisions.INDUCTOR and not (measure_now and undecided):
@@ -306,8 +310,9 @@ def _compile_with_dice(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     undecided = [r for r in state.regions if r.key not in decided]
     if not measure_now:
         for r in undecided:
-            choice = decisions.DICE if opts["force_partition"] or mode == "observe" else decisions.INDUCTOR
-            report.regions.append(decisions.RegionDecision(r.key, r.summary, choice, "undecided"))
+            report.regions.append(decisions.RegionDecision(r.key, r.summary, undecided_choice, "undecided"))
+        for d in report.regions:
+            log.info("dice: region %s (%s) served by %s (%s)", d.key[:8], d.summary, d.choice, d.source)
         if report.groups:
             logs.count("graphs_with_dice")
         return compiled
