@@ -139,3 +139,11 @@ def test_guard_keeps_inductor_alone_when_dice_plus_inductor_is_slower(monkeypatc
     assert rep.regions[0].choice == "dice" and rep.guard.choice == "inductor"
     gkey = decisions.graph_key([rep.regions[0].key])
     assert decisions.DecisionStore(str(tmp_path)).get(gkey, "inductor")["choice"] == "inductor"
+
+
+def test_regions_over_the_trial_cap_stay_with_inductor_unrecorded(monkeypatch, tmp_path):
+    monkeypatch.setattr(measure, "MAX_REGION_TRIALS", 0)
+    rep, timed = _tune_with_fake_timings(monkeypatch, tmp_path, {"base": 100.0, "region": 50.0, "guard": 60.0})
+    assert [(d.choice, d.source.split(":")[0]) for d in rep.regions] == [("inductor", "not measured")]
+    assert timed == ["base"] and rep.guard.choice == "inductor"
+    assert decisions.DecisionStore(str(tmp_path)).get(rep.regions[0].key, "inductor") is None  # decided later

@@ -13,6 +13,7 @@ clock. ``_timer`` is the hook tests replace with fake timings.
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -25,8 +26,12 @@ from . import decisions, logs
 log = logging.getLogger("dice_torch")
 
 #: At most this many distinct regions are measured per graph (each costs one
-#: Inductor compile); the rest stay with Inductor, reported "not measured".
-MAX_REGION_TRIALS = 8
+#: Inductor compile), and none is started after MEASURE_BUDGET_S seconds of
+#: measuring; the rest stay with Inductor, reported "not measured", and are
+#: measured by a later compile. Environment: DICE_TORCH_MAX_REGION_TRIALS,
+#: DICE_TORCH_MEASURE_BUDGET_S.
+MAX_REGION_TRIALS = int(os.environ.get("DICE_TORCH_MAX_REGION_TRIALS", "8"))
+MEASURE_BUDGET_S = float(os.environ.get("DICE_TORCH_MEASURE_BUDGET_S", "180"))
 REPS = 20
 
 
@@ -134,7 +139,7 @@ class TunedGraph:
         base_fn = self._compile_variant(frozenset(), args)
         base_us = _timer("base", base_fn, args)
         new: list[decisions.RegionDecision] = []
-        trials = 0
+        trials, start = 0, time.monotonic()
         for r in self._regions:
             if r.key in self._decided:
                 continue
@@ -144,9 +149,10 @@ class TunedGraph:
             elif state == "no winner":
                 d = decisions.RegionDecision(r.key, r.summary, decisions.INDUCTOR, "no winner")
                 new.append(d)
-            elif trials >= MAX_REGION_TRIALS:
+            elif trials >= MAX_REGION_TRIALS or time.monotonic() - start > MEASURE_BUDGET_S:
                 d = decisions.RegionDecision(r.key, r.summary, decisions.INDUCTOR,
-                                             f"not measured: over {MAX_REGION_TRIALS} regions")
+                                             f"not measured: over {MAX_REGION_TRIALS} regions or "
+                                             f"{MEASURE_BUDGET_S:.0f} s of measuring")
             else:
                 trials += 1
                 fn = self._compile_variant(frozenset({r.key}), args)
