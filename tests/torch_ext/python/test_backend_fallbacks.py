@@ -65,6 +65,7 @@ def test_graph_without_gpu_goes_to_rest_unchanged_with_no_run_group(monkeypatch)
         return real(gm, example_inputs, rest)
 
     monkeypatch.setattr(backend, "_rest_unchanged", spy)
+    monkeypatch.setattr(dice_torch.partition, "fuse_dice_groups", lambda gm: pytest.fail("partitioned without a GPU"))
     with pytest.warns(UserWarning, match="no GPU") as caught:
         got, want = run(Mlp(), torch.randn(4, 16), INDUCTOR)
         run(ConvBnCast(), torch.randn(1, 3, 8, 8), INDUCTOR)
