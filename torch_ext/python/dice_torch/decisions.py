@@ -121,6 +121,7 @@ class DecisionStore:
     def __init__(self, cache_dir: str):
         root = cache_dir or os.environ.get("DICE_CACHE_DIR") or os.path.join(Path.home(), ".cache", "dice")
         self.path = Path(root) / FILE_NAME
+        self._entries: dict[str, Any] | None = None  # what get() reads: the file once, then our own writes
 
     def _read(self) -> dict[str, Any]:
         try:
@@ -136,8 +137,11 @@ class DecisionStore:
     def get(self, key: str, baseline: str, version: str | None = None) -> dict[str, Any] | None:
         """The stored decision for (key, baseline, version) as a dict (choice,
         source, dice_us, base_us, ...), or None when there is none (or the file
-        is missing or unreadable)."""
-        return self._read().get(_entry_key(key, baseline, version or torch_version()))
+        is missing or unreadable). The file is read on the first get() of this
+        store; later writes by other processes are seen by a new store."""
+        if self._entries is None:
+            self._entries = self._read()
+        return self._entries.get(_entry_key(key, baseline, version or torch_version()))
 
     def put_many(self, items: Sequence[tuple[str, dict[str, Any]]], baseline: str,
                  version: str | None = None) -> None:
@@ -158,6 +162,7 @@ class DecisionStore:
                 with os.fdopen(fd, "w") as f:
                     json.dump({"version": _VERSION, "entries": entries}, f, indent=1, sort_keys=True)
                 os.replace(tmp, self.path)
+                self._entries = entries
             except BaseException:
                 os.unlink(tmp)
                 raise
