@@ -21,29 +21,15 @@ namespace dice::cli {
 
 using namespace dice::cache;  // Store, WinnerRecord, CacheClient, bundles
 
+namespace {
+
+// The arguments of all six subcommands (only one is parsed per run).
 struct CacheShareCommands {
-  CLI::App* push = nullptr;
-  CLI::App* pull = nullptr;
-  CLI::App* export_cmd = nullptr;
-  CLI::App* import_cmd = nullptr;
-  CLI::App* gc = nullptr;
-  CLI::App* stats = nullptr;
   std::string url, file, arch, token_file, cache_dir, max_size, older_than;
   bool trust = false;
   bool json = false;
   int timeout_ms = 10000;
 };
-
-namespace {
-
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitBadInput = 2;
-
-int Fail(int code, const std::string& message) {
-  std::fprintf(stderr, "dice: error: %s\n", message.c_str());
-  return code;
-}
 
 // Bad input (a refused token, a malformed file, an invalid URL) is exit 2;
 // everything else (no connection, I/O) exit 1.
@@ -279,47 +265,43 @@ std::optional<int64_t> ParseAge(const std::string& text) {
   return n * unit;
 }
 
-std::shared_ptr<CacheShareCommands> AddCacheShareCommands(CLI::App* cache) {
+void RegisterCacheShare(CLI::App& cache, std::shared_ptr<const std::string> cache_dir, CommandTable& table) {
   auto c = std::make_shared<CacheShareCommands>();
   const char* cache_help = "cache directory (default $DICE_CACHE_DIR or ~/.cache/dice)";
-  c->push = cache->add_subcommand("push", "upload the local verified winners to a cache server");
-  c->push->add_option("url", c->url, "server, http://HOST:PORT")->required();
-  c->push->add_option("--token-file", c->token_file, "file whose first line is the bearer token "
-                                                     "(default $DICE_REMOTE_TOKEN)");
-  c->pull = cache->add_subcommand("pull", "fetch a cache server's winners into the local cache");
-  c->pull->add_option("url", c->url, "server, http://HOST:PORT")->required();
-  c->pull->add_flag("--trust-remote", c->trust, "store them as verified (skip re-verification on this GPU)");
-  for (CLI::App* sub : {c->push, c->pull}) {
+  auto* push = cache.add_subcommand("push", "upload the local verified winners to a cache server");
+  push->add_option("url", c->url, "server, http://HOST:PORT")->required();
+  push->add_option("--token-file", c->token_file, "file whose first line is the bearer token "
+                                                  "(default $DICE_REMOTE_TOKEN)");
+  auto* pull = cache.add_subcommand("pull", "fetch a cache server's winners into the local cache");
+  pull->add_option("url", c->url, "server, http://HOST:PORT")->required();
+  pull->add_flag("--trust-remote", c->trust, "store them as verified (skip re-verification on this GPU)");
+  for (CLI::App* sub : {push, pull}) {
     sub->add_option("--timeout-ms", c->timeout_ms, "per-request timeout, ms")->check(CLI::Range(1, 600000));
   }
-  c->export_cmd = cache->add_subcommand("export", "write the verified winners to a portable bundle file");
-  c->export_cmd->add_option("file", c->file, "bundle file to write")->required();
-  c->import_cmd = cache->add_subcommand("import", "read a bundle file into the local cache");
-  c->import_cmd->add_option("file", c->file, "bundle file to read")->required();
-  c->import_cmd->add_flag("--trust", c->trust, "store them as verified (skip re-verification on this GPU)");
-  for (CLI::App* sub : {c->push, c->pull, c->export_cmd, c->import_cmd}) {
+  auto* export_cmd = cache.add_subcommand("export", "write the verified winners to a portable bundle file");
+  export_cmd->add_option("file", c->file, "bundle file to write")->required();
+  auto* import_cmd = cache.add_subcommand("import", "read a bundle file into the local cache");
+  import_cmd->add_option("file", c->file, "bundle file to read")->required();
+  import_cmd->add_flag("--trust", c->trust, "store them as verified (skip re-verification on this GPU)");
+  for (CLI::App* sub : {push, pull, export_cmd, import_cmd}) {
     sub->add_option("--arch", c->arch, "only this GPU arch, e.g. sm_90 (default: all)");
   }
-  c->gc = cache->add_subcommand("gc", "remove old or least recently used winners to bound the cache");
-  c->gc->add_option("--max-size", c->max_size, "keep kernels+IR+plans within SIZE (2GB, 500MB; powers of 1024)");
-  c->gc->add_option("--older-than", c->older_than, "remove winners neither created nor used within AGE (30d, 12h)");
-  c->stats = cache->add_subcommand("stats", "entries, archs, hits, sizes and speedups of the cache");
-  c->stats->add_flag("--json", c->json, "print as JSON");
-  for (CLI::App* sub : {c->push, c->pull, c->export_cmd, c->import_cmd, c->gc, c->stats}) {
+  auto* gc = cache.add_subcommand("gc", "remove old or least recently used winners to bound the cache");
+  gc->add_option("--max-size", c->max_size, "keep kernels+IR+plans within SIZE (2GB, 500MB; powers of 1024)");
+  gc->add_option("--older-than", c->older_than, "remove winners neither created nor used within AGE (30d, 12h)");
+  auto* stats = cache.add_subcommand("stats", "entries, archs, hits, sizes and speedups of the cache");
+  stats->add_flag("--json", c->json, "print as JSON");
+  for (CLI::App* sub : {push, pull, export_cmd, import_cmd, gc, stats}) {
     sub->add_option("--cache", c->cache_dir, cache_help);
   }
-  return c;
-}
-
-std::optional<int> RunCacheShareCommand(const CacheShareCommands& c, const std::string& cache_dir) {
-  const std::string dir = c.cache_dir.empty() ? cache_dir : c.cache_dir;
-  if (c.push->parsed()) return Push(c, dir);
-  if (c.pull->parsed()) return Pull(c, dir);
-  if (c.export_cmd->parsed()) return Export(c, dir);
-  if (c.import_cmd->parsed()) return Import(c, dir);
-  if (c.gc->parsed()) return Gc(c, dir);
-  if (c.stats->parsed()) return Stats(c, dir);
-  return std::nullopt;
+  // A subcommand's own --cache wins over the group's.
+  auto dir = [c, cache_dir] { return c->cache_dir.empty() ? *cache_dir : c->cache_dir; };
+  table.Add(push, [c, dir] { return Push(*c, dir()); });
+  table.Add(pull, [c, dir] { return Pull(*c, dir()); });
+  table.Add(export_cmd, [c, dir] { return Export(*c, dir()); });
+  table.Add(import_cmd, [c, dir] { return Import(*c, dir()); });
+  table.Add(gc, [c, dir] { return Gc(*c, dir()); });
+  table.Add(stats, [c, dir] { return Stats(*c, dir()); });
 }
 
 }  // namespace dice::cli

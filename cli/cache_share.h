@@ -15,24 +15,20 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "command.h"
+
 namespace dice::cli {
 
-struct CacheShareCommands;
-
-/// Adds the six subcommands to `cache` (the `dice cache` CLI11 app). The
-/// returned object holds their parsed arguments; keep it alive until
-/// RunCacheShareCommand.
-std::shared_ptr<CacheShareCommands> AddCacheShareCommands(CLI::App* cache);
-
-/// Runs the subcommand that was parsed, if one of these was, and returns its
-/// exit code; nullopt when none of them was given. `cache_dir` is the
-/// `dice cache --cache DIR` value ("" = DICE_CACHE_DIR or ~/.cache/dice);
-/// a subcommand's own --cache wins over it.
-std::optional<int> RunCacheShareCommand(const CacheShareCommands& commands, const std::string& cache_dir);
+/// Adds the six subcommands to `cache` (the `dice cache` group) and their
+/// entries to `table`. `cache_dir` is the group's --cache value ("" =
+/// DICE_CACHE_DIR or ~/.cache/dice), read when a subcommand runs; a
+/// subcommand's own --cache wins over it.
+void RegisterCacheShare(CLI::App& cache, std::shared_ptr<const std::string> cache_dir, CommandTable& table);
 
 /// Parses a size: an integer with an optional unit B, K/KB/KiB, M/MB/MiB,
 /// G/GB/GiB, T/TB/TiB (case-insensitive; all powers of 1024, like ccache's

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -26,8 +27,6 @@
 namespace dice::cli {
 namespace {
 
-constexpr int kExitOk = 0, kExitFailure = 1, kExitBadInput = 2, kExitNoGpu = 3;
-
 struct GenerateArgs {
   std::string model_dir, task_path, mode = "e2e", prefix_path, suffix_path, templates_path, json_path;
   std::string device = "cpu", dtype = "f32", remasking = "dynamic", cuda_graphs = "auto";
@@ -36,16 +35,6 @@ struct GenerateArgs {
   double threshold = 0.9, temperature = 0.0, top_p = 1.0;
   bool quiet = false;
 };
-
-GenerateArgs& Args() {
-  static GenerateArgs args;
-  return args;
-}
-
-int Fail(int code, const std::string& message) {
-  std::fprintf(stderr, "dice: error: %s\n", message.c_str());
-  return code;
-}
 
 bool ReadFile(const std::string& path, const std::string& what, std::string* out, std::string* error) {
   std::ifstream in(path, std::ios::binary);
@@ -57,42 +46,8 @@ bool ReadFile(const std::string& path, const std::string& what, std::string* out
   return true;
 }
 
-}  // namespace
-
-CLI::App* AddGenerateCommand(CLI::App& app) {
-  GenerateArgs& a = Args();
-  auto* cmd = app.add_subcommand("generate", "decode CUDA kernel candidates for a task with a DICE/SDAR checkpoint");
-  cmd->add_option("--model", a.model_dir, "checkpoint directory (config.json, *.safetensors, tokenizer files)")
-      ->required();
-  cmd->add_option("--task", a.task_path, "reference PyTorch program (KernelBench style Model)")->required();
-  cmd->add_option("--mode", a.mode, "e2e (whole ModelNew program) or infill (the CUDA middle)")
-      ->check(CLI::IsMember({"e2e", "infill"}));
-  cmd->add_option("--prefix", a.prefix_path, "infill: file with the program's beginning");
-  cmd->add_option("--suffix", a.suffix_path, "infill: file with the program's end (declares the kernels)");
-  cmd->add_option("--templates", a.templates_path, "JSON file overriding the prompt templates");
-  cmd->add_option("-n,--num-samples", a.num_samples, "samples decoded as one batch")->check(CLI::Range(1, 4096));
-  cmd->add_option("--seed", a.seed, "sampling seed");
-  cmd->add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate at most")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--steps", a.steps, "denoising steps per block")->check(CLI::Range(1, 4096));
-  cmd->add_option("--remasking", a.remasking, "static or dynamic low-confidence remasking")
-      ->check(CLI::IsMember({"static", "dynamic"}));
-  cmd->add_option("--threshold", a.threshold, "dynamic remasking confidence threshold")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--temperature", a.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
-  cmd->add_option("--top-k", a.top_k, "0 = off")->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
-  cmd->add_option("--top-p", a.top_p, "1 = off")->check(CLI::Range(1e-9, 1.0));
-  cmd->add_option("--device", a.device, "cpu, cuda or cuda:N");
-  cmd->add_option("--dtype", a.dtype, "compute dtype")->check(CLI::IsMember({"f32", "bf16", "f16"}));
-  cmd->add_option("--cuda-graphs", a.cuda_graphs,
-                  "on: replay the per-step and commit forwards as CUDA graphs (fixed-shape form); "
-                  "auto (default): on when --device is cuda")
-      ->check(CLI::IsMember({"auto", "on", "off"}));
-  cmd->add_option("--json", a.json_path, "also write prompt, samples and timings as JSON to this file");
-  cmd->add_flag("--quiet", a.quiet, "no progress lines on stderr");
-  return cmd;
-}
-
-int RunGenerateCommand() {
-  const GenerateArgs& a = Args();
+// Exit codes in generate.h.
+int RunGenerate(const GenerateArgs& a) {
   std::string error, task, prefix, suffix;
   if (!ReadFile(a.task_path, "task file", &task, &error)) return Fail(kExitBadInput, error);
   if (a.mode == "infill") {
@@ -210,6 +165,41 @@ int RunGenerateCommand() {
     if (!out) return Fail(kExitFailure, "cannot write --json file '" + a.json_path + "'");
   }
   return kExitOk;
+}
+
+}  // namespace
+
+void RegisterGenerate(CLI::App& app, CommandTable& table) {
+  auto args = std::make_shared<GenerateArgs>();
+  GenerateArgs& a = *args;
+  auto* cmd = app.add_subcommand("generate", "decode CUDA kernel candidates for a task with a DICE/SDAR checkpoint");
+  cmd->add_option("--model", a.model_dir, "checkpoint directory (config.json, *.safetensors, tokenizer files)")
+      ->required();
+  cmd->add_option("--task", a.task_path, "reference PyTorch program (KernelBench style Model)")->required();
+  cmd->add_option("--mode", a.mode, "e2e (whole ModelNew program) or infill (the CUDA middle)")
+      ->check(CLI::IsMember({"e2e", "infill"}));
+  cmd->add_option("--prefix", a.prefix_path, "infill: file with the program's beginning");
+  cmd->add_option("--suffix", a.suffix_path, "infill: file with the program's end (declares the kernels)");
+  cmd->add_option("--templates", a.templates_path, "JSON file overriding the prompt templates");
+  cmd->add_option("-n,--num-samples", a.num_samples, "samples decoded as one batch")->check(CLI::Range(1, 4096));
+  cmd->add_option("--seed", a.seed, "sampling seed");
+  cmd->add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate at most")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--steps", a.steps, "denoising steps per block")->check(CLI::Range(1, 4096));
+  cmd->add_option("--remasking", a.remasking, "static or dynamic low-confidence remasking")
+      ->check(CLI::IsMember({"static", "dynamic"}));
+  cmd->add_option("--threshold", a.threshold, "dynamic remasking confidence threshold")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--temperature", a.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--top-k", a.top_k, "0 = off")->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd->add_option("--top-p", a.top_p, "1 = off")->check(CLI::Range(1e-9, 1.0));
+  cmd->add_option("--device", a.device, "cpu, cuda or cuda:N");
+  cmd->add_option("--dtype", a.dtype, "compute dtype")->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  cmd->add_option("--cuda-graphs", a.cuda_graphs,
+                  "on: replay the per-step and commit forwards as CUDA graphs (fixed-shape form); "
+                  "auto (default): on when --device is cuda")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  cmd->add_option("--json", a.json_path, "also write prompt, samples and timings as JSON to this file");
+  cmd->add_flag("--quiet", a.quiet, "no progress lines on stderr");
+  table.Add(cmd, [args] { return RunGenerate(*args); });
 }
 
 }  // namespace dice::cli

@@ -4,16 +4,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include "command.h"
+
 namespace dice::cli {
 
-/// Registers the `generate` subcommand on `app`; its options live in a
-/// static of generate.cc. Returns the subcommand (check ->parsed()).
-CLI::App* AddGenerateCommand(CLI::App& app);
-
-/// Runs `dice generate` after a successful parse. Exit codes: 0 success
+/// Adds `generate` to `app` and its entry to `table`. Exit codes: 0 success
 /// (also when a sample has no code block: that is reported per sample),
 /// 1 runtime failure, 2 bad input (model directory, task file, options),
 /// 3 --device cuda without a GPU.
-int RunGenerateCommand();
+void RegisterGenerate(CLI::App& app, CommandTable& table);
 
 }  // namespace dice::cli

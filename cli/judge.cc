@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -18,11 +19,6 @@ struct JudgeArgs {
   ProgramJudgeOptions options;
 };
 
-JudgeArgs& Args() {
-  static JudgeArgs args;
-  return args;
-}
-
 bool ReadFile(const std::string& path, std::string* out) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;
@@ -32,29 +28,8 @@ bool ReadFile(const std::string& path, std::string* out) {
   return true;
 }
 
-}  // namespace
-
-CLI::App* AddJudgeCommand(CLI::App& app) {
-  JudgeArgs& a = Args();
-  auto* cmd = app.add_subcommand("judge", "run a KernelBench-format program (ModelNew) against its reference "
-                                          "Model: compile, correctness trials, timing; prints the verdict as JSON");
-  cmd->add_option("--reference", a.reference, "reference program (Model, get_inputs, get_init_inputs)")->required();
-  cmd->add_option("--candidate", a.candidate, "candidate program defining ModelNew")->required();
-  cmd->add_option("--device", a.options.device, "cuda (default), cuda:N, or cpu (pure-PyTorch ModelNew only)");
-  cmd->add_option("--trials", a.options.trials, "correctness trials (KernelBench: 5)")->check(CLI::Range(1, 1000));
-  cmd->add_option("--reps", a.options.reps, "timed runs per model (median)")->check(CLI::Range(1, 100000));
-  cmd->add_option("--seed", a.options.seed, "seed of init (seed) and trial t (seed + 1 + t)");
-  cmd->add_option("--atol", a.options.atol, "absolute tolerance (default 1e-2)")->check(CLI::PositiveNumber);
-  cmd->add_option("--rtol", a.options.rtol, "relative tolerance (default 1e-2)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--timeout-s", a.options.timeout_s, "limit for the whole judge process, seconds (default 300)")
-      ->check(CLI::Range(1.0, 86400.0));
-  cmd->add_option("--python", a.options.python, "python interpreter with torch (default python3)");
-  cmd->add_option("--keep-files", a.keep_dir, "keep the programs, the judge's log and the build in this directory");
-  return cmd;
-}
-
-int RunJudgeCommand() {
-  JudgeArgs& a = Args();
+// Exit codes in judge.h.
+int RunJudge(JudgeArgs& a) {
   std::string reference, candidate;
   if (!ReadFile(a.reference, &reference)) {
     std::fprintf(stderr, "dice judge: cannot read the reference program '%s'\n", a.reference.c_str());
@@ -80,6 +55,28 @@ int RunJudgeCommand() {
   if (!v->log_path.empty()) j["log"] = v->log_path;
   std::printf("%s\n", j.dump().c_str());
   return v->correct ? 0 : 4;
+}
+
+}  // namespace
+
+void RegisterJudge(CLI::App& app, CommandTable& table) {
+  auto args = std::make_shared<JudgeArgs>();
+  JudgeArgs& a = *args;
+  auto* cmd = app.add_subcommand("judge", "run a KernelBench-format program (ModelNew) against its reference "
+                                          "Model: compile, correctness trials, timing; prints the verdict as JSON");
+  cmd->add_option("--reference", a.reference, "reference program (Model, get_inputs, get_init_inputs)")->required();
+  cmd->add_option("--candidate", a.candidate, "candidate program defining ModelNew")->required();
+  cmd->add_option("--device", a.options.device, "cuda (default), cuda:N, or cpu (pure-PyTorch ModelNew only)");
+  cmd->add_option("--trials", a.options.trials, "correctness trials (KernelBench: 5)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--reps", a.options.reps, "timed runs per model (median)")->check(CLI::Range(1, 100000));
+  cmd->add_option("--seed", a.options.seed, "seed of init (seed) and trial t (seed + 1 + t)");
+  cmd->add_option("--atol", a.options.atol, "absolute tolerance (default 1e-2)")->check(CLI::PositiveNumber);
+  cmd->add_option("--rtol", a.options.rtol, "relative tolerance (default 1e-2)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--timeout-s", a.options.timeout_s, "limit for the whole judge process, seconds (default 300)")
+      ->check(CLI::Range(1.0, 86400.0));
+  cmd->add_option("--python", a.options.python, "python interpreter with torch (default python3)");
+  cmd->add_option("--keep-files", a.keep_dir, "keep the programs, the judge's log and the build in this directory");
+  table.Add(cmd, [args] { return RunJudge(*args); });
 }
 
 }  // namespace dice::cli

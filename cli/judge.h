@@ -5,19 +5,17 @@
 
 #include <CLI/CLI.hpp>
 
+#include "command.h"
+
 namespace dice::cli {
 
-/// Registers the `judge` subcommand on `app`; its options live in a static of
-/// judge.cc. Returns the subcommand (check ->parsed()).
-CLI::App* AddJudgeCommand(CLI::App& app);
-
-/// Runs `dice judge` after a successful parse: prints the verdict as one JSON
-/// object on stdout (outcome, compiled, correct, ref_ms, new_ms, speedup,
-/// compile_s, wall_s, phase, error). Exit codes: 0 the candidate is correct,
-/// 4 judged and not correct (any other outcome: incorrect, compile_error,
-/// crashed, timeout, no_device, ...), 2 bad input (a file cannot be read,
-/// an option out of range), 1 the judge itself could not run (no python3, no
-/// judge script).
-int RunJudgeCommand();
+/// Adds `judge` to `app` and its entry to `table`. The command prints the
+/// verdict as one JSON object on stdout (outcome, compiled, correct, ref_ms,
+/// new_ms, speedup, compile_s, wall_s, phase, error). Exit codes: 0 the
+/// candidate is correct, 4 judged and not correct (any other outcome:
+/// incorrect, compile_error, crashed, timeout, no_device, ...), 2 bad input
+/// (a file cannot be read, an option out of range), 1 the judge itself could
+/// not run (no python3, no judge script).
+void RegisterJudge(CLI::App& app, CommandTable& table);
 
 }  // namespace dice::cli

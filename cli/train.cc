@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,10 +20,7 @@
 namespace dice::cli {
 namespace {
 
-constexpr int kExitOk = 0, kExitFailure = 1, kExitBadInput = 2, kExitNoGpu = 3;
-
 struct TrainArgs {
-  CLI::App *init = nullptr, *dataset = nullptr, *sft = nullptr, *rl = nullptr, *eval = nullptr, *sweep = nullptr;
   // init
   std::string init_out, init_tokenizer;
   bool byte_tokenizer = false;
@@ -36,11 +34,6 @@ struct TrainArgs {
   training::EvalOptions eval_opts;
   training::SweepOptions sweep_opts;
 };
-
-TrainArgs& Args() {
-  static TrainArgs a;
-  return a;
-}
 
 int ExitFor(const Status& s) {
   switch (s.code()) {
@@ -193,187 +186,205 @@ int RunEval(const TrainArgs& a) {
   return kExitOk;
 }
 
-}  // namespace
-
-CLI::App* AddTrainCommand(CLI::App& app) {
-  TrainArgs& a = Args();
-  auto* train = app.add_subcommand("train", "build the DICE generator: CuKe dataset, block-diffusion SFT, BiC-RL");
-  train->require_subcommand(1);
-
-  a.init = train->add_subcommand("init", "write a randomly initialised SDAR-architecture checkpoint");
-  a.init->option_defaults()->always_capture_default();  // --help shows every default
-  a.init->add_option("--out", a.init_out, "checkpoint directory to write")->required();
-  a.init->add_flag("--byte-tokenizer", a.byte_tokenizer, "write a 260-token byte-level tokenizer (tiny models)");
-  a.init->add_option("--tokenizer", a.init_tokenizer, "copy vocab.json/merges.txt/tokenizer_config.json from DIR");
-  a.init->add_option("--hidden", a.hidden, "hidden_size")->check(CLI::Range(8, 16384));
-  a.init->add_option("--layers", a.layers, "num_hidden_layers")->check(CLI::Range(1, 256));
-  a.init->add_option("--heads", a.heads, "num_attention_heads")->check(CLI::Range(1, 256));
-  a.init->add_option("--kv-heads", a.kv_heads, "num_key_value_heads")->check(CLI::Range(1, 256));
-  a.init->add_option("--head-dim", a.head_dim, "head_dim")->check(CLI::Range(2, 1024));
-  a.init->add_option("--intermediate", a.intermediate, "intermediate_size")->check(CLI::Range(1, 1 << 20));
-  a.init->add_option("--vocab", a.vocab, "vocab_size (default 260 byte / 151936 Qwen)");
-  a.init->add_option("--context", a.context, "max_position_embeddings")->check(CLI::Range(16, 1 << 20));
-  a.init->add_option("--seed", a.init_seed, "initialisation seed");
-
-  a.dataset = train->add_subcommand("dataset", "build a CuKe JSONL dataset (training/README.md schema)");
-  a.dataset->option_defaults()->always_capture_default();  // --help shows every default
-  a.dataset->add_option("--cache-db", a.data.cache_dbs, "dice cache SQLite file (repeatable)");
-  a.dataset->add_option("--corpus", a.data.corpora, "KernelBench-format JSON/JSONL corpus (repeatable)");
-  a.dataset->add_option("--out", a.data.out_path, "output JSONL")->required();
-  a.dataset->add_option("--min-speedup", a.data.min_speedup, "keep pairs at least this much faster than eager");
-  a.dataset->add_option("--heldout-percent", a.data.heldout_percent, "share of tasks (by task hash) held out");
-  a.dataset->add_flag("--keep-tasks", a.data.keep_tasks, "write answer-less corpus items as stage-2 RL tasks (kind task)");
-  a.dataset->add_option("--verify", a.data.verify, "corpus pairs: judge = re-verify and time each here (KernelBench "
-                                                   "protocol, dice judge); none = keep unverified; auto = judge on a GPU")
-      ->check(CLI::IsMember({"auto", "judge", "none"}));
-  a.dataset->add_option("--device-infill-spans", a.data.device_infill_spans,
-                        "kernel infilling examples (kind device_infill) per cache winner; 0 = none")
-      ->check(CLI::Range(int64_t{0}, int64_t{64}))
-      ->capture_default_str();
-  a.dataset->add_option("--device-infill-max-bytes", a.data.device_infill_max_bytes,
-                        "longest middle of a device_infill example, bytes")
-      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20))
-      ->capture_default_str();
-  a.dataset->add_option("--verify-device", a.data.verify_device, "judge on cuda (default), cuda:N or cpu");
-  a.dataset->add_option("--verify-jobs", a.data.verify_jobs, "programs judged at once")
-      ->check(CLI::Range(int64_t{1}, int64_t{256}));
-  a.dataset->add_option("--verify-timeout", a.data.verify_timeout_s, "limit per judged program, seconds")
-      ->check(CLI::Range(1.0, 86400.0));
-
-  auto& s = a.sft_opts;
-  a.sft = train->add_subcommand("sft", "supervised fine-tuning with the block-diffusion masked-token loss");
-  a.sft->option_defaults()->always_capture_default();  // --help shows every default
-  a.sft->add_option("--model", s.model_dir, "starting checkpoint directory")->required();
-  a.sft->add_option("--data", s.data_path, "CuKe JSONL")->required();
-  a.sft->add_option("--out", s.out_dir, "checkpoint directory to write")->required();
-  a.sft->add_option("--resume", s.resume_dir, "continue from a checkpoint written by dice train sft");
-  a.sft->add_option("--templates", s.templates_path, "prompt templates JSON");
-  a.sft->add_option("--csv", s.csv_path, "per-step CSV (default OUT/sft_log.csv)");
-  a.sft->add_option("--device", s.device, "cpu | cuda | cuda:N");
-  a.sft->add_option("--steps", s.steps, "optimiser steps");
-  a.sft->add_option("--batch-size", s.batch_size, "examples per micro-batch");
-  a.sft->add_option("--grad-accum", s.grad_accum, "micro-batches per step");
-  a.sft->add_option("--max-length", s.max_length, "tokens per example");
-  a.sft->add_option("--warmup-steps", s.warmup_steps, "linear warm-up steps");
-  a.sft->add_option("--save-every", s.save_every, "checkpoint every N steps (0 = at the end)");
-  a.sft->add_option("--lr", s.lr, "peak learning rate");
-  a.sft->add_option("--min-lr-ratio", s.min_lr_ratio, "cosine floor as a fraction of --lr");
-  a.sft->add_option("--weight-decay", s.weight_decay, "AdamW weight decay");
-  a.sft->add_option("--grad-clip", s.grad_clip, "global gradient norm clip (<= 0 off)");
-  a.sft->add_option("--seed", s.seed, "noise and data-order seed");
-  a.sft->add_flag("!--no-bf16", s.bf16, "CUDA: compute in float32 instead of bf16 autocast");
-  a.sft->add_option("--dist-timeout", s.dist_timeout_s, "data parallel: rendezvous timeout, seconds")
-      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
-  a.sft->add_option("--collective-timeout", s.collective_timeout_s,
-                    "data parallel: seconds to wait for the other ranks at each all-reduce")
-      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
-
-  auto& r = a.rl_opts;
-  a.rl = train->add_subcommand("rl", "BiC-RL: TraceRL on decoder rollouts; reward judged (compiles AND correct) on "
-                                     "CUDA, NVRTC compile only on a CPU (--reward)");
-  a.rl->option_defaults()->always_capture_default();  // --help shows every default
-  a.rl->add_option("--model", r.model_dir, "starting checkpoint (the SFT model; also the KL reference)")->required();
-  a.rl->add_option("--resume", r.resume_dir,
-                   "an RL checkpoint (with optimizer.pt) to continue from, up to --steps in all; --model stays the KL reference");
-  a.rl->add_option("--tasks", r.tasks_path, "CuKe JSONL of tasks")->required();
-  a.rl->add_option("--out", r.out_dir, "checkpoint directory to write")->required();
-  a.rl->add_option("--stage", r.stage, "infill (stage 1) | e2e (stage 2)");
-  a.rl->add_option("--inject-known-good", r.inject_path, "JSONL of known-good answers put into each group");
-  a.rl->add_option("--inject-per-group", r.inject_per_group, "known-good rollouts per group");
-  a.rl->add_option("--templates", r.templates_path, "prompt templates JSON");
-  a.rl->add_option("--csv", r.csv_path, "per-step CSV (default OUT/rl_log.csv)");
-  a.rl->add_option("--device", r.device, "cpu | cuda | cuda:N");
-  a.rl->add_option("--arch", r.arch, "NVRTC target of the reward compile");
-  a.rl->add_option("--schedule", r.schedule, "ordered | adaptive");
-  a.rl->add_option("--advance-at", r.advance_at, "adaptive: success rate that advances the level");
-  a.rl->add_option("--steps", r.steps, "RL steps");
-  a.rl->add_option("--tasks-per-step", r.tasks_per_step, "tasks per step");
-  a.rl->add_option("--group-size", r.group_size, "rollouts per task (G)");
-  a.rl->add_option("--max-new-tokens", r.max_new_tokens, "rollout length cap");
-  a.rl->add_option("--denoising-steps", r.denoising_steps, "denoising steps per block");
-  a.rl->add_option("--threshold", r.confidence_threshold, "dynamic remasking confidence threshold");
-  a.rl->add_option("--temperature", r.temperature, "rollout sampling temperature");
-  a.rl->add_option("--inner-epochs", r.inner_epochs, "updates per batch of rollouts");
-  a.rl->add_option("--max-trace-tokens", r.max_trace_tokens,
-                   "packed tokens per TraceRL forward; longer rollouts are split (0 = no cap)")
-      ->capture_default_str();
-  a.rl->add_option("--save-every", r.save_every, "checkpoint every N steps (0 = at the end)");
-  a.rl->add_option("--lr", r.lr, "learning rate");
-  a.rl->add_option("--clip-eps", r.clip_eps, "PPO clip epsilon");
-  a.rl->add_option("--beta", r.beta, "k3 KL coefficient");
-  a.rl->add_option("--grad-clip", r.grad_clip, "global gradient norm clip (<= 0 off)");
-  a.rl->add_option("--speedup-bonus", r.speedup_bonus, "reward bonus per log2 speedup (0 = off, as in the paper)");
-  a.rl->add_option("--reward", r.reward, "judge = compiles AND correct (KernelBench protocol vs the task's reference, "
-                                         "dice judge); compile = NVRTC compile only; auto = judge on CUDA")
-      ->check(CLI::IsMember({"auto", "judge", "compile"}));
-  a.rl->add_option("--judge-jobs", r.judge_jobs, "rollouts judged at once (each a child process)")
-      ->check(CLI::Range(int64_t{1}, int64_t{256}));
-  a.rl->add_option("--judge-timeout", r.judge_timeout_s, "limit per judged rollout, seconds")
-      ->check(CLI::Range(1.0, 86400.0));
-  a.rl->add_option("--seed", r.seed, "rollout seed");
-  a.rl->add_option("--dist-timeout", r.dist_timeout_s, "data parallel: rendezvous timeout, seconds")
-      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
-  a.rl->add_option("--collective-timeout", r.collective_timeout_s,
-                   "data parallel: seconds to wait for the other ranks at each all-reduce")
-      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
-
-  auto& e = a.eval_opts;
-  e.ks.clear();
-  a.eval = train->add_subcommand("eval", "pass@k of a checkpoint on the held-out tasks (same reward as dice train rl)");
-  a.eval->option_defaults()->always_capture_default();  // --help shows every default
-  a.eval->add_option("--model", e.model_dir, "checkpoint directory")->required();
-  a.eval->add_option("--tasks", e.tasks_path, "CuKe JSONL (dice train dataset)")->required();
-  a.eval->add_option("--json", e.out_json, "write the report (per task and mean pass@k) to this file");
-  a.eval->add_option("--stage", e.stage, "infill (kinds infill, device, device_infill) | e2e (kinds e2e, task)")
-      ->check(CLI::IsMember({"infill", "e2e"}));
-  a.eval->add_option("--split", e.split, "heldout (default) | train | all")
-      ->check(CLI::IsMember({"heldout", "train", "all"}));
-  a.eval->add_option("--templates", e.templates_path, "prompt templates JSON");
-  a.eval->add_option("--device", e.device, "cpu | cuda | cuda:N");
-  a.eval->add_option("--arch", e.arch, "NVRTC target of the compile reward");
-  a.eval->add_option("--reward", e.reward, "judge = compiles AND correct; compile = NVRTC only; auto = judge on CUDA")
-      ->check(CLI::IsMember({"auto", "judge", "compile"}));
-  a.eval->add_option("-n,--samples", e.samples, "answers decoded per task")->check(CLI::Range(int64_t{1}, int64_t{4096}));
-  a.eval->add_option("-k", e.ks, "pass@k for each k (repeatable or comma separated; default 1)")->delimiter(',');
-  a.eval->add_option("--max-tasks", e.max_tasks, "evaluate only the first N tasks of the split (0 = all)");
-  a.eval->add_option("--max-new-tokens", e.max_new_tokens, "answer length cap");
-  a.eval->add_option("--denoising-steps", e.denoising_steps, "denoising steps per block");
-  a.eval->add_option("--threshold", e.confidence_threshold, "dynamic remasking confidence threshold");
-  a.eval->add_option("--temperature", e.temperature, "sampling temperature");
-  a.eval->add_option("--judge-jobs", e.judge_jobs, "answers judged at once (each a child process)")
-      ->check(CLI::Range(int64_t{1}, int64_t{256}));
-  a.eval->add_option("--judge-timeout", e.judge_timeout_s, "limit per judged answer, seconds")
-      ->check(CLI::Range(1.0, 86400.0));
-  a.eval->add_option("--seed", e.seed, "sampling seed");
-  auto& w = a.sweep_opts;
-  w.catalog_path = kDefaultSweepCatalog;
-  a.sweep = train->add_subcommand("sweep", "tune a catalog of fusion groups with the templates into a cache "
-                                           "(CuKe source: then dice train dataset --cache-db)");
-  a.sweep->option_defaults()->always_capture_default();  // --help shows every default
-  a.sweep->add_option("--catalog", w.catalog_path, "JSON catalog of groups and shape sets")->capture_default_str();
-  a.sweep->add_option("--cache-db", w.cache_db, "cache SQLite file the winners go to")->required();
-  a.sweep->add_option("--only", w.only, "comma-separated catalog names (default: all)");
-  a.sweep->add_option("--budget-s", w.budget_s, "tuning budget per task, seconds")->check(CLI::Range(0.1, 86400.0));
-  a.sweep->add_option("--max-candidates", w.max_candidates, "template candidates per task")
-      ->check(CLI::Range(1, 1024));
-  a.sweep->add_option("--gpu", w.device, "CUDA ordinal")->check(CLI::Range(0, 1024));
-  a.sweep->add_flag("--compile-only", w.compile_only, "generate and compile only, store nothing (automatic without a GPU)");
-
-  a.eval->callback([&e] {
-    if (e.ks.empty()) e.ks = {1};
-  });
-  return train;
+// `dice train init`: a randomly initialised checkpoint.
+CLI::App* AddInit(CLI::App& train, TrainArgs& a) {
+  auto* cmd = train.add_subcommand("init", "write a randomly initialised SDAR-architecture checkpoint");
+  cmd->option_defaults()->always_capture_default();  // --help shows every default
+  cmd->add_option("--out", a.init_out, "checkpoint directory to write")->required();
+  cmd->add_flag("--byte-tokenizer", a.byte_tokenizer, "write a 260-token byte-level tokenizer (tiny models)");
+  cmd->add_option("--tokenizer", a.init_tokenizer, "copy vocab.json/merges.txt/tokenizer_config.json from DIR");
+  cmd->add_option("--hidden", a.hidden, "hidden_size")->check(CLI::Range(8, 16384));
+  cmd->add_option("--layers", a.layers, "num_hidden_layers")->check(CLI::Range(1, 256));
+  cmd->add_option("--heads", a.heads, "num_attention_heads")->check(CLI::Range(1, 256));
+  cmd->add_option("--kv-heads", a.kv_heads, "num_key_value_heads")->check(CLI::Range(1, 256));
+  cmd->add_option("--head-dim", a.head_dim, "head_dim")->check(CLI::Range(2, 1024));
+  cmd->add_option("--intermediate", a.intermediate, "intermediate_size")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--vocab", a.vocab, "vocab_size (default 260 byte / 151936 Qwen)");
+  cmd->add_option("--context", a.context, "max_position_embeddings")->check(CLI::Range(16, 1 << 20));
+  cmd->add_option("--seed", a.init_seed, "initialisation seed");
+  return cmd;
 }
 
-int RunTrainCommand() {
-  TrainArgs& a = Args();
-  if (a.init->parsed()) return RunInit(a);
-  if (a.dataset->parsed()) return RunDataset(a);
-  if (a.sft->parsed()) return RunSft(a);
-  if (a.rl->parsed()) return RunRl(a);
-  if (a.eval->parsed()) return RunEval(a);
-  if (a.sweep->parsed()) return RunSweep(a);
-  return kExitBadInput;
+// `dice train dataset`: a CuKe JSONL dataset.
+CLI::App* AddDataset(CLI::App& train, TrainArgs& a) {
+  auto* cmd = train.add_subcommand("dataset", "build a CuKe JSONL dataset (training/README.md schema)");
+  cmd->option_defaults()->always_capture_default();  // --help shows every default
+  cmd->add_option("--cache-db", a.data.cache_dbs, "dice cache SQLite file (repeatable)");
+  cmd->add_option("--corpus", a.data.corpora, "KernelBench-format JSON/JSONL corpus (repeatable)");
+  cmd->add_option("--out", a.data.out_path, "output JSONL")->required();
+  cmd->add_option("--min-speedup", a.data.min_speedup, "keep pairs at least this much faster than eager");
+  cmd->add_option("--heldout-percent", a.data.heldout_percent, "share of tasks (by task hash) held out");
+  cmd->add_flag("--keep-tasks", a.data.keep_tasks, "write answer-less corpus items as stage-2 RL tasks (kind task)");
+  cmd->add_option("--verify", a.data.verify, "corpus pairs: judge = re-verify and time each here (KernelBench "
+                                             "protocol, dice judge); none = keep unverified; auto = judge on a GPU")
+      ->check(CLI::IsMember({"auto", "judge", "none"}));
+  cmd->add_option("--device-infill-spans", a.data.device_infill_spans,
+                  "kernel infilling examples (kind device_infill) per cache winner; 0 = none")
+      ->check(CLI::Range(int64_t{0}, int64_t{64}))
+      ->capture_default_str();
+  cmd->add_option("--device-infill-max-bytes", a.data.device_infill_max_bytes,
+                  "longest middle of a device_infill example, bytes")
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--verify-device", a.data.verify_device, "judge on cuda (default), cuda:N or cpu");
+  cmd->add_option("--verify-jobs", a.data.verify_jobs, "programs judged at once")
+      ->check(CLI::Range(int64_t{1}, int64_t{256}));
+  cmd->add_option("--verify-timeout", a.data.verify_timeout_s, "limit per judged program, seconds")
+      ->check(CLI::Range(1.0, 86400.0));
+  return cmd;
+}
+
+// `dice train sft`: supervised fine-tuning.
+CLI::App* AddSft(CLI::App& train, TrainArgs& a) {
+  auto& s = a.sft_opts;
+  auto* cmd = train.add_subcommand("sft", "supervised fine-tuning with the block-diffusion masked-token loss");
+  cmd->option_defaults()->always_capture_default();  // --help shows every default
+  cmd->add_option("--model", s.model_dir, "starting checkpoint directory")->required();
+  cmd->add_option("--data", s.data_path, "CuKe JSONL")->required();
+  cmd->add_option("--out", s.out_dir, "checkpoint directory to write")->required();
+  cmd->add_option("--resume", s.resume_dir, "continue from a checkpoint written by dice train sft");
+  cmd->add_option("--templates", s.templates_path, "prompt templates JSON");
+  cmd->add_option("--csv", s.csv_path, "per-step CSV (default OUT/sft_log.csv)");
+  cmd->add_option("--device", s.device, "cpu | cuda | cuda:N");
+  cmd->add_option("--steps", s.steps, "optimiser steps");
+  cmd->add_option("--batch-size", s.batch_size, "examples per micro-batch");
+  cmd->add_option("--grad-accum", s.grad_accum, "micro-batches per step");
+  cmd->add_option("--max-length", s.max_length, "tokens per example");
+  cmd->add_option("--warmup-steps", s.warmup_steps, "linear warm-up steps");
+  cmd->add_option("--save-every", s.save_every, "checkpoint every N steps (0 = at the end)");
+  cmd->add_option("--lr", s.lr, "peak learning rate");
+  cmd->add_option("--min-lr-ratio", s.min_lr_ratio, "cosine floor as a fraction of --lr");
+  cmd->add_option("--weight-decay", s.weight_decay, "AdamW weight decay");
+  cmd->add_option("--grad-clip", s.grad_clip, "global gradient norm clip (<= 0 off)");
+  cmd->add_option("--seed", s.seed, "noise and data-order seed");
+  cmd->add_flag("!--no-bf16", s.bf16, "CUDA: compute in float32 instead of bf16 autocast");
+  cmd->add_option("--dist-timeout", s.dist_timeout_s, "data parallel: rendezvous timeout, seconds")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
+  cmd->add_option("--collective-timeout", s.collective_timeout_s,
+                  "data parallel: seconds to wait for the other ranks at each all-reduce")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
+  return cmd;
+}
+
+// `dice train rl`: BiC-RL.
+CLI::App* AddRl(CLI::App& train, TrainArgs& a) {
+  auto& r = a.rl_opts;
+  auto* cmd = train.add_subcommand("rl", "BiC-RL: TraceRL on decoder rollouts; reward judged (compiles AND correct) on "
+                                         "CUDA, NVRTC compile only on a CPU (--reward)");
+  cmd->option_defaults()->always_capture_default();  // --help shows every default
+  cmd->add_option("--model", r.model_dir, "starting checkpoint (the SFT model; also the KL reference)")->required();
+  cmd->add_option("--resume", r.resume_dir,
+                  "an RL checkpoint (with optimizer.pt) to continue from, up to --steps in all; --model stays the KL reference");
+  cmd->add_option("--tasks", r.tasks_path, "CuKe JSONL of tasks")->required();
+  cmd->add_option("--out", r.out_dir, "checkpoint directory to write")->required();
+  cmd->add_option("--stage", r.stage, "infill (stage 1) | e2e (stage 2)");
+  cmd->add_option("--inject-known-good", r.inject_path, "JSONL of known-good answers put into each group");
+  cmd->add_option("--inject-per-group", r.inject_per_group, "known-good rollouts per group");
+  cmd->add_option("--templates", r.templates_path, "prompt templates JSON");
+  cmd->add_option("--csv", r.csv_path, "per-step CSV (default OUT/rl_log.csv)");
+  cmd->add_option("--device", r.device, "cpu | cuda | cuda:N");
+  cmd->add_option("--arch", r.arch, "NVRTC target of the reward compile");
+  cmd->add_option("--schedule", r.schedule, "ordered | adaptive");
+  cmd->add_option("--advance-at", r.advance_at, "adaptive: success rate that advances the level");
+  cmd->add_option("--steps", r.steps, "RL steps");
+  cmd->add_option("--tasks-per-step", r.tasks_per_step, "tasks per step");
+  cmd->add_option("--group-size", r.group_size, "rollouts per task (G)");
+  cmd->add_option("--max-new-tokens", r.max_new_tokens, "rollout length cap");
+  cmd->add_option("--denoising-steps", r.denoising_steps, "denoising steps per block");
+  cmd->add_option("--threshold", r.confidence_threshold, "dynamic remasking confidence threshold");
+  cmd->add_option("--temperature", r.temperature, "rollout sampling temperature");
+  cmd->add_option("--inner-epochs", r.inner_epochs, "updates per batch of rollouts");
+  cmd->add_option("--max-trace-tokens", r.max_trace_tokens,
+                  "packed tokens per TraceRL forward; longer rollouts are split (0 = no cap)")
+      ->capture_default_str();
+  cmd->add_option("--save-every", r.save_every, "checkpoint every N steps (0 = at the end)");
+  cmd->add_option("--lr", r.lr, "learning rate");
+  cmd->add_option("--clip-eps", r.clip_eps, "PPO clip epsilon");
+  cmd->add_option("--beta", r.beta, "k3 KL coefficient");
+  cmd->add_option("--grad-clip", r.grad_clip, "global gradient norm clip (<= 0 off)");
+  cmd->add_option("--speedup-bonus", r.speedup_bonus, "reward bonus per log2 speedup (0 = off, as in the paper)");
+  cmd->add_option("--reward", r.reward, "judge = compiles AND correct (KernelBench protocol vs the task's reference, "
+                                        "dice judge); compile = NVRTC compile only; auto = judge on CUDA")
+      ->check(CLI::IsMember({"auto", "judge", "compile"}));
+  cmd->add_option("--judge-jobs", r.judge_jobs, "rollouts judged at once (each a child process)")
+      ->check(CLI::Range(int64_t{1}, int64_t{256}));
+  cmd->add_option("--judge-timeout", r.judge_timeout_s, "limit per judged rollout, seconds")
+      ->check(CLI::Range(1.0, 86400.0));
+  cmd->add_option("--seed", r.seed, "rollout seed");
+  cmd->add_option("--dist-timeout", r.dist_timeout_s, "data parallel: rendezvous timeout, seconds")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
+  cmd->add_option("--collective-timeout", r.collective_timeout_s,
+                  "data parallel: seconds to wait for the other ranks at each all-reduce")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
+  return cmd;
+}
+
+// `dice train eval`: pass@k on held-out tasks; -k defaults to 1.
+CLI::App* AddEval(CLI::App& train, TrainArgs& a) {
+  auto& e = a.eval_opts;
+  e.ks.clear();
+  auto* cmd = train.add_subcommand("eval", "pass@k of a checkpoint on the held-out tasks (same reward as dice train rl)");
+  cmd->option_defaults()->always_capture_default();  // --help shows every default
+  cmd->add_option("--model", e.model_dir, "checkpoint directory")->required();
+  cmd->add_option("--tasks", e.tasks_path, "CuKe JSONL (dice train dataset)")->required();
+  cmd->add_option("--json", e.out_json, "write the report (per task and mean pass@k) to this file");
+  cmd->add_option("--stage", e.stage, "infill (kinds infill, device, device_infill) | e2e (kinds e2e, task)")
+      ->check(CLI::IsMember({"infill", "e2e"}));
+  cmd->add_option("--split", e.split, "heldout (default) | train | all")
+      ->check(CLI::IsMember({"heldout", "train", "all"}));
+  cmd->add_option("--templates", e.templates_path, "prompt templates JSON");
+  cmd->add_option("--device", e.device, "cpu | cuda | cuda:N");
+  cmd->add_option("--arch", e.arch, "NVRTC target of the compile reward");
+  cmd->add_option("--reward", e.reward, "judge = compiles AND correct; compile = NVRTC only; auto = judge on CUDA")
+      ->check(CLI::IsMember({"auto", "judge", "compile"}));
+  cmd->add_option("-n,--samples", e.samples, "answers decoded per task")->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  cmd->add_option("-k", e.ks, "pass@k for each k (repeatable or comma separated; default 1)")->delimiter(',');
+  cmd->add_option("--max-tasks", e.max_tasks, "evaluate only the first N tasks of the split (0 = all)");
+  cmd->add_option("--max-new-tokens", e.max_new_tokens, "answer length cap");
+  cmd->add_option("--denoising-steps", e.denoising_steps, "denoising steps per block");
+  cmd->add_option("--threshold", e.confidence_threshold, "dynamic remasking confidence threshold");
+  cmd->add_option("--temperature", e.temperature, "sampling temperature");
+  cmd->add_option("--judge-jobs", e.judge_jobs, "answers judged at once (each a child process)")
+      ->check(CLI::Range(int64_t{1}, int64_t{256}));
+  cmd->add_option("--judge-timeout", e.judge_timeout_s, "limit per judged answer, seconds")
+      ->check(CLI::Range(1.0, 86400.0));
+  cmd->add_option("--seed", e.seed, "sampling seed");
+  cmd->callback([&e] {
+    if (e.ks.empty()) e.ks = {1};
+  });
+  return cmd;
+}
+
+// `dice train sweep`: the template sweep into a cache.
+CLI::App* AddSweep(CLI::App& train, TrainArgs& a) {
+  auto& w = a.sweep_opts;
+  w.catalog_path = kDefaultSweepCatalog;
+  auto* cmd = train.add_subcommand("sweep", "tune a catalog of fusion groups with the templates into a cache "
+                                            "(CuKe source: then dice train dataset --cache-db)");
+  cmd->option_defaults()->always_capture_default();  // --help shows every default
+  cmd->add_option("--catalog", w.catalog_path, "JSON catalog of groups and shape sets")->capture_default_str();
+  cmd->add_option("--cache-db", w.cache_db, "cache SQLite file the winners go to")->required();
+  cmd->add_option("--only", w.only, "comma-separated catalog names (default: all)");
+  cmd->add_option("--budget-s", w.budget_s, "tuning budget per task, seconds")->check(CLI::Range(0.1, 86400.0));
+  cmd->add_option("--max-candidates", w.max_candidates, "template candidates per task")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--gpu", w.device, "CUDA ordinal")->check(CLI::Range(0, 1024));
+  cmd->add_flag("--compile-only", w.compile_only, "generate and compile only, store nothing (automatic without a GPU)");
+  return cmd;
+}
+
+}  // namespace
+
+void RegisterTrain(CLI::App& app, CommandTable& table) {
+  auto a = std::make_shared<TrainArgs>();
+  auto* train = app.add_subcommand("train", "build the DICE generator: CuKe dataset, block-diffusion SFT, BiC-RL");
+  train->require_subcommand(1);
+  table.Add(AddInit(*train, *a), [a] { return RunInit(*a); });
+  table.Add(AddDataset(*train, *a), [a] { return RunDataset(*a); });
+  table.Add(AddSft(*train, *a), [a] { return RunSft(*a); });
+  table.Add(AddRl(*train, *a), [a] { return RunRl(*a); });
+  table.Add(AddEval(*train, *a), [a] { return RunEval(*a); });
+  table.Add(AddSweep(*train, *a), [a] { return RunSweep(*a); });
 }
 
 }  // namespace dice::cli

@@ -4,15 +4,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include "command.h"
+
 namespace dice::cli {
 
-/// Registers `train` and its subcommands on `app`; options live in a static
-/// of train.cc. Returns the `train` subcommand (check ->parsed()).
-CLI::App* AddTrainCommand(CLI::App& app);
-
-/// Runs the parsed `dice train` subcommand. Exit codes: 0 success, 1 a
-/// failure while running (the last checkpoint stays intact), 2 bad input
+/// Adds `train` and its subcommands init, dataset, sft, rl, eval and sweep
+/// to `app`, and one entry per subcommand to `table`. Exit codes: 0 success,
+/// 1 a failure while running (the last checkpoint stays intact), 2 bad input
 /// (flags, dataset, checkpoint), 3 --device cuda without a GPU.
-int RunTrainCommand();
+void RegisterTrain(CLI::App& app, CommandTable& table);
 
 }  // namespace dice::cli

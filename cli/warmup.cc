@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,9 +17,9 @@
 #include "dice/torch_ext/optimize.h"
 
 namespace dice::cli {
+namespace {
 
 struct WarmupCommand {
-  CLI::App* cmd = nullptr;
   std::string model_path, shard = "0/1", cache_dir;
   std::vector<std::string> sets;
   double budget_s = 60;
@@ -26,18 +27,6 @@ struct WarmupCommand {
   uint64_t seed = 0;
   bool require_gpu = false;
 };
-
-namespace {
-
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitBadInput = 2;
-constexpr int kExitNoGpu = 3;
-
-int Fail(int code, const std::string& message) {
-  std::fprintf(stderr, "dice: error: %s\n", message.c_str());
-  return code;
-}
 
 // "i/n" with 0 <= i < n.
 bool ParseShard(const std::string& text, int* index, int* count) {
@@ -183,25 +172,20 @@ int Warmup(const WarmupCommand& c) {
 
 }  // namespace
 
-std::shared_ptr<WarmupCommand> AddWarmupCommand(CLI::App* app) {
+void RegisterWarmup(CLI::App& app, CommandTable& table) {
   auto c = std::make_shared<WarmupCommand>();
-  c->cmd = app->add_subcommand("warmup", "tune a model offline for a list of input shapes (tune-sync), with progress");
-  c->cmd->add_option("model", c->model_path, "TorchScript model file (torch.jit.save)")->required();
-  c->cmd->add_option("--input,-i", c->sets,
-                     "one shape set per flag: the forward() arguments, comma separated (8x4096:bf16[,4096:bf16])");
-  c->cmd->add_option("--shard", c->shard, "i/n: warm only the sets k with k % n == i (default 0/1)");
-  c->cmd->add_option("--cache", c->cache_dir, "cache directory (default $DICE_CACHE_DIR or ~/.cache/dice)");
-  c->cmd->add_option("--budget-s", c->budget_s, "tuning budget per fusion group, seconds");
-  c->cmd->add_option("--max-candidates", c->max_candidates, "candidates per generator and group")
+  auto* cmd = app.add_subcommand("warmup", "tune a model offline for a list of input shapes (tune-sync), with progress");
+  cmd->add_option("model", c->model_path, "TorchScript model file (torch.jit.save)")->required();
+  cmd->add_option("--input,-i", c->sets,
+                  "one shape set per flag: the forward() arguments, comma separated (8x4096:bf16[,4096:bf16])");
+  cmd->add_option("--shard", c->shard, "i/n: warm only the sets k with k % n == i (default 0/1)");
+  cmd->add_option("--cache", c->cache_dir, "cache directory (default $DICE_CACHE_DIR or ~/.cache/dice)");
+  cmd->add_option("--budget-s", c->budget_s, "tuning budget per fusion group, seconds");
+  cmd->add_option("--max-candidates", c->max_candidates, "candidates per generator and group")
       ->check(CLI::Range(1, 256));
-  c->cmd->add_option("--seed", c->seed, "seed for the random inputs");
-  c->cmd->add_flag("--require-gpu", c->require_gpu, "exit 3 instead of running compile-only when no GPU is present");
-  return c;
-}
-
-std::optional<int> RunWarmupCommand(const WarmupCommand& c) {
-  if (!c.cmd->parsed()) return std::nullopt;
-  return Warmup(c);
+  cmd->add_option("--seed", c->seed, "seed for the random inputs");
+  cmd->add_flag("--require-gpu", c->require_gpu, "exit 3 instead of running compile-only when no GPU is present");
+  table.Add(cmd, [c] { return Warmup(*c); });
 }
 
 }  // namespace dice::cli

@@ -16,18 +16,11 @@
 
 #include <CLI/CLI.hpp>
 
-#include <memory>
-#include <optional>
-#include <string>
+#include "command.h"
 
 namespace dice::cli {
 
-struct WarmupCommand;
-
-/// Adds `warmup` to `app`; keep the returned object alive until RunWarmupCommand.
-std::shared_ptr<WarmupCommand> AddWarmupCommand(CLI::App* app);
-
-/// Runs `warmup` when it was parsed; nullopt otherwise.
-std::optional<int> RunWarmupCommand(const WarmupCommand& command);
+/// Adds `warmup` to `app` and its entry to `table`.
+void RegisterWarmup(CLI::App& app, CommandTable& table);
 
 }  // namespace dice::cli

@@ -1,0 +1,67 @@
+// cli/command.h — how a `dice` command is registered and run. Torch-free.
+//
+// Every command lives in its own file under cli/ and exposes one function
+//
+//     void RegisterXxx(CLI::App& parent, CommandTable& table);
+//
+// (commands under `dice cache` also receive the group's --cache value,
+// see cache_commands.h). It adds its CLI11 subcommand(s) to `parent`, binds
+// their options to arguments it owns (held by the run function, never in a
+// static), and adds one entry per runnable subcommand to `table`. main.cc
+// calls the Register functions in help order, parses once, and runs the
+// entry whose subcommand was parsed.
+//
+// Exit codes shared by every command (docs/CLI.md): 0 success, 1 a runtime
+// failure, 2 bad input, 3 a GPU was required and none is present (`dice
+// judge` adds 4: judged and not correct).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dice::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitNoGpu = 3;
+
+/// Prints "dice: error: <message>" and a newline on stderr; returns `code`.
+int Fail(int code, const std::string& message);
+
+/// The runnable subcommands of the `dice` app and what runs each.
+/// Not thread-safe; built and used on main's thread.
+class CommandTable {
+ public:
+  /// Registers `run` for `command` (a subcommand that has no runnable
+  /// subcommands of its own). `run` returns the process exit code and may
+  /// throw (main reports exceptions, see RunAtTorchBoundary).
+  void Add(CLI::App* command, std::function<int()> run) { entries_.emplace_back(command, std::move(run)); }
+
+  /// After a successful parse: runs the entry whose subcommand was parsed
+  /// and returns its exit code; nullopt when none was.
+  std::optional<int> RunParsed() const {
+    for (const auto& [command, run] : entries_) {
+      if (command->parsed()) return run();
+    }
+    return std::nullopt;
+  }
+
+ private:
+  std::vector<std::pair<CLI::App*, std::function<int()>>> entries_;
+};
+
+/// Runs `run` at the PyTorch boundary: registers DICE's TorchScript ops and
+/// passes first (torch_ext::EnsureRegistered), then returns run()'s exit
+/// code; a c10::Error becomes exit 1 with "dice: error: PyTorch error: <what
+/// without backtrace>", any other std::exception exit 1 with its what().
+/// Defined in model_commands.cc, a file that includes LibTorch anyway, so
+/// that main.cc and the torch-free commands compile without it.
+int RunAtTorchBoundary(const std::function<int()>& run);
+
+}  // namespace dice::cli

@@ -1,0 +1,420 @@
+// `dice tune`, `dice run` and `dice profile` (cli/model_commands.h): the
+// commands that load a TorchScript model with random inputs and put it
+// through the fusion pass. They share the model loading, timing and output
+// comparison below, and they are the CLI's PyTorch boundary
+// (RunAtTorchBoundary), so LibTorch is compiled into this file once rather
+// than into one file per command.
+#include "model_commands.h"
+
+#include <torch/cuda.h>
+#include <torch/script.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dice/cache/store.h"
+#include "dice/core/ir.h"
+#include "dice/generator/dice_generator.h"
+#include "dice/generator/templates.h"
+#include "dice/reference/device_compare.h"
+#include "dice/reference/reference_executor.h"
+#include "dice/runtime/cuda_driver.h"
+#include "dice/torch_ext/optimize.h"
+
+namespace dice::cli {
+namespace {
+
+struct ModelArgs {
+  std::string model_path;
+  std::vector<std::string> input_specs;
+  std::string cache_dir;
+  int reps = 20;
+  uint64_t seed = 0;
+  std::string json_path;
+};
+
+struct LoadedModel {
+  torch::jit::Module module;
+  std::vector<c10::IValue> inputs;
+  bool on_gpu = false;
+};
+
+/// "the model does not run on these inputs: <PyTorch's own last line>" —
+/// TorchScript errors carry a long interpreter traceback; the last non-empty
+/// line is the cause (e.g. "mat1 and mat2 shapes cannot be multiplied").
+std::string ModelRunError(const c10::Error& e) {
+  std::string text = e.what_without_backtrace();
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  const size_t nl = text.rfind('\n');
+  return "the model does not run on these inputs: " + (nl == std::string::npos ? text : text.substr(nl + 1));
+}
+
+/// Loads the module and builds random inputs; fills `error` and returns false on bad input.
+bool LoadModel(const ModelArgs& args, bool want_gpu, LoadedModel* out, std::string* error) {
+  if (args.input_specs.empty()) {
+    *error = "no --input given (one per forward() argument, e.g. --input 1024x8192:f32)";
+    return false;
+  }
+  std::vector<dice::ir::TensorSpec> specs;
+  for (const auto& text : args.input_specs) {
+    auto spec = dice::ir::ParseInputSpec(text);
+    if (!spec.ok()) {
+      *error = spec.status().message();
+      return false;
+    }
+    specs.push_back(*spec);
+  }
+  out->on_gpu = want_gpu;
+  const c10::Device device = want_gpu ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  try {
+    out->module = torch::jit::load(args.model_path, device);
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    *error = "cannot load TorchScript model '" + args.model_path + "': " + what.substr(0, what.find('\n'));
+    return false;
+  }
+  out->module.eval();
+  torch::manual_seed(args.seed);
+  for (const auto& spec : specs) {
+    out->inputs.emplace_back(torch::randn(spec.shape, torch::TensorOptions()
+                                                          .dtype(dice::reference::ToScalarType(spec.dtype))
+                                                          .device(device)));
+  }
+  return true;
+}
+
+void Sync(bool gpu) {
+  if (gpu) torch::cuda::synchronize();
+}
+
+/// Median wall time of module.forward(inputs) in µs after warm-up; GPU work is synchronised.
+double TimeForward(torch::jit::Module& module, const std::vector<c10::IValue>& inputs, bool gpu, int reps) {
+  torch::NoGradGuard no_grad;
+  for (int i = 0; i < 3; ++i) module.forward(inputs);
+  Sync(gpu);
+  std::vector<double> us;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    module.forward(inputs);
+    Sync(gpu);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+std::vector<at::Tensor> Flatten(const c10::IValue& v) {
+  std::vector<at::Tensor> out;
+  if (v.isTensor()) {
+    out.push_back(v.toTensor());
+  } else if (v.isTuple()) {
+    for (const auto& e : v.toTupleRef().elements()) {
+      auto sub = Flatten(e);
+      out.insert(out.end(), sub.begin(), sub.end());
+    }
+  } else if (v.isList()) {
+    for (const auto& e : v.toListRef()) {
+      auto sub = Flatten(e);
+      out.insert(out.end(), sub.begin(), sub.end());
+    }
+  }
+  return out;
+}
+
+/// Compares outputs with DESIGN.md's per-dtype limits (f32 1e-4, f16/bf16
+/// 1e-2) using the verifier's own comparator (CompareTensors, on the device).
+bool OutputsMatch(const c10::IValue& got, const c10::IValue& want, std::string* detail) {
+  auto g = Flatten(got), w = Flatten(want);
+  if (g.size() != w.size()) {
+    *detail = "output count differs";
+    return false;
+  }
+  double worst = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (g[i].scalar_type() != w[i].scalar_type()) {
+      *detail = "output " + std::to_string(i) + " dtype differs";
+      return false;
+    }
+    auto dtype = dice::reference::FromScalarType(w[i].scalar_type());
+    const dice::Tolerance tol = dtype.ok() ? dice::Tolerance::ForDType(*dtype) : dice::Tolerance{1e-4, 1e-4};
+    const dice::CompareResult r = dice::reference::CompareTensors(g[i], w[i], tol);
+    worst = std::max(worst, r.max_abs_err);
+    if (!r.ok) {
+      *detail = "output " + std::to_string(i) + ": " + r.reason;
+      return false;
+    }
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "max abs err %.3g", worst);
+  *detail = buf;
+  return true;
+}
+
+/// Opens the cache once up front so a broken cache directory or file is a
+/// clear bad-input error before any work (the file is never modified).
+bool CheckCache(const std::string& cache_dir, std::string* error) {
+  const std::string dir = cache_dir.empty() ? dice::cache::DefaultCacheDir() : cache_dir;
+  auto store = dice::cache::Store::Open(dice::cache::DatabasePath(dir));
+  if (!store.ok()) *error = "kernel cache unusable: " + store.status().ToString();
+  return store.ok();
+}
+
+dice::torch_ext::Options BaseOptions(const ModelArgs& args, const std::vector<c10::IValue>& inputs) {
+  auto env = dice::torch_ext::Options::FromEnv();
+  dice::torch_ext::Options o = env.ok() ? *env : dice::torch_ext::Options{};
+  if (!args.cache_dir.empty()) o.cache_dir = args.cache_dir;
+  o.example_inputs = inputs;
+  return o;
+}
+
+std::string Fixed(double v, int digits = 1) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+/// Which generators `dice tune` asks (--generator, --model, --samples).
+struct GeneratorArgs {
+  std::string kind = "templates";  ///< templates | dice | both
+  std::string model_dir;           ///< DICE/SDAR checkpoint directory (dice, both)
+  int samples = 4;                 ///< DICE samples per fusion group
+  int64_t max_new_tokens = 2048;   ///< DICE tokens per sample at most (a kernel answer is ~1-2k tokens)
+};
+
+/// The generators for `g`; DICE decodes on the GPU in bf16 with CUDA graphs
+/// when one is present, else on the CPU in f32. Errors (bad input): dice/both without
+/// --model, an unloadable checkpoint.
+bool MakeGenerators(const GeneratorArgs& g, bool gpu, std::vector<std::shared_ptr<dice::KernelGenerator>>* out,
+                    std::string* error) {
+  if (g.kind == "templates" || g.kind == "both") out->push_back(std::make_shared<dice::TemplateGenerator>());
+  if (g.kind == "dice" || g.kind == "both") {
+    if (g.model_dir.empty()) {
+      *error = "--generator " + g.kind + " needs --model DIR (a DICE/SDAR checkpoint directory)";
+      return false;
+    }
+    dice::DiceGeneratorOptions o;
+    o.model_dir = g.model_dir;
+    o.model.device = gpu ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+    o.model.dtype = gpu ? torch::kBFloat16 : torch::kFloat32;
+    o.num_samples = g.samples;
+    o.decode.max_new_tokens = g.max_new_tokens;
+    o.decode.cuda_graphs = gpu;  // graphed decode: 2.1-5.9x the eager one on the H200 (docs/PERF.md)
+    o.progress = true;
+    std::printf("dice: loading the DICE checkpoint %s on %s\n", g.model_dir.c_str(), gpu ? "cuda:0 (bf16)" : "cpu (f32)");
+    auto gen = dice::DiceGenerator::Load(std::move(o));
+    if (!gen.ok()) {
+      *error = "--model " + g.model_dir + ": " + gen.status().ToString();
+      return false;
+    }
+    out->push_back(std::shared_ptr<dice::KernelGenerator>(std::move(*gen)));
+  }
+  return true;
+}
+
+int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool require_gpu,
+            const GeneratorArgs& generator_args) {
+  auto device = dice::QueryDevice(0);
+  const bool gpu = device.ok() && torch::cuda::is_available();
+  if (!gpu) {
+    const std::string why = device.ok() ? "PyTorch sees no CUDA device" : device.status().message();
+    if (require_gpu) return Fail(kExitNoGpu, "no CUDA device present (" + why + ")");
+    std::printf("dice: no CUDA device present (%s).\n"
+                "dice: running compile-only: candidates are generated and compiled for sm_90 (NVRTC for device form, nvcc for extension form); "
+                "nothing is verified, timed or cached as a winner.\n", why.c_str());
+  } else {
+    std::printf("dice: tuning on %s (%s)\n", device->name.c_str(), device->arch.c_str());
+  }
+  LoadedModel eager, tuned;
+  std::string error;
+  if (!LoadModel(args, gpu, &eager, &error) || !LoadModel(args, gpu, &tuned, &error) ||
+      !CheckCache(args.cache_dir, &error)) {
+    return Fail(kExitBadInput, error);
+  }
+  c10::IValue reference;
+  double before_us = 0;
+  {
+    torch::NoGradGuard no_grad;
+    try {
+      reference = eager.module.forward(eager.inputs);
+    } catch (const c10::Error& e) {
+      return Fail(kExitBadInput, ModelRunError(e));
+    }
+    before_us = TimeForward(eager.module, eager.inputs, gpu, args.reps);
+  }
+
+  std::vector<std::shared_ptr<dice::KernelGenerator>> generators;
+  if (!MakeGenerators(generator_args, gpu, &generators, &error)) return Fail(kExitBadInput, error);
+  dice::torch_ext::SetGenerators(std::move(generators));
+
+  auto options = BaseOptions(args, tuned.inputs);
+  options.mode = dice::torch_ext::Mode::kCache;
+  options.tune.compile_only = !gpu;
+  options.tune.budget_s = budget_s;
+  options.tune.max_candidates = max_candidates;
+  auto report = dice::torch_ext::optimize(tuned.module, options);
+  if (!report.ok()) return Fail(kExitFailure, report.status().ToString());
+  std::printf("dice: %zu fusion group(s) formed, %zu op(s) left with PyTorch\n", report->groups.size(),
+              report->left_out.size());
+  auto tuned_reports = dice::torch_ext::TuneGroups(tuned.module, tuned.inputs, options);
+  if (!tuned_reports.ok()) return Fail(kExitFailure, tuned_reports.status().ToString());
+
+  std::printf("\n%10s %10s %8s %14s  %-34s %s\n", "base µs", "best µs", "speedup", "tried/comp/ver", "winner",
+              "group (ops inputs)");
+  nlohmann::json json_groups = nlohmann::json::array();
+  for (const auto& r : *tuned_reports) {
+    const std::string origin = r.winner_origin.empty() ? "-" : r.winner_origin + (r.from_cache ? " (cached)" : "");
+    std::printf("%10s %10s %8s %6d/%3d/%3d  %-34s %s\n", r.baseline_us > 0 ? Fixed(r.baseline_us).c_str() : "-",
+                r.best_us > 0 ? Fixed(r.best_us).c_str() : "-",
+                r.speedup > 0 ? (Fixed(r.speedup, 2) + "x").c_str() : "-", r.tried, r.compiled, r.verified,
+                origin.c_str(), r.description.c_str());
+    json_groups.push_back({{"task_key", r.task_key}, {"description", r.description}, {"baseline_us", r.baseline_us},
+                           {"best_us", r.best_us}, {"speedup", r.speedup}, {"winner", r.winner_origin},
+                           {"from_cache", r.from_cache}, {"tried", r.tried}, {"compiled", r.compiled},
+                           {"verified", r.verified}, {"tune_seconds", r.tune_seconds}});
+    for (const auto& o : r.outcomes) {
+      if (o.outcome != "winner" && o.outcome != "verified" && o.outcome != "slower" && o.outcome != "compiled") {
+        std::printf("    %s: %s %s\n", o.origin.c_str(), o.outcome.c_str(), o.error.substr(0, 160).c_str());
+      }
+    }
+  }
+
+  // End to end: the optimized module serves cached winners (mode cache).
+  dice::torch_ext::ResetGroupStats();
+  c10::IValue got;
+  {
+    torch::NoGradGuard no_grad;
+    got = tuned.module.forward(tuned.inputs);
+  }
+  std::string detail;
+  const bool match = OutputsMatch(got, reference, &detail);
+  const double after_us = TimeForward(tuned.module, tuned.inputs, gpu, args.reps);
+  if (gpu) {
+    std::printf("\nend to end: before %.1f µs, after %.1f µs (%.2fx); outputs %s eager (%s)\n", before_us, after_us,
+                after_us > 0 ? before_us / after_us : 0.0, match ? "match" : "DIFFER FROM", detail.c_str());
+  } else {
+    std::printf("\nend to end (CPU, every group on its fallback; not a speedup measurement): before %.1f µs, "
+                "after %.1f µs; outputs %s eager (%s)\n", before_us, after_us, match ? "match" : "DIFFER FROM",
+                detail.c_str());
+  }
+  if (!args.json_path.empty()) {
+    nlohmann::json j{{"model", args.model_path}, {"gpu", gpu}, {"before_us", before_us}, {"after_us", after_us},
+                     {"outputs_match", match}, {"groups", json_groups}};
+    std::ofstream(args.json_path) << j.dump(2) << "\n";
+  }
+  return match ? kExitOk : kExitFailure;
+}
+
+int CmdRunOrProfile(const ModelArgs& args, bool profile) {
+  const bool gpu = dice::QueryDevice(0).ok() && torch::cuda::is_available();
+  LoadedModel m;
+  std::string error;
+  if (!LoadModel(args, gpu, &m, &error) || (!profile && !CheckCache(args.cache_dir, &error))) {
+    return Fail(kExitBadInput, error);
+  }
+  try {  // bad inputs are the user's error (exit 2), found before any pass runs
+    torch::NoGradGuard no_grad;
+    m.module.forward(m.inputs);
+  } catch (const c10::Error& e) {
+    return Fail(kExitBadInput, ModelRunError(e));
+  }
+  auto options = BaseOptions(args, m.inputs);
+  options.mode = profile ? dice::torch_ext::Mode::kObserve : dice::torch_ext::Mode::kCache;
+  auto report = dice::torch_ext::optimize(m.module, options);
+  if (!report.ok()) return Fail(kExitFailure, report.status().ToString());
+  dice::torch_ext::ResetGroupStats();
+  double us = 0;
+  try {
+    us = TimeForward(m.module, m.inputs, gpu, args.reps);
+  } catch (const c10::Error& e) {
+    return Fail(kExitBadInput, ModelRunError(e));
+  }
+  auto stats = dice::torch_ext::GetGroupStats();
+  if (profile) {
+    std::printf("%s", dice::torch_ext::FormatProfile(stats).c_str());
+    std::printf("step: %.1f µs median over %d runs (%s)\n", us, args.reps, gpu ? "GPU" : "CPU");
+    for (const auto& n : report->left_out) std::printf("  left with PyTorch: %s (%s)\n", n.kind.c_str(), n.reason.c_str());
+    return kExitOk;
+  }
+  int hits = 0;
+  std::printf("%-4s %-8s %-28s %s\n", "id", "cache", "detail", "group");
+  for (const auto& s : stats) {
+    const bool hit = s.hits > 0 && s.fallbacks == 0;
+    hits += hit;
+    std::string reason = s.fallback_reasons.empty() ? "" : s.fallback_reasons.front().first;
+    std::printf("%-4d %-8s %-28s %s\n", s.id, hit ? "hit" : "miss", reason.c_str(), s.summary.c_str());
+  }
+  std::printf("%d/%zu groups served from the cache; step %.1f µs median\n", hits, stats.size(), us);
+  return kExitOk;
+}
+
+void AddModelArgs(CLI::App* cmd, ModelArgs* args) {
+  cmd->add_option("model", args->model_path, "TorchScript model file (torch.jit.save)")->required();
+  cmd->add_option("--input,-i", args->input_specs, "forward() argument spec, e.g. 1024x8192:f32 (repeat per argument)");
+  cmd->add_option("--cache", args->cache_dir, "cache directory (default $DICE_CACHE_DIR or ~/.cache/dice)");
+  cmd->add_option("--reps", args->reps, "timed repetitions for end-to-end times")->check(CLI::Range(1, 100000));
+  cmd->add_option("--seed", args->seed, "seed for the random inputs");
+  cmd->add_option("--json", args->json_path, "also write the report as JSON to this file");
+}
+
+
+/// `dice tune` flags beyond the model's.
+struct TuneArgs {
+  ModelArgs model;
+  double budget_s = 60;
+  int max_candidates = 16;
+  bool require_gpu = false;
+  GeneratorArgs generator;
+};
+
+}  // namespace
+
+void RegisterTune(CLI::App& app, CommandTable& table) {
+  auto a = std::make_shared<TuneArgs>();
+  auto* tune = app.add_subcommand("tune", "tune the model's fusion groups and cache the winners");
+  AddModelArgs(tune, &a->model);
+  tune->add_option("--budget-s", a->budget_s, "tuning budget per fusion group, seconds");
+  tune->add_option("--max-candidates", a->max_candidates, "candidates per generator and group")->check(CLI::Range(1, 256));
+  tune->add_flag("--require-gpu", a->require_gpu, "exit 3 instead of running compile-only when no GPU is present");
+  tune->add_option("--generator", a->generator.kind, "candidate sources: templates (default), dice or both")
+      ->check(CLI::IsMember({"templates", "dice", "both"}));
+  tune->add_option("--model", a->generator.model_dir, "DICE/SDAR checkpoint directory (for --generator dice|both)");
+  tune->add_option("--samples", a->generator.samples, "DICE samples per fusion group (also capped by "
+                                                      "--max-candidates)")->check(CLI::Range(1, 1024));
+  tune->add_option("--max-new-tokens", a->generator.max_new_tokens, "DICE tokens per sample at most")
+      ->check(CLI::Range(int64_t{4}, int64_t{1} << 20));
+  table.Add(tune, [a] { return CmdTune(a->model, a->budget_s, a->max_candidates, a->require_gpu, a->generator); });
+}
+
+void RegisterRun(CLI::App& app, CommandTable& table) {
+  auto a = std::make_shared<ModelArgs>();
+  auto* run = app.add_subcommand("run", "run with cached winners only (never tunes); report hit/miss per group");
+  AddModelArgs(run, a.get());
+  table.Add(run, [a] { return CmdRunOrProfile(*a, /*profile=*/false); });
+}
+
+void RegisterProfile(CLI::App& app, CommandTable& table) {
+  auto a = std::make_shared<ModelArgs>();
+  auto* profile = app.add_subcommand("profile", "which fusion groups cost what (µs, calls)");
+  AddModelArgs(profile, a.get());
+  table.Add(profile, [a] { return CmdRunOrProfile(*a, /*profile=*/true); });
+}
+
+int RunAtTorchBoundary(const std::function<int()>& run) {
+  torch_ext::EnsureRegistered();
+  try {
+    return run();
+  } catch (const c10::Error& e) {
+    return Fail(kExitFailure, std::string("PyTorch error: ") + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return Fail(kExitFailure, e.what());
+  }
+}
+
+}  // namespace dice::cli
