@@ -1,0 +1,58 @@
+"""CPU tests of bench/torch_compile_bench.py's helpers (issue 17 item 5):
+which workloads get the float64 second opinion, and the workload lists."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import torch_compile_bench as bench  # noqa: E402
+
+
+def test_conv_matmul_and_reductions_are_order_free_elementwise_ops_are_not():
+    conv = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+    assert "convolution" in bench.order_free_ops(conv, [torch.randn(1, 3, 8, 8)])
+    lin = nn.Linear(8, 8)
+    assert bench.order_free_ops(lin, [torch.randn(2, 8)]) & {"addmm", "mm", "linear"}
+    assert "sum" in bench.order_free_ops(lambda x: x.sum(-1), [torch.randn(2, 8)])
+    assert bench.order_free_ops(nn.ReLU(), [torch.randn(2, 8)]) == set()
+
+
+def test_elementwise_workload_gets_no_second_opinion():
+    model, x = nn.ReLU(), torch.randn(4, 8)
+    ref = model(x)
+    ok, detail = bench.check_correct(model, [x], ref + 1e-2, ref, bench.order_free_ops(model, [x]))
+    assert not ok and "float64" not in detail, detail
+
+
+def test_conv_workload_as_wrong_as_eager_passes_by_float64():
+    torch.manual_seed(0)
+    model, x = nn.Conv2d(3, 4, 3).double(), torch.randn(1, 3, 16, 16, dtype=torch.float64)
+    # Eager in float32 is the reference; "ours" equals float64 rounded to float32
+    # plus eager's own error: outside the strict tolerance of a shifted reference,
+    # inside twice eager's error against float64.
+    m32 = nn.Conv2d(3, 4, 3)
+    m32.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
+    x32 = x.float()
+    ref = m32(x32)
+    ours = model(x).float()
+    skew = ref + (ours - ref).sign() * 2e-4  # a reference that drifted the other way
+    ok, detail = bench.check_correct(m32, [x32], ours, skew, {"convolution"})
+    assert ok and "float64 second opinion" in detail, detail
+    ok_strict, _ = bench.kb.outputs_match(ours, skew)
+    assert not ok_strict
+
+
+def test_level2_list_is_the_issues_twenty_in_order():
+    kb = ROOT / ".deps" / "kernelbench"
+    if not (kb / "level2").is_dir():
+        pytest.skip("no KernelBench checkout at .deps/kernelbench")
+    paths = bench.workload_list("level2-20", str(kb))
+    assert [int(Path(p).name.split("_")[0]) for p in paths] == list(bench.LEVEL2_20)
+    with pytest.raises(ValueError, match="level3-dev\\|level2-20"):
+        bench.workload_list("level9", str(kb))
