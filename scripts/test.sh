@@ -13,6 +13,10 @@ python3 -c 'import transformers' 2>/dev/null || python3 -m pip install -q transf
 python3 -c 'import pytest, wheel' 2>/dev/null || python3 -m pip install -q pytest wheel
 # The SDAR model tests write their reference checkpoints with safetensors (PyPI).
 python3 -c 'import safetensors' 2>/dev/null || python3 -m pip install -q safetensors
+# ctest SourceSizeLimits (scripts/check_sizes.py) measures functions with
+# lizard, pinned so every machine counts the same lines (PyPI).
+python3 -c 'import lizard_ext.version as v; assert v.version == "1.17.13"' 2>/dev/null ||
+  python3 -m pip install -q lizard==1.17.13
 BUILD_DIR=${BUILD_DIR:-build}
 cd "$BUILD_DIR"
 ctest --output-on-failure --timeout 600 -j "${JOBS:-2}" "$@"
