@@ -1,7 +1,9 @@
 // The fusion pass: supported nodes -> dice::FusionGroup nodes (fusion_pass.h).
+// Which nodes go together is the shared policy's call (fusion_policy.h, also
+// exposed to the FX frontend as the op dice::fusion_groups, registered here);
+// this file describes TorchScript nodes to it and builds the groups it names.
 #include "dice/torch_ext/fusion_pass.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -16,8 +18,10 @@
 #include <torch/csrc/jit/passes/pass_manager.h>
 #include <torch/csrc/jit/passes/tensorexpr_fuser.h>
 #include <torch/csrc/jit/passes/utils/subgraph_utils.h>
+#include <torch/library.h>
 
 #include "dice/torch_ext/optimize.h"
+#include "fusion_policy.h"
 
 namespace dice::torch_ext {
 
@@ -63,69 +67,78 @@ bool IsInlinableConstant(const Value* v) {
   return true;
 }
 
-// The reduced axes of a reduction node, as a comparable signature: "" for a
-// node that reduces nothing; "dims:1" / "dims:0,2" (normalised with the input
-// rank when known) or "dims:all" for ops with a `dim` argument; a signature
-// unique to the node where the axes cannot be named (group_norm's channel
-// groups, unknown ranks); layer_norm / rms_norm name their last axes.
-std::string ReductionSignature(const Node* n) {
-  static const std::unordered_set<std::string> with_dim = {
-      "aten::sum",     "aten::mean",        "aten::amax",       "aten::amin",     "aten::max",
-      "aten::min",     "aten::softmax",     "aten::log_softmax", "aten::_softmax", "aten::_log_softmax",
-      "aten::logsumexp", "aten::norm",      "aten::linalg_vector_norm", "aten::prod", "aten::var",
-      "aten::std",     "aten::argmax",      "aten::argmin",     "aten::all",      "aten::any"};
-  static const std::unordered_set<std::string> implicit = {
-      "aten::layer_norm", "aten::group_norm", "aten::instance_norm", "aten::rms_norm",
-      "aten::native_layer_norm", "aten::native_group_norm"};
-  const std::string kind = n->kind().toQualString();
-  if (!implicit.count(kind) && !with_dim.count(kind)) return "";
-  const std::string unique = "node:" + std::to_string(reinterpret_cast<uintptr_t>(n));
-  if (n->inputs().empty()) return unique;
-  std::optional<size_t> rank;
-  if (auto tt = n->input(0)->type()->cast<c10::TensorType>()) rank = tt->dim();
-  if (implicit.count(kind)) {
-    // layer_norm / rms_norm reduce over the last len(normalized_shape) axes.
-    const c10::FunctionSchema* schema = n->maybeSchema();
-    auto idx = schema ? schema->argumentIndexWithName("normalized_shape") : std::nullopt;
-    auto iv = idx ? torch::jit::toIValue(n->input(*idx)) : std::nullopt;
-    if (!iv || !iv->isIntList() || !rank || iv->toIntVector().size() > *rank) return unique;
-    const size_t k = iv->toIntVector().size();
-    std::string sig = "dims:";
-    for (size_t d = *rank - k; d < *rank; ++d) sig += (d > *rank - k ? "," : "") + std::to_string(d);
-    return sig;
+// Adds to `inputs` the top-level nodes whose values `block` reads (at any depth).
+void AddBlockReads(const Block* block, const std::unordered_map<const Node*, int>& index, std::vector<int>* inputs) {
+  auto add = [&](const Value* v) {
+    auto it = index.find(v->node());
+    if (it != index.end()) inputs->push_back(it->second);
+  };
+  for (const Node* n : block->nodes()) {
+    for (const Value* v : n->inputs()) add(v);
+    for (const Block* b : n->blocks()) AddBlockReads(b, index, inputs);
   }
-  const c10::FunctionSchema* schema = n->maybeSchema();
-  if (schema == nullptr) return unique;
-  auto idx = schema->argumentIndexWithName("dim");
-  if (!idx) {
-    // Binary max/min (elementwise) reduce nothing; a whole-tensor sum/amax does.
-    if ((kind == "aten::max" || kind == "aten::min") && n->inputs().size() == 2) return "";
-    return "dims:all";
-  }
-  auto iv = torch::jit::toIValue(n->input(*idx));
-  if (!iv) return unique;
-  std::vector<int64_t> dims;
-  if (iv->isInt()) dims.push_back(iv->toInt());
-  else if (iv->isIntList()) dims = iv->toIntVector();
-  else if (iv->isNone()) return "dims:all";
-  else return unique;
-  for (auto& d : dims)
-    if (d < 0 && rank) d += static_cast<int64_t>(*rank);
-  std::sort(dims.begin(), dims.end());
-  if (dims.empty()) return "dims:all";
-  std::string sig = "dims:";
-  for (size_t i = 0; i < dims.size(); ++i) sig += (i ? "," : "") + std::to_string(dims[i]);
-  return sig;
+  for (const Value* v : block->return_node()->inputs()) add(v);
 }
 
-// Reduction signatures of a node or of every node inside a fusion group.
-void CollectReductions(const Node* n, std::unordered_set<std::string>* sigs) {
-  if (n->kind() == FusionGroupSymbol()) {
-    for (const Node* inner : n->g(c10::attr::Subgraph)->nodes()) CollectReductions(inner, sigs);
+// What the reduction rule of the policy reads about `n` (fusion_policy.h).
+void AddReductionFacts(const Node* n, PolicyNode* out) {
+  out->operands = static_cast<int>(n->inputs().size());
+  for (const Value* v : n->inputs())
+    if (IsTensorValue(v)) ++out->tensor_operands;
+  if (!n->inputs().empty())
+    if (auto tt = n->input(0)->type()->cast<c10::TensorType>())
+      if (auto rank = tt->dim()) out->rank = static_cast<int>(*rank);
+  const c10::FunctionSchema* schema = n->maybeSchema();
+  if (schema == nullptr) {
+    out->dim = DimArg::kUnknown;
     return;
   }
-  std::string sig = ReductionSignature(n);
-  if (!sig.empty()) sigs->insert(std::move(sig));
+  auto constant = [&](const std::optional<int>& idx) -> std::optional<c10::IValue> {
+    if (!idx || static_cast<size_t>(*idx) >= n->inputs().size()) return std::nullopt;
+    return torch::jit::toIValue(n->input(*idx));
+  };
+  auto shape = constant(schema->argumentIndexWithName("normalized_shape"));
+  if (shape && shape->isIntList()) out->normalized_dims = static_cast<int>(shape->toIntVector().size());
+  auto dim_idx = schema->argumentIndexWithName("dim");
+  if (!dim_idx) return;  // DimArg::kAbsent
+  auto dim = constant(dim_idx);
+  out->dim = DimArg::kUnknown;
+  if (!dim) return;
+  if (dim->isNone()) {
+    out->dim = DimArg::kNone;
+  } else if (dim->isInt()) {
+    out->dim = DimArg::kList;
+    out->dims = {dim->toInt()};
+  } else if (dim->isIntList()) {
+    out->dim = DimArg::kList;
+    out->dims = dim->toIntVector();
+  }
+}
+
+// The policy's view of a top-level node; `index` maps the nodes before it.
+PolicyNode DescribeNode(const Node* n, bool fusible, const std::unordered_map<const Node*, int>& index) {
+  PolicyNode out;
+  out.kind = n->kind().toQualString();
+  out.fusible = fusible;
+  for (const Value* v : n->inputs()) {
+    auto it = index.find(v->node());
+    if (it != index.end()) out.inputs.push_back(it->second);
+  }
+  for (const Block* b : n->blocks()) AddBlockReads(b, index, &out.inputs);
+  if (!fusible) return out;
+  if (n->kind() == FusionGroupSymbol()) {
+    for (const Node* inner : n->g(c10::attr::Subgraph)->nodes()) {
+      if (inner->kind() == c10::prim::Constant || inner->kind() == c10::prim::ListConstruct) continue;
+      PolicyNode p;
+      p.kind = inner->kind().toQualString();
+      p.fusible = true;
+      AddReductionFacts(inner, &p);
+      out.inner.push_back(std::move(p));
+    }
+    return out;
+  }
+  AddReductionFacts(n, &out);
+  return out;
 }
 
 // Moves non-tensor constant inputs of `group` into its subgraph.
@@ -177,6 +190,8 @@ void LiftTensorConstants(Node* group) {
   }
 }
 
+// Describes the top-level block to the fusion policy (fusion_policy.h), forms
+// the groups it proposes, then captures each group's IR.
 class Fuser {
  public:
   Fuser(std::shared_ptr<torch::jit::Graph> graph, int min_nontrivial)
@@ -184,33 +199,61 @@ class Fuser {
 
   FusionPassResult Run() {
     FusionPassResult result;
-    Block* block = graph_->block();
     // Support decisions are made once, on the original nodes.
-    for (Node* n : block->nodes()) {
-      if (n->kind() == FusionGroupSymbol()) continue;
-      std::string reason = UnsupportedReason(n);
-      if (reason.empty()) {
-        supported_.insert(n);
-      } else if (!IsPlumbing(n)) {
-        result.left_out.push_back({n->kind().toQualString(), reason});
+    std::vector<Node*> nodes;
+    std::vector<PolicyNode> described;
+    std::unordered_map<const Node*, int> index;
+    bool any_fusible = false;
+    for (Node* n : graph_->block()->nodes()) {
+      bool fusible = n->kind() == FusionGroupSymbol();  // formed by an earlier run
+      if (!fusible) {
+        std::string reason = UnsupportedReason(n);
+        fusible = reason.empty();
+        if (!fusible && !IsPlumbing(n)) result.left_out.push_back({n->kind().toQualString(), reason});
       }
+      any_fusible |= fusible;
+      described.push_back(DescribeNode(n, fusible, index));
+      index.emplace(n, static_cast<int>(nodes.size()));
+      nodes.push_back(n);
     }
-    if (supported_.empty() && !HasGroups()) return result;
-
+    if (!any_fusible) return result;
+    auto groups = ProposeFusionGroups(described, min_nontrivial_);
+    if (!groups.ok()) {
+      result.left_out.push_back({FusionGroupSymbol().toQualString(), groups.status().message()});
+      return result;
+    }
     alias_db_ = std::make_unique<torch::jit::AliasDb>(graph_);
-    bool any_changed = true;
-    while (any_changed) {
-      any_changed = false;
-      for (auto it = block->nodes().rbegin(); it != block->nodes().rend();) {
-        bool changed = false;
-        it = ScanNode(*it, &changed);
-        any_changed |= changed;
-      }
-    }
+    for (const auto& members : *groups) FormGroup(nodes, members);
+    Finalize(&result);
+    torch::jit::EliminateDeadCode(graph_);
+    torch::jit::RemoveTensorTypeSpecializations(graph_);
+    return result;
+  }
 
-    // Finalise: constants in, IR out, trivial groups dissolved.
+ private:
+  // Makes one dice::FusionGroup of `members` (ascending indices into `nodes`):
+  // the last member becomes the group, then the others are merged into it,
+  // latest first, each when AliasDb can move it next to the group (the policy
+  // saw data edges only; mutation and side effects are checked here).
+  void FormGroup(const std::vector<Node*>& nodes, const std::vector<int>& members) {
+    Node* group = nodes[members.back()];
+    if (group->kind() != FusionGroupSymbol()) {
+      group = torch::jit::SubgraphUtils::createSingletonSubgraph(group, FusionGroupSymbol());
+      RebuildAliasDb();
+    }
+    for (auto it = members.rbegin() + 1; it != members.rend(); ++it) {
+      Node* p = nodes[*it];
+      if (!alias_db_->moveBeforeTopologicallyValid(p, group)) continue;
+      torch::jit::SubgraphUtils::mergeNodeIntoSubgraph(p, group);
+      RebuildAliasDb();
+    }
+  }
+
+  // Constants in, IR out; groups that do not capture, or hold too few
+  // non-casts (a member AliasDb would not move may be missing), dissolved.
+  void Finalize(FusionPassResult* result) {
     std::vector<Node*> groups;
-    for (Node* n : block->nodes())
+    for (Node* n : graph_->block()->nodes())
       if (n->kind() == FusionGroupSymbol()) groups.push_back(n);
     for (Node* group : groups) {
       InlineConstantInputs(group);
@@ -218,83 +261,35 @@ class Fuser {
       auto subgraph = group->g(c10::attr::Subgraph);
       auto captured = CaptureSubgraph(*subgraph);
       if (!captured.ok()) {
-        result.left_out.push_back({FusionGroupSymbol().toQualString(), captured.status().message()});
+        result->left_out.push_back({FusionGroupSymbol().toQualString(), captured.status().message()});
         torch::jit::SubgraphUtils::unmergeSubgraph(group);
         continue;
       }
       int nontrivial = 0;
       for (Node* n : subgraph->nodes())
-        if (n->kind() != c10::prim::Constant && n->kind() != c10::prim::ListConstruct && IsNonTrivial(n)) ++nontrivial;
+        if (n->kind() != c10::prim::Constant && n->kind() != c10::prim::ListConstruct &&
+            !IsCastOrProjection(n->kind().toQualString()))
+          ++nontrivial;
       if (nontrivial < min_nontrivial_) {
         torch::jit::SubgraphUtils::unmergeSubgraph(group);
         continue;
       }
       if (group->hasAttribute(IrAttr()) && group->s(IrAttr()) == captured->canonical &&
           group->hasAttribute(GroupIdAttr())) {
-        result.group_ids.push_back(static_cast<int>(group->i(GroupIdAttr())));
+        result->group_ids.push_back(static_cast<int>(group->i(GroupIdAttr())));
         continue;  // unchanged group from an earlier run
       }
       int id = RegisterGroup(*captured);
       group->s_(IrAttr(), captured->canonical);
       group->i_(GroupIdAttr(), id);
-      result.group_ids.push_back(id);
+      result->group_ids.push_back(id);
     }
-    torch::jit::EliminateDeadCode(graph_);
-    torch::jit::RemoveTensorTypeSpecializations(graph_);
-    return result;
-  }
-
- private:
-  bool HasGroups() const {
-    for (Node* n : graph_->nodes())
-      if (n->kind() == FusionGroupSymbol()) return true;
-    return false;
-  }
-
-  bool Fusible(Node* n) const { return n->kind() == FusionGroupSymbol() || supported_.count(n) != 0; }
-
-  // Grows the group rooted at `n` by one producer; returns where to continue.
-  torch::jit::graph_node_list_iterator ScanNode(Node* n, bool* changed) {
-    if (!Fusible(n)) return ++n->reverseIterator();
-    Node* group = n;
-    if (n->kind() != FusionGroupSymbol()) {
-      supported_.erase(n);
-      group = torch::jit::SubgraphUtils::createSingletonSubgraph(n, FusionGroupSymbol());
-      RebuildAliasDb();
-    }
-    std::vector<Node*> producers;
-    for (Value* in : group->inputs()) {
-      Node* p = in->node();
-      if (p->owningBlock() == group->owningBlock() && p != group && Fusible(p) &&
-          std::find(producers.begin(), producers.end(), p) == producers.end())
-        producers.push_back(p);
-    }
-    // Latest producer first: it is the one that can move next to the group.
-    std::sort(producers.begin(), producers.end(), [](Node* a, Node* b) { return a->isAfter(b); });
-    std::unordered_set<std::string> group_reductions;
-    CollectReductions(group, &group_reductions);
-    for (Node* p : producers) {
-      // One kernel reduces over one set of axes (the row templates' rows):
-      // a producer reducing over other axes than the group starts its own
-      // group (group_norm feeding amin over channels: two groups, two kernels).
-      std::unordered_set<std::string> sigs = group_reductions;
-      CollectReductions(p, &sigs);
-      if (sigs.size() > 1) continue;
-      if (!alias_db_->moveBeforeTopologicallyValid(p, group)) continue;
-      supported_.erase(p);
-      torch::jit::SubgraphUtils::mergeNodeIntoSubgraph(p, group);
-      RebuildAliasDb();
-      *changed = true;
-      return group->reverseIterator();
-    }
-    return ++group->reverseIterator();
   }
 
   void RebuildAliasDb() { alias_db_ = std::make_unique<torch::jit::AliasDb>(graph_); }
 
   std::shared_ptr<torch::jit::Graph> graph_;
   int min_nontrivial_;
-  std::unordered_set<Node*> supported_;
   std::unique_ptr<torch::jit::AliasDb> alias_db_;
 };
 
@@ -307,6 +302,25 @@ bool DiceModeEnabled() {
 
 // Runs DiceModePass inside the graph executors (before their own fusers).
 const torch::jit::GraphPassNameType kDiceModePassRegistration = torch::jit::registerPrePass(DiceModePass);
+
+// dice::fusion_groups: the policy for the FX partitioner (partition.py).
+// `nodes`: the JSON of ParsePolicyNodes. Returns, per node, the index of its
+// group (groups numbered by first node) or -1. Throws c10::Error with the
+// parser's message on a malformed list.
+std::vector<int64_t> FusionGroupsOp(c10::string_view nodes, int64_t min_nontrivial_ops) {
+  auto described = ParsePolicyNodes(std::string_view(nodes.data(), nodes.size()));
+  TORCH_CHECK(described.ok(), described.status().ToString());
+  auto groups = ProposeFusionGroups(*described, static_cast<int>(min_nontrivial_ops));
+  TORCH_CHECK(groups.ok(), groups.status().ToString());
+  std::vector<int64_t> group_of(described->size(), -1);
+  for (size_t g = 0; g < groups->size(); ++g)
+    for (int m : (*groups)[g]) group_of[m] = static_cast<int64_t>(g);
+  return group_of;
+}
+
+TORCH_LIBRARY_FRAGMENT(dice, m) {
+  m.def("fusion_groups(str nodes, int min_nontrivial_ops=1) -> int[]", TORCH_FN(FusionGroupsOp));
+}
 
 }  // namespace
 

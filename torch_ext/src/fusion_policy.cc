@@ -108,6 +108,27 @@ class ConvexityCheck {
   unsigned stamp_ = 0;
 };
 
+// The "dim" value of the JSON form into out->dim / out->dims; false when malformed.
+bool ParseDim(const nlohmann::json& v, PolicyNode* out) {
+  if (v.is_null()) {
+    out->dim = DimArg::kNone;
+  } else if (v.is_number_integer()) {
+    out->dim = DimArg::kList;
+    out->dims = {v.get<int64_t>()};
+  } else if (v.is_array()) {
+    out->dim = DimArg::kList;
+    for (const auto& e : v) {
+      if (!e.is_number_integer()) return false;
+      out->dims.push_back(e.get<int64_t>());
+    }
+  } else if (v.is_string() && v.get<std::string>() == "?") {
+    out->dim = DimArg::kUnknown;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 Status ParseNode(const nlohmann::json& j, const std::string& where, PolicyNode* out) {
   auto bad = [&](const std::string& what) {
     return Status(StatusCode::kInvalidArgument, "fusion policy graph: " + where + ": " + what);
@@ -142,23 +163,8 @@ Status ParseNode(const nlohmann::json& j, const std::string& where, PolicyNode* 
   v = -1;
   DICE_RETURN_IF_ERROR(get_int("normalized_dims", &v));
   if (v >= 0) out->normalized_dims = v;
-  if (auto it = j.find("dim"); it != j.end()) {
-    if (it->is_null()) {
-      out->dim = DimArg::kNone;
-    } else if (it->is_number_integer()) {
-      out->dim = DimArg::kList;
-      out->dims = {it->get<int64_t>()};
-    } else if (it->is_array()) {
-      out->dim = DimArg::kList;
-      for (const auto& e : *it) {
-        if (!e.is_number_integer()) return bad("\"dim\" list must hold integers");
-        out->dims.push_back(e.get<int64_t>());
-      }
-    } else if (it->is_string() && it->get<std::string>() == "?") {
-      out->dim = DimArg::kUnknown;
-    } else {
-      return bad("\"dim\" must be null, an integer, a list of integers or \"?\"");
-    }
+  if (auto it = j.find("dim"); it != j.end() && !ParseDim(*it, out)) {
+    return bad("\"dim\" must be null, an integer, a list of integers or \"?\"");
   }
   if (auto it = j.find("inner"); it != j.end()) {
     if (!it->is_array()) return bad("\"inner\" must be a list of nodes");
