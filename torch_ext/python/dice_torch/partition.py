@@ -1,20 +1,24 @@
 """Forms fusion groups in an ATen-level FX graph and replaces each with a call
 to ``torch.ops.dice.run_group(ir_text, [inputs])``.
 
-The FX twin of the TorchScript pass (``torch_ext/include/dice/torch_ext/
-fusion_pass.h``): groups are maximal connected sets of supported nodes
-(``capture.unsupported_reason`` is None), grown in topological order by
-merging a node into its producers' groups only when the merged set stays
-convex (no path leaves the group and comes back, so one call can replace it)
-and every reduction in it runs over the same axes (one kernel reduces over one
-set of axes: group_norm feeding amin over channels becomes two groups).
-Groups made only of casts are dissolved. Everything else (matmuls, views,
-unsupported dtypes, ...) stays in the graph as it was, and is reported with
-its reason.
+The FX frontend beside the TorchScript pass (``torch_ext/include/dice/
+torch_ext/fusion_pass.h``). Which nodes form a group is decided by the one
+policy both frontends share, in C++ (``torch_ext/src/fusion_policy.h``,
+called here through ``torch.ops.dice.fusion_groups``): groups are connected
+sets of supported nodes (``capture.unsupported_reason`` is None), grown in
+topological order by merging a node with its producers' groups only when the
+merged set stays convex (no path leaves the group and comes back, so one call
+can replace it) and every reduction in it runs over the same axes (one kernel
+reduces over one set of axes: group_norm feeding amin over channels becomes
+two groups); groups made only of casts are dissolved. This module describes
+the graph to the policy and translates the groups to IR. Everything else
+(matmuls, views, unsupported dtypes, ...) stays in the graph as it was, and is
+reported with its reason.
 """
 
 from __future__ import annotations
 
+import json
 import operator
 from dataclasses import dataclass, field
 
@@ -53,119 +57,73 @@ class PartitionReport:
     left_out: list[LeftOut] = field(default_factory=list)
 
 
-def _convex(members: set[torch.fx.Node], order: dict[torch.fx.Node, int]) -> bool:
-    """True when no path leaves ``members`` and re-enters it."""
-    last = max(order[n] for n in members)
-    frontier = [u for n in members for u in n.users if u not in members]
-    seen: set[torch.fx.Node] = set()
-    while frontier:
-        n = frontier.pop()
-        if n in seen or order.get(n, last + 1) > last:
-            continue
-        seen.add(n)
-        for u in n.users:
-            if u in members:
-                return False
-            frontier.append(u)
-    return True
+def _dim_fact(dim):
+    """The ``dim`` argument as ``dice::fusion_groups`` reads it: None (every
+    axis), an int, a list of ints, or "?" (not a constant)."""
+    if dim is None or (isinstance(dim, int) and not isinstance(dim, bool)):
+        return dim
+    if isinstance(dim, (list, tuple)) and all(isinstance(d, int) and not isinstance(d, bool) for d in dim):
+        return list(dim)
+    return "?"
 
 
-_DIM_REDUCTIONS = {
-    "sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "_softmax", "_log_softmax",
-    "logsumexp", "norm", "linalg_vector_norm", "prod", "var", "std", "var_mean", "argmax", "argmin", "all", "any",
-}
-_LAST_AXES_NORMS = {"layer_norm", "native_layer_norm", "rms_norm"}
-_OPAQUE_NORMS = {"group_norm", "native_group_norm", "instance_norm"}
-
-
-def _rank(arg) -> int | None:
-    val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
-    return val.dim() if isinstance(val, torch.Tensor) else None
-
-
-def reduction_signature(node: torch.fx.Node):
-    """The axes a node reduces over, comparable across nodes: None for a node
-    that reduces nothing, ("dims", (1,)) / ("dims", "all") for ops with a
-    dim argument (negative dims normalised with the input's rank), the last
-    axes for layer_norm / rms_norm, and a signature unique to the node where
-    the axes cannot be named (group_norm's channel groups). The twin of
-    ReductionSignature in torch_ext/src/fusion_pass.cc."""
+def policy_node(node: torch.fx.Node, fusible: bool, index: dict[torch.fx.Node, int]) -> dict:
+    """``node`` as the fusion policy sees it (torch_ext/src/fusion_policy.h,
+    ParsePolicyNodes): kind, fusibility, the nodes it reads and, for a fusible
+    ATen op, the facts its reduction signature is computed from."""
     tgt = node.target
-    if not isinstance(tgt, torch._ops.OpOverload):
-        return None
-    name = tgt._schema.name.split("::")[-1]
-    if name not in _DIM_REDUCTIONS and name not in _LAST_AXES_NORMS and name not in _OPAQUE_NORMS:
-        return None
-    unique = ("node", id(node))
-    if name in _OPAQUE_NORMS or not node.args:
-        return unique
-    rank = _rank(node.args[0])
+    if node.op != "call_function":
+        kind = node.op
+    elif tgt is operator.getitem:
+        kind = "getitem"
+    elif isinstance(tgt, torch._ops.OpOverload):
+        kind = tgt._schema.name
+    else:
+        kind = getattr(tgt, "__name__", str(tgt))
+    d = {"kind": kind, "fusible": fusible, "inputs": [index[a] for a in node.all_input_nodes if a in index]}
+    if not fusible or not isinstance(tgt, torch._ops.OpOverload):
+        return d
     names = [a.name for a in tgt._schema.arguments]
     args = dict(zip(names, node.args))
     args.update(node.kwargs)
-    if name in _LAST_AXES_NORMS:
-        shape = args.get("normalized_shape")
-        if rank is None or not isinstance(shape, (list, tuple)) or len(shape) > rank:
-            return unique
-        return ("dims", tuple(range(rank - len(shape), rank)))
-    if "dim" not in names:
-        if name in ("max", "min") and len(node.args) == 2 and isinstance(node.args[1], torch.fx.Node):
-            return None  # elementwise maximum / minimum
-        return ("dims", "all")
-    dim = args.get("dim")
-    if dim is None or dim == []:
-        return ("dims", "all")
-    dims = [dim] if isinstance(dim, int) else list(dim)
-    if not all(isinstance(d, int) for d in dims):
-        return unique
-    if rank is not None:
-        dims = [d + rank if d < 0 else d for d in dims]
-    return ("dims", tuple(sorted(dims)))
+    d["operands"] = len(node.args)
+    d["tensor_operands"] = sum(isinstance(a, torch.fx.Node) for a in node.args)
+    val = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], torch.fx.Node) else None
+    if isinstance(val, torch.Tensor):
+        d["rank"] = val.dim()
+    if "dim" in names:
+        d["dim"] = _dim_fact(args.get("dim"))  # left at its default: None
+    shape = args.get("normalized_shape")
+    if isinstance(shape, (list, tuple)):
+        d["normalized_dims"] = len(shape)
+    return d
 
 
 def propose_groups(graph: torch.fx.Graph) -> tuple[list[list[torch.fx.Node]], list[LeftOut]]:
-    """Groups of supported nodes (each in graph order) and the call nodes left out."""
-    order = {n: i for i, n in enumerate(graph.nodes)}
-    group_of: dict[torch.fx.Node, int] = {}
-    groups: dict[int, set[torch.fx.Node]] = {}
-    reductions: dict[int, set] = {}
+    """Groups of supported nodes (each in graph order) and the call nodes left
+    out. The grouping is the C++ policy shared with the TorchScript pass
+    (``torch.ops.dice.fusion_groups``, torch_ext/src/fusion_policy.h); the
+    dice library must be loaded."""
+    index: dict[torch.fx.Node, int] = {}
+    described: list[dict] = []
+    nodes: list[torch.fx.Node] = []
     left_out: list[LeftOut] = []
-    next_id = 0
     for node in graph.nodes:
-        if node.op != "call_function":
-            continue
-        reason = capture.unsupported_reason(node)
-        if reason is not None:
-            if node.target is not operator.getitem:
+        fusible = False
+        if node.op == "call_function":
+            reason = capture.unsupported_reason(node)
+            fusible = reason is None
+            if reason is not None and node.target is not operator.getitem:
                 left_out.append(LeftOut(capture.op_name(node), reason))
-            continue
-        gid = next_id
-        next_id += 1
-        groups[gid] = {node}
-        sig = reduction_signature(node)
-        reductions[gid] = {sig} if sig is not None else set()
-        group_of[node] = gid
-        producers = [a for a in node.all_input_nodes if a in group_of]
-        for p in producers:
-            pg = group_of[p]
-            if pg == gid:
-                continue
-            merged = groups[pg] | groups[gid]
-            sigs = reductions[pg] | reductions[gid]
-            if len(sigs) <= 1 and _convex(merged, order):
-                for n in groups[gid]:
-                    group_of[n] = pg
-                groups[pg] = merged
-                reductions[pg] = sigs
-                del groups[gid], reductions[gid]
-                gid = pg
-    out = []
-    for members in groups.values():
-        nontrivial = [n for n in members if n.target not in capture.TRIVIAL_TARGETS]
-        if nontrivial:
-            out.append(sorted(members, key=order.__getitem__))
-    out.sort(key=lambda ms: order[ms[0]])
-    return out, left_out
+        described.append(policy_node(node, fusible, index))
+        index[node] = len(nodes)
+        nodes.append(node)
+    group_of = torch.ops.dice.fusion_groups(json.dumps(described), 1)
+    groups: dict[int, list[torch.fx.Node]] = {}
+    for node, g in zip(nodes, group_of):
+        if g >= 0:
+            groups.setdefault(g, []).append(node)
+    return [groups[g] for g in sorted(groups)], left_out
 
 
 @dataclass
