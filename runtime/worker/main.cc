@@ -13,12 +13,11 @@
 #include <cstdlib>
 #include <string>
 
-#include <torch/headeronly/version.h>
-
 #include "dice/runtime/compiler.h"
 #include "dice/runtime/cuda_driver.h"
 #include "dice/runtime/worker_protocol.h"
 #include "tune_session.h"
+#include "verifier.h"
 
 namespace {
 
@@ -26,7 +25,7 @@ dice::worker::HelloReply MakeHello() {
   dice::worker::HelloReply h;
   h.pid = static_cast<int>(::getpid());
   h.nvrtc_version = dice::NvrtcVersion();
-  h.torch_version = TORCH_VERSION;
+  h.torch_version = dice::worker_impl::LinkedTorchVersion();
   const char* dev_env = std::getenv("DICE_DEVICE");
   h.device_ordinal = dev_env ? std::atoi(dev_env) : 0;
   auto info = dice::QueryDevice(h.device_ordinal);
@@ -44,7 +43,8 @@ dice::worker::HelloReply MakeHello() {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--version") {
-    std::printf("dice-worker protocol %d, torch %s\n", dice::worker::kProtocolVersion, TORCH_VERSION);
+    std::printf("dice-worker protocol %d, torch %s\n", dice::worker::kProtocolVersion,
+                dice::worker_impl::LinkedTorchVersion().c_str());
     return 0;
   }
   // The protocol owns the original stdout; anything else that prints to

@@ -1,16 +1,15 @@
-// tune_session.h — the GPU half of dice-worker (private to runtime/worker/).
+// tune_session.h — one "tune" request inside dice-worker (private to
+// runtime/worker/; the protocol is worker_protocol.h).
 //
-// RunTuneRequest serves one "tune" request (worker_protocol.h): compiles the
-// candidates in parallel (CompileAll), builds verification trials (fresh
-// random inputs kept inside each op's domain, plus captured real inputs) and
-// their reference outputs (dice::reference::Run on the GPU), times the
-// reference executor as the baseline, then for each candidate: announce it
-// ("begin"), load its cubin, poison outputs, launch on PyTorch's current
-// stream, check CUDA errors, compare every element, repeat once (races),
-// time it (CUDA events, L2 flushed between repetitions, median), re-verify
-// with 3x the trials when the speedup exceeds 10x, check that the trial
-// data it shares with the other candidates (inputs, reference outputs) is
-// unchanged (else reject it and rebuild the trials), and report.
+// RunTuneRequest runs the request's phases in order: Setup (CUDA driver, the
+// device must be the task's arch, the graph and its output specs), compile
+// (device form with NVRTC in parallel, then extension form with nvcc; a
+// compile_error result for each failure), trials and baseline (verifier.h),
+// then one loop over the runnable candidates (device form first): within
+// the budget, announce ("begin"), verify and time (Verifier::Evaluate),
+// guard the shared trial data, report. The items must already obey the
+// precision policy: the Tuner applies it, the worker does not check again.
+// Torch-free (LibTorch is used by verifier.cc only).
 #pragma once
 
 #include <functional>
