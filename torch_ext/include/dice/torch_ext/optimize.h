@@ -41,7 +41,10 @@ struct Module;
 
 namespace dice::torch_ext {
 
-/// Runtime and capture options.
+/// Runtime and capture options. The process keeps every field but
+/// example_inputs past optimize() (as RuntimeSettings in
+/// torch_ext/src/runtime_state.h: a new field goes there too, and into the
+/// two conversions in optimize.cc).
 struct Options {
   Mode mode = Mode::kObserve;
   std::string cache_dir;          ///< "" = cache::DefaultCacheDir()
