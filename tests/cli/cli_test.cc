@@ -10,13 +10,16 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "run_dice.h"
 #include "dice/generator/tokenizer.h"
@@ -199,4 +202,45 @@ TEST_F(CliTest, CacheServeAnswersHealthAndStopsOnSigterm) {
   EXPECT_EQ(bad.code, 2) << bad.output;
   EXPECT_NE(bad.output.find("nonsense"), std::string::npos) << bad.output;
 }
+
+// The subcommand names CLI11 lists under "Subcommands:" in `dice ARGS --help`.
+std::vector<std::string> HelpSubcommands(const std::string& args) {
+  DiceResult r = RunDice(args + " --help");
+  EXPECT_EQ(r.code, 0) << r.output;
+  std::vector<std::string> names;
+  std::istringstream lines(r.output.substr(std::min(r.output.find("Subcommands:"), r.output.size())));
+  std::string line;
+  const std::regex entry(R"(^  ([a-z][a-z-]*) )");
+  std::smatch m;
+  while (std::getline(lines, line)) {
+    if (std::regex_search(line, m, entry)) names.push_back(m[1]);
+  }
+  return names;
+}
+
+TEST(CliUsageTest, MainUsageCommentListsEveryCommandAndSubcommand) {
+  // The comment block at the top of cli/main.cc.
+  std::ifstream in(std::string(DICE_SOURCE_DIR) + "/cli/main.cc");
+  std::string usage, line;
+  while (std::getline(in, line) && line.rfind("//", 0) == 0) usage += line + "\n";
+  const std::vector<std::string> commands = HelpSubcommands("");
+  ASSERT_GE(commands.size(), 9u) << "expected tune, run, profile, warmup, cache, tokenize, generate, train, judge";
+  for (const std::string& c : commands) {
+    EXPECT_TRUE(std::regex_search(usage, std::regex("//   dice " + c + " "))) << "dice " << c << " missing:\n" << usage;
+  }
+  for (const std::string& group : {std::string("cache"), std::string("train")}) {
+    std::string group_lines;  // the usage lines of `dice <group>`
+    std::istringstream ul(usage);
+    while (std::getline(ul, line)) {
+      if (line.find("dice " + group + " ") != std::string::npos) group_lines += line + "\n";
+    }
+    const std::vector<std::string> subs = HelpSubcommands(group);
+    EXPECT_GE(subs.size(), 6u) << group;
+    for (const std::string& sub : subs) {
+      EXPECT_TRUE(std::regex_search(group_lines, std::regex("\\b" + sub + "\\b")))
+          << "dice " << group << " " << sub << " missing:\n" << group_lines;
+    }
+  }
+}
+
 }  // namespace
