@@ -88,10 +88,11 @@ Expected<Remasking> ParseRemasking(const std::string& text) {
   return Status(StatusCode::kInvalidArgument, "remasking '" + text + "' is neither 'static' nor 'dynamic'");
 }
 
-Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>& prompt,
-                              const DecodeOptions& o) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const SdarConfig& c = model.config();
+namespace {
+
+// Every argument check of Decode, in the order the header lists them.
+// Errors: kInvalidArgument naming the token or option.
+Status CheckDecodeInputs(const SdarConfig& c, const std::vector<int32_t>& prompt, const DecodeOptions& o) {
   if (prompt.empty()) return Invalid("the prompt is empty");
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= c.vocab_size) {
@@ -113,20 +114,312 @@ Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>
     return Invalid("confidence_threshold must be in [0, 1], got " + std::to_string(o.confidence_threshold));
   }
   if (o.num_samples < 1) return Invalid("num_samples must be >= 1, got " + std::to_string(o.num_samples));
+  return Status::Ok();
+}
 
-  const int64_t bs = c.block_size;
-  const int64_t plen = static_cast<int64_t>(prompt.size());
-  const int64_t whole = plen / bs * bs;
-  const int64_t first_fixed = plen - whole;
-  const int64_t max_blocks = (first_fixed + o.max_new_tokens + bs - 1) / bs;
-  const int64_t capacity = whole + max_blocks * bs;
-  if (capacity > c.max_position_embeddings) {
-    return Invalid("prompt of " + std::to_string(plen) + " tokens + max_new_tokens " +
-                   std::to_string(o.max_new_tokens) + " (" + std::to_string(capacity) +
+// Where the prompt and the new tokens fall in whole blocks (positions).
+struct BlockPlan {
+  int64_t block_size = 0;
+  int64_t prompt_len = 0;
+  int64_t whole = 0;        // the prompt's whole blocks, prefilled
+  int64_t first_fixed = 0;  // prompt tokens in the first decoded (partial) block
+  int64_t capacity = 0;     // KV cache positions: whole + the decoded blocks
+};
+
+// Lays out a prompt of `prompt_len` tokens and max_new_tokens in blocks of
+// the config. Errors: kInvalidArgument when the blocks exceed the context.
+Expected<BlockPlan> PlanBlocks(const SdarConfig& c, int64_t prompt_len, const DecodeOptions& o) {
+  BlockPlan p;
+  p.block_size = c.block_size;
+  p.prompt_len = prompt_len;
+  p.whole = prompt_len / p.block_size * p.block_size;
+  p.first_fixed = prompt_len - p.whole;
+  const int64_t max_blocks = (p.first_fixed + o.max_new_tokens + p.block_size - 1) / p.block_size;
+  p.capacity = p.whole + max_blocks * p.block_size;
+  if (p.capacity > c.max_position_embeddings) {
+    return Invalid("prompt of " + std::to_string(prompt_len) + " tokens + max_new_tokens " +
+                   std::to_string(o.max_new_tokens) + " (" + std::to_string(p.capacity) +
                    " positions in whole blocks) exceeds the model's context of " +
                    std::to_string(c.max_position_embeddings) + " (max_position_embeddings)");
   }
+  return p;
+}
 
+// One block being decoded: its ids (int64 [batch, block_size]), which are
+// still masked (bool), the step each position was revealed at (int64, -1 =
+// not yet) and how many leading positions are prompt tokens.
+struct Block {
+  torch::Tensor tokens, masked, step_of;
+  int64_t n_fixed = 0;
+};
+
+// One Decode after its inputs are checked: the KV cache, the optional step
+// graph, the random stream and the samples still in the batch. Run() is the
+// pipeline (header steps 1-4); the other methods are its phases. LibTorch
+// failures throw c10::Error (Decode turns them into kInternal).
+class BlockDecoder {
+ public:
+  BlockDecoder(const SdarModel& model, const DecodeOptions& o, const BlockPlan& plan,
+               std::chrono::steady_clock::time_point t0, DecodeResult* result)
+      : model_(model),
+        c_(model.config()),
+        o_(o),
+        plan_(plan),
+        t0_(t0),
+        result_(*result),
+        prof_(result->profile),
+        device_(model.options().device),
+        i64_(torch::TensorOptions().dtype(torch::kLong).device(device_)),
+        last_mark_(std::chrono::steady_clock::now()) {}
+
+  // Prefill, then Denoise -> ReadBack -> DropFinished -> Commit per block
+  // until every sample has stopped. Errors: those of the model, the cache
+  // and the step graph.
+  Status Run(const std::vector<int32_t>& prompt) {
+    DICE_RETURN_IF_ERROR(Setup(prompt));
+    DICE_RETURN_IF_ERROR(Prefill());
+    if (o_.cuda_graphs) DICE_RETURN_IF_ERROR(CaptureGraph());
+    gen_ = MakeGenerator(device_, o_.seed);
+    positions_ = torch::arange(plan_.block_size, i64_).unsqueeze(0);
+    rows_.resize(o_.num_samples);
+    for (int64_t i = 0; i < o_.num_samples; ++i) rows_[i] = i;
+    int64_t n_fixed = plan_.first_fixed;
+    while (true) {
+      Block b = NewBlock(n_fixed);
+      auto steps = Denoise(b);
+      if (!steps.ok()) return steps.status();
+      result_.steps_per_block.push_back(*steps);
+      result_.denoising_steps += *steps;
+      result_.forward_passes += *steps;
+      const std::vector<int64_t> keep = ReadBack(b);
+      ReportProgress(static_cast<int64_t>(keep.size()));
+      Mark(prof_.readback_s);
+      if (keep.empty()) break;
+      if (static_cast<int64_t>(keep.size()) < b.tokens.size(0)) DICE_RETURN_IF_ERROR(DropFinished(keep, &b));
+      DICE_RETURN_IF_ERROR(Commit(b.tokens));
+      n_fixed = 0;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  // With DecodeOptions::profile: synchronises and books the time since the
+  // last mark to `phase` (seconds).
+  void Mark(double& phase) {
+    if (!o_.profile) return;
+    if (device_.is_cuda()) torch::cuda::synchronize();
+    const auto now = std::chrono::steady_clock::now();
+    phase += std::chrono::duration<double>(now - last_mark_).count();
+    last_mark_ = now;
+  }
+
+  // Allocates the KV cache for num_samples rows and uploads the prompt.
+  Status Setup(const std::vector<int32_t>& prompt) {
+    auto cache = model_.NewCache(o_.num_samples, plan_.capacity);
+    if (!cache.ok()) return cache.status();
+    cache_ = std::move(*cache);
+    prompt_ids_ = torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), torch::kLong)
+                      .to(device_)
+                      .unsqueeze(0)
+                      .expand({o_.num_samples, plan_.prompt_len});
+    Mark(prof_.setup_s);
+    return Status::Ok();
+  }
+
+  // Step 1: the prompt's whole blocks into the cache (one committed forward).
+  Status Prefill() {
+    if (plan_.whole > 0) {
+      auto pre = SdarDecodeAccess::Forward(model_, prompt_ids_.narrow(1, 0, plan_.whole), &cache_, /*commit=*/true,
+                                           /*compute_logits=*/false);
+      if (!pre.ok()) return pre.status();
+      ++result_.forward_passes;
+    }
+    Mark(prof_.prefill_s);
+    return Status::Ok();
+  }
+
+  // (Re)captures the step graph for the cache's current batch.
+  Status CaptureGraph() {
+    graph_.reset();  // its memory first: the new one may need it
+    auto g = SdarStepGraph::Create(model_, &cache_);
+    if (!g.ok()) return g.status();
+    graph_ = std::move(*g);
+    ++prof_.captures;
+    Mark(prof_.graph_capture_s);
+    return Status::Ok();
+  }
+
+  // A fresh block for the rows in the batch: mask tokens, after the
+  // `n_fixed` prompt tokens of a first partial block.
+  Block NewBlock(int64_t n_fixed) {
+    const int64_t batch = static_cast<int64_t>(rows_.size());
+    const int64_t bs = plan_.block_size;
+    Block b;
+    b.n_fixed = n_fixed;
+    b.tokens = torch::full({batch, bs}, c_.mask_token_id, i64_);
+    b.masked = torch::ones({batch, bs}, torch::TensorOptions().dtype(torch::kBool).device(device_));
+    if (n_fixed > 0) {
+      b.tokens.narrow(1, 0, n_fixed).copy_(prompt_ids_.narrow(0, 0, batch).narrow(1, plan_.whole, n_fixed));
+      b.masked.narrow(1, 0, n_fixed).fill_(false);
+    }
+    b.step_of = torch::full({batch, bs}, -1, i64_);
+    return b;
+  }
+
+  // Step 2: denoising steps until the block has no mask left; returns how
+  // many steps (forwards) it took.
+  Expected<int64_t> Denoise(Block& b) {
+    const int64_t n_masked = plan_.block_size - b.n_fixed;
+    const int64_t S = o_.denoising_steps;
+    int64_t steps = 0;
+    int64_t still_masked = n_masked;  // static: every row has this many masks left
+    for (int64_t s = 0;; ++s) {
+      // Static: the schedule finishes the block in min(S, n) steps, known
+      // on the host; dynamic asks the device whether masks remain.
+      if (o_.remasking == Remasking::kStatic ? s >= std::min(S, n_masked) : !b.masked.any().item<bool>()) break;
+      Expected<torch::Tensor> logits =
+          graph_ ? graph_->Step(b.tokens)
+                 : SdarDecodeAccess::Forward(model_, b.tokens, &cache_, /*commit=*/false, /*compute_logits=*/true);
+      if (!logits.ok()) return logits.status();
+      ++steps;
+      ++prof_.step_forwards;
+      Mark(prof_.step_forward_s);
+      RevealStep(*logits, s, n_masked, &still_masked, b);
+      Mark(prof_.sampling_s);
+    }
+    return steps;
+  }
+
+  // One step's sampling on its logits (float32 [batch, block, vocab]): draws
+  // a token per position and reveals the k most confident masked ones
+  // (the header's schedule k_s, static or dynamic remasking).
+  void RevealStep(torch::Tensor& logits, int64_t s, int64_t n_masked, int64_t* still_masked, Block& b) {
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    const int64_t S = o_.denoising_steps;
+    logits.select(-1, c_.mask_token_id).fill_(neg_inf);
+    auto [x0, conf] = Draw(logits, o_, gen_);
+    conf = conf.masked_fill(b.masked.logical_not(), neg_inf);
+    auto order = std::get<1>(conf.sort(/*stable=*/true, /*dim=*/-1, /*descending=*/true));
+    const int64_t k_s = std::max<int64_t>(1, n_masked / S + (s < n_masked % S ? 1 : 0));
+    torch::Tensor reveal;
+    if (o_.remasking == Remasking::kStatic) {
+      // k is the same for every row and known here: no per-row counts.
+      const int64_t k = std::min(k_s, *still_masked);
+      *still_masked -= k;
+      reveal = torch::zeros_like(b.masked).scatter_(1, order.narrow(1, 0, k), true);
+    } else {
+      auto k = torch::full({b.tokens.size(0)}, k_s, i64_);
+      k = torch::maximum(k, (conf > o_.confidence_threshold).sum(-1));
+      k = torch::minimum(k, b.masked.sum(-1));
+      auto take_sorted = positions_ < k.unsqueeze(1);  // the first k of the ranking
+      reveal = torch::zeros_like(b.masked).scatter(1, order, take_sorted);
+    }
+    b.tokens = torch::where(reveal, x0, b.tokens);
+    b.step_of.masked_fill_(reveal, s);
+    b.masked.logical_and_(reveal.logical_not());
+  }
+
+  // Step 4: collects the block's new tokens and their reveal steps (one
+  // read-back) into the result; a sample ends at its first EOS or at
+  // max_new_tokens. Returns the batch rows that go on.
+  std::vector<int64_t> ReadBack(const Block& b) {
+    const int64_t batch = b.tokens.size(0);
+    const int64_t width = plan_.block_size - b.n_fixed;
+    auto host = torch::cat({b.tokens.narrow(1, b.n_fixed, width), b.step_of.narrow(1, b.n_fixed, width)}, 1)
+                    .to(torch::kCPU)
+                    .contiguous();
+    const int64_t* data = host.data_ptr<int64_t>();  // row r: width tokens, then width steps
+    generated_ += width;
+    std::vector<int64_t> keep;
+    for (int64_t r = 0; r < batch; ++r) {
+      const int64_t sample = rows_[r];
+      auto& out = result_.tokens[sample];
+      const int64_t* row = data + r * 2 * width;
+      for (int64_t j = 0; j < width; ++j) {
+        result_.trace_tokens[sample].push_back(static_cast<int32_t>(row[j]));
+        result_.trace_steps[sample].push_back(static_cast<int32_t>(row[width + j]));
+      }
+      for (int64_t j = 0; j < width; ++j) {
+        const int64_t t = row[j];
+        if (std::find(o_.eos_ids.begin(), o_.eos_ids.end(), t) != o_.eos_ids.end()) {
+          result_.stopped_at_eos[sample] = true;
+          break;
+        }
+        if (static_cast<int64_t>(out.size()) < o_.max_new_tokens) out.push_back(static_cast<int32_t>(t));
+      }
+      if (!result_.stopped_at_eos[sample] && generated_ < o_.max_new_tokens) keep.push_back(r);
+    }
+    return keep;
+  }
+
+  // Calls DecodeOptions::on_block, when set, with the totals so far.
+  void ReportProgress(int64_t active) const {
+    if (!o_.on_block) return;
+    DecodeProgress p;
+    p.blocks = static_cast<int64_t>(result_.steps_per_block.size());
+    p.generated_tokens = std::min(generated_, o_.max_new_tokens);
+    p.active_samples = active;
+    p.denoising_steps = result_.denoising_steps;
+    p.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    o_.on_block(p);
+  }
+
+  // Keeps only the batch rows `keep` in the cache and the block; recaptures
+  // the step graph for the smaller batch.
+  Status DropFinished(const std::vector<int64_t>& keep, Block* b) {
+    auto index = torch::tensor(keep, torch::kLong).to(device_);
+    if (graph_) graph_.reset();  // it points at the storage SelectBatch replaces
+    DICE_RETURN_IF_ERROR(cache_.SelectBatch(index));
+    b->tokens = b->tokens.index_select(0, index);
+    std::vector<int64_t> kept_rows;
+    for (int64_t r : keep) kept_rows.push_back(rows_[r]);
+    rows_ = std::move(kept_rows);
+    Mark(prof_.batch_select_s);
+    if (o_.cuda_graphs) DICE_RETURN_IF_ERROR(CaptureGraph());
+    return Status::Ok();
+  }
+
+  // Step 3: one more forward writes the complete block into the cache.
+  Status Commit(const torch::Tensor& block) {
+    if (graph_) {
+      DICE_RETURN_IF_ERROR(graph_->Commit(block));
+    } else {
+      auto committed = SdarDecodeAccess::Forward(model_, block, &cache_, /*commit=*/true, /*compute_logits=*/false);
+      if (!committed.ok()) return committed.status();
+    }
+    ++result_.forward_passes;
+    ++prof_.commits;
+    Mark(prof_.commit_s);
+    return Status::Ok();
+  }
+
+  const SdarModel& model_;
+  const SdarConfig& c_;
+  const DecodeOptions& o_;
+  const BlockPlan plan_;
+  const std::chrono::steady_clock::time_point t0_;
+  DecodeResult& result_;
+  DecodeProfile& prof_;
+  const torch::Device device_;
+  const torch::TensorOptions i64_;
+  std::chrono::steady_clock::time_point last_mark_;
+  KvCache cache_;                        // before graph_: the graph borrows it and goes first
+  std::unique_ptr<SdarStepGraph> graph_;  // null: eager forwards
+  torch::Tensor prompt_ids_;              // int64 [num_samples, prompt_len] on the device
+  at::Generator gen_;
+  torch::Tensor positions_;               // int64 [1, block_size]: 0..block_size-1
+  std::vector<int64_t> rows_;             // sample id of each batch row
+  int64_t generated_ = 0;                 // tokens per sample generated so far
+};
+
+}  // namespace
+
+Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>& prompt,
+                              const DecodeOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  DICE_RETURN_IF_ERROR(CheckDecodeInputs(model.config(), prompt, o));
+  auto plan = PlanBlocks(model.config(), static_cast<int64_t>(prompt.size()), o);
+  if (!plan.ok()) return plan.status();
   DecodeResult result;
   const int64_t n = o.num_samples;
   result.tokens.assign(n, {});
@@ -135,162 +428,8 @@ Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>
   result.trace_steps.assign(n, {});
   try {
     torch::NoGradGuard no_grad;
-    const auto device = model.options().device;
-    const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(device);
-    // Profile: each mark synchronises and books the time since the last
-    // mark to one phase.
-    DecodeProfile& prof = result.profile;
-    auto last_mark = std::chrono::steady_clock::now();
-    auto mark = [&](double& phase) {
-      if (!o.profile) return;
-      if (device.is_cuda()) torch::cuda::synchronize();
-      const auto now = std::chrono::steady_clock::now();
-      phase += std::chrono::duration<double>(now - last_mark).count();
-      last_mark = now;
-    };
-    auto cache = model.NewCache(n, capacity);
-    if (!cache.ok()) return cache.status();
-    auto prompt_ids = torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), torch::kLong)
-                          .to(device)
-                          .unsqueeze(0)
-                          .expand({n, plen});
-    mark(prof.setup_s);
-    if (whole > 0) {
-      auto pre = SdarDecodeAccess::Forward(model, prompt_ids.narrow(1, 0, whole), &*cache, /*commit=*/true,
-                                           /*compute_logits=*/false);
-      if (!pre.ok()) return pre.status();
-      ++result.forward_passes;
-    }
-    mark(prof.prefill_s);
-    std::unique_ptr<SdarStepGraph> graph;
-    auto make_graph = [&]() -> Status {
-      graph.reset();  // its memory first: the new one may need it
-      auto g = SdarStepGraph::Create(model, &*cache);
-      if (!g.ok()) return g.status();
-      graph = std::move(*g);
-      ++prof.captures;
-      mark(prof.graph_capture_s);
-      return Status::Ok();
-    };
-    if (o.cuda_graphs) DICE_RETURN_IF_ERROR(make_graph());
-    at::Generator gen = MakeGenerator(device, o.seed);
-    const float neg_inf = -std::numeric_limits<float>::infinity();
-    auto positions = torch::arange(bs, i64).unsqueeze(0);
-    std::vector<int64_t> rows(n);  // sample id of each batch row
-    for (int64_t i = 0; i < n; ++i) rows[i] = i;
-    int64_t generated = 0, n_fixed = first_fixed;
-    while (true) {
-      const int64_t batch = static_cast<int64_t>(rows.size());
-      auto block = torch::full({batch, bs}, c.mask_token_id, i64);
-      auto masked = torch::ones({batch, bs}, torch::TensorOptions().dtype(torch::kBool).device(device));
-      if (n_fixed > 0) {
-        block.narrow(1, 0, n_fixed).copy_(prompt_ids.narrow(0, 0, batch).narrow(1, whole, n_fixed));
-        masked.narrow(1, 0, n_fixed).fill_(false);
-      }
-      auto step_of = torch::full({batch, bs}, -1, i64);
-      const int64_t n_masked = bs - n_fixed;
-      const int64_t S = o.denoising_steps;
-      int64_t steps = 0;
-      int64_t still_masked = n_masked;  // static: every row has this many masks left
-      for (int64_t s = 0;; ++s) {
-        // Static: the schedule finishes the block in min(S, n) steps, known
-        // on the host; dynamic asks the device whether masks remain.
-        if (o.remasking == Remasking::kStatic ? s >= std::min(S, n_masked) : !masked.any().item<bool>()) break;
-        Expected<torch::Tensor> logits =
-            graph ? graph->Step(block)
-                  : SdarDecodeAccess::Forward(model, block, &*cache, /*commit=*/false, /*compute_logits=*/true);
-        if (!logits.ok()) return logits.status();
-        ++steps;
-        ++prof.step_forwards;
-        mark(prof.step_forward_s);
-        logits->select(-1, c.mask_token_id).fill_(neg_inf);
-        auto [x0, conf] = Draw(*logits, o, gen);
-        conf = conf.masked_fill(masked.logical_not(), neg_inf);
-        auto order = std::get<1>(conf.sort(/*stable=*/true, /*dim=*/-1, /*descending=*/true));
-        const int64_t k_s = std::max<int64_t>(1, n_masked / S + (s < n_masked % S ? 1 : 0));
-        torch::Tensor reveal;
-        if (o.remasking == Remasking::kStatic) {
-          // k is the same for every row and known here: no per-row counts.
-          const int64_t k = std::min(k_s, still_masked);
-          still_masked -= k;
-          reveal = torch::zeros_like(masked).scatter_(1, order.narrow(1, 0, k), true);
-        } else {
-          auto k = torch::full({batch}, k_s, i64);
-          k = torch::maximum(k, (conf > o.confidence_threshold).sum(-1));
-          k = torch::minimum(k, masked.sum(-1));
-          auto take_sorted = positions < k.unsqueeze(1);  // the first k of the ranking
-          reveal = torch::zeros_like(masked).scatter(1, order, take_sorted);
-        }
-        block = torch::where(reveal, x0, block);
-        step_of.masked_fill_(reveal, s);
-        masked.logical_and_(reveal.logical_not());
-        mark(prof.sampling_s);
-      }
-      result.steps_per_block.push_back(steps);
-      result.denoising_steps += steps;
-      result.forward_passes += steps;
-
-      // Collect the block's new tokens and their reveal steps (one read-back);
-      // a sample ends at its first EOS.
-      const int64_t width = bs - n_fixed;
-      auto host = torch::cat({block.narrow(1, n_fixed, width), step_of.narrow(1, n_fixed, width)}, 1)
-                      .to(torch::kCPU)
-                      .contiguous();
-      const int64_t* data = host.data_ptr<int64_t>();  // row r: width tokens, then width steps
-      generated += width;
-      std::vector<int64_t> keep;
-      for (int64_t r = 0; r < batch; ++r) {
-        const int64_t sample = rows[r];
-        auto& out = result.tokens[sample];
-        const int64_t* row = data + r * 2 * width;
-        for (int64_t j = 0; j < width; ++j) {
-          result.trace_tokens[sample].push_back(static_cast<int32_t>(row[j]));
-          result.trace_steps[sample].push_back(static_cast<int32_t>(row[width + j]));
-        }
-        for (int64_t j = 0; j < width; ++j) {
-          const int64_t t = row[j];
-          if (std::find(o.eos_ids.begin(), o.eos_ids.end(), t) != o.eos_ids.end()) {
-            result.stopped_at_eos[sample] = true;
-            break;
-          }
-          if (static_cast<int64_t>(out.size()) < o.max_new_tokens) out.push_back(static_cast<int32_t>(t));
-        }
-        if (!result.stopped_at_eos[sample] && generated < o.max_new_tokens) keep.push_back(r);
-      }
-      if (o.on_block) {
-        DecodeProgress p;
-        p.blocks = static_cast<int64_t>(result.steps_per_block.size());
-        p.generated_tokens = std::min(generated, o.max_new_tokens);
-        p.active_samples = static_cast<int64_t>(keep.size());
-        p.denoising_steps = result.denoising_steps;
-        p.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        o.on_block(p);
-      }
-      mark(prof.readback_s);
-      if (keep.empty()) break;
-      if (static_cast<int64_t>(keep.size()) < batch) {
-        auto index = torch::tensor(keep, torch::kLong).to(device);
-        if (graph) graph.reset();  // it points at the storage SelectBatch replaces
-        DICE_RETURN_IF_ERROR(cache->SelectBatch(index));
-        block = block.index_select(0, index);
-        std::vector<int64_t> kept_rows;
-        for (int64_t r : keep) kept_rows.push_back(rows[r]);
-        rows = std::move(kept_rows);
-        mark(prof.batch_select_s);
-        if (o.cuda_graphs) DICE_RETURN_IF_ERROR(make_graph());
-      }
-      if (graph) {
-        DICE_RETURN_IF_ERROR(graph->Commit(block));
-      } else {
-        auto committed =
-            SdarDecodeAccess::Forward(model, block, &*cache, /*commit=*/true, /*compute_logits=*/false);
-        if (!committed.ok()) return committed.status();
-      }
-      ++result.forward_passes;
-      ++prof.commits;
-      mark(prof.commit_s);
-      n_fixed = 0;
-    }
+    BlockDecoder decoder(model, o, *plan, t0, &result);
+    DICE_RETURN_IF_ERROR(decoder.Run(prompt));
   } catch (const c10::Error& e) {
     return Status(StatusCode::kInternal, std::string("Decode: ") + e.what_without_backtrace());
   }
