@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "dice/generator/templates.h"
+#include "dice/runtime/outcome.h"
 #include "runtime_state.h"
 
 namespace dice::torch_ext {
@@ -120,9 +121,7 @@ std::string NoWinnerText(const TuneReport& rep, double margin) {
   const CandidateOutcome* failed = nullptr;
   for (const auto& o : rep.outcomes) {
     if (o.time_us > 0 && (best == nullptr || o.time_us < best->time_us)) best = &o;
-    if (failed == nullptr && o.outcome != "slower" && o.outcome != "verified" && o.outcome != "winner" &&
-        o.outcome != "compiled")
-      failed = &o;
+    if (failed == nullptr && !IsVerified(o.kind) && o.kind != Outcome::kCompiled) failed = &o;
   }
   if (rep.baseline_us > 0) {
     std::snprintf(buf, sizeof(buf), "; baseline %.1f µs", rep.baseline_us);
@@ -135,7 +134,7 @@ std::string NoWinnerText(const TuneReport& rep, double margin) {
     out += b2;
   }
   if (failed != nullptr) {
-    out += "; first failure " + failed->origin + ": " + failed->outcome;
+    out += "; first failure " + failed->origin + ": " + std::string(OutcomeName(failed->kind));
     if (!failed->error.empty()) {
       // The cause (a compile log or verifier message can run to kilobytes).
       constexpr size_t kMaxError = 200;
