@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "dice/generator/sdar_model.h"
@@ -56,230 +58,333 @@ Status CheckOptions(const SftOptions& o) {
 
 namespace {
 
+// One micro-batch of this rank on the host: the clean sequences (int64
+// [B, len], EOS-padded to whole blocks), the response positions (bool) and
+// the noising draw of each row.
+struct SftBatch {
+  torch::Tensor tokens, response;
+  NoisedBatch noised;
+  int64_t len = 0;
+};
+
+// One rank's SFT run (sft.h). Run() is the pipeline: load the model, read
+// and tokenise the training examples, set up the optimizer and the CSV,
+// then TrainStep() until `steps`. Only rank 0 prints progress, writes the
+// CSV and checkpoints.
+class SftRun {
+ public:
+  SftRun(const SftOptions& o, DataParallel& dp, const std::function<void(const std::string&)>& log_fn)
+      : o_(o),
+        dp_(dp),
+        log_fn_(log_fn),
+        world_(dp.world_size()),
+        // Resume: weights from the resume checkpoint; config/tokenizer from there too.
+        load_dir_(o.resume_dir.empty() ? o.model_dir : o.resume_dir) {}
+
+  // Errors: see RunSft (sft.h).
+  Expected<SftReport> Run() {
+    DICE_RETURN_IF_ERROR(LoadModel());
+    DICE_RETURN_IF_ERROR(ReadData());
+    DICE_RETURN_IF_ERROR(PrepareOptimizer());
+    DICE_RETURN_IF_ERROR(OpenCsv());
+    t0_ = std::chrono::steady_clock::now();
+    try {
+      while (step_ < o_.steps) DICE_RETURN_IF_ERROR(TrainStep());
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+      report_.tokens_per_s = elapsed > 0 ? tokens_total_ / elapsed : 0;
+    } catch (const c10::Error& e) {
+      return Status(StatusCode::kInternal,
+                    std::string("dice train sft: ") + e.what_without_backtrace() + LastCheckpointNote());
+    }
+    report_.parameter_digest = ParameterDigest(params_);
+    DICE_RETURN_IF_ERROR(dp_.Finish());
+    return report_;
+  }
+
+ private:
+  void Log(const std::string& line) const {
+    if (log_fn_ && dp_.is_root()) log_fn_(line);
+  }
+
+  // "; last checkpoint <dir>" once one is written, for error messages.
+  std::string LastCheckpointNote() const {
+    return report_.checkpoint.empty() ? "" : "; last checkpoint " + report_.checkpoint;
+  }
+
+  // The device (cuda: this rank's GPU), the tokenizer, the float32 master
+  // weights and the end-of-turn id. Errors: those of the loaders.
+  Status LoadModel() {
+    auto device = ParseTrainDevice(o_.device);
+    if (!device.ok()) return device.status();
+    device_ = *device;
+    if (device_.is_cuda() && !device_.has_index() && world_ > 1) {
+      device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dp_.local_rank()));
+    }
+    auto tokenizer = Tokenizer::Load(load_dir_);
+    if (!tokenizer.ok()) return tokenizer.status();
+    tokenizer_.emplace(std::move(*tokenizer));
+    SdarModelOptions mo;
+    mo.device = device_;
+    mo.dtype = torch::kFloat32;  // master weights
+    auto model = SdarModel::Load(load_dir_, mo);
+    if (!model.ok()) return model.status();
+    model_.emplace(std::move(*model));
+    auto eos = EndOfTurnId(*tokenizer_, model_->config());
+    if (!eos.ok()) return eos.status();
+    eos_ = *eos;
+    return Status::Ok();
+  }
+
+  // The train split's examples with an answer, tokenised as prompt + answer
+  // + EOS and cut to max_length (a prompt that leaves no room is counted and
+  // skipped). Errors: those of ReadExamples and LoadTemplatesOrDefault;
+  // kInvalidArgument when no example is left.
+  Status ReadData() {
+    auto loaded_templates = LoadTemplatesOrDefault(o_.templates_path);
+    if (!loaded_templates.ok()) return loaded_templates.status();
+    const PromptTemplates& templates = *loaded_templates;
+    std::vector<std::string> skipped;
+    auto examples = ReadExamples(o_.data_path, &skipped);
+    if (!examples.ok()) return examples.status();
+    report_.skipped_lines = static_cast<int64_t>(skipped.size());
+    for (const auto& s : skipped) Log("skipped malformed line: " + s);
+    int64_t heldout = 0, too_long = 0;
+    for (const auto& e : *examples) {
+      if (e.split == "heldout") {
+        ++heldout;
+        continue;
+      }
+      if (e.kind == "task") continue;  // no answer to learn from (RL only)
+      auto pa = ExamplePromptAndAnswer(e, templates);
+      if (!pa.ok()) {
+        Log("skipped example " + e.id + ": " + pa.status().message());
+        continue;
+      }
+      Tokenised t;
+      for (int32_t id : tokenizer_->Encode(pa->prompt)) t.ids.push_back(id);
+      t.prompt_len = static_cast<int64_t>(t.ids.size());
+      if (t.prompt_len + 1 >= o_.max_length) {
+        ++too_long;
+        continue;
+      }
+      for (int32_t id : tokenizer_->Encode(pa->answer)) t.ids.push_back(id);
+      t.ids.push_back(eos_);
+      if (static_cast<int64_t>(t.ids.size()) > o_.max_length) t.ids.resize(o_.max_length);
+      data_.push_back(std::move(t));
+    }
+    Log("sft: " + std::to_string(data_.size()) + " training examples (" + std::to_string(heldout) +
+        " held out, never trained on; " + std::to_string(too_long) + " prompts longer than --max-length; " +
+        std::to_string(skipped.size()) + " malformed lines skipped)");
+    if (data_.empty()) {
+      return Status(StatusCode::kInvalidArgument,
+                    "dice train sft: " + o_.data_path + " has no usable training example");
+    }
+    report_.examples = static_cast<int64_t>(data_.size());
+    return Status::Ok();
+  }
+
+  // NCCL when there are several GPU ranks; every rank from rank 0's
+  // weights; AdamW; a resumed run's optimizer state and step. Errors:
+  // kCudaError when NCCL fails to start; those of the broadcast and
+  // LoadTrainerState.
+  Status PrepareOptimizer() {
+    auto weights = model_->NamedWeights();
+    for (auto& [name, t] : weights) params_.push_back(t.requires_grad_(true));
+    if (world_ > 1 && device_.is_cuda()) {
+      try {
+        Log(dp_.UseNccl(device_) ? "sft: gradients all-reduced with NCCL"
+                                 : "sft: this build has no NCCL: gradients all-reduced through the TCPStore (host)");
+      } catch (const std::exception& e) {
+        return Status(StatusCode::kCudaError, std::string("dice train sft: starting NCCL: ") + e.what());
+      }
+    }
+    // Every rank starts from rank 0's weights (they loaded the same files; this
+    // makes it so even if the files changed between the ranks' reads).
+    DICE_RETURN_IF_ERROR(dp_.Broadcast(params_));
+    if (world_ > 1) {
+      Log("sft: data parallel over " + std::to_string(world_) + " ranks; global batch " +
+          std::to_string(o_.batch_size * world_) + " examples per micro-batch");
+    }
+    optimizer_ = std::make_unique<torch::optim::AdamW>(
+        params_, torch::optim::AdamWOptions(o_.lr).weight_decay(o_.weight_decay).betas({0.9, 0.95}));
+    if (!o_.resume_dir.empty()) {
+      auto state = LoadTrainerState(o_.resume_dir, "sft", optimizer_.get());
+      if (!state.ok()) return state.status();
+      step_ = *state;
+      Log("sft: resumed from " + o_.resume_dir + " at step " + std::to_string(step_));
+    }
+    report_.first_step = step_;
+    return Status::Ok();
+  }
+
+  // Rank 0: the output directory and the CSV (appended to on resume).
+  // Errors: kIoError.
+  Status OpenCsv() {
+    if (!dp_.is_root()) return Status::Ok();
+    const std::string csv_path = o_.csv_path.empty() ? o_.out_dir + "/sft_log.csv" : o_.csv_path;
+    DICE_RETURN_IF_ERROR(MakeDirs(o_.out_dir));
+    csv_.open(csv_path, step_ > 0 ? std::ios::app : std::ios::trunc);
+    if (!csv_) return Status(StatusCode::kIoError, "cannot write " + csv_path);
+    if (step_ == 0) csv_ << "step,loss,lr,tokens,tokens_per_s,elapsed_s\n";
+    return Status::Ok();
+  }
+
+  // One optimiser step: the scheduled lr, grad_accum micro-batches, the
+  // gradients averaged over ranks and clipped, AdamW; then the CSV row, the
+  // progress line and the checkpoint. Errors: kInternal when the loss is not
+  // finite; those of the forward, the loss, the collectives and the saves.
+  Status TrainStep() {
+    ++step_;
+    const double lr = ScheduledLr(step_, o_.steps, o_.warmup_steps, o_.lr, o_.min_lr_ratio);
+    for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    optimizer_->zero_grad();
+    double step_loss = 0;
+    int64_t step_tokens = 0;
+    for (int64_t micro = 0; micro < o_.grad_accum; ++micro) {
+      DICE_RETURN_IF_ERROR(MicroBatch(micro, &step_loss, &step_tokens));
+    }
+    DICE_RETURN_IF_ERROR(dp_.AllReduceMeanGradients(params_));
+    {
+      auto sums = dp_.AllReduceSum({step_loss, static_cast<double>(step_tokens)});
+      if (!sums.ok()) return sums.status();
+      step_loss = (*sums)[0];
+      step_tokens = static_cast<int64_t>((*sums)[1]);
+    }
+    if (o_.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params_, o_.grad_clip);
+    optimizer_->step();
+    tokens_total_ += step_tokens;
+    report_.losses.push_back(step_loss);
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    const double tps = elapsed > 0 ? tokens_total_ / elapsed : 0;
+    if (dp_.is_root()) {
+      csv_ << step_ << "," << step_loss << "," << lr << "," << step_tokens << "," << tps << "," << elapsed << "\n";
+      csv_.flush();
+    }
+    char line[256];
+    std::snprintf(line, sizeof line, "sft step %lld/%lld loss %.4f lr %.3g tokens/s %.0f",
+                  static_cast<long long>(step_), static_cast<long long>(o_.steps), step_loss, lr, tps);
+    Log(line);
+    if (!std::isfinite(step_loss)) {
+      return Status(StatusCode::kInternal,
+                    "dice train sft: loss is not finite at step " + std::to_string(step_) + LastCheckpointNote());
+    }
+    if (dp_.is_root() && ((o_.save_every > 0 && step_ % o_.save_every == 0) || step_ == o_.steps)) {
+      DICE_RETURN_IF_ERROR(SaveCheckpoint(*model_, load_dir_, o_.out_dir));
+      DICE_RETURN_IF_ERROR(SaveTrainerState(o_.out_dir, "sft", step_, *optimizer_));
+      report_.checkpoint = o_.out_dir;
+      Log("sft: checkpoint " + o_.out_dir + " (step " + std::to_string(step_) + ")");
+    }
+    return Status::Ok();
+  }
+
+  // The example at global index k: a fixed order per seed.
+  const Tokenised& Example(int64_t k) const {
+    return data_[static_cast<size_t>((k + static_cast<int64_t>(o_.seed)) % data_.size())];
+  }
+
+  // Forward and backward of this rank's share of micro-batch `micro`;
+  // adds its share of the global loss and its packed tokens.
+  Status MicroBatch(int64_t micro, double* step_loss, int64_t* step_tokens) {
+    // The global micro-batch holds batch_size * world examples in a fixed
+    // order per (seed, step): resume sees the same data, and rank r takes
+    // the r-th slice of batch_size, so N ranks at batch B see exactly
+    // what 1 rank at batch N * B sees.
+    const int64_t global_b = o_.batch_size * world_;
+    const int64_t first_k = ((step_ - 1) * o_.grad_accum + micro) * global_b;
+    // Response tokens of the whole global micro-batch: the loss is
+    // normalised by it on every rank (known here without communication).
+    int64_t global_response = 0;
+    for (int64_t k = first_k; k < first_k + global_b; ++k) {
+      global_response += static_cast<int64_t>(Example(k).ids.size()) - Example(k).prompt_len;
+    }
+    std::vector<int64_t> ks;
+    for (int64_t i = 0; i < o_.batch_size; ++i) ks.push_back(first_k + dp_.rank() * o_.batch_size + i);
+    const SftBatch batch = MakeBatch(ks);
+    const int64_t len = batch.len;
+    const SdarConfig& cfg = model_->config();
+    auto layout = BlockDiffusionLayout(len, cfg.block_size, device_);
+    auto ids = torch::cat({batch.noised.noised, batch.tokens}, 1).to(device_);
+    torch::Tensor logits;
+    {
+      AutocastGuard guard(device_.is_cuda() && o_.bf16);
+      auto out = model_->ForwardPacked(ids, layout.positions, layout.mask);
+      if (!out.ok()) return out.status();
+      logits = out->narrow(1, 0, len);
+    }
+    auto loss = BlockDiffusionLoss(logits, batch.tokens.to(device_), batch.noised.masked.to(device_),
+                                   batch.noised.t.to(device_), batch.response.to(device_));
+    if (!loss.ok()) return loss.status();
+    // BlockDiffusionLoss divides by this rank's response tokens; rescale
+    // to the global count so that the ranks' mean gradient is the
+    // gradient of the global micro-batch's loss.
+    const double local_response = static_cast<double>(batch.response.sum().item<int64_t>());
+    const double share = local_response / static_cast<double>(std::max<int64_t>(1, global_response));
+    (*loss * (share * static_cast<double>(world_) / static_cast<double>(o_.grad_accum))).backward();
+    *step_loss += loss->item<double>() * share / o_.grad_accum;
+    *step_tokens += 2 * static_cast<int64_t>(ks.size()) * len;
+    return Status::Ok();
+  }
+
+  // The examples `ks` (global indices) as one batch, each row noised by its
+  // own generator seeded from (seed, k).
+  SftBatch MakeBatch(const std::vector<int64_t>& ks) const {
+    const SdarConfig& cfg = model_->config();
+    SftBatch b;
+    int64_t len = 0;
+    for (int64_t k : ks) len = std::max<int64_t>(len, Example(k).ids.size());
+    // Whole blocks: a real token's block then holds the same padding in
+    // any batch (a rank's or the global one), so its logits do not depend
+    // on which other examples share the batch.
+    len = (len + cfg.block_size - 1) / cfg.block_size * cfg.block_size;
+    b.len = len;
+    const int64_t B = static_cast<int64_t>(ks.size());
+    b.tokens = torch::full({B, len}, eos_, torch::kLong);
+    b.response = torch::zeros({B, len}, torch::kBool);
+    b.noised.noised = b.tokens.clone();
+    b.noised.masked = torch::zeros({B, len}, torch::kBool);
+    b.noised.t = torch::ones({B, len}, torch::kFloat32);
+    for (int64_t i = 0; i < B; ++i) {
+      const auto& t = Example(ks[i]);
+      const int64_t n = static_cast<int64_t>(t.ids.size());
+      auto row = torch::tensor(t.ids, torch::kLong).unsqueeze(0);
+      auto row_response = torch::zeros({1, n}, torch::kBool);
+      row_response.narrow(1, t.prompt_len, n - t.prompt_len).fill_(true);
+      b.tokens[i].narrow(0, 0, n).copy_(row[0]);
+      b.response[i].narrow(0, 0, n).copy_(row_response[0]);
+      // Noise drawn per example from (seed, global index): independent of
+      // the batch it lands in and of the rank that takes it.
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o_.seed * 1000003ULL +
+                                                                    static_cast<uint64_t>(ks[i]) * 131ULL + 17ULL);
+      auto nr = NoiseResponseBlocks(row, row_response, cfg.block_size, cfg.mask_token_id, gen);
+      b.noised.noised[i].narrow(0, 0, n).copy_(nr.noised[0]);
+      b.noised.masked[i].narrow(0, 0, n).copy_(nr.masked[0]);
+      b.noised.t[i].narrow(0, 0, n).copy_(nr.t[0]);
+    }
+    return b;
+  }
+
+  const SftOptions& o_;
+  DataParallel& dp_;
+  const std::function<void(const std::string&)>& log_fn_;
+  const int64_t world_;
+  const std::string load_dir_;  // the model's weights, config and tokenizer
+  torch::Device device_{torch::kCPU};
+  std::optional<Tokenizer> tokenizer_;
+  std::optional<SdarModel> model_;
+  int64_t eos_ = 0;  // EndOfTurnId: ends every answer, pads every batch
+  std::vector<Tokenised> data_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  int64_t step_ = 0;  // optimiser steps done
+  std::ofstream csv_;
+  std::chrono::steady_clock::time_point t0_;
+  int64_t tokens_total_ = 0;
+  SftReport report_;
+};
+
 Expected<SftReport> RunSftRank(const SftOptions& o, DataParallel& dp,
                                const std::function<void(const std::string&)>& log_fn) {
-  // Only rank 0 prints progress, writes the CSV and checkpoints.
-  auto log = [&](const std::string& line) {
-    if (log_fn && dp.is_root()) log_fn(line);
-  };
-  const int64_t world = dp.world_size();
-  auto device = ParseTrainDevice(o.device);
-  if (!device.ok()) return device.status();
-  if (device->is_cuda() && !device->has_index() && world > 1) {
-    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dp.local_rank()));
-  }
-  // Resume: weights from the resume checkpoint; config/tokenizer from there too.
-  const std::string load_dir = o.resume_dir.empty() ? o.model_dir : o.resume_dir;
-  auto tokenizer = Tokenizer::Load(load_dir);
-  if (!tokenizer.ok()) return tokenizer.status();
-  SdarModelOptions mo;
-  mo.device = *device;
-  mo.dtype = torch::kFloat32;  // master weights
-  auto model = SdarModel::Load(load_dir, mo);
-  if (!model.ok()) return model.status();
-  const SdarConfig& cfg = model->config();
-  auto eos = EndOfTurnId(*tokenizer, cfg);
-  if (!eos.ok()) return eos.status();
-
-  auto loaded_templates = LoadTemplatesOrDefault(o.templates_path);
-  if (!loaded_templates.ok()) return loaded_templates.status();
-  const PromptTemplates& templates = *loaded_templates;
-  SftReport report;
-  std::vector<std::string> skipped;
-  auto examples = ReadExamples(o.data_path, &skipped);
-  if (!examples.ok()) return examples.status();
-  report.skipped_lines = static_cast<int64_t>(skipped.size());
-  for (const auto& s : skipped) log("skipped malformed line: " + s);
-  std::vector<Tokenised> data;
-  int64_t heldout = 0, too_long = 0;
-  for (const auto& e : *examples) {
-    if (e.split == "heldout") {
-      ++heldout;
-      continue;
-    }
-    if (e.kind == "task") continue;  // no answer to learn from (RL only)
-    auto pa = ExamplePromptAndAnswer(e, templates);
-    if (!pa.ok()) {
-      log("skipped example " + e.id + ": " + pa.status().message());
-      continue;
-    }
-    Tokenised t;
-    for (int32_t id : tokenizer->Encode(pa->prompt)) t.ids.push_back(id);
-    t.prompt_len = static_cast<int64_t>(t.ids.size());
-    if (t.prompt_len + 1 >= o.max_length) {
-      ++too_long;
-      continue;
-    }
-    for (int32_t id : tokenizer->Encode(pa->answer)) t.ids.push_back(id);
-    t.ids.push_back(*eos);
-    if (static_cast<int64_t>(t.ids.size()) > o.max_length) t.ids.resize(o.max_length);
-    data.push_back(std::move(t));
-  }
-  log("sft: " + std::to_string(data.size()) + " training examples (" + std::to_string(heldout) +
-      " held out, never trained on; " + std::to_string(too_long) + " prompts longer than --max-length; " +
-      std::to_string(skipped.size()) + " malformed lines skipped)");
-  if (data.empty()) {
-    return Status(StatusCode::kInvalidArgument, "dice train sft: " + o.data_path + " has no usable training example");
-  }
-  report.examples = static_cast<int64_t>(data.size());
-
-  auto weights = model->NamedWeights();
-  std::vector<torch::Tensor> params;
-  for (auto& [name, t] : weights) params.push_back(t.requires_grad_(true));
-  if (world > 1 && device->is_cuda()) {
-    try {
-      log(dp.UseNccl(*device) ? "sft: gradients all-reduced with NCCL"
-                              : "sft: this build has no NCCL: gradients all-reduced through the TCPStore (host)");
-    } catch (const std::exception& e) {
-      return Status(StatusCode::kCudaError, std::string("dice train sft: starting NCCL: ") + e.what());
-    }
-  }
-  // Every rank starts from rank 0's weights (they loaded the same files; this
-  // makes it so even if the files changed between the ranks' reads).
-  DICE_RETURN_IF_ERROR(dp.Broadcast(params));
-  if (world > 1) {
-    log("sft: data parallel over " + std::to_string(world) + " ranks; global batch " +
-        std::to_string(o.batch_size * world) + " examples per micro-batch");
-  }
-  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay).betas({0.9, 0.95}));
-  int64_t step = 0;
-  if (!o.resume_dir.empty()) {
-    auto state = LoadTrainerState(o.resume_dir, "sft", &optimizer);
-    if (!state.ok()) return state.status();
-    step = *state;
-    log("sft: resumed from " + o.resume_dir + " at step " + std::to_string(step));
-  }
-  report.first_step = step;
-  const std::string csv_path = o.csv_path.empty() ? o.out_dir + "/sft_log.csv" : o.csv_path;
-  std::ofstream csv;
-  if (dp.is_root()) {
-    DICE_RETURN_IF_ERROR(MakeDirs(o.out_dir));
-    csv.open(csv_path, step > 0 ? std::ios::app : std::ios::trunc);
-    if (!csv) return Status(StatusCode::kIoError, "cannot write " + csv_path);
-    if (step == 0) csv << "step,loss,lr,tokens,tokens_per_s,elapsed_s\n";
-  }
-
-  const auto t0 = std::chrono::steady_clock::now();
-  int64_t tokens_total = 0;
-  const bool autocast = device->is_cuda() && o.bf16;
-  try {
-    while (step < o.steps) {
-      ++step;
-      const double lr = ScheduledLr(step, o.steps, o.warmup_steps, o.lr, o.min_lr_ratio);
-      for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-      optimizer.zero_grad();
-      double step_loss = 0;
-      int64_t step_tokens = 0;
-      for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
-        // The global micro-batch holds batch_size * world examples in a fixed
-        // order per (seed, step): resume sees the same data, and rank r takes
-        // the r-th slice of batch_size, so N ranks at batch B see exactly
-        // what 1 rank at batch N * B sees.
-        const int64_t global_b = o.batch_size * world;
-        const int64_t first_k = ((step - 1) * o.grad_accum + micro) * global_b;
-        auto example = [&](int64_t k) -> const Tokenised& {
-          return data[static_cast<size_t>((k + static_cast<int64_t>(o.seed)) % data.size())];
-        };
-        // Response tokens of the whole global micro-batch: the loss is
-        // normalised by it on every rank (known here without communication).
-        int64_t global_response = 0;
-        for (int64_t k = first_k; k < first_k + global_b; ++k) {
-          global_response += static_cast<int64_t>(example(k).ids.size()) - example(k).prompt_len;
-        }
-        std::vector<int64_t> ks;
-        for (int64_t i = 0; i < o.batch_size; ++i) ks.push_back(first_k + dp.rank() * o.batch_size + i);
-        int64_t len = 0;
-        for (int64_t k : ks) len = std::max<int64_t>(len, example(k).ids.size());
-        // Whole blocks: a real token's block then holds the same padding in
-        // any batch (a rank's or the global one), so its logits do not depend
-        // on which other examples share the batch.
-        len = (len + cfg.block_size - 1) / cfg.block_size * cfg.block_size;
-        const int64_t B = static_cast<int64_t>(ks.size());
-        auto tokens = torch::full({B, len}, *eos, torch::kLong);
-        auto response = torch::zeros({B, len}, torch::kBool);
-        NoisedBatch noised;
-        noised.noised = tokens.clone();
-        noised.masked = torch::zeros({B, len}, torch::kBool);
-        noised.t = torch::ones({B, len}, torch::kFloat32);
-        for (int64_t i = 0; i < B; ++i) {
-          const auto& t = example(ks[i]);
-          const int64_t n = static_cast<int64_t>(t.ids.size());
-          auto row = torch::tensor(t.ids, torch::kLong).unsqueeze(0);
-          auto row_response = torch::zeros({1, n}, torch::kBool);
-          row_response.narrow(1, t.prompt_len, n - t.prompt_len).fill_(true);
-          tokens[i].narrow(0, 0, n).copy_(row[0]);
-          response[i].narrow(0, 0, n).copy_(row_response[0]);
-          // Noise drawn per example from (seed, global index): independent of
-          // the batch it lands in and of the rank that takes it.
-          at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 1000003ULL +
-                                                                        static_cast<uint64_t>(ks[i]) * 131ULL + 17ULL);
-          auto nr = NoiseResponseBlocks(row, row_response, cfg.block_size, cfg.mask_token_id, gen);
-          noised.noised[i].narrow(0, 0, n).copy_(nr.noised[0]);
-          noised.masked[i].narrow(0, 0, n).copy_(nr.masked[0]);
-          noised.t[i].narrow(0, 0, n).copy_(nr.t[0]);
-        }
-        auto layout = BlockDiffusionLayout(len, cfg.block_size, *device);
-        auto ids = torch::cat({noised.noised, tokens}, 1).to(*device);
-        torch::Tensor logits;
-        {
-          AutocastGuard guard(autocast);
-          auto out = model->ForwardPacked(ids, layout.positions, layout.mask);
-          if (!out.ok()) return out.status();
-          logits = out->narrow(1, 0, len);
-        }
-        auto loss = BlockDiffusionLoss(logits, tokens.to(*device), noised.masked.to(*device), noised.t.to(*device),
-                                       response.to(*device));
-        if (!loss.ok()) return loss.status();
-        // BlockDiffusionLoss divides by this rank's response tokens; rescale
-        // to the global count so that the ranks' mean gradient is the
-        // gradient of the global micro-batch's loss.
-        const double local_response = static_cast<double>(response.sum().item<int64_t>());
-        const double share = local_response / static_cast<double>(std::max<int64_t>(1, global_response));
-        (*loss * (share * static_cast<double>(world) / static_cast<double>(o.grad_accum))).backward();
-        step_loss += loss->item<double>() * share / o.grad_accum;
-        step_tokens += 2 * B * len;
-      }
-      DICE_RETURN_IF_ERROR(dp.AllReduceMeanGradients(params));
-      {
-        auto sums = dp.AllReduceSum({step_loss, static_cast<double>(step_tokens)});
-        if (!sums.ok()) return sums.status();
-        step_loss = (*sums)[0];
-        step_tokens = static_cast<int64_t>((*sums)[1]);
-      }
-      if (o.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params, o.grad_clip);
-      optimizer.step();
-      tokens_total += step_tokens;
-      report.losses.push_back(step_loss);
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const double tps = elapsed > 0 ? tokens_total / elapsed : 0;
-      if (dp.is_root()) {
-        csv << step << "," << step_loss << "," << lr << "," << step_tokens << "," << tps << "," << elapsed << "\n";
-        csv.flush();
-      }
-      char line[256];
-      std::snprintf(line, sizeof line, "sft step %lld/%lld loss %.4f lr %.3g tokens/s %.0f", static_cast<long long>(step),
-                    static_cast<long long>(o.steps), step_loss, lr, tps);
-      log(line);
-      if (!std::isfinite(step_loss)) {
-        return Status(StatusCode::kInternal, "dice train sft: loss is not finite at step " + std::to_string(step) +
-                                                 (report.checkpoint.empty() ? "" : "; last checkpoint " + report.checkpoint));
-      }
-      if (dp.is_root() && ((o.save_every > 0 && step % o.save_every == 0) || step == o.steps)) {
-        DICE_RETURN_IF_ERROR(SaveCheckpoint(*model, load_dir, o.out_dir));
-        DICE_RETURN_IF_ERROR(SaveTrainerState(o.out_dir, "sft", step, optimizer));
-        report.checkpoint = o.out_dir;
-        log("sft: checkpoint " + o.out_dir + " (step " + std::to_string(step) + ")");
-      }
-    }
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    report.tokens_per_s = elapsed > 0 ? tokens_total / elapsed : 0;
-  } catch (const c10::Error& e) {
-    return Status(StatusCode::kInternal, std::string("dice train sft: ") + e.what_without_backtrace() +
-                                             (report.checkpoint.empty() ? "" : "; last checkpoint " + report.checkpoint));
-  }
-  report.parameter_digest = ParameterDigest(params);
-  DICE_RETURN_IF_ERROR(dp.Finish());
-  return report;
+  return SftRun(o, dp, log_fn).Run();
 }
 
 }  // namespace
