@@ -5,6 +5,7 @@
 #include <future>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -74,14 +75,9 @@ bool InHeldout(const std::string& task_hash, double percent) {
   return x * 100.0 < percent;
 }
 
-}  // namespace
 
-std::string NormalisedSourceHash(const std::string& source) { return ir::Sha256Hex(StripAndCollapse(source)); }
-
-Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::function<void(const std::string&)>& log_fn) {
-  auto log = [&](const std::string& line) {
-    if (log_fn) log_fn(line);
-  };
+// Every option check of BuildDataset. Errors: kInvalidArgument naming the flag.
+Status CheckDatasetOptions(const DatasetOptions& o) {
   auto bad = [](const std::string& m) { return Status(StatusCode::kInvalidArgument, "dice train dataset: " + m); };
   if (o.cache_dbs.empty() && o.corpora.empty()) return bad("give at least one --cache-db or --corpus source");
   if (o.out_path.empty()) return bad("--out is required");
@@ -91,54 +87,163 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
     return bad("--verify must be auto, judge or none, got '" + o.verify + "'");
   }
   if (o.verify_jobs < 1) return bad("--verify-jobs must be >= 1");
-  DatasetReport r;
-  r.gpu_present = QueryDevice(0).ok();
-  const bool judge = o.verify == "judge" || (o.verify == "auto" && r.gpu_present);
-  if (judge) {
-    r.verification_note = "imported pairs are re-verified and timed here: KernelBench protocol on " + o.verify_device +
-                          " (dice judge), " + std::to_string(o.verify_jobs) + " at a time; cache winners keep the "
-                          "speedup measured where they were tuned";
-  } else {
-    r.verification_note =
-        std::string(r.gpu_present ? "--verify none" : "no GPU here") +
-        ": imported pairs are not re-verified or timed and are marked unverified-here; cache winners keep the "
-        "speedup measured where they were tuned";
-  }
-  log("dataset: " + r.verification_note);
-  ProgramJudgeOptions judge_options;
-  judge_options.device = o.verify_device;
-  judge_options.timeout_s = o.verify_timeout_s;
-  // Corpus pairs wait here until they are judged (when judging), so the
-  // output keeps the sources' order.
-  struct Pending {
-    CukeExample e2e;
-    std::optional<CukeExample> infill;
-    std::string infill_program;  // prefix + middle + suffix when it differs from the e2e program
-    std::optional<ProgramVerdict> e2e_verdict, infill_verdict;
-    bool task = false;  // an answer-less task (keep_tasks): nothing to verify, kept as is
-  };
-  std::vector<Pending> pending;
+  return Status::Ok();
+}
 
-  std::vector<CukeExample> out;
-  std::set<std::string> seen;
-  auto keep = [&](CukeExample e) {
-    if (!seen.insert(e.kind + ":" + e.hash).second) {
-      ++r.duplicates;
+// The items of a corpus file: a JSON array, else JSONL (a line that is not
+// JSON becomes a null item, counted malformed later). Errors: those of
+// ReadFile; kCorrupt when no line is JSON.
+Expected<std::vector<nlohmann::json>> ReadCorpusItems(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  std::vector<nlohmann::json> items;
+  auto whole = nlohmann::json::parse(*text, nullptr, false);
+  if (!whole.is_discarded() && whole.is_array()) {
+    for (auto& j : whole) items.push_back(std::move(j));
+    return items;
+  }
+  std::stringstream ss(*text);
+  std::string line;
+  int64_t valid = 0;
+  while (std::getline(ss, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    valid += !j.is_discarded();
+    items.push_back(j.is_discarded() ? nlohmann::json() : std::move(j));
+  }
+  if (valid == 0) return Status(StatusCode::kCorrupt, "corpus " + path + " is neither a JSON array nor JSONL");
+  return items;
+}
+
+// The string field `k` of corpus item `j`, or null when absent or not a string.
+const std::string* StringField(const nlohmann::json& j, const char* k) {
+  return j.is_object() && j.contains(k) && j[k].is_string() ? j[k].get_ptr<const std::string*>() : nullptr;
+}
+
+// A corpus item's level: the file's (integer or digit string) when in 1..3,
+// else from the calls in the reference's forward.
+int CorpusLevel(const nlohmann::json& j, const std::string& reference) {
+  int level = 0;
+  if (j.contains("level") && j["level"].is_number_integer()) level = j["level"].get<int>();
+  if (j.contains("level") && j["level"].is_string()) level = std::atoi(j["level"].get<std::string>().c_str());
+  if (level < 1 || level > 3) level = LevelFromOps(ForwardCalls(reference));
+  return level;
+}
+
+// The cache winner `w` (graph and specs parsed) as a "device" example.
+CukeExample DeviceExample(const cache::WinnerRecord& w, const ir::Graph& graph,
+                          const std::vector<ir::TensorSpec>& specs, const std::string& db) {
+  CukeExample e;
+  e.id = "cache:" + w.task_key;
+  e.kind = "device";
+  e.level = LevelFromOps(static_cast<int64_t>(graph.ops.size()));
+  e.source = "cache:" + db;
+  e.reference = ir::RenderReferenceProgram(graph, specs, "cuda");
+  e.prefix = "// device form: extern \"C\" __global__ kernels, launched by the plan below\n";
+  e.middle = w.source;
+  e.suffix = "// launch plan: " + w.launch_plan_json + "\n";
+  e.graph = w.graph_canonical;  // what the device-form judge (reward.h) verifies an answer against
+  e.input_specs = w.input_specs;
+  e.launch_plan = w.launch_plan_json;
+  e.speedup = w.speedup;
+  e.verified = "cache:" + (w.gpu_name.empty() ? w.arch : w.gpu_name);
+  e.hash = NormalisedSourceHash(w.source);
+  return e;
+}
+
+// A corpus pair waiting to be judged (when judging), so the output keeps
+// the sources' order.
+struct Pending {
+  CukeExample e2e;
+  std::optional<CukeExample> infill;
+  std::string infill_program;  // prefix + middle + suffix when it differs from the e2e program
+  std::optional<ProgramVerdict> e2e_verdict, infill_verdict;
+  bool task = false;  // an answer-less task (keep_tasks): nothing to verify, kept as is
+};
+
+// One BuildDataset run. Run() is the pipeline: cache winners (kept at
+// once), corpus items (pending), the judge over the pending pairs (when
+// judging), the verdict and speedup filters, then the output file. Every
+// kept example passes Keep (dedupe, task hash, split, difficulty).
+class DatasetBuilder {
+ public:
+  DatasetBuilder(const DatasetOptions& o, const std::function<void(const std::string&)>& log_fn)
+      : o_(o), log_fn_(log_fn) {}
+
+  // Errors: see BuildDataset (dataset.h); the options are checked already.
+  Expected<DatasetReport> Run() {
+    DecideVerification();
+    for (const auto& db : o_.cache_dbs) DICE_RETURN_IF_ERROR(ReadCache(db));
+    for (const auto& path : o_.corpora) {
+      auto items = ReadCorpusItems(path);
+      if (!items.ok()) return items.status();
+      int64_t item = 0;
+      for (const auto& j : *items) {
+        ++r_.read;
+        AddCorpusItem(path, j, ++item);
+      }
+    }
+    if (judge_) DICE_RETURN_IF_ERROR(JudgePending());
+    for (auto& p : pending_) {
+      if (p.task) {
+        Keep(std::move(p.e2e));
+        continue;
+      }
+      Admit(p.e2e, p.e2e_verdict);
+      if (p.infill) Admit(*p.infill, p.infill_program.empty() ? p.e2e_verdict : p.infill_verdict);
+    }
+    DICE_RETURN_IF_ERROR(Write());
+    return r_;
+  }
+
+ private:
+  void Log(const std::string& line) const {
+    if (log_fn_) log_fn_(line);
+  }
+
+  // Whether corpus pairs are judged here (verify, and a GPU for "auto"),
+  // and the report's note that says so.
+  void DecideVerification() {
+    r_.gpu_present = QueryDevice(0).ok();
+    judge_ = o_.verify == "judge" || (o_.verify == "auto" && r_.gpu_present);
+    if (judge_) {
+      r_.verification_note = "imported pairs are re-verified and timed here: KernelBench protocol on " +
+                             o_.verify_device + " (dice judge), " + std::to_string(o_.verify_jobs) +
+                             " at a time; cache winners keep the speedup measured where they were tuned";
+    } else {
+      r_.verification_note =
+          std::string(r_.gpu_present ? "--verify none" : "no GPU here") +
+          ": imported pairs are not re-verified or timed and are marked unverified-here; cache winners keep the "
+          "speedup measured where they were tuned";
+    }
+    Log("dataset: " + r_.verification_note);
+    judge_options_.device = o_.verify_device;
+    judge_options_.timeout_s = o_.verify_timeout_s;
+  }
+
+  // Dedupes `e` by kind and answer hash, then stamps its task hash, split
+  // and difficulty and adds it to the output.
+  void Keep(CukeExample e) {
+    if (!seen_.insert(e.kind + ":" + e.hash).second) {
+      ++r_.duplicates;
       return;
     }
     e.task_hash = NormalisedSourceHash(e.reference);
-    e.split = InHeldout(e.task_hash, o.heldout_percent) ? "heldout" : "train";
+    e.split = InHeldout(e.task_hash, o_.heldout_percent) ? "heldout" : "train";
     e.difficulty = DifficultyOf(e.level);
-    out.push_back(std::move(e));
-  };
+    out_.push_back(std::move(e));
+  }
 
-  for (const auto& db : o.cache_dbs) {
+  // Source (a): every verified winner of the cache `db` at min_speedup as a
+  // "device" example and its "device_infill" splits. Errors: those of the
+  // store, prefixed with the cache's path.
+  Status ReadCache(const std::string& db) {
     auto store = cache::Store::Open(db);
     if (!store.ok()) return Status(store.status().code(), "cache " + db + ": " + store.status().message());
     auto winners = (*store)->ListWinners();
     if (!winners.ok()) return Status(winners.status().code(), "cache " + db + ": " + winners.status().message());
     for (const auto& summary : *winners) {
-      ++r.read;
+      ++r_.read;
       // ListWinners leaves out source and cubin (it serves `dice cache ls`): read the whole record.
       auto full = (*store)->GetWinner(summary.task_key);
       if (!full.ok()) return Status(full.status().code(), "cache " + db + ": " + full.status().message());
@@ -147,39 +252,25 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
       auto graph = ir::Parse(w.graph_canonical);
       auto specs = ParseInputSpecs(w.input_specs);
       if (!graph.ok() || !specs.ok() || w.source.empty()) {
-        ++r.malformed;
-        log("dataset: cache " + db + " winner " + w.task_key.substr(0, 16) + " is malformed: " +
+        ++r_.malformed;
+        Log("dataset: cache " + db + " winner " + w.task_key.substr(0, 16) + " is malformed: " +
             (!graph.ok() ? "graph: " + graph.status().message()
                          : !specs.ok() ? specs.status().message() : std::string("no source")));
         continue;
       }
       if (!w.verified) {
-        ++r.unverified_winner;
+        ++r_.unverified_winner;
         continue;
       }
-      if (w.speedup < o.min_speedup) {
-        ++r.below_speedup;
+      if (w.speedup < o_.min_speedup) {
+        ++r_.below_speedup;
         continue;
       }
-      CukeExample e;
-      e.id = "cache:" + w.task_key;
-      e.kind = "device";
-      e.level = LevelFromOps(static_cast<int64_t>(graph->ops.size()));
-      e.source = "cache:" + db;
-      e.reference = ir::RenderReferenceProgram(*graph, *specs, "cuda");
-      e.prefix = "// device form: extern \"C\" __global__ kernels, launched by the plan below\n";
-      e.middle = w.source;
-      e.suffix = "// launch plan: " + w.launch_plan_json + "\n";
-      e.graph = w.graph_canonical;  // what the device-form judge (reward.h) verifies an answer against
-      e.input_specs = w.input_specs;
-      e.launch_plan = w.launch_plan_json;
-      e.speedup = w.speedup;
-      e.verified = "cache:" + (w.gpu_name.empty() ? w.arch : w.gpu_name);
-      e.hash = NormalisedSourceHash(w.source);
+      CukeExample e = DeviceExample(w, *graph, *specs, db);
       // Kernel infilling tasks from the same winner (examples.h
       // SplitKernelForInfill): a few lines of its kernels to fill in,
       // judged in the device form like the whole kernel.
-      for (auto& split : SplitKernelForInfill(w.source, o.device_infill_spans, o.device_infill_max_bytes)) {
+      for (auto& split : SplitKernelForInfill(w.source, o_.device_infill_spans, o_.device_infill_max_bytes)) {
         CukeExample in = e;
         in.kind = "device_infill";
         in.id = e.id + "@" + std::to_string(split.prefix.size());
@@ -188,182 +279,176 @@ Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::functio
         in.prefix = std::move(split.prefix);
         in.middle = std::move(split.middle);
         in.suffix = std::move(split.suffix);
-        keep(std::move(in));
+        Keep(std::move(in));
       }
-      keep(std::move(e));
+      Keep(std::move(e));
     }
+    return Status::Ok();
   }
 
-  for (const auto& path : o.corpora) {
-    auto text = ReadFile(path);
-    if (!text.ok()) return text.status();
-    std::vector<nlohmann::json> items;
-    auto whole = nlohmann::json::parse(*text, nullptr, false);
-    if (!whole.is_discarded() && whole.is_array()) {
-      for (auto& j : whole) items.push_back(std::move(j));
-    } else {
-      std::stringstream ss(*text);
-      std::string line;
-      int64_t valid = 0;
-      while (std::getline(ss, line)) {
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        auto j = nlohmann::json::parse(line, nullptr, false);
-        valid += !j.is_discarded();
-        items.push_back(j.is_discarded() ? nlohmann::json() : std::move(j));
-      }
-      if (valid == 0) return Status(StatusCode::kCorrupt, "corpus " + path + " is neither a JSON array nor JSONL");
+  // Source (b): corpus item number `item` of `path` as a pending "e2e" pair
+  // (and "infill" when it has prefix/middle/suffix), or an answer-less task
+  // (kept with keep_tasks); a malformed item is counted and logged.
+  void AddCorpusItem(const std::string& path, const nlohmann::json& j, int64_t item) {
+    const std::string *ref = StringField(j, "pytorch_code"), *cuda = StringField(j, "cuda_code");
+    // The id is "id" (infilling set) or "idx" (end-to-end set).
+    const char* id_key = j.is_object() && j.contains("id") ? "id" : "idx";
+    if (!j.is_object() || !j.contains(id_key) || ref == nullptr || cuda == nullptr || ref->empty()) {
+      ++r_.malformed;
+      const std::string which = j.is_object() && j.contains(id_key) ? " " + j[id_key].dump() : "";
+      Log("dataset: corpus " + path + " item " + std::to_string(item) + which + " is malformed: " +
+          (j.is_null() ? std::string("not valid JSON")
+           : !j.is_object() ? std::string("not a JSON object")
+           : !j.contains(id_key) ? std::string("no \"id\" or \"idx\"")
+           : ref == nullptr ? std::string("\"pytorch_code\" is missing or not a string")
+           : cuda == nullptr ? std::string("\"cuda_code\" is missing or not a string")
+                             : std::string("\"pytorch_code\" is empty")));
+      return;
     }
-    int64_t item = 0;
-    for (const auto& j : items) {
-      ++r.read;
-      ++item;
-      auto str = [&](const char* k) -> const std::string* {
-        return j.is_object() && j.contains(k) && j[k].is_string() ? j[k].get_ptr<const std::string*>() : nullptr;
-      };
-      const std::string *ref = str("pytorch_code"), *cuda = str("cuda_code");
-      // The id is "id" (infilling set) or "idx" (end-to-end set).
-      const char* id_key = j.is_object() && j.contains("id") ? "id" : "idx";
-      if (!j.is_object() || !j.contains(id_key) || ref == nullptr || cuda == nullptr || ref->empty()) {
-        ++r.malformed;
-        const std::string which = j.is_object() && j.contains(id_key) ? " " + j[id_key].dump() : "";
-        log("dataset: corpus " + path + " item " + std::to_string(item) + which + " is malformed: " +
-            (j.is_null() ? std::string("not valid JSON")
-             : !j.is_object() ? std::string("not a JSON object")
-             : !j.contains(id_key) ? std::string("no \"id\" or \"idx\"")
-             : ref == nullptr ? std::string("\"pytorch_code\" is missing or not a string")
-             : cuda == nullptr ? std::string("\"cuda_code\" is missing or not a string")
-                               : std::string("\"pytorch_code\" is empty")));
-        continue;
-      }
-      const std::string id = j[id_key].is_string() ? j[id_key].get<std::string>() : j[id_key].dump();
-      int level = 0;
-      if (j.contains("level") && j["level"].is_number_integer()) level = j["level"].get<int>();
-      if (j.contains("level") && j["level"].is_string()) level = std::atoi(j["level"].get<std::string>().c_str());
-      if (level < 1 || level > 3) level = LevelFromOps(ForwardCalls(*ref));
-      if (cuda->empty()) {  // a task without a reference solution: no pair to learn from
-        ++r.no_answer;
-        if (o.keep_tasks) {
-          CukeExample t;
-          t.id = "corpus:" + id;
-          t.kind = "task";
-          t.level = level;
-          t.source = "corpus:" + path;
-          t.reference = *ref;
-          t.verified = "unverified-here";
-          t.hash = NormalisedSourceHash(*ref);
-          Pending p;
-          p.e2e = std::move(t);
-          p.task = true;
-          pending.push_back(std::move(p));
-        }
-        continue;
-      }
-      std::optional<double> speedup;
-      if (j.contains("speedup") && j["speedup"].is_number()) speedup = j["speedup"].get<double>();
-      CukeExample base;
-      base.id = "corpus:" + id;
-      base.level = level;
-      base.source = "corpus:" + path;
-      base.reference = *ref;
-      base.speedup = speedup;
-      base.verified = "unverified-here";
+    const std::string id = j[id_key].is_string() ? j[id_key].get<std::string>() : j[id_key].dump();
+    const int level = CorpusLevel(j, *ref);
+    if (cuda->empty()) {  // a task without a reference solution: no pair to learn from
+      ++r_.no_answer;
+      if (!o_.keep_tasks) return;
+      CukeExample t;
+      t.id = "corpus:" + id;
+      t.kind = "task";
+      t.level = level;
+      t.source = "corpus:" + path;
+      t.reference = *ref;
+      t.verified = "unverified-here";
+      t.hash = NormalisedSourceHash(*ref);
       Pending p;
-      p.e2e = base;
-      p.e2e.kind = "e2e";
-      p.e2e.program = *cuda;
-      p.e2e.hash = NormalisedSourceHash(*cuda);
-      const std::string *prefix = str("prefix"), *middle = str("middle"), *suffix = str("suffix");
-      if (middle != nullptr && !middle->empty() && suffix != nullptr) {
-        CukeExample in = base;
-        in.kind = "infill";
-        in.prefix = prefix ? *prefix : "";
-        in.middle = *middle;
-        in.suffix = *suffix;
-        in.hash = NormalisedSourceHash(*middle);
-        const std::string assembled = in.prefix + in.middle + in.suffix;
-        if (assembled != *cuda) p.infill_program = assembled;
-        p.infill = std::move(in);
-      }
-      pending.push_back(std::move(p));
+      p.e2e = std::move(t);
+      p.task = true;
+      pending_.push_back(std::move(p));
+      return;
     }
+    std::optional<double> speedup;
+    if (j.contains("speedup") && j["speedup"].is_number()) speedup = j["speedup"].get<double>();
+    CukeExample base;
+    base.id = "corpus:" + id;
+    base.level = level;
+    base.source = "corpus:" + path;
+    base.reference = *ref;
+    base.speedup = speedup;
+    base.verified = "unverified-here";
+    Pending p;
+    p.e2e = base;
+    p.e2e.kind = "e2e";
+    p.e2e.program = *cuda;
+    p.e2e.hash = NormalisedSourceHash(*cuda);
+    const std::string *prefix = StringField(j, "prefix"), *middle = StringField(j, "middle"),
+                      *suffix = StringField(j, "suffix");
+    if (middle != nullptr && !middle->empty() && suffix != nullptr) {
+      CukeExample in = base;
+      in.kind = "infill";
+      in.prefix = prefix ? *prefix : "";
+      in.middle = *middle;
+      in.suffix = *suffix;
+      in.hash = NormalisedSourceHash(*middle);
+      const std::string assembled = in.prefix + in.middle + in.suffix;
+      if (assembled != *cuda) p.infill_program = assembled;
+      p.infill = std::move(in);
+    }
+    pending_.push_back(std::move(p));
   }
 
-  if (judge) {
-    // Every program is a child process (a load_inline build): verify_jobs at once.
+  // Judges every pending pair's program (and a differing infill program)
+  // against its reference. Every program is a child process (a load_inline
+  // build): verify_jobs at once. Errors: those of JudgeProgram, naming the item.
+  Status JudgePending() {
     struct Job {
       size_t index;
       bool infill;
       std::future<Expected<ProgramVerdict>> verdict;
     };
     std::vector<std::pair<size_t, bool>> work;
-    for (size_t i = 0; i < pending.size(); ++i) {
-      if (pending[i].task) continue;
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      if (pending_[i].task) continue;
       work.emplace_back(i, false);
-      if (!pending[i].infill_program.empty()) work.emplace_back(i, true);
+      if (!pending_[i].infill_program.empty()) work.emplace_back(i, true);
     }
-    for (size_t first = 0; first < work.size(); first += static_cast<size_t>(o.verify_jobs)) {
+    const size_t jobs = static_cast<size_t>(o_.verify_jobs);
+    for (size_t first = 0; first < work.size(); first += jobs) {
       std::vector<Job> running;
-      for (size_t w = first; w < std::min(work.size(), first + static_cast<size_t>(o.verify_jobs)); ++w) {
+      for (size_t w = first; w < std::min(work.size(), first + jobs); ++w) {
         const auto [i, infill] = work[w];
-        const std::string& program = infill ? pending[i].infill_program : pending[i].e2e.program;
-        running.push_back({i, infill, std::async(std::launch::async, [&, i, program_ptr = &program] {
-                             return JudgeProgram(pending[i].e2e.reference, *program_ptr, judge_options);
+        const std::string& program = infill ? pending_[i].infill_program : pending_[i].e2e.program;
+        running.push_back({i, infill, std::async(std::launch::async, [this, i = i, program_ptr = &program] {
+                             return JudgeProgram(pending_[i].e2e.reference, *program_ptr, judge_options_);
                            })});
       }
       for (auto& job : running) {
         auto v = job.verdict.get();
-        if (!v.ok()) return v.status().WithContext("verifying " + pending[job.index].e2e.id);
-        (job.infill ? pending[job.index].infill_verdict : pending[job.index].e2e_verdict) = *v;
+        if (!v.ok()) return v.status().WithContext("verifying " + pending_[job.index].e2e.id);
+        (job.infill ? pending_[job.index].infill_verdict : pending_[job.index].e2e_verdict) = *v;
       }
-      log("dataset: verified " + std::to_string(std::min(work.size(), first + static_cast<size_t>(o.verify_jobs))) +
-          "/" + std::to_string(work.size()) + " programs");
+      Log("dataset: verified " + std::to_string(std::min(work.size(), first + jobs)) + "/" +
+          std::to_string(work.size()) + " programs");
     }
+    return Status::Ok();
   }
-  // Verdicts (when judged), the speedup filter, then dedupe (keep).
-  auto admit = [&](CukeExample e, const std::optional<ProgramVerdict>& v) {
-    if (judge) {
+
+  // The verdict (when judged: a failure is dropped, a pass gets the measured
+  // speedup), the speedup filter, then Keep.
+  void Admit(CukeExample e, const std::optional<ProgramVerdict>& v) {
+    if (judge_) {
       if (!v->correct) {
-        ++r.failed_verification;
-        log("dataset: " + e.id + " (" + e.kind + ") fails verification: " + v->outcome + ": " +
+        ++r_.failed_verification;
+        Log("dataset: " + e.id + " (" + e.kind + ") fails verification: " + v->outcome + ": " +
             v->error.substr(0, v->error.find('\n')).substr(0, 300));
         return;
       }
-      ++r.verified;
+      ++r_.verified;
       e.speedup = v->speedup;
-      e.verified = "judge:" + o.verify_device;
+      e.verified = "judge:" + o_.verify_device;
     }
-    if (e.speedup && *e.speedup < o.min_speedup) {
-      ++r.below_speedup;
+    if (e.speedup && *e.speedup < o_.min_speedup) {
+      ++r_.below_speedup;
       return;
     }
-    if (!e.speedup) ++r.not_timed;
-    keep(std::move(e));
-  };
-  for (auto& p : pending) {
-    if (p.task) {
-      keep(std::move(p.e2e));
-      continue;
-    }
-    admit(p.e2e, p.e2e_verdict);
-    if (p.infill) admit(*p.infill, p.infill_program.empty() ? p.e2e_verdict : p.infill_verdict);
+    if (!e.speedup) ++r_.not_timed;
+    Keep(std::move(e));
   }
 
-  std::string body;
-  for (const auto& e : out) {
-    body += e.ToJsonLine() + "\n";
-    ++r.written;
-    r.infill += e.kind == "infill";
-    r.e2e += e.kind == "e2e";
-    r.device += e.kind == "device";
-    r.device_infill += e.kind == "device_infill";
-    r.task += e.kind == "task";
-    r.heldout += e.split == "heldout";
-    r.level_counts[e.level - 1]++;
+  // The kept examples as JSONL at out_path (atomically; its directory
+  // made), counted by kind, split and level. Errors: kIoError.
+  Status Write() {
+    std::string body;
+    for (const auto& e : out_) {
+      body += e.ToJsonLine() + "\n";
+      ++r_.written;
+      r_.infill += e.kind == "infill";
+      r_.e2e += e.kind == "e2e";
+      r_.device += e.kind == "device";
+      r_.device_infill += e.kind == "device_infill";
+      r_.task += e.kind == "task";
+      r_.heldout += e.split == "heldout";
+      r_.level_counts[e.level - 1]++;
+    }
+    const size_t slash = o_.out_path.rfind('/');
+    if (slash != std::string::npos && slash > 0) DICE_RETURN_IF_ERROR(MakeDirs(o_.out_path.substr(0, slash)));
+    return WriteFileAtomic(o_.out_path, body);
   }
-  const size_t slash = o.out_path.rfind('/');
-  if (slash != std::string::npos && slash > 0) DICE_RETURN_IF_ERROR(MakeDirs(o.out_path.substr(0, slash)));
-  DICE_RETURN_IF_ERROR(WriteFileAtomic(o.out_path, body));
-  return r;
+
+  const DatasetOptions& o_;
+  const std::function<void(const std::string&)>& log_fn_;
+  DatasetReport r_;
+  bool judge_ = false;  // corpus pairs are judged here
+  ProgramJudgeOptions judge_options_;
+  std::vector<Pending> pending_;  // corpus items in source order
+  std::vector<CukeExample> out_;  // kept, in output order
+  std::set<std::string> seen_;    // kind:hash of every kept example
+};
+
+}  // namespace
+
+std::string NormalisedSourceHash(const std::string& source) { return ir::Sha256Hex(StripAndCollapse(source)); }
+
+Expected<DatasetReport> BuildDataset(const DatasetOptions& o, const std::function<void(const std::string&)>& log_fn) {
+  DICE_RETURN_IF_ERROR(CheckDatasetOptions(o));
+  return DatasetBuilder(o, log_fn).Run();
 }
 
 }  // namespace dice::training
