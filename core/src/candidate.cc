@@ -68,8 +68,25 @@ bool LaunchPlan::operator==(const LaunchPlan& o) const {
   return true;
 }
 
+const char* CandidateFormName(CandidateForm form) {
+  switch (form) {
+    case CandidateForm::kDevice: return "device";
+    case CandidateForm::kExtension: return "extension";
+    case CandidateForm::kLibrary: return "library";
+  }
+  return "device";
+}
+
+Expected<CandidateForm> ParseCandidateForm(const std::string& name) {
+  for (CandidateForm f : {CandidateForm::kDevice, CandidateForm::kExtension, CandidateForm::kLibrary})
+    if (name == CandidateFormName(f)) return f;
+  return Status(StatusCode::kCorrupt, "unknown candidate form '" + name + "'");
+}
+
 std::string Candidate::Hash() const {
-  std::string text = form == CandidateForm::kDevice ? "device\n" : "extension\n";
+  // The form's name starts the hashed text (device and extension hash as they
+  // always have; a library-backed candidate no longer hashes like an extension).
+  std::string text = std::string(CandidateFormName(form)) + "\n";
   text += std::to_string(source.size()) + "\n" + source + "\n" + plan.ToJson() + "\n";
   for (const auto& f : extra_flags) text += f + "\n";
   text += reduced_precision ? "rp1" : "rp0";

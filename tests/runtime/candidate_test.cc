@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "dice/core/candidate.h"
+#include "dice/core/ir.h"
 
 namespace dice {
 namespace {
@@ -49,6 +50,33 @@ TEST(CandidateTest, HashIgnoresOriginButNotSourceOrPlan) {
   Candidate e = a;
   e.extra_flags = {"-DVEC=4"};
   EXPECT_NE(a.Hash(), e.Hash());
+}
+
+TEST(CandidateTest, FormNamesRoundTripAndUnknownNamesAreCorrupt) {
+  for (CandidateForm f : {CandidateForm::kDevice, CandidateForm::kExtension, CandidateForm::kLibrary}) {
+    auto back = ParseCandidateForm(CandidateFormName(f));
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(*back, f);
+  }
+  auto bad = ParseCandidateForm("cubin");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(bad.status().message().find("'cubin'"), std::string::npos);
+}
+
+TEST(CandidateTest, HashOfDeviceAndExtensionFormsIsUnchangedAndLibraryIsItsOwn) {
+  // The hashed text of the device and extension forms is what it was before
+  // the library form existed (cached attempts are keyed by it).
+  Candidate c;
+  c.source = "k";
+  c.plan = TwoKernelPlan();
+  const std::string tail = "1\nk\n" + c.plan.ToJson() + "\nrp0";
+  EXPECT_EQ(c.Hash(), ir::Sha256Hex("device\n" + tail));
+  c.form = CandidateForm::kExtension;
+  EXPECT_EQ(c.Hash(), ir::Sha256Hex("extension\n" + tail));
+  const std::string extension_hash = c.Hash();
+  c.form = CandidateForm::kLibrary;
+  EXPECT_NE(c.Hash(), extension_hash);
 }
 
 }  // namespace

@@ -169,10 +169,9 @@ Expected<CandidateForm> WinnerForm(const cache::WinnerRecord& record) {
   if (it == v.end()) return CandidateForm::kDevice;
   if (!it->is_string()) return bad("form is not a string");
   const std::string& form = it->get_ref<const std::string&>();
-  if (form == "device") return CandidateForm::kDevice;
-  if (form == "extension") return CandidateForm::kExtension;
-  if (form == "library") return CandidateForm::kLibrary;
-  return bad("unknown form '" + form + "'");
+  auto parsed = ParseCandidateForm(form);
+  if (!parsed.ok()) return bad(parsed.status().message());
+  return parsed;
 }
 
 Expected<LoadedWinner> ResolveWinner(const WinnerRequest& req) {

@@ -39,7 +39,7 @@ void RecordOutcome(cache::Store* store, const std::string& task_key, const Candi
   a.task_key = task_key;
   a.candidate_hash = o.hash;
   a.origin = o.origin;
-  a.outcome = std::string(OutcomeName(o.kind));
+  a.outcome = std::string(OutcomeName(o.outcome));
   a.error = o.error;
   a.time_us = o.time_us;
   Status st = store->RecordAttempt(std::move(a));
@@ -123,7 +123,7 @@ CandidateOutcome MakeOutcome(std::string origin, std::string hash, Outcome kind,
   CandidateOutcome o;
   o.origin = std::move(origin);
   o.hash = std::move(hash);
-  o.SetOutcome(kind);
+  o.outcome = kind;
   o.error = std::move(error);
   return o;
 }
@@ -183,7 +183,7 @@ std::vector<Measurement> Measurements(const std::vector<Candidate>& candidates, 
   std::vector<Measurement> v;
   v.reserve(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) {
-    v.push_back(Measurement{m.outcomes[i].kind, m.outcomes[i].time_us, candidates[i].reduced_precision});
+    v.push_back(Measurement{m.outcomes[i].outcome, m.outcomes[i].time_us, candidates[i].reduced_precision});
   }
   return v;
 }
@@ -194,13 +194,13 @@ void ApplySelection(const std::vector<Candidate>& candidates, const Selection& s
   report->baseline_us = m->baseline_us;
   for (size_t i = 0; i < m->outcomes.size(); ++i) {
     CandidateOutcome& o = m->outcomes[i];
-    o.SetOutcome(sel.outcomes[i]);
-    if (o.kind == Outcome::kVerified && m->baseline_us <= 0) {
+    o.outcome = sel.outcomes[i];
+    if (o.outcome == Outcome::kVerified && m->baseline_us <= 0) {
       o.error = "no baseline to compare with" +
                 (m->baseline_error.empty() ? std::string() : ": " + m->baseline_error);
     }
-    if (IsCompiled(o.kind)) ++report->compiled;
-    if (IsVerified(o.kind)) ++report->verified;
+    if (IsCompiled(o.outcome)) ++report->compiled;
+    if (IsVerified(o.outcome)) ++report->verified;
     report->outcomes.push_back(o);
   }
   if (sel.winner >= 0) {
@@ -241,7 +241,7 @@ cache::WinnerRecord MakeWinnerRecord(const Task& task, const Candidate& c, std::
                                    {"torch", hello.torch_version},
                                    {"dice", DICE_VERSION_STRING},
                                    // extension form: `cubin` holds the nvcc-built shared object
-                                   {"form", c.form == CandidateForm::kExtension ? "extension" : "device"}}
+                                   {"form", CandidateFormName(c.form)}}
                         .dump();
   return w;
 }
@@ -381,7 +381,7 @@ struct Tuner::Impl {
         if (r.ok()) o.compile_ms = (*r)->compile_ms();
         st = r.status();
       }
-      o.SetOutcome(st.ok() ? Outcome::kCompiled : Outcome::kCompileError);
+      o.outcome = st.ok() ? Outcome::kCompiled : Outcome::kCompileError;
       if (!st.ok()) o.error = FirstLines(st.message());
       m.outcomes.push_back(std::move(o));
       m.binaries.emplace_back();
@@ -447,7 +447,7 @@ struct Tuner::Impl {
   void RecordAttempts(const TuneReport& report) const {
     if (!persists()) return;
     for (const CandidateOutcome& o : report.outcomes) {
-      if (o.kind != Outcome::kSkipped) RecordOutcome(store, report.task_key, o);
+      if (o.outcome != Outcome::kSkipped) RecordOutcome(store, report.task_key, o);
     }
   }
 

@@ -53,6 +53,15 @@ enum class CandidateForm : uint8_t {
   kLibrary = 2,    ///< a configuration of a vendor library (CUTLASS, cuBLASLt, cuDNN); no generator emits it yet
 };
 
+/// The stable name of a form: "device", "extension", "library" — the
+/// `form` field of a cache winner's versions JSON and the first line of
+/// Candidate::Hash's input. Never changes (cached hashes depend on it).
+const char* CandidateFormName(CandidateForm form);
+
+/// The form named `name` (as CandidateFormName writes it). Errors:
+/// kCorrupt naming the unknown name.
+Expected<CandidateForm> ParseCandidateForm(const std::string& name);
+
 /// A candidate kernel for one task.
 struct Candidate {
   std::string origin;            ///< "template:elementwise/b256/v4", "dice:sample3"
