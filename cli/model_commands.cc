@@ -260,6 +260,7 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   options.tune.max_candidates = max_candidates;
   auto report = dice::torch_ext::optimize(tuned.module, options);
   if (!report.ok()) return Fail(kExitFailure, report.status().ToString());
+  for (const auto& w : report->warnings) std::fprintf(stderr, "dice: warning: %s\n", w.c_str());
   std::printf("dice: %zu fusion group(s) formed, %zu op(s) left with PyTorch\n", report->groups.size(),
               report->left_out.size());
   auto tuned_reports = dice::torch_ext::TuneGroups(tuned.module, tuned.inputs, options);
@@ -279,8 +280,9 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
                            {"from_cache", r.from_cache}, {"tried", r.tried}, {"compiled", r.compiled},
                            {"verified", r.verified}, {"tune_seconds", r.tune_seconds}});
     for (const auto& o : r.outcomes) {
-      if (o.outcome != "winner" && o.outcome != "verified" && o.outcome != "slower" && o.outcome != "compiled") {
-        std::printf("    %s: %s %s\n", o.origin.c_str(), o.outcome.c_str(), o.error.substr(0, 160).c_str());
+      if (!dice::IsVerified(o.outcome) && o.outcome != dice::Outcome::kCompiled) {
+        std::printf("    %s: %s %s\n", o.origin.c_str(), std::string(dice::OutcomeName(o.outcome)).c_str(),
+                    o.error.substr(0, 160).c_str());
       }
     }
   }
@@ -328,6 +330,7 @@ int CmdRunOrProfile(const ModelArgs& args, bool profile) {
   options.mode = profile ? dice::torch_ext::Mode::kObserve : dice::torch_ext::Mode::kCache;
   auto report = dice::torch_ext::optimize(m.module, options);
   if (!report.ok()) return Fail(kExitFailure, report.status().ToString());
+  for (const auto& w : report->warnings) std::fprintf(stderr, "dice: warning: %s\n", w.c_str());
   dice::torch_ext::ResetGroupStats();
   double us = 0;
   try {

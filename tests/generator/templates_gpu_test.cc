@@ -137,7 +137,7 @@ TEST(TemplatesGpu, EveryTemplateCandidatePassesTheVerifier) {
     EXPECT_GT(report->baseline_us, 0);
     EXPECT_GE(report->verified, 1);
     for (const auto& o : report->outcomes) {
-      EXPECT_TRUE(o.outcome == "winner" || o.outcome == "verified" || o.outcome == "slower")
+      EXPECT_TRUE(IsVerified(o.outcome))
           << o.origin << ": " << o.outcome << " " << o.error;
     }
     std::printf("[templates-gpu] %-22s baseline %9.2f us  best %9.2f us  speedup %5.2fx  %d/%d/%d  %s\n", c.name,

@@ -90,7 +90,7 @@ TEST(ExtensionCompilerTest, CompileOnlyTunerStopsBuildingAtTheBudget) {
   auto report = tuner.Tune(*task);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   ASSERT_EQ(report->outcomes.size(), 1u);
-  EXPECT_EQ(report->outcomes[0].kind, Outcome::kSkipped);
+  EXPECT_EQ(report->outcomes[0].outcome, Outcome::kSkipped);
   EXPECT_EQ(report->outcomes[0].error, "tuning budget exhausted");
 }
 
@@ -144,10 +144,10 @@ TEST(ExtensionCompilerTest, CompileOnlyTunerBuildsExtensionCandidatesAndRecordsP
   std::map<std::string, CandidateOutcome> by_origin;
   for (const auto& out : report->outcomes) by_origin[out.origin] = out;
   ASSERT_EQ(by_origin.count("ext:relu"), 1u);
-  EXPECT_EQ(by_origin["ext:relu"].kind, Outcome::kCompiled) << by_origin["ext:relu"].error;
-  EXPECT_EQ(by_origin["ext:broken"].kind, Outcome::kCompileError);
+  EXPECT_EQ(by_origin["ext:relu"].outcome, Outcome::kCompiled) << by_origin["ext:relu"].error;
+  EXPECT_EQ(by_origin["ext:broken"].outcome, Outcome::kCompileError);
   EXPECT_NE(by_origin["ext:broken"].error.find("undeclared_zero"), std::string::npos) << by_origin["ext:broken"].error;
-  EXPECT_EQ(by_origin["dice:sample2"].kind, Outcome::kParseError);
+  EXPECT_EQ(by_origin["dice:sample2"].outcome, Outcome::kParseError);
   EXPECT_EQ(by_origin["dice:sample2"].error, "generated text has no code block");
   EXPECT_EQ(by_origin["dice:sample2"].hash.size(), 64u);
 }

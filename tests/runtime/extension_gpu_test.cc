@@ -46,13 +46,13 @@ TEST(ExtensionGpuTest, KnownGoodExtensionIsVerifiedAndTimedWrongOnesAreRejected)
   std::map<std::string, CandidateOutcome> by;
   for (const auto& out : report->outcomes) by[out.origin] = out;
   EXPECT_GT(report->baseline_us, 0);
-  const Outcome good = by["ext:relu"].kind;
+  const Outcome good = by["ext:relu"].outcome;
   EXPECT_TRUE(IsVerified(good)) << good << ": " << by["ext:relu"].error;
   EXPECT_GT(by["ext:relu"].time_us, 0);
   EXPECT_GT(by["ext:relu"].compile_ms, 0);
-  EXPECT_EQ(by["ext:twice"].kind, Outcome::kVerifyFailed) << by["ext:twice"].error;
-  EXPECT_EQ(by["ext:broken"].kind, Outcome::kCompileError);
-  EXPECT_EQ(by["ext:throws"].kind, Outcome::kVerifyFailed);
+  EXPECT_EQ(by["ext:twice"].outcome, Outcome::kVerifyFailed) << by["ext:twice"].error;
+  EXPECT_EQ(by["ext:broken"].outcome, Outcome::kCompileError);
+  EXPECT_EQ(by["ext:throws"].outcome, Outcome::kVerifyFailed);
   EXPECT_NE(by["ext:throws"].error.find("rank 7"), std::string::npos) << by["ext:throws"].error;
   EXPECT_EQ(report->verified, 1);
 }

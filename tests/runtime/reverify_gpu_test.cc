@@ -88,7 +88,7 @@ TEST(ReverifyGpu, WrongPulledKernelIsRecordedAndRemovedNeverServed) {
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_EQ(gen->calls, 0) << "re-verification must not ask the generators";
   ASSERT_EQ(report->outcomes.size(), 1u);
-  EXPECT_EQ(report->outcomes[0].kind, Outcome::kVerifyFailed) << report->outcomes[0].error;
+  EXPECT_EQ(report->outcomes[0].outcome, Outcome::kVerifyFailed) << report->outcomes[0].error;
   EXPECT_TRUE(report->winner_origin.empty());
   EXPECT_FALSE(store->GetWinner(task.Key())->has_value()) << "a failed pulled kernel must not stay in the cache";
   auto attempts = store->ListAttempts(task.Key());
@@ -109,7 +109,7 @@ TEST(ReverifyGpu, CorrectPulledKernelIsRetimedHereAndStoredVerifiedOrDropped) {
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_EQ(gen->calls, 0);
   ASSERT_EQ(report->outcomes.size(), 1u);
-  const Outcome outcome = report->outcomes[0].kind;
+  const Outcome outcome = report->outcomes[0].outcome;
   ASSERT_TRUE(outcome == Outcome::kWinner || outcome == Outcome::kSlower) << outcome << ": " << report->outcomes[0].error;
   auto row = store->GetWinner(task.Key());
   ASSERT_TRUE(row.ok());

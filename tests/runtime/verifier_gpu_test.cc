@@ -123,7 +123,7 @@ TEST(VerifierGpu, RejectsEachWrongKernelWithTheRightOutcomeAndAcceptsCorrectOnes
   for (const auto& o : report->outcomes) by_origin[o.origin] = o;
   auto outcome = [&](const std::string& origin) {
     auto it = by_origin.find(origin);
-    return it == by_origin.end() ? std::optional<Outcome>() : std::optional<Outcome>(it->second.kind);
+    return it == by_origin.end() ? std::optional<Outcome>() : std::optional<Outcome>(it->second.outcome);
   };
   auto error = [&](const std::string& origin) { return by_origin[origin].error; };
 
@@ -181,7 +181,7 @@ TEST(VerifierGpu, TemplateCandidatesVerifyAndAreTimedAgainstBaseline) {
   EXPECT_GT(report->baseline_us, 0.0);
   EXPECT_GT(report->verified, 0);
   for (const auto& o : report->outcomes) {
-    EXPECT_TRUE(IsVerified(o.kind))
+    EXPECT_TRUE(IsVerified(o.outcome))
         << o.origin << ": " << o.outcome << " " << o.error;
   }
 }
@@ -201,7 +201,7 @@ TEST(VerifierGpu, CapturedInputsJoinTheTrials) {
   auto random_only = tuner.Tune(task);
   ASSERT_TRUE(random_only.ok()) << random_only.status().ToString();
   ASSERT_EQ(random_only->outcomes.size(), 1u);
-  EXPECT_NE(random_only->outcomes[0].kind, Outcome::kVerifyFailed) << random_only->outcomes[0].error;
+  EXPECT_NE(random_only->outcomes[0].outcome, Outcome::kVerifyFailed) << random_only->outcomes[0].error;
 
   std::vector<float> host(kN);
   for (int i = 0; i < kN; ++i) host[i] = static_cast<float>(i % 13) * 0.25f - 1.0f;  // includes 0.5
@@ -209,7 +209,7 @@ TEST(VerifierGpu, CapturedInputsJoinTheTrials) {
   auto with_captured = tuner.Tune(task, &captured);
   ASSERT_TRUE(with_captured.ok()) << with_captured.status().ToString();
   ASSERT_EQ(with_captured->outcomes.size(), 1u);
-  EXPECT_EQ(with_captured->outcomes[0].kind, Outcome::kVerifyFailed);
+  EXPECT_EQ(with_captured->outcomes[0].outcome, Outcome::kVerifyFailed);
   EXPECT_NE(with_captured->outcomes[0].error.find("captured"), std::string::npos) << with_captured->outcomes[0].error;
 }
 

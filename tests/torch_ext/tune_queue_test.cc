@@ -16,7 +16,7 @@ CandidateOutcome MakeOutcome(const std::string& origin, Outcome kind, double tim
                          const std::string& error = "") {
   CandidateOutcome o;
   o.origin = origin;
-  o.SetOutcome(kind);
+  o.outcome = kind;
   o.time_us = time_us;
   o.error = error;
   return o;

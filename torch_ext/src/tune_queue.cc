@@ -121,7 +121,7 @@ std::string NoWinnerText(const TuneReport& rep, double margin) {
   const CandidateOutcome* failed = nullptr;
   for (const auto& o : rep.outcomes) {
     if (o.time_us > 0 && (best == nullptr || o.time_us < best->time_us)) best = &o;
-    if (failed == nullptr && !IsVerified(o.kind) && o.kind != Outcome::kCompiled) failed = &o;
+    if (failed == nullptr && !IsVerified(o.outcome) && o.outcome != Outcome::kCompiled) failed = &o;
   }
   if (rep.baseline_us > 0) {
     std::snprintf(buf, sizeof(buf), "; baseline %.1f µs", rep.baseline_us);
@@ -134,7 +134,7 @@ std::string NoWinnerText(const TuneReport& rep, double margin) {
     out += b2;
   }
   if (failed != nullptr) {
-    out += "; first failure " + failed->origin + ": " + std::string(OutcomeName(failed->kind));
+    out += "; first failure " + failed->origin + ": " + std::string(OutcomeName(failed->outcome));
     if (!failed->error.empty()) {
       // The cause (a compile log or verifier message can run to kilobytes).
       constexpr size_t kMaxError = 200;

@@ -91,12 +91,13 @@ Expected<std::vector<AnswerReward>> DeviceFormJudge::Judge(const CukeExample& ta
       continue;
     }
     const CandidateOutcome& o = *it->second;
-    out[i].compiled = o.outcome != "compile_error" && o.outcome != "parse_error" && o.outcome != "skipped";
-    out[i].correct = o.outcome == "verified" || o.outcome == "slower" || o.outcome == "winner";
+    out[i].compiled = o.outcome != Outcome::kCompileError && o.outcome != Outcome::kParseError &&
+                      o.outcome != Outcome::kSkipped;
+    out[i].correct = IsVerified(o.outcome);
     if (out[i].correct) {
       out[i].speedup = o.time_us > 0 ? report->baseline_us / o.time_us : 0.0;
     } else {
-      out[i].why = o.outcome + (o.error.empty() ? "" : ": " + o.error);
+      out[i].why = std::string(OutcomeName(o.outcome)) + (o.error.empty() ? "" : ": " + o.error);
     }
   }
   return out;

@@ -62,21 +62,12 @@ inline bool operator!=(const TuneOptions& a, const TuneOptions& b) { return !(a 
 struct CandidateOutcome {
   std::string origin;
   std::string hash;
-  Outcome kind = Outcome::kSkipped;  ///< what happened (outcome.h); set with SetOutcome
-  /// OutcomeName(kind): "compiled" (compile-only) | "compile_error" |
-  /// "parse_error" (a generator output with no candidate) | "verify_failed" |
-  /// "crashed" | "timeout" | "slower" | "winner" | "verified" | "skipped".
-  /// The form the cache and --json hold; kept for the callers that print it.
-  std::string outcome = std::string(OutcomeName(Outcome::kSkipped));
+  /// What happened (outcome.h). Its string form, OutcomeName(outcome), is what
+  /// the cache's attempts table and --json hold.
+  Outcome outcome = Outcome::kSkipped;
   std::string error;       ///< reason, first lines
   double compile_ms = 0;   ///< NVRTC / nvcc wall time, milliseconds
   double time_us = 0;      ///< median µs when timed
-
-  /// Sets `kind` and its string form `outcome` together.
-  void SetOutcome(Outcome k) {
-    kind = k;
-    outcome = std::string(OutcomeName(k));
-  }
 };
 
 /// Result of tuning one task.
