@@ -133,6 +133,7 @@ int Warmup(const WarmupCommand& c) {
     options.tune.max_candidates = c.max_candidates;
     auto report = torch_ext::optimize(module, options);
     if (!report.ok()) return Fail(kExitFailure, "--input '" + c.sets[k] + "': " + report.status().ToString());
+    for (const auto& w : report->warnings) std::fprintf(stderr, "dice: warning: %s\n", w.c_str());
     auto tuned = torch_ext::TuneGroups(module, inputs, options);
     ++done;
     if (!tuned.ok()) {

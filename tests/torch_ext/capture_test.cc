@@ -130,6 +130,34 @@ TEST_F(CaptureTest, FallbackOutputsAreBitIdenticalToTheOriginal) {
   EXPECT_NE(FormatProfile(stats).find("mul+add+gelu"), std::string::npos);
 }
 
+TEST_F(CaptureTest, FreezeFailureCapturesUnfrozenWithAWarningNamingThePass) {
+  auto original = Compile(kMlpLike);
+  auto m = original.clone();
+  std::vector<c10::IValue> in = {torch::randn({16, 32}), torch::randn({16, 32}), torch::randn({32, 24})};
+  Options opt;
+  opt.mode = Mode::kObserve;
+  opt.example_inputs = in;
+  setenv("DICE_INJECT_CAPTURE_FAILURE", "freeze", 1);
+  auto rep = optimize(m, opt);
+  unsetenv("DICE_INJECT_CAPTURE_FAILURE");
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_FALSE(rep->frozen);
+  ASSERT_EQ(rep->warnings.size(), 1u);
+  EXPECT_NE(rep->warnings[0].find("torch.jit.freeze failed"), std::string::npos) << rep->warnings[0];
+  EXPECT_NE(rep->warnings[0].find("injected failure"), std::string::npos) << rep->warnings[0];
+  // The rest of the capture still ran: the same groups form, outputs equal the original.
+  EXPECT_EQ(rep->groups.size(), 2u);
+  torch::NoGradGuard no_grad;
+  std::vector<c10::IValue> run = {torch::randn({16, 32}), torch::randn({16, 32}), torch::randn({32, 24})};
+  EXPECT_TRUE(torch::equal(m.forward(run).toTensor(), original.forward(run).toTensor()));
+
+  auto ok = original.clone();
+  auto frozen = optimize(ok, opt);
+  ASSERT_TRUE(frozen.ok()) << frozen.status().ToString();
+  EXPECT_TRUE(frozen->frozen);
+  EXPECT_TRUE(frozen->warnings.empty());
+}
+
 TEST_F(CaptureTest, CacheModeOnCpuFallsBackWithNoGpuReason) {
   auto m = Compile(kMlpLike);
   std::vector<c10::IValue> in = {torch::randn({4, 8}), torch::randn({4, 8}), torch::randn({8, 6})};

@@ -3,9 +3,11 @@
 // (runtime_state.h, tune_queue.h); this file converts Options to their terms.
 #include "dice/torch_ext/optimize.h"
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
@@ -89,6 +91,27 @@ void EnsureRegistered() {
   (void)sym;
 }
 
+namespace {
+
+// torch.jit.freeze as a fallible step: PyTorch's own freezing passes can
+// assert on models they do not handle (seen: frozen_conv_folding.cpp on a
+// Conv2d -> subtract -> Mish model). Errors: kInternal naming the pass and
+// PyTorch's first message line; the module is left as it was.
+Expected<torch::jit::Module> FreezeOrExplain(const torch::jit::Module& module) {
+  const char* inject = std::getenv("DICE_INJECT_CAPTURE_FAILURE");
+  try {
+    if (inject != nullptr && std::string(inject) == "freeze")
+      throw std::runtime_error("injected failure (DICE_INJECT_CAPTURE_FAILURE=freeze)");
+    return torch::jit::freeze_module(module);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));
+    return Status(StatusCode::kInternal, "torch.jit.freeze failed: " + what);
+  }
+}
+
+}  // namespace
+
 Expected<OptimizeReport> optimize(torch::jit::Module& module, const Options& options) {
   EnsureRegistered();
   OptimizeReport report;
@@ -97,7 +120,14 @@ Expected<OptimizeReport> optimize(torch::jit::Module& module, const Options& opt
       return Status(StatusCode::kInvalidArgument, "module has no forward method");
     if (options.freeze) {
       module.eval();
-      module = torch::jit::freeze_module(module);
+      auto frozen = FreezeOrExplain(module);
+      if (frozen.ok()) {
+        module = std::move(frozen).value();
+        report.frozen = true;
+      } else {
+        report.warnings.push_back(frozen.status().message() +
+                                  "; the module is captured unfrozen (no constant folding)");
+      }
     }
     auto graph = module.get_method("forward").graph();
     torch::jit::Inline(*graph);

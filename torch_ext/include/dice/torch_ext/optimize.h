@@ -81,6 +81,13 @@ struct OptimizeReport {
   std::vector<GroupInfo> groups;
   std::vector<LeftOutNode> left_out;  ///< nodes that stayed with PyTorch (constants/attribute reads omitted)
   std::string graph;                  ///< the optimized forward graph, printed
+  /// True when the module was frozen (options.freeze and torch.jit.freeze
+  /// succeeded); false when freezing was off or failed and the module was
+  /// captured unfrozen (then `warnings` names the failure).
+  bool frozen = false;
+  /// One line per capture pass that failed and was skipped, naming the pass
+  /// and PyTorch's first error line ("torch.jit.freeze failed: ...").
+  std::vector<std::string> warnings;
 };
 
 /// Freezes (options.freeze; the module is put in eval mode) or inlines the
@@ -89,6 +96,11 @@ struct OptimizeReport {
 /// types are used), runs the fusion pass on the forward graph and sets the
 /// runtime options. With options.mode == kOff the graph is left unchanged and
 /// the groups that would form are still reported.
+/// A failure inside torch.jit.freeze (PyTorch's own passes, e.g. its
+/// conv folding asserting on a model) never fails the call: the module is
+/// captured unfrozen, report.frozen is false and report.warnings names the
+/// pass and the cause. DICE_INJECT_CAPTURE_FAILURE=freeze makes freezing fail
+/// (tests of that fallback).
 /// REQUIRES: when options.freeze is false, forward has not been run yet (its
 /// graph executor would keep the old graph).
 /// Errors: kInvalidArgument when the module has no forward or the example run
