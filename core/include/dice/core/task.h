@@ -41,8 +41,11 @@ struct TargetInfo {
 
   // Device facts (not in the task key). Sources of the defaults:
   //   [WP]  NVIDIA H100 Tensor Core GPU Architecture whitepaper: the H100 SXM5
-  //         has 132 SMs and a 50 MB L2; the H200 SXM is the same GH100
-  //         configuration with HBM3e memory.
+  //         has 132 SMs and a 50 MB L2. The H200's driver reports 132 SMs and
+  //         a 60 MiB L2 (62914560 B, read on the GPU machine 2026-12-01), so
+  //         on it the templates get the larger L2 budget; the compile-only
+  //         default stays the H100 SXM's, which today's template output is
+  //         pinned to (templates_golden_test).
   //   [PG]  CUDA C++ Programming Guide, "Technical Specifications per Compute
   //         Capability", column 9.0.
   int sm_count = 132;                              ///< CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT [WP]
