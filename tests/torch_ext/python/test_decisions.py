@@ -147,3 +147,40 @@ def test_regions_over_the_trial_cap_stay_with_inductor_unrecorded(monkeypatch, t
     assert [(d.choice, d.source.split(":")[0]) for d in rep.regions] == [("inductor", "not measured")]
     assert timed == [] and rep.guard.choice == "inductor"
     assert decisions.DecisionStore(str(tmp_path)).get(rep.regions[0].key, "inductor") is None  # decided later
+
+
+def _spy_plain_inductor(monkeypatch):
+    """Counts pipeline.plain_inductor calls (the real one still compiles)."""
+    from dice_torch import pipeline
+
+    calls = []
+    real = pipeline.plain_inductor
+
+    def spy(gm, example_inputs):
+        calls.append(len(example_inputs))
+        return real(gm, example_inputs)
+
+    monkeypatch.setattr(pipeline, "plain_inductor", spy)
+    return calls
+
+
+def test_the_guards_inductor_choice_is_compiled_once_at_compile_time(monkeypatch, tmp_path):
+    calls = _spy_plain_inductor(monkeypatch)
+    rep, _ = _tune_with_fake_timings(monkeypatch, tmp_path, {"base": 100.0, "region": 50.0, "guard": 130.0})
+    assert rep.guard.choice == "inductor"
+    # One compile, in the backend call (dynamo's context), shared by the
+    # measurements, the guard and the served graph; none at the first call.
+    assert calls == [2]
+
+
+def test_cache_mode_with_nothing_for_dice_serves_plain_inductor(monkeypatch, tmp_path):
+    _tune_with_fake_timings(monkeypatch, tmp_path, {"base": 100.0, "region": 150.0, "guard": 1.0})
+    torch._dynamo.reset()
+    calls = _spy_plain_inductor(monkeypatch)
+    compiled = torch.compile(Act(), backend="dice",
+                             options={"mode": "cache", "rest": "inductor", "cache_dir": str(tmp_path)})
+    x, w = torch.randn(8, 16), torch.randn(16, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, w), Act()(x, w))
+    assert calls == [2]  # the stored "inductor" decision is served by Inductor's own compile
+    assert dice_torch.last_report().groups == []
