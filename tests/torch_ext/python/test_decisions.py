@@ -67,11 +67,17 @@ def test_tuning_state_from_group_stats():
     stats = [{"id": 1, "hits": 3, "fallback_reasons": {}},
              {"id": 2, "hits": 0, "fallback_reasons": {"no winner (tuned: 6 tried)": 2}},
              {"id": 3, "hits": 0, "fallback_reasons": {"tuning in progress": 1}},
-             {"id": 4, "hits": 0, "fallback_reasons": {"no GPU": 1}}]
+             {"id": 4, "hits": 0, "fallback_reasons": {"no GPU": 1}},
+             {"id": 5, "hits": 0, "fallback_reasons": {"non-contiguous input 0": 1}},
+             {"id": 6, "hits": 0, "fallback_reasons": {}}]
     assert measure.tuning_state([1], stats) == "winner"
     assert measure.tuning_state([2], stats) == "no winner"
     assert measure.tuning_state([3], stats) == "pending"
-    assert measure.tuning_state([4], stats) == "pending"
+    assert measure.tuning_state([4], stats) == "unservable"
+    assert measure.tuning_state([5], stats) == "unservable"
+    assert measure.unservable_reason([5], stats) == "non-contiguous input 0"
+    assert measure.tuning_state([6], stats) == "pending"
+    assert measure.tuning_state([3, 5], stats) == "pending"  # one group still tuning
     assert measure.tuning_state([1, 2], stats) == "winner"
 
 

@@ -88,18 +88,35 @@ class Region:
     members: list[str] = field(default_factory=list)  #: ATen FX node names (all groups of the key)
 
 
+#: Fallback reasons that mean "tuning has not ended yet" (the C++ op's words).
+_PENDING_REASONS = ("tuning in progress", "observe mode")
+
+
 def tuning_state(group_ids: Sequence[int], stats: Sequence[dict]) -> str:
     """"winner" (some call was served by a tuned kernel), "no winner" (tuning
-    ended without a kernel better than PyTorch, or failed) or "pending"
-    (still tuning / never tuned) for the groups of one region, from
-    ``group_stats()`` dicts."""
+    ended without a kernel better than PyTorch, or failed), "unservable"
+    (every fallback had another cause, e.g. "non-contiguous input 0": no
+    kernel could serve these inputs, tuned or not; unservable_reason says
+    which) or "pending" (still tuning / never called) for the groups of one
+    region, from ``group_stats()`` dicts."""
     mine = [s for s in stats if s.get("id") in set(group_ids)]
     if any(s.get("hits", 0) > 0 for s in mine):
         return "winner"
     reasons = [r for s in mine for r in s.get("fallback_reasons", {})]
     if reasons and all(r.startswith(("no winner", "tuning failed")) for r in reasons):
         return "no winner"
+    if reasons and not any(r.startswith(_PENDING_REASONS + ("no winner", "tuning failed")) for r in reasons):
+        return "unservable"
     return "pending"
+
+
+def unservable_reason(group_ids: Sequence[int], stats: Sequence[dict]) -> str:
+    """The first fallback reason of a region's groups ("" when none)."""
+    for s in stats:
+        if s.get("id") in set(group_ids):
+            for r in s.get("fallback_reasons", {}):
+                return r
+    return ""
 
 
 class TunedGraph:
@@ -154,6 +171,9 @@ class TunedGraph:
             state = tuning_state(r.group_ids, stats)
             if state == "pending":
                 d = decisions.RegionDecision(r.key, r.summary, decisions.INDUCTOR, "not measured: tuning pending")
+            elif state == "unservable":  # not stored: a later dice may serve these inputs
+                d = decisions.RegionDecision(r.key, r.summary, decisions.INDUCTOR,
+                                             "not served: " + unservable_reason(r.group_ids, stats))
             elif state == "no winner":
                 d = decisions.RegionDecision(r.key, r.summary, decisions.INDUCTOR, "no winner")
                 new.append(d)
