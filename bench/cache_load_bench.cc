@@ -1,22 +1,52 @@
-// Load test of the HTTP kernel cache (issue 5): N concurrent clients doing
-// mixed GET/PUT against a real CacheServer on loopback for a bounded time,
-// then a check that every acknowledged PUT is readable with its bytes and
-// the database passes integrity_check. Runs on a CPU machine.
+// Load test of the HTTP kernel cache (issues 5 and 20): N concurrent clients
+// doing a mix of GET by key, PUT, list pages (GET /v1/kernels, page_size 50)
+// and dashboard pages (GET /) against a real CacheServer on loopback for a
+// bounded time, then a check that every acknowledged PUT is readable with
+// its bytes and the database passes integrity_check. Runs on a CPU machine.
 //
 //   cache_load_bench [--clients 16] [--seconds 30] [--put-fraction 0.2]
-//                    [--keys 1000] [--payload-bytes 16384] [--db FILE]
+//                    [--list-fraction 0.1] [--dashboard-fraction 0.02]
+//                    [--keys 1000] [--payload-bytes 16384]
+//                    [--payload-max-bytes B] [--spread-fraction 1]
+//                    [--db FILE] [--no-integrity-check 1] [--log-requests 1]
 //
-// Prints requests/s and p50/p99 latency (µs) per operation and overall, and
-// "lost: 0". Exit 0 when nothing was lost and no request failed, 1
-// otherwise, 2 on bad arguments. Numbers go to docs/PERF.md.
+// Each client thread has one keep-alive connection; its GETs parse the
+// answer and check the content hash as CacheClient::Get does. The body of a
+// PUT is built before its clock starts. The cache is seeded with --keys entries through the Store (not HTTP), one
+// PutWinner each. Cubin sizes: --payload-bytes each, or, with
+// --payload-max-bytes, log-uniform in [payload-bytes, payload-max-bytes] for
+// a --spread-fraction of the entries (the others keep --payload-bytes); the
+// size and bytes of entry n are a function of n. With --db FILE the file is
+// kept, and a file already seeded with at least --keys entries of this
+// program is reused without seeding again. Lists and dashboards ask for a
+// page drawn uniformly from all pages. The server's per-request log lines
+// (spdlog, info) are off unless --log-requests 1.
+//
+// Prints req/s and p50/p99 latency (µs) per route and overall, and "lost:
+// 0". Exit 0 when nothing was lost and no request failed, 1 otherwise, 2 on
+// bad arguments. Numbers go to docs/PERF.md.
+#include <httplib.h>
 #include <unistd.h>
 
+// spdlog as http_server.cc uses it (header-only on Debian's external fmt).
+#ifndef SPDLOG_FMT_EXTERNAL
+#define SPDLOG_FMT_EXTERNAL 1
+#endif
+#if !defined(FMT_SHARED) && !defined(FMT_HEADER_ONLY)
+#define FMT_HEADER_ONLY 1
+#endif
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -33,12 +63,20 @@ using dice::cache::CacheServer;
 using dice::cache::WinnerRecord;
 using Clock = std::chrono::steady_clock;
 
+constexpr int kListPageSize = 50;
+
 struct Args {
   int clients = 16;
   double seconds = 30;
   double put_fraction = 0.2;
+  double list_fraction = 0.1;
+  double dashboard_fraction = 0.02;
   int keys = 1000;
   size_t payload_bytes = 16384;
+  size_t payload_max_bytes = 0;  // 0: every cubin is payload_bytes
+  double spread_fraction = 1;
+  bool integrity_check = true;
+  bool log_requests = false;
   std::string db;
 };
 
@@ -50,22 +88,46 @@ std::string Key(uint64_t n) {
   return k;
 }
 
-WinnerRecord Record(uint64_t n, size_t payload_bytes, double speedup) {
+uint64_t Mix(uint64_t x) {  // splitmix64 finaliser
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Cubin size of entry n under the payload mix.
+size_t CubinBytes(uint64_t n, const Args& a) {
+  if (a.payload_max_bytes <= a.payload_bytes) return a.payload_bytes;
+  const double u1 = static_cast<double>(Mix(n) >> 11) / 9007199254740992.0;
+  if (u1 >= a.spread_fraction) return a.payload_bytes;
+  const double u2 = static_cast<double>(Mix(n ^ 0x5bd1e995ull) >> 11) / 9007199254740992.0;
+  const double lo = std::log(static_cast<double>(a.payload_bytes));
+  const double hi = std::log(static_cast<double>(a.payload_max_bytes));
+  return static_cast<size_t>(std::exp(lo + u2 * (hi - lo)));
+}
+
+WinnerRecord Record(uint64_t n, const Args& a, double speedup) {
   WinnerRecord r;
   r.task_key = Key(n);
-  r.graph_canonical = "input %0 f32 rank=2\n%1 = relu(%0)\noutput %1\n";
+  r.graph_canonical = "dice-ir v1\ninput %0 f32 rank=2\n%1 = relu(%0)\noutput %1\n";
   r.input_specs = "f32[1024," + std::to_string(n % 8192 + 1) + "]";
-  r.arch = "sm_90";
-  r.gpu_name = "NVIDIA H200";
+  r.arch = n % 4 == 3 ? "sm_80" : "sm_90";
+  r.gpu_name = n % 4 == 3 ? "NVIDIA A100-SXM4-80GB" : "NVIDIA H200";
   r.origin = "template:elementwise/load" + std::to_string(n);
   r.candidate_hash = std::to_string(n);
   r.source = "extern \"C\" __global__ void k(float* y) { /* " + std::to_string(n) + " */ }";
-  r.cubin.resize(payload_bytes);
-  for (size_t i = 0; i < payload_bytes; ++i) r.cubin[i] = static_cast<char>((i * 31 + n) & 0xff);
+  r.cubin.resize(CubinBytes(n, a));
+  uint64_t state = Mix(n + 1);
+  for (size_t i = 0; i < r.cubin.size(); i += 8) {
+    state = Mix(state);
+    std::memcpy(&r.cubin[i], &state, std::min<size_t>(8, r.cubin.size() - i));
+  }
   r.launch_plan_json = R"({"grid":[64,1,1],"block":[256,1,1]})";
   r.baseline_us = 100;
   r.best_us = 100 / speedup;
   r.speedup = speedup;
+  r.hits = static_cast<int64_t>(n % 17);
+  r.created_at = 1764000000 + static_cast<int64_t>(n % 1000000);
   r.versions_json = "{}";
   r.content_hash = dice::cache::ContentHash(r);
   return r;
@@ -86,21 +148,130 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     if (flag == "--clients") a->clients = std::atoi(v);
     else if (flag == "--seconds") a->seconds = std::atof(v);
     else if (flag == "--put-fraction") a->put_fraction = std::atof(v);
+    else if (flag == "--list-fraction") a->list_fraction = std::atof(v);
+    else if (flag == "--dashboard-fraction") a->dashboard_fraction = std::atof(v);
     else if (flag == "--keys") a->keys = std::atoi(v);
     else if (flag == "--payload-bytes") a->payload_bytes = static_cast<size_t>(std::atoll(v));
+    else if (flag == "--payload-max-bytes") a->payload_max_bytes = static_cast<size_t>(std::atoll(v));
+    else if (flag == "--spread-fraction") a->spread_fraction = std::atof(v);
+    else if (flag == "--no-integrity-check") a->integrity_check = std::atoi(v) == 0;
+    else if (flag == "--log-requests") a->log_requests = std::atoi(v) != 0;
     else if (flag == "--db") a->db = v;
     else return false;
   }
+  const size_t largest = std::max(a->payload_bytes, a->payload_max_bytes);
   return a->clients >= 1 && a->clients <= 1024 && a->seconds > 0 && a->seconds <= 600 && a->put_fraction >= 0 &&
-         a->put_fraction <= 1 && a->keys >= 1 && a->payload_bytes >= 1 && a->payload_bytes <= (64u << 20) - 65536;
+         a->list_fraction >= 0 && a->dashboard_fraction >= 0 &&
+         a->put_fraction + a->list_fraction + a->dashboard_fraction <= 1 && a->keys >= 1 && a->payload_bytes >= 1 &&
+         largest <= (40u << 20) && a->spread_fraction >= 0 && a->spread_fraction <= 1;
 }
 
+// Seeds entries 0..keys-1 through the Store unless the file already has them.
+bool Seed(const Args& a) {
+  auto store = dice::cache::Store::Open(a.db);
+  if (!store.ok()) {
+    std::fprintf(stderr, "cannot open %s: %s\n", a.db.c_str(), store.status().ToString().c_str());
+    return false;
+  }
+  auto last = (*store)->GetWinner(Key(static_cast<uint64_t>(a.keys - 1)));
+  if (last.ok() && last->has_value() && (**last).cubin == Record(static_cast<uint64_t>(a.keys - 1), a, 2.0).cubin) {
+    std::printf("reusing the %d seeded entries of %s\n", a.keys, a.db.c_str());
+    return true;
+  }
+  const auto t0 = Clock::now();
+  uint64_t bytes = 0;
+  for (int k = 0; k < a.keys; ++k) {
+    WinnerRecord r = Record(static_cast<uint64_t>(k), a, 2.0);
+    bytes += r.cubin.size();
+    auto put = (*store)->PutWinner(std::move(r));
+    if (!put.ok()) {
+      std::fprintf(stderr, "seeding failed at %d: %s\n", k, put.status().ToString().c_str());
+      return false;
+    }
+    if ((k + 1) % 10000 == 0) {
+      std::printf("seeded %d entries, %.2f GB of cubins, %.0f s\n", k + 1, static_cast<double>(bytes) / 1e9,
+                  std::chrono::duration<double>(Clock::now() - t0).count());
+      std::fflush(stdout);
+    }
+  }
+  std::printf("seeded %d entries (%.2f GB of cubins, mean %.0f KB) in %.0f s\n", a.keys,
+              static_cast<double>(bytes) / 1e9, static_cast<double>(bytes) / a.keys / 1e3,
+              std::chrono::duration<double>(Clock::now() - t0).count());
+  return true;
+}
+
+enum Route { kGet, kPut, kList, kDashboard, kRoutes };
+constexpr std::array<const char*, kRoutes> kRouteNames = {"GET", "PUT", "list", "dashboard"};
+
 struct ClientResult {
-  std::vector<double> get_us, put_us;
+  std::array<std::vector<double>, kRoutes> us;
   std::vector<uint64_t> acknowledged;  // keys of 201/200 PUT answers
   int64_t errors = 0;
   std::string first_error;
+  void Fail(const std::string& why) {
+    ++errors;
+    if (first_error.empty()) first_error = why;
+  }
 };
+
+// GET /v1/kernels/{key} as CacheClient::Get does it: the answer parsed and
+// its content hash checked. "" when fine, else what went wrong.
+std::string GetAndCheck(httplib::Client& http, const std::string& key) {
+  auto res = http.Get(("/v1/kernels/" + key).c_str());
+  if (!res) return "GET: " + httplib::to_string(res.error());
+  if (res->status != 200) return "GET: status " + std::to_string(res->status);
+  auto rec = dice::cache::WinnerFromWireJson(res->body);
+  if (!rec.ok()) return "GET: " + rec.status().ToString();
+  if (rec->task_key != key || dice::cache::ContentHash(*rec) != rec->content_hash) return "GET: bad entry " + key;
+  return "";
+}
+
+// One client thread's loop until `end`, on one keep-alive connection.
+void RunClient(const Args& a, int port, const std::string& token, uint64_t put_base, int c, Clock::time_point end,
+               ClientResult* r) {
+  httplib::Client http("127.0.0.1", port);
+  http.set_keep_alive(true);
+  http.set_tcp_nodelay(true);
+  http.set_read_timeout(std::chrono::seconds(10));
+  http.set_write_timeout(std::chrono::seconds(10));
+  const httplib::Headers auth = {{"Authorization", "Bearer " + token}};
+  std::mt19937_64 rng(static_cast<uint64_t>(c) * 7919 + 1);
+  std::uniform_real_distribution<double> coin(0, 1);
+  std::uniform_int_distribution<int> pick(0, a.keys - 1);
+  std::uniform_int_distribution<int> page(1, (a.keys + kListPageSize - 1) / kListPageSize);
+  uint64_t seq = 0;
+  while (Clock::now() < end) {
+    const double u = coin(rng);
+    const double put = a.put_fraction, list = put + a.list_fraction, dash = list + a.dashboard_fraction;
+    const Route route = u < put ? kPut : u < list ? kList : u < dash ? kDashboard : kGet;
+    std::string error;
+    uint64_t n = 0;
+    std::string body;
+    if (route == kPut) {
+      // Fresh keys per run and client so every PUT is a write.
+      n = put_base + 1000000000ull * static_cast<uint64_t>(c + 1) + seq++;
+      body = dice::cache::WinnerToWireJson(Record(n, a, 3.0), true);
+    }
+    const auto t0 = Clock::now();
+    if (route == kPut) {
+      auto res = http.Put(("/v1/kernels/" + Key(n)).c_str(), auth, body, "application/json");
+      if (!res || res->status != 201) error = "PUT: " + (res ? std::to_string(res->status) : httplib::to_string(res.error()));
+    } else if (route == kGet) {
+      error = GetAndCheck(http, Key(static_cast<uint64_t>(pick(rng))));
+    } else {
+      const std::string path = route == kList ? "/v1/kernels?page_size=50&page=" + std::to_string(page(rng))
+                                              : "/?page=" + std::to_string(page(rng));
+      auto res = http.Get(path.c_str());
+      if (!res || res->status != 200) error = path + ": " + (res ? std::to_string(res->status) : "no answer");
+    }
+    r->us[route].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (!error.empty()) {
+      r->Fail(error);
+    } else if (route == kPut) {
+      r->acknowledged.push_back(n);
+    }
+  }
+}
 
 }  // namespace
 
@@ -108,9 +279,12 @@ int main(int argc, char** argv) {
   Args args;
   if (!ParseArgs(argc, argv, &args)) {
     std::fprintf(stderr, "usage: cache_load_bench [--clients N<=1024] [--seconds S<=600] [--put-fraction F] "
-                         "[--keys K] [--payload-bytes B] [--db FILE]\n");
+                         "[--list-fraction F] [--dashboard-fraction F] [--keys K] [--payload-bytes B] "
+                         "[--payload-max-bytes B] [--spread-fraction F] [--db FILE] [--no-integrity-check 1] "
+                         "[--log-requests 1]\n");
     return 2;
   }
+  if (!args.log_requests) spdlog::set_level(spdlog::level::warn);
   std::string tmpdir;
   if (args.db.empty()) {
     char tmpl[] = "/tmp/dice_cache_load_XXXXXX";
@@ -118,6 +292,7 @@ int main(int argc, char** argv) {
     tmpdir = tmpl;
     args.db = tmpdir + "/kernels.db";
   }
+  if (!Seed(args)) return 1;
   const std::string token = "load-token";
   CacheServer server;
   dice::Status st = server.Start(args.db, "127.0.0.1", 0, token);
@@ -125,107 +300,73 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot start the server: %s\n", st.ToString().c_str());
     return 1;
   }
-  // Preload the keys the GETs read.
-  {
-    CacheClient loader(server.url(), token);
-    for (int k = 0; k < args.keys; ++k) {
-      auto put = loader.Put(Record(static_cast<uint64_t>(k), args.payload_bytes, 2.0));
-      if (!put.ok()) {
-        std::fprintf(stderr, "preload failed: %s\n", put.status().ToString().c_str());
-        return 1;
-      }
-    }
-  }
-  std::printf("server %s, %d preloaded entries of %zu payload bytes; %d clients, %.0f s, %.0f%% PUT\n",
-              server.url().c_str(), args.keys, args.payload_bytes, args.clients, args.seconds,
-              100 * args.put_fraction);
+  std::printf("server %s, %d entries; %d clients, %.0f s, %.0f%% PUT, %.0f%% list, %.0f%% dashboard, rest GET\n",
+              server.url().c_str(), args.keys, args.clients, args.seconds, 100 * args.put_fraction,
+              100 * args.list_fraction, 100 * args.dashboard_fraction);
   std::fflush(stdout);
 
+  // PUT keys: 10^12 * (unix seconds mod 10^6) + 10^9 * (client + 1) + n, so
+  // runs on a kept --db file write fresh keys too.
+  const uint64_t put_base = 1000000000000ull * static_cast<uint64_t>(std::time(nullptr) % 1000000);
   std::vector<ClientResult> results(static_cast<size_t>(args.clients));
-  std::atomic<bool> go{false};
-  const auto deadline_after = std::chrono::duration<double>(args.seconds);
   std::vector<std::thread> threads;
-  Clock::time_point start;
+  const Clock::time_point start = Clock::now();
+  const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(args.seconds));
   for (int c = 0; c < args.clients; ++c) {
-    threads.emplace_back([&, c] {
-      ClientResult& r = results[static_cast<size_t>(c)];
-      CacheClient client(server.url(), token, std::chrono::milliseconds(10000));
-      std::mt19937_64 rng(static_cast<uint64_t>(c) * 7919 + 1);
-      std::uniform_real_distribution<double> coin(0, 1);
-      std::uniform_int_distribution<int> pick(0, args.keys - 1);
-      uint64_t seq = 0;
-      while (!go) std::this_thread::yield();
-      const auto end = start + std::chrono::duration_cast<Clock::duration>(deadline_after);
-      while (Clock::now() < end) {
-        const bool put = coin(rng) < args.put_fraction;
-        const auto t0 = Clock::now();
-        if (put) {
-          // Fresh keys per client (1e9 * (c+1) + seq) so every PUT is a write.
-          const uint64_t n = 1000000000ull * static_cast<uint64_t>(c + 1) + seq++;
-          auto stored = client.Put(Record(n, args.payload_bytes, 3.0));
-          r.put_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-          if (stored.ok() && *stored) {
-            r.acknowledged.push_back(n);
-          } else {
-            ++r.errors;
-            if (r.first_error.empty()) r.first_error = stored.ok() ? "not stored" : stored.status().ToString();
-          }
-        } else {
-          auto got = client.Get(Key(static_cast<uint64_t>(pick(rng))));
-          r.get_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-          if (!got.ok() || !got->has_value()) {
-            ++r.errors;
-            if (r.first_error.empty()) r.first_error = got.ok() ? "missing preloaded entry" : got.status().ToString();
-          }
-        }
-      }
-    });
+    threads.emplace_back(RunClient, std::cref(args), server.port(), token, put_base, c, end,
+                         &results[static_cast<size_t>(c)]);
   }
-  start = Clock::now();
-  go = true;
   for (auto& t : threads) t.join();
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
 
-  std::vector<double> get_us, put_us, all_us;
+  std::array<std::vector<double>, kRoutes> us;
+  std::vector<double> all_us;
   std::vector<uint64_t> acknowledged;
   int64_t errors = 0;
   std::string first_error;
   for (auto& r : results) {
-    get_us.insert(get_us.end(), r.get_us.begin(), r.get_us.end());
-    put_us.insert(put_us.end(), r.put_us.begin(), r.put_us.end());
+    for (int k = 0; k < kRoutes; ++k) {
+      us[k].insert(us[k].end(), r.us[k].begin(), r.us[k].end());
+      all_us.insert(all_us.end(), r.us[k].begin(), r.us[k].end());
+    }
     acknowledged.insert(acknowledged.end(), r.acknowledged.begin(), r.acknowledged.end());
     errors += r.errors;
     if (first_error.empty()) first_error = r.first_error;
   }
-  all_us = get_us;
-  all_us.insert(all_us.end(), put_us.begin(), put_us.end());
-  const size_t requests = all_us.size();
 
   // Nothing lost: every acknowledged PUT reads back with its exact bytes.
   int64_t lost = 0;
   {
-    CacheClient checker(server.url(), token);
+    CacheClient checker(server.url(), token, std::chrono::milliseconds(10000));
     for (uint64_t n : acknowledged) {
       auto got = checker.Get(Key(n));
-      if (!got.ok() || !got->has_value() || (**got).cubin != Record(n, args.payload_bytes, 3.0).cubin) ++lost;
+      if (!got.ok() || !got->has_value() || (**got).cubin != Record(n, args, 3.0).cubin) ++lost;
     }
   }
   server.Stop();
-  auto store = dice::cache::Store::Open(args.db);
-  const dice::Status integrity = store.ok() ? (*store)->CheckIntegrity() : store.status();
+  dice::Status integrity = dice::Status::Ok();
+  if (args.integrity_check) {
+    auto store = dice::cache::Store::Open(args.db);
+    integrity = store.ok() ? (*store)->CheckIntegrity() : store.status();
+  }
 
-  std::printf("requests: %zu in %.1f s = %.0f req/s (GET %zu, PUT %zu)\n", requests, elapsed,
-              static_cast<double>(requests) / elapsed, get_us.size(), put_us.size());
-  std::printf("latency µs: all p50 %.0f p99 %.0f | GET p50 %.0f p99 %.0f | PUT p50 %.0f p99 %.0f\n",
-              Percentile(all_us, 0.5), Percentile(all_us, 0.99), Percentile(get_us, 0.5), Percentile(get_us, 0.99),
-              Percentile(put_us, 0.5), Percentile(put_us, 0.99));
+  std::printf("requests: %zu in %.1f s = %.0f req/s\n", all_us.size(), elapsed,
+              static_cast<double>(all_us.size()) / elapsed);
+  std::printf("%-10s %9s %9s %9s %9s\n", "route", "requests", "req/s", "p50 µs", "p99 µs");
+  for (int k = 0; k < kRoutes; ++k) {
+    if (us[k].empty()) continue;
+    std::printf("%-10s %9zu %9.0f %9.0f %9.0f\n", kRouteNames[k], us[k].size(),
+                static_cast<double>(us[k].size()) / elapsed, Percentile(us[k], 0.5), Percentile(us[k], 0.99));
+  }
+  std::printf("%-10s %9zu %9.0f %9.0f %9.0f\n", "all", all_us.size(), static_cast<double>(all_us.size()) / elapsed,
+              Percentile(all_us, 0.5), Percentile(all_us, 0.99));
   std::printf("acknowledged PUTs: %zu; lost: %lld; failed requests: %lld%s%s; integrity_check: %s\n",
               acknowledged.size(), static_cast<long long>(lost), static_cast<long long>(errors),
               first_error.empty() ? "" : " (first: ", first_error.empty() ? "" : (first_error + ")").c_str(),
-              integrity.ok() ? "ok" : integrity.ToString().c_str());
+              !args.integrity_check ? "skipped" : integrity.ok() ? "ok" : integrity.ToString().c_str());
   if (!tmpdir.empty()) {
     for (const char* suffix : {"", "-wal", "-shm"}) ::unlink((args.db + suffix).c_str());
     ::rmdir(tmpdir.c_str());
   }
-  return lost == 0 && errors == 0 && integrity.ok() && requests > 0 ? 0 : 1;
+  return lost == 0 && errors == 0 && integrity.ok() && !all_us.empty() ? 0 : 1;
 }

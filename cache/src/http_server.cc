@@ -8,11 +8,28 @@
 //    answered 413 before any handler runs.
 //  - Tokens are compared with CRYPTO_memcmp (constant time) after a length
 //    check.
+//  - The request log line is written by httplib's logger hook, after the
+//    answer went out, from the worker thread that served the request; the
+//    pre-routing hook stamps the start in a thread_local (httplib runs a
+//    request's hooks and handler on one thread). Requests refused before
+//    routing (414, a malformed request line) are logged with 0 ms.
+//  - The HTML pages are rendered in dashboard.cc.
 #include "dice/cache/http_server.h"
 
 #include <httplib.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+
+// spdlog as the other layers use it: header-only, on Debian's external fmt.
+// dice_cache does not link fmt, so fmt is header-only here unless the
+// target brings the shared library (FMT_SHARED).
+#ifndef SPDLOG_FMT_EXTERNAL
+#define SPDLOG_FMT_EXTERNAL 1
+#endif
+#if !defined(FMT_SHARED) && !defined(FMT_HEADER_ONLY)
+#define FMT_HEADER_ONLY 1
+#endif
+#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <chrono>
@@ -24,14 +41,18 @@
 #include <thread>
 #include <utility>
 
-#include "dice/core/ir.h"
 
 namespace dice::cache {
 namespace {
 
 using json = nlohmann::json;
 
-constexpr int kWorkerThreads = 8;
+// httplib serves a keep-alive connection on one worker until it closes or
+// idles for the keep-alive timeout, so each open client connection holds a
+// worker: with fewer workers than connections, a request waits up to that
+// timeout (2 s) behind idle connections. 32 covers a 16-thread fleet burst
+// with room; an idle worker costs a stack, not CPU.
+constexpr int kWorkerThreads = 32;
 
 // Reads a required field of the given JSON type into `out`.
 Status TakeString(const json& j, const char* name, std::string* out) {
@@ -131,8 +152,47 @@ std::string RouteOf(const httplib::Request& req) {
   if (req.path == "/v1/kernels") return "list_kernels";
   if (req.path == "/v1/kernels/batch" && req.method == "POST") return "batch_get";
   if (req.path == "/" || req.path == "/dashboard") return "dashboard";
+  if (req.path.rfind("/entry/", 0) == 0) return "entry";
   if (req.path.rfind("/v1/kernels/", 0) == 0) return req.method == "PUT" ? "put_kernel" : "get_kernel";
   return "other";
+}
+
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The path as a log shows it: at most 200 bytes, control bytes, backslashes
+// and non-ASCII as \xNN (a decoded %0a cannot forge a log line).
+std::string LogPath(const std::string& path) {
+  std::string out;
+  for (size_t i = 0; i < path.size() && i < 200; ++i) {
+    const unsigned char c = static_cast<unsigned char>(path[i]);
+    if (c < 0x20 || c >= 0x7f || c == '\\') {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (path.size() > 200) out += "...";
+  return out;
+}
+
+// When the request this worker thread serves began (set by the pre-routing
+// hook, cleared by the logger).
+thread_local std::chrono::steady_clock::time_point t_request_start{};
+
+void LogRequest(const httplib::Request& req, const httplib::Response& res) {
+  const auto now = std::chrono::steady_clock::now();
+  const double ms = t_request_start == std::chrono::steady_clock::time_point{}
+                        ? 0.0
+                        : std::chrono::duration<double, std::milli>(now - t_request_start).count();
+  t_request_start = {};
+  spdlog::info("dice cache serve: {} {} route={} status={} bytes={} in={} ms={:.2f}",
+               req.method.empty() ? "-" : req.method, LogPath(req.path), RouteOf(req), res.status, res.body.size(),
+               req.body.size(), ms);
 }
 
 }  // namespace
@@ -143,59 +203,6 @@ bool IsValidTaskKey(const std::string& key) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   }
   return true;
-}
-
-std::string HtmlEscape(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
-namespace {
-
-std::string Age(int64_t seconds) {
-  if (seconds < 0) seconds = 0;
-  if (seconds < 60) return std::to_string(seconds) + "s";
-  if (seconds < 3600) return std::to_string(seconds / 60) + "m";
-  if (seconds < 86400) return std::to_string(seconds / 3600) + "h";
-  return std::to_string(seconds / 86400) + "d";
-}
-
-}  // namespace
-
-std::string RenderDashboard(const std::vector<WinnerRecord>& entries, int64_t now, size_t total_entries) {
-  std::ostringstream h;
-  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>DICE kernel cache</title>\n"
-    << "<style>body{font-family:sans-serif}table{border-collapse:collapse}"
-    << "td,th{border:1px solid #999;padding:2px 6px;text-align:left}td.n{text-align:right}</style></head>\n"
-    << "<body><h1>DICE kernel cache</h1>\n<p id=\"summary\">" << total_entries << " entr"
-    << (total_entries == 1 ? "y" : "ies");
-  if (entries.size() < total_entries) h << " (newest " << entries.size() << " shown)";
-  h << "</p>\n<table id=\"entries\"><thead><tr><th>ops</th><th>inputs</th><th>arch</th><th>speedup</th>"
-    << "<th>origin</th><th>age</th><th>key</th></tr></thead><tbody>\n";
-  for (const WinnerRecord& r : entries) {
-    auto g = ir::Parse(r.graph_canonical);
-    const std::string ops = g.ok() ? ir::Summary(*g) : "?";
-    char speedup[32];
-    std::snprintf(speedup, sizeof(speedup), "%.2fx", r.speedup);
-    h << "<tr><td>" << HtmlEscape(ops) << "</td><td>" << HtmlEscape(r.input_specs) << "</td><td>"
-      << HtmlEscape(r.arch) << "</td><td class=\"n\">" << speedup << "</td><td>" << HtmlEscape(r.origin)
-      << "</td><td class=\"n\">" << Age(now - r.created_at) << "</td><td><code>"
-      << HtmlEscape(r.task_key.substr(0, 16)) << "</code></td></tr>\n";
-  }
-  h << "</tbody></table>\n<p>API: <code>GET /v1/kernels?arch=</code>, <code>GET /v1/kernels/{key}</code>, "
-    << "<code>/v1/health</code>, <code>/metrics</code></p></body></html>\n";
-  return h.str();
 }
 
 std::string WinnerToWireJson(const WinnerRecord& rec, bool with_payload) {
@@ -214,12 +221,19 @@ std::string WinnerToWireJson(const WinnerRecord& rec, bool with_payload) {
          {"versions_json", rec.versions_json},
          {"created_at", rec.created_at},
          {"content_hash", rec.content_hash}};
-  if (with_payload) {
-    j["source"] = rec.source;
-    j["cubin_base64"] = Base64Encode(rec.cubin);
-  }
   // Invalid UTF-8 in a text field is replaced rather than thrown on.
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string out = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (!with_payload) return out;
+  // The payload is spliced in after the other fields: base64 text needs no
+  // JSON escaping, so the serialiser never walks the cubin character by
+  // character (it was the server's largest cost per GET).
+  out.pop_back();  // the closing '}'
+  out += ",\"cubin_base64\":\"";
+  out += Base64Encode(rec.cubin);
+  out += "\",\"source\":";
+  out += json(rec.source).dump(-1, ' ', false, json::error_handler_t::replace);
+  out += '}';
+  return out;
 }
 
 Expected<WinnerRecord> WinnerFromWireJson(const std::string& text) { return ParseWire(text, true); }
@@ -252,7 +266,8 @@ struct CacheServer::Impl {
   void PutKernel(const httplib::Request& req, httplib::Response& res);
   void ListKernels(const httplib::Request& req, httplib::Response& res);
   void BatchGet(const httplib::Request& req, httplib::Response& res);
-  void Dashboard(httplib::Response& res);
+  void Dashboard(const httplib::Request& req, httplib::Response& res);
+  void Entry(const httplib::Request& req, httplib::Response& res);
 };
 
 void CacheServer::Impl::Install() {
@@ -261,8 +276,9 @@ void CacheServer::Impl::Install() {
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { Metrics(res); });
   s.Get("/v1/kernels", [this](const httplib::Request& req, httplib::Response& res) { ListKernels(req, res); });
   s.Post("/v1/kernels/batch", [this](const httplib::Request& req, httplib::Response& res) { BatchGet(req, res); });
-  s.Get("/", [this](const httplib::Request&, httplib::Response& res) { Dashboard(res); });
-  s.Get("/dashboard", [this](const httplib::Request&, httplib::Response& res) { Dashboard(res); });
+  s.Get("/", [this](const httplib::Request& req, httplib::Response& res) { Dashboard(req, res); });
+  s.Get("/dashboard", [this](const httplib::Request& req, httplib::Response& res) { Dashboard(req, res); });
+  s.Get(R"(/entry/([^/]*))", [this](const httplib::Request& req, httplib::Response& res) { Entry(req, res); });
   s.Get(R"(/v1/kernels/([^/]*))", [this](const httplib::Request& req, httplib::Response& res) { GetKernel(req, res); });
   s.Put(R"(/v1/kernels/([^/]*))", [this](const httplib::Request& req, httplib::Response& res) { PutKernel(req, res); });
   // Every 4xx/5xx without a body (unrouted paths, 413 from the body limit)
@@ -287,6 +303,11 @@ void CacheServer::Impl::Install() {
   // reads /metrics right after an answer always sees that answer counted;
   // the logger would run only after the bytes went out.
   s.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) { Count(req, res); });
+  s.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+    t_request_start = std::chrono::steady_clock::now();
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  s.set_logger(LogRequest);
 }
 
 void CacheServer::Impl::Health(httplib::Response& res) {
@@ -304,11 +325,13 @@ void CacheServer::Impl::Metrics(httplib::Response& res) {
           << count << "\n";
     }
   }
-  auto list = store->ListWinners();
-  if (list.ok()) {
+  WinnerQuery count_only;
+  count_only.limit = 0;
+  auto count = store->ListWinnerPage(count_only);
+  if (count.ok()) {
     out << "# HELP dice_cache_entries Winners in the cache database.\n"
         << "# TYPE dice_cache_entries gauge\n"
-        << "dice_cache_entries " << list->size() << "\n";
+        << "dice_cache_entries " << count->total << "\n";
   }
   res.status = 200;
   res.set_content(out.str(), "text/plain; version=0.0.4");
@@ -367,22 +390,22 @@ void CacheServer::Impl::ListKernels(const httplib::Request& req, httplib::Respon
       (!ParsePositive(req.get_param_value("page_size"), &page_size) || page_size > kMaxPageSize)) {
     return Reply(res, 400, ErrorJson("page_size must be an integer in [1, " + std::to_string(kMaxPageSize) + "]"));
   }
-  const bool by_arch = req.has_param("arch");
-  const std::string arch = req.get_param_value("arch");
-  auto all = store->ListWinners();
-  if (!all.ok()) return Reply(res, 500, ErrorJson(all.status().ToString()));
-  std::vector<const WinnerRecord*> matching;
-  for (const WinnerRecord& r : *all) {
-    if (!by_arch || r.arch == arch) matching.push_back(&r);
+  WinnerQuery query;
+  query.arch = req.get_param_value("arch");
+  query.offset = static_cast<int64_t>(page - 1) * page_size;
+  query.limit = page_size;
+  auto found = store->ListWinnerPage(query);
+  if (!found.ok()) return Reply(res, 500, ErrorJson(found.status().ToString()));
+  // Entries are spliced in as already-serialised JSON.
+  std::string entries;
+  for (const WinnerSummary& e : found->entries) {
+    if (!entries.empty()) entries += ',';
+    entries += WinnerToWireJson(e.record, false);
   }
-  json entries = json::array();
-  const size_t begin = static_cast<size_t>(page - 1) * static_cast<size_t>(page_size);
-  for (size_t i = begin; i < matching.size() && i < begin + static_cast<size_t>(page_size); ++i) {
-    entries.push_back(json::parse(WinnerToWireJson(*matching[i], false)));
-  }
-  json body{{"entries", std::move(entries)}, {"page", page}, {"page_size", page_size}, {"total", matching.size()}};
   res.status = 200;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  res.set_content("{\"entries\":[" + entries + "],\"page\":" + std::to_string(page) + ",\"page_size\":" +
+                      std::to_string(page_size) + ",\"total\":" + std::to_string(found->total) + "}",
+                  "application/json");
 }
 
 void CacheServer::Impl::BatchGet(const httplib::Request& req, httplib::Response& res) {
@@ -422,15 +445,33 @@ void CacheServer::Impl::BatchGet(const httplib::Request& req, httplib::Response&
                   "application/json");
 }
 
-void CacheServer::Impl::Dashboard(httplib::Response& res) {
-  auto all = store->ListWinners();
-  if (!all.ok()) return Reply(res, 500, ErrorJson(all.status().ToString()));
-  const size_t total = all->size();
-  if (all->size() > static_cast<size_t>(kDashboardRows)) all->resize(kDashboardRows);
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch()).count();
+void CacheServer::Impl::Dashboard(const httplib::Request& req, httplib::Response& res) {
+  auto query = ParseDashboardQuery(req.params);
+  if (!query.ok()) return Reply(res, 400, ErrorJson(query.status().message()));
+  auto page = store->ListWinnerPage(ToWinnerQuery(*query));
+  if (!page.ok()) return Reply(res, 500, ErrorJson(page.status().ToString()));
   res.status = 200;
-  res.set_content(RenderDashboard(*all, now, total), "text/html; charset=utf-8");
+  res.set_content(RenderDashboard(*page, *query, UnixNow()), "text/html; charset=utf-8");
+}
+
+void CacheServer::Impl::Entry(const httplib::Request& req, httplib::Response& res) {
+  const std::string key = req.matches[1];
+  if (!IsValidTaskKey(key)) return Reply(res, 400, ErrorJson("task key must be 64 lowercase hex digits"));
+  WinnerQuery query;
+  query.task_key = key;
+  query.limit = 1;
+  query.with_source = true;
+  query.check_content = true;
+  auto page = store->ListWinnerPage(query);
+  if (!page.ok()) return Reply(res, 500, ErrorJson(page.status().ToString()));
+  auto attempts = store->ListAttempts(key);
+  if (!attempts.ok()) return Reply(res, 500, ErrorJson(attempts.status().ToString()));
+  if (page->entries.empty() && attempts->empty()) {
+    return Reply(res, 404, ErrorJson("no entry and no attempts for task key " + key));
+  }
+  res.status = 200;
+  res.set_content(RenderEntryPage(key, page->entries.empty() ? nullptr : &page->entries.front(), *attempts, UnixNow()),
+                  "text/html; charset=utf-8");
 }
 
 // ---------------------------------------------------------------------------

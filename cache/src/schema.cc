@@ -45,6 +45,18 @@ constexpr MigrationStep kMigrationSteps[kSchemaVersion] = {
      "ALTER TABLE winners ADD COLUMN pulled_from TEXT NOT NULL DEFAULT '';"
      "ALTER TABLE winners ADD COLUMN hits INTEGER NOT NULL DEFAULT 0;"
      "ALTER TABLE winners ADD COLUMN last_used_at INTEGER NOT NULL DEFAULT 0;"},
+    // Store::ListWinnerPage picks a page's rows on one of these, never by
+    // sorting the table: columns after the cubin (created_at, speedup,
+    // hits, verified) are only reachable through its overflow pages, so a
+    // sort or filter on the table reads every payload. Each index carries
+    // the filter columns (arch, verified) so a filtered page stays in the
+    // index, and nothing wider (an entry is ~20 bytes: a deep page skips
+    // few index pages). Building them reads every row once.
+    {2, "indexes for the paged summary queries: newest, arch + newest, speedup, hits",
+     "CREATE INDEX winners_newest ON winners(created_at DESC, arch, verified);"
+     "CREATE INDEX winners_arch_newest ON winners(arch, created_at DESC, verified);"
+     "CREATE INDEX winners_speedup ON winners(speedup DESC, arch, verified);"
+     "CREATE INDEX winners_hits ON winners(hits DESC, arch, verified);"},
 };
 
 namespace {

@@ -1,6 +1,7 @@
 // SQLite implementation of dice/cache/store.h: opening the file and the
 // queries. The schema and its migrations are in schema.cc, the SQLite
-// helpers (errors, binding, transactions, WAL switch) in sqlite_util.cc.
+// helpers (errors, binding, transactions, WAL switch) in sqlite_util.cc,
+// the paged summary queries (ListWinnerPage) in store_page.cc.
 // See the header for the contract; notes on the choices made here:
 //  - One connection per Store, opened with SQLITE_OPEN_NOMUTEX: the Store's
 //    own mutex serialises every call, so SQLite's per-connection mutex would
@@ -23,12 +24,12 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
-#include <unordered_map>
 #include <utility>
 
 #include "dice/core/ir.h"
 #include "schema.h"
 #include "sqlite_util.h"
+#include "store_impl.h"
 
 namespace dice::cache {
 namespace {
@@ -54,41 +55,6 @@ std::string ContentHash(const WinnerRecord& rec) {
   }
   return ir::Sha256Hex(bytes);
 }
-
-// ---------------------------------------------------------------------------
-// Impl: the connection, a prepared-statement cache and the mutex.
-
-struct Store::Impl {
-  sqlite3* db = nullptr;
-  std::string path;
-  std::mutex mu;
-  std::unordered_map<std::string, sqlite3_stmt*> stmts;  // keyed by SQL text
-
-  ~Impl() {
-    for (auto& [sql, stmt] : stmts) sqlite3_finalize(stmt);
-    if (db != nullptr) sqlite3_close_v2(db);
-  }
-
-  Status Error(int rc, const std::string& what) const { return sqlite::Error(db, rc, path, what); }
-
-  // Prepared statement for `sql`, reset and with bindings cleared. Owned by
-  // the cache; REQUIRES: mu held.
-  Expected<sqlite3_stmt*> Prepare(const std::string& sql) {
-    auto it = stmts.find(sql);
-    if (it != stmts.end()) {
-      sqlite3_reset(it->second);
-      sqlite3_clear_bindings(it->second);
-      return it->second;
-    }
-    sqlite3_stmt* stmt = nullptr;
-    int rc = sqlite3_prepare_v2(db, sql.c_str(), static_cast<int>(sql.size()), &stmt, nullptr);
-    if (rc != SQLITE_OK) return Error(rc, "prepare '" + sql + "'");
-    stmts.emplace(sql, stmt);
-    return stmt;
-  }
-
-  Status Exec(const char* sql) { return sqlite::Exec(db, path, sql); }
-};
 
 // ---------------------------------------------------------------------------
 // Store
@@ -161,21 +127,12 @@ Expected<std::unique_ptr<Store>> Store::Open(const std::string& path) {
 
 namespace {
 
-// The winners columns in ReadWinnerRow's order. The summary form (ListWinners)
-// selects empty literals for source and cubin, so one reader serves both.
-constexpr const char* kWinnerColumns =
-    "task_key, graph_canonical, input_specs, arch, gpu_name, origin, candidate_hash, source, cubin,"
-    " launch_plan_json, baseline_us, best_us, speedup, reduced_precision, versions_json, created_at, content_hash,"
-    " verified, pulled_from, hits, last_used_at";
-constexpr const char* kWinnerSummaryColumns =
-    "task_key, graph_canonical, input_specs, arch, gpu_name, origin, candidate_hash, '', '',"
-    " launch_plan_json, baseline_us, best_us, speedup, reduced_precision, versions_json, created_at, content_hash,"
-    " verified, pulled_from, hits, last_used_at";
-
 // Payload bytes of a row, as Stats and CollectGarbage count them.
 constexpr const char* kPayloadBytesExpr =
     "(length(CAST(source AS BLOB)) + length(cubin) + length(CAST(launch_plan_json AS BLOB)) +"
     " length(CAST(graph_canonical AS BLOB)))";
+
+}  // namespace
 
 WinnerRecord ReadWinnerRow(sqlite3_stmt* s) {
   WinnerRecord r;
@@ -203,7 +160,6 @@ WinnerRecord ReadWinnerRow(sqlite3_stmt* s) {
   return r;
 }
 
-}  // namespace
 
 Expected<std::optional<WinnerRecord>> Store::GetWinner(const std::string& task_key) {
   std::lock_guard<std::mutex> lock(impl_->mu);

@@ -435,11 +435,21 @@ TEST(HtmlEscapeTest, EscapesTheFiveSpecialCharacters) {
   EXPECT_EQ(HtmlEscape("plain f32[1,2]"), "plain f32[1,2]");
 }
 
-TEST(RenderDashboardTest, SaysWhenOnlyTheNewestRowsAreShown) {
-  std::vector<WinnerRecord> rows = {MakeRecord(1, 2.0)};
-  const std::string html = RenderDashboard(rows, 1700000000 + 1 + 3 * 86400, 5);
-  EXPECT_NE(html.find("5 entries (newest 1 shown)"), std::string::npos) << html;
+TEST(RenderDashboardTest, SaysWhichRowsOfHowManyAreShownAndLinksThePages) {
+  WinnerPage page;
+  page.total = 120;
+  WinnerSummary e;
+  e.record = MakeRecord(1, 2.0);
+  page.entries = {e};
+  DashboardQuery q;
+  q.arch = "sm_90";
+  q.page = 2;
+  const std::string html = RenderDashboard(page, q, 1700000000 + 1 + 3 * 86400);
+  EXPECT_NE(html.find("120 entries (51&ndash;51 shown, newest first)"), std::string::npos) << html;
   EXPECT_NE(html.find(">3d<"), std::string::npos) << html;
+  EXPECT_NE(html.find("page 2 of 3"), std::string::npos) << html;
+  EXPECT_NE(html.find(R"(href="/?arch=sm_90&amp;sort=newest&amp;page=1">previous)"), std::string::npos) << html;
+  EXPECT_NE(html.find(R"(href="/?arch=sm_90&amp;sort=newest&amp;page=3">next)"), std::string::npos) << html;
 }
 
 // ---------------------------------------------------------------- remote lookup

@@ -25,16 +25,30 @@
 //   GET  /v1/kernels?arch=sm_90&page=1&page_size=100
 //        200 {"entries":[WinnerToWireJson(rec,false)...],"page":P,
 //        "page_size":S,"total":T}; entries newest first, without source and
-//        cubin; arch optional (all archs when absent); page is 1-based,
+//        cubin; arch optional (all archs when absent or empty); page is 1-based,
 //        page_size in [1, kMaxPageSize]; anything else → 400.
 //   POST /v1/kernels/batch           body {"keys":["<task_key>",...]} (1 to
 //        kMaxBatchKeys keys, each 64 lowercase hex; else 400). 200
 //        {"entries":[WinnerToWireJson(rec,true)...],"missing":[keys without
 //        an entry],"damaged":[keys whose row fails its content hash]}.
 //        A read: no token needed.
-//   GET  / and /dashboard            200 text/html: a plain table of the
-//        entries (ops, input shapes, arch, speedup, origin, age, key), newest
-//        first, at most kDashboardRows rows; every field HTML-escaped.
+//   GET  / and /dashboard            200 text/html: one page (kDashboardPageSize
+//        rows) of the entries, filtered and sorted by the query parameters
+//        arch, op, verified (1|0), sort (newest|speedup|hits), page
+//        (ParseDashboardQuery; anything else → 400); RenderDashboard.
+//   GET  /entry/{task_key}           200 text/html: one key's winner (source,
+//        launch plan, IR, every field) and its attempts (RenderEntryPage);
+//        404 when the key has neither; 400 for a malformed key.
+//   Both pages HTML-escape every stored field; damaged entries (content hash
+//   mismatch, a launch plan that is not a JSON object) and unverified ones
+//   are marked as such.
+// The list route and the dashboard read one page in SQL
+// (Store::ListWinnerPage): their cost does not grow with the cache.
+// Logging: one spdlog line per request at info level, after the answer is
+// written: method, path (query string and headers left out, so a bearer
+// token never reaches a log), route label, status, response body bytes as
+// sent (after compression, when the client asked for it), request body
+// bytes and milliseconds from the end of the headers to the answer written.
 // Paths are matched against fixed patterns only; no request ever maps to a
 // file (a "../" or "%2e%2e" path is a 404 or 400).
 //
@@ -45,6 +59,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,21 +78,57 @@ inline constexpr int kMaxPageSize = 1000;
 inline constexpr int kDefaultPageSize = 100;
 /// Most keys one batch get may ask for.
 inline constexpr int kMaxBatchKeys = 256;
-/// Most rows the dashboard page lists (newest first).
-inline constexpr int kDashboardRows = 1000;
+/// Rows on one dashboard page.
+inline constexpr int kDashboardPageSize = 50;
 
 /// `text` with &, <, >, " and ' replaced by HTML character references
 /// (HTML5 "escaping a string"), safe inside element text and quoted
 /// attribute values.
 std::string HtmlEscape(const std::string& text);
 
-/// The dashboard page (API v1 "GET /"): a complete HTML5 document with one
-/// table row per winner in `entries` (summaries suffice: source and cubin
-/// are not shown): ops (ir::Summary of graph_canonical, or "?" when it does
-/// not parse), input specs, arch, speedup ("%.2fx"), origin, age relative to
-/// `now` (unix seconds; "45s", "3m", "5h", "2d") and the first 16 hex digits
-/// of the key. Every field is HTML-escaped.
-std::string RenderDashboard(const std::vector<WinnerRecord>& entries, int64_t now, size_t total_entries);
+/// What the dashboard shows: GET /?arch=sm_90&op=relu&verified=1&sort=speedup&page=2.
+struct DashboardQuery {
+  std::string arch;   ///< "" = every arch
+  std::string op;     ///< "" = every op; else an IR op name the group uses ("relu")
+  int verified = -1;  ///< 1 verified only, 0 unverified only, -1 both
+  WinnerOrder order = WinnerOrder::kNewest;  ///< sort=newest|speedup|hits
+  int page = 1;       ///< 1-based, kDashboardPageSize rows each
+};
+
+/// Reads the dashboard's query parameters (httplib::Params). Each is
+/// optional and an empty value means unset (an HTML form sends them all):
+/// arch 1..32 of [A-Za-z0-9_], op 1..32 of [a-z0-9_], verified "1" or "0",
+/// sort "newest" | "speedup" | "hits", page a positive integer (< 10^8).
+/// Errors: kInvalidArgument naming the parameter.
+Expected<DashboardQuery> ParseDashboardQuery(const std::multimap<std::string, std::string>& params);
+
+/// The Store query of a dashboard page: its filters and order, offset
+/// (page - 1) * kDashboardPageSize, limit kDashboardPageSize, content hashes
+/// checked (so damaged rows are marked).
+WinnerQuery ToWinnerQuery(const DashboardQuery& query);
+
+/// The dashboard page (API v1 "GET /"): a complete HTML5 document with a
+/// filter form, and one table row per entry of `page` (Store::ListWinnerPage
+/// for ToWinnerQuery(query)): ops (ir::Summary of graph_canonical, "?" when
+/// it does not parse), inputs, arch, GPU, state ("verified", "unverified
+/// (...)" or "damaged: <why>"; the row's class is verified / unverified /
+/// damaged), hits, baseline and best µs ("%.2f"), speedup ("%.2fx"), the
+/// candidate hash's first 12 hex digits, origin, age relative to `now` (unix
+/// seconds; "45s", "3m", "5h", "2d") and the key's first 16 hex digits
+/// linking to /entry/{key}; then links to the previous and next pages.
+/// Column heads hits, speedup and age sort by them. An empty cache says how
+/// to fill it (dice tune / dice cache pull / push); filters that match
+/// nothing say so. Every stored field is HTML-escaped.
+std::string RenderDashboard(const WinnerPage& page, const DashboardQuery& query, int64_t now);
+
+/// The detail page of one task key (API v1 "GET /entry/{key}"): the
+/// winner's state and every field, its launch plan (indented when it is a
+/// JSON object, else verbatim), IR and CUDA source (`entry` from
+/// ListWinnerPage with with_source and check_content; null when the key has
+/// no winner), then `attempts` (candidate, origin, outcome, µs, age, error).
+/// Every stored field is HTML-escaped.
+std::string RenderEntryPage(const std::string& task_key, const WinnerSummary* entry,
+                            const std::vector<AttemptRecord>& attempts, int64_t now);
 
 /// True when `key` is a task key as the API accepts it: exactly 64 lowercase
 /// hex digits (Task::Key). Anything else (upper case, "..", slashes) is not.

@@ -26,7 +26,9 @@ namespace dice::cache {
 /// Current schema version written to meta('schema_version').
 /// v1: winners, attempts, meta. v2: winners gain verified, pulled_from,
 /// hits and last_used_at (old rows: verified, local, 0 hits, never used).
-inline constexpr int kSchemaVersion = 2;
+/// v3: indexes for the paged summary queries (Store::ListWinnerPage); no
+/// column changes.
+inline constexpr int kSchemaVersion = 3;
 
 /// A verified winner for one task key.
 struct WinnerRecord {
@@ -96,6 +98,48 @@ struct AttemptRecord {
   int64_t created_at = 0;
 };
 
+/// Orders of Store::ListWinnerPage; each is served by its own index
+/// (schema v3), so a page never sorts the table. Ties break on arch, then
+/// verified, then insertion order: a total order, stable across pages while
+/// the rows do not change.
+enum class WinnerOrder {
+  kNewest,   ///< created_at descending (the list route's order)
+  kSpeedup,  ///< speedup descending
+  kHits,     ///< hits descending (RecordHit: loads by clients)
+};
+
+/// Filters and window of Store::ListWinnerPage. Empty strings and -1 mean
+/// "any".
+struct WinnerQuery {
+  std::string task_key;        ///< only this key (64 hex) when set
+  std::string arch;            ///< exact arch, "sm_90"
+  std::string op;              ///< an op name the group's IR uses ("relu": a line "%n = relu(");
+                               ///< 1..32 characters of [a-z0-9_]
+  int verified = -1;           ///< 1 verified only, 0 unverified only, -1 both
+  WinnerOrder order = WinnerOrder::kNewest;
+  int64_t offset = 0;          ///< matching rows skipped, >= 0
+  int limit = 50;              ///< rows returned at most, 0..kMaxWinnerPageLimit (0: only count)
+  bool with_source = false;    ///< also return the CUDA source (never the cubin)
+  bool check_content = false;  ///< read each returned row's payload and check ContentHash
+};
+
+/// Largest WinnerQuery::limit.
+inline constexpr int kMaxWinnerPageLimit = 10000;
+
+/// One row of a WinnerPage.
+struct WinnerSummary {
+  WinnerRecord record;           ///< every field except cubin (empty); source only with with_source
+  int64_t cubin_bytes = 0;       ///< length of the stored cubin, bytes
+  bool content_checked = false;  ///< WinnerQuery::check_content was set
+  bool content_ok = true;        ///< when checked: content_hash == ContentHash(source, cubin, plan)
+};
+
+/// What Store::ListWinnerPage returns.
+struct WinnerPage {
+  std::vector<WinnerSummary> entries;  ///< at most limit rows, in the query's order
+  int64_t total = 0;                   ///< rows matching the filters on every page
+};
+
 class Store {
  public:
   /// Opens (creating if needed) the database at `path`; creates the parent
@@ -133,7 +177,20 @@ class Store {
   Expected<bool> RemoveWinner(const std::string& task_key);
 
   /// All winners without source/cubin (for `dice cache ls`), newest first.
+  /// Reads every row: for a page, use ListWinnerPage.
   Expected<std::vector<WinnerRecord>> ListWinners();
+
+  /// One page of winner summaries (no cubin) matching `query`'s filters, in
+  /// its order, plus the number of matching rows. The rows are picked on an
+  /// index (schema v3: created_at, arch + created_at, speedup, hits, each
+  /// with arch and verified), so the cost is that of the rows skipped in the
+  /// index plus the rows returned, not of the table; an `op` filter reads
+  /// the IR of each row scanned (a table scan when no other filter narrows
+  /// it). The pick and the read are two statements: a row removed between
+  /// them (another process) is left out. Errors: kInvalidArgument for a
+  /// negative offset, a limit outside 0..kMaxWinnerPageLimit, a malformed
+  /// op or verified not in {-1, 0, 1}; kIoError/kCorrupt from SQLite.
+  Expected<WinnerPage> ListWinnerPage(const WinnerQuery& query);
 
   /// Counts one use of the winner: hits += 1, last_used_at = now. Called by
   /// the runtime when it loads a winner (once per process and key, never on

@@ -1,0 +1,171 @@
+// Paged winner summaries: Store::ListWinnerPage (dice/cache/store.h), the
+// query behind the server's list route and its dashboard. Notes:
+//  - Two statements. The first picks the page's rowids on an index named
+//    with INDEXED BY (schema v3, schema.cc): the choice is ours, not the
+//    planner's, so a page is never a sort of the table. Its filter columns
+//    (arch, verified) are in every index, so a filtered page stays in the
+//    index; only an op filter reads the table (the IR, which lies before
+//    the payload in the row). The second reads each picked row by rowid.
+//  - A winners row keeps its cubin before created_at, speedup, hits and
+//    verified, so reading those from the table walks the cubin's overflow
+//    pages: that is why nothing but the returned rows is read from it.
+//  - The count is a third statement on the same filters, on the smallest
+//    index that holds them (the table only for an op filter).
+#include <sqlite3.h>
+
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dice/cache/store.h"
+#include "sqlite_util.h"
+#include "store_impl.h"
+
+namespace dice::cache {
+namespace {
+
+bool IsOpName(const std::string& op) {
+  if (op.empty() || op.size() > 32) return false;
+  for (char c : op) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  return true;
+}
+
+Status CheckQuery(const WinnerQuery& q) {
+  if (q.offset < 0) return Status(StatusCode::kInvalidArgument, "ListWinnerPage: negative offset");
+  if (q.limit < 0 || q.limit > kMaxWinnerPageLimit) {
+    return Status(StatusCode::kInvalidArgument, "ListWinnerPage: limit " + std::to_string(q.limit) +
+                                                    " outside 0.." + std::to_string(kMaxWinnerPageLimit));
+  }
+  if (!q.op.empty() && !IsOpName(q.op)) {
+    return Status(StatusCode::kInvalidArgument,
+                  "ListWinnerPage: op '" + q.op + "' is not an op name (1 to 32 of a-z, 0-9, _)");
+  }
+  if (q.verified < -1 || q.verified > 1) {
+    return Status(StatusCode::kInvalidArgument, "ListWinnerPage: verified must be -1, 0 or 1");
+  }
+  return Status::Ok();
+}
+
+// " WHERE ..." over the query's filters, with named parameters, or "".
+std::string FilterSql(const WinnerQuery& q) {
+  std::string where;
+  auto add = [&where](const char* term) {
+    where += where.empty() ? " WHERE " : " AND ";
+    where += term;
+  };
+  if (!q.task_key.empty()) add("task_key = :key");
+  if (!q.arch.empty()) add("arch = :arch");
+  if (q.verified >= 0) add("verified = :verified");
+  if (!q.op.empty()) add("instr(graph_canonical, :op) > 0");
+  return where;
+}
+
+// The index a page's rows are picked on, and the ORDER BY it serves: the
+// index's columns in its order, then rowid (an index entry ends in it), less
+// the leading arch of winners_arch_newest when that is fixed. So the order
+// is total (ties: arch, verified, then insertion order) and, without an
+// arch or verified filter on a non-leading column, needs no sort at all;
+// with one SQLite sorts only runs of equal sort keys ("TEMP B-TREE FOR
+// RIGHT PART OF ORDER BY"), never the table.
+std::pair<std::string, std::string> IndexAndOrder(const WinnerQuery& q) {
+  if (!q.task_key.empty()) return {"", " ORDER BY rowid"};  // at most one row: the primary key
+  switch (q.order) {
+    case WinnerOrder::kSpeedup: return {" INDEXED BY winners_speedup", " ORDER BY speedup DESC, arch, verified, rowid"};
+    case WinnerOrder::kHits: return {" INDEXED BY winners_hits", " ORDER BY hits DESC, arch, verified, rowid"};
+    case WinnerOrder::kNewest: break;
+  }
+  if (!q.arch.empty()) return {" INDEXED BY winners_arch_newest", " ORDER BY created_at DESC, verified, rowid"};
+  return {" INDEXED BY winners_newest", " ORDER BY created_at DESC, arch, verified, rowid"};
+}
+
+// The statement counting the matching rows. count(verified) rather than
+// count(*): SQLite answers count(*) from the primary key's index whatever
+// INDEXED BY says, and its 64-hex keys make it several times the size of
+// these (~20-byte entries).
+std::string CountSql(const WinnerQuery& q, const std::string& where) {
+  std::string index;
+  if (q.task_key.empty() && q.op.empty()) {
+    index = q.arch.empty() ? " INDEXED BY winners_hits" : " INDEXED BY winners_arch_newest";
+  }
+  return "SELECT count(verified) FROM winners" + index + where;
+}
+
+// Binds the filter parameters FilterSql used.
+void BindFilters(sqlite3_stmt* s, const WinnerQuery& q) {
+  if (int i = sqlite3_bind_parameter_index(s, ":key"); i > 0) sqlite::BindText(s, i, q.task_key);
+  if (int i = sqlite3_bind_parameter_index(s, ":arch"); i > 0) sqlite::BindText(s, i, q.arch);
+  if (int i = sqlite3_bind_parameter_index(s, ":verified"); i > 0) sqlite3_bind_int(s, i, q.verified);
+  if (int i = sqlite3_bind_parameter_index(s, ":op"); i > 0) sqlite::BindText(s, i, "= " + q.op + "(");
+}
+
+// The summary columns in ReadWinnerRow's order, then length(cubin) (21).
+// Source and cubin are read only when asked for (the cubin only to check
+// the content hash).
+std::string RowSql(bool source, bool cubin) {
+  return std::string("SELECT task_key, graph_canonical, input_specs, arch, gpu_name, origin, candidate_hash, ") +
+         (source ? "source" : "''") + ", " + (cubin ? "cubin" : "''") +
+         ", launch_plan_json, baseline_us, best_us, speedup, reduced_precision, versions_json, created_at,"
+         " content_hash, verified, pulled_from, hits, last_used_at, length(cubin) FROM winners WHERE rowid = ?1";
+}
+
+}  // namespace
+
+Expected<WinnerPage> Store::ListWinnerPage(const WinnerQuery& query) {
+  DICE_RETURN_IF_ERROR(CheckQuery(query));
+  const std::string where = FilterSql(query);
+  const auto [index, order] = IndexAndOrder(query);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  WinnerPage page;
+
+  auto count = impl_->Prepare(CountSql(query, where));
+  if (!count.ok()) return count.status();
+  BindFilters(*count, query);
+  int rc = sqlite3_step(*count);
+  if (rc == SQLITE_ROW) page.total = sqlite3_column_int64(*count, 0);
+  sqlite3_reset(*count);
+  if (rc != SQLITE_ROW) return impl_->Error(rc, "count winners");
+  if (query.limit == 0 || page.total <= query.offset) return page;
+
+  auto pick = impl_->Prepare("SELECT rowid FROM winners" + index + where + order + " LIMIT :limit OFFSET :offset");
+  if (!pick.ok()) return pick.status();
+  BindFilters(*pick, query);
+  sqlite3_bind_int(*pick, sqlite3_bind_parameter_index(*pick, ":limit"), query.limit);
+  sqlite3_bind_int64(*pick, sqlite3_bind_parameter_index(*pick, ":offset"), query.offset);
+  std::vector<int64_t> rowids;
+  while ((rc = sqlite3_step(*pick)) == SQLITE_ROW) rowids.push_back(sqlite3_column_int64(*pick, 0));
+  sqlite3_reset(*pick);
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "pick a page of winners");
+
+  const bool check = query.check_content;
+  auto read = impl_->Prepare(RowSql(query.with_source || check, check));
+  if (!read.ok()) return read.status();
+  for (int64_t rowid : rowids) {
+    sqlite3_reset(*read);
+    sqlite3_bind_int64(*read, 1, rowid);
+    rc = sqlite3_step(*read);
+    if (rc == SQLITE_DONE) continue;  // removed since the pick
+    if (rc != SQLITE_ROW) {
+      Status st = impl_->Error(rc, "read a page of winners");
+      sqlite3_reset(*read);
+      return st;
+    }
+    WinnerSummary row;
+    row.record = ReadWinnerRow(*read);
+    row.cubin_bytes = sqlite3_column_int64(*read, 21);
+    if (check) {
+      row.content_checked = true;
+      row.content_ok = ContentHash(row.record) == row.record.content_hash;
+      row.record.cubin.clear();
+      row.record.cubin.shrink_to_fit();
+      if (!query.with_source) row.record.source.clear();
+    }
+    page.entries.push_back(std::move(row));
+  }
+  sqlite3_reset(*read);
+  return page;
+}
+
+}  // namespace dice::cache

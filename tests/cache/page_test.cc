@@ -1,0 +1,289 @@
+// Store::ListWinnerPage (dice/cache/store.h): one page of winner summaries
+// picked in SQL, with filters, orders and counts; schema v3's indexes, also
+// on a cache migrated from v2.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dice/cache/store.h"
+#include "dice/core/ir.h"
+
+namespace dice::cache {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Key(int n) {
+  std::string k(64, '0');
+  const std::string tail = std::to_string(n);
+  k.replace(64 - tail.size(), tail.size(), tail);
+  k[0] = 'c';
+  return k;
+}
+
+std::string OneOpCanonical(ir::OpKind kind) {
+  ir::Graph g;
+  g.inputs = {{ir::DType::kFloat32, 2}};
+  ir::Op op;
+  op.kind = kind;
+  op.args = {0};
+  g.ops = {op};
+  g.outputs = {1};
+  return ir::Canonical(g);
+}
+
+// Entry n: created at 1700000000 + n, speedup and hits as given.
+WinnerRecord MakeRecord(int n, double speedup, int64_t hits, const std::string& arch, bool verified,
+                        ir::OpKind kind = ir::OpKind::kRelu) {
+  WinnerRecord r;
+  r.task_key = Key(n);
+  r.graph_canonical = OneOpCanonical(kind);
+  r.input_specs = "f32[8," + std::to_string(n + 1) + "]";
+  r.arch = arch;
+  r.gpu_name = "NVIDIA H200";
+  r.origin = "template:t" + std::to_string(n);
+  r.candidate_hash = "cand" + std::to_string(n);
+  r.source = "extern \"C\" __global__ void k" + std::to_string(n) + "() {}";
+  r.cubin = std::string("\x7f" "ELF\0", 5) + std::string(static_cast<size_t>(1000 + n), 'x');
+  r.launch_plan_json = R"({"grid":[1,1,1]})";
+  r.baseline_us = 10.0;
+  r.best_us = 10.0 / speedup;
+  r.speedup = speedup;
+  r.versions_json = "{}";
+  r.created_at = 1700000000 + n;
+  r.verified = verified;
+  r.hits = hits;
+  return r;
+}
+
+std::vector<std::string> Keys(const WinnerPage& page) {
+  std::vector<std::string> keys;
+  for (const WinnerSummary& e : page.entries) keys.push_back(e.record.task_key);
+  return keys;
+}
+
+// Runs `sql` on a connection of its own; returns the first column of the first row.
+std::string RawSql(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_busy_timeout(db, 10000);
+  sqlite3_stmt* stmt = nullptr;
+  std::string out;
+  EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  if (stmt != nullptr && sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0) != nullptr) {
+    out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+  }
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return out;
+}
+
+class PageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "dice-page-test-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/kernels.db";
+    auto s = Store::Open(path_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(*s);
+  }
+  void TearDown() override {
+    store_.reset();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  // Six entries: 0..5 (5 newest); 1 and 4 on sm_80; 2 unverified; 3 a sigmoid.
+  void PutSix() {
+    ASSERT_TRUE(*store_->PutWinner(MakeRecord(0, 1.5, 4, "sm_90", true)));
+    ASSERT_TRUE(*store_->PutWinner(MakeRecord(1, 4.0, 0, "sm_80", true)));
+    ASSERT_TRUE(*store_->PutWinner(MakeRecord(2, 9.0, 1, "sm_90", false)));
+    ASSERT_TRUE(*store_->PutWinner(MakeRecord(3, 2.0, 7, "sm_90", true, ir::OpKind::kSigmoid)));
+    ASSERT_TRUE(*store_->PutWinner(MakeRecord(4, 3.0, 2, "sm_80", true)));
+    ASSERT_TRUE(*store_->PutWinner(MakeRecord(5, 1.1, 3, "sm_90", true)));
+  }
+  WinnerPage Page(const WinnerQuery& q) {
+    auto page = store_->ListWinnerPage(q);
+    EXPECT_TRUE(page.ok()) << page.status().ToString();
+    return page.ok() ? *page : WinnerPage{};
+  }
+  std::string dir_, path_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(PageTest, PagesNewestFirstWithTheTotalAndWithoutPayload) {
+  PutSix();
+  WinnerQuery q;
+  q.limit = 4;
+  WinnerPage first = Page(q);
+  EXPECT_EQ(first.total, 6);
+  EXPECT_EQ(Keys(first), (std::vector<std::string>{Key(5), Key(4), Key(3), Key(2)}));
+  q.offset = 4;
+  WinnerPage second = Page(q);
+  EXPECT_EQ(second.total, 6);
+  EXPECT_EQ(Keys(second), (std::vector<std::string>{Key(1), Key(0)}));
+  const WinnerSummary& e = second.entries[0];
+  const WinnerRecord want = MakeRecord(1, 4.0, 0, "sm_80", true);
+  EXPECT_TRUE(e.record.cubin.empty());
+  EXPECT_TRUE(e.record.source.empty());
+  EXPECT_EQ(e.cubin_bytes, static_cast<int64_t>(want.cubin.size()));
+  EXPECT_EQ(e.record.graph_canonical, want.graph_canonical);
+  EXPECT_EQ(e.record.launch_plan_json, want.launch_plan_json);
+  EXPECT_EQ(e.record.arch, "sm_80");
+  EXPECT_DOUBLE_EQ(e.record.speedup, 4.0);
+  EXPECT_EQ(e.record.created_at, want.created_at);
+  EXPECT_EQ(e.record.content_hash, ContentHash(want));
+  EXPECT_FALSE(e.content_checked);
+  q.offset = 6;
+  EXPECT_TRUE(Page(q).entries.empty());
+  EXPECT_EQ(Page(q).total, 6);
+}
+
+TEST_F(PageTest, FiltersByArchVerifiedOpAndKey) {
+  PutSix();
+  WinnerQuery q;
+  q.arch = "sm_80";
+  EXPECT_EQ(Keys(Page(q)), (std::vector<std::string>{Key(4), Key(1)}));
+  EXPECT_EQ(Page(q).total, 2);
+  q = WinnerQuery{};
+  q.verified = 0;
+  EXPECT_EQ(Keys(Page(q)), (std::vector<std::string>{Key(2)}));
+  q.verified = 1;
+  q.arch = "sm_90";
+  EXPECT_EQ(Keys(Page(q)), (std::vector<std::string>{Key(5), Key(3), Key(0)}));
+  q = WinnerQuery{};
+  q.op = "sigmoid";
+  EXPECT_EQ(Keys(Page(q)), (std::vector<std::string>{Key(3)}));
+  q.op = "sigm";  // a whole op name, not a prefix
+  EXPECT_EQ(Page(q).total, 0);
+  q = WinnerQuery{};
+  q.task_key = Key(2);
+  q.with_source = true;
+  WinnerPage one = Page(q);
+  ASSERT_EQ(one.entries.size(), 1u);
+  EXPECT_EQ(one.entries[0].record.source, MakeRecord(2, 9.0, 1, "sm_90", false).source);
+  EXPECT_FALSE(one.entries[0].record.verified);
+  EXPECT_TRUE(one.entries[0].record.cubin.empty());
+  q.task_key = Key(99);
+  EXPECT_EQ(Page(q).total, 0);
+}
+
+TEST_F(PageTest, OrdersBySpeedupAndByHitsWithFilters) {
+  PutSix();
+  WinnerQuery q;
+  q.order = WinnerOrder::kSpeedup;
+  EXPECT_EQ(Keys(Page(q)), (std::vector<std::string>{Key(2), Key(1), Key(4), Key(3), Key(0), Key(5)}));
+  q.verified = 1;
+  q.limit = 2;
+  EXPECT_EQ(Keys(Page(q)), (std::vector<std::string>{Key(1), Key(4)}));
+  q = WinnerQuery{};
+  q.order = WinnerOrder::kHits;
+  q.arch = "sm_90";
+  EXPECT_EQ(Keys(Page(q)), (std::vector<std::string>{Key(3), Key(0), Key(5), Key(2)}));
+  // Hits counted by clients move the entry up.
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(*store_->RecordHit(Key(5)));
+  EXPECT_EQ(Keys(Page(q)).front(), Key(5));
+  EXPECT_EQ(Page(q).entries.front().record.hits, 13);
+}
+
+TEST_F(PageTest, CheckContentMarksATamperedRowAndNothingElse) {
+  PutSix();
+  RawSql(path_, "UPDATE winners SET cubin = X'00' WHERE task_key = '" + Key(3) + "'");
+  WinnerQuery q;
+  q.check_content = true;
+  WinnerPage page = Page(q);
+  ASSERT_EQ(page.entries.size(), 6u);
+  for (const WinnerSummary& e : page.entries) {
+    EXPECT_TRUE(e.content_checked);
+    EXPECT_EQ(e.content_ok, e.record.task_key != Key(3)) << e.record.task_key;
+    EXPECT_TRUE(e.record.cubin.empty());
+    EXPECT_TRUE(e.record.source.empty());
+  }
+  EXPECT_EQ(store_->GetWinner(Key(3)).status().code(), StatusCode::kCorrupt);
+}
+
+TEST_F(PageTest, CountOnlyAndBadQueries) {
+  PutSix();
+  WinnerQuery q;
+  q.limit = 0;
+  WinnerPage count = Page(q);
+  EXPECT_EQ(count.total, 6);
+  EXPECT_TRUE(count.entries.empty());
+  WinnerQuery bad;
+  bad.offset = -1;
+  EXPECT_EQ(store_->ListWinnerPage(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = WinnerQuery{};
+  bad.limit = kMaxWinnerPageLimit + 1;
+  EXPECT_EQ(store_->ListWinnerPage(bad).status().code(), StatusCode::kInvalidArgument);
+  for (const char* op : {"Relu", "re lu", "relu(", "x'--"}) {
+    bad = WinnerQuery{};
+    bad.op = op;
+    EXPECT_EQ(store_->ListWinnerPage(bad).status().code(), StatusCode::kInvalidArgument) << op;
+  }
+  bad = WinnerQuery{};
+  bad.verified = 2;
+  EXPECT_EQ(store_->ListWinnerPage(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(PageTest, NewCacheHasThePageIndexes) {
+  EXPECT_EQ(RawSql(path_, "PRAGMA user_version"), std::to_string(kSchemaVersion));
+  EXPECT_EQ(RawSql(path_, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN"
+                          " ('winners_newest', 'winners_arch_newest', 'winners_speedup', 'winners_hits')"),
+            "4");
+}
+
+TEST(PageMigrationTest, Version2FileGainsTheIndexesAndKeepsItsRows) {
+  std::string tmpl = (fs::temp_directory_path() / "dice-page-v2-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const std::string dir = tmpl, path = dir + "/kernels.db";
+  // A cache as schema v2 left it: the v1 tables, the v2 columns, one row.
+  const std::string ddl =
+      "CREATE TABLE winners (task_key TEXT PRIMARY KEY NOT NULL, graph_canonical TEXT NOT NULL,"
+      " input_specs TEXT NOT NULL, arch TEXT NOT NULL, gpu_name TEXT NOT NULL, origin TEXT NOT NULL,"
+      " candidate_hash TEXT NOT NULL, source TEXT NOT NULL, cubin BLOB NOT NULL, launch_plan_json TEXT NOT NULL,"
+      " baseline_us REAL NOT NULL, best_us REAL NOT NULL, speedup REAL NOT NULL, reduced_precision INTEGER NOT NULL,"
+      " versions_json TEXT NOT NULL, created_at INTEGER NOT NULL, content_hash TEXT NOT NULL);"
+      "CREATE TABLE attempts (task_key TEXT NOT NULL, candidate_hash TEXT NOT NULL, origin TEXT NOT NULL,"
+      " outcome TEXT NOT NULL, error TEXT NOT NULL, time_us REAL NOT NULL, created_at INTEGER NOT NULL,"
+      " PRIMARY KEY (task_key, candidate_hash));"
+      "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);"
+      "ALTER TABLE winners ADD COLUMN verified INTEGER NOT NULL DEFAULT 1;"
+      "ALTER TABLE winners ADD COLUMN pulled_from TEXT NOT NULL DEFAULT '';"
+      "ALTER TABLE winners ADD COLUMN hits INTEGER NOT NULL DEFAULT 0;"
+      "ALTER TABLE winners ADD COLUMN last_used_at INTEGER NOT NULL DEFAULT 0;"
+      "INSERT INTO meta VALUES ('created_by','dice'),('schema_version','2');"
+      "INSERT INTO winners VALUES ('" + Key(7) + "', 'x', 'f32[1]', 'sm_90', 'GPU', 'o', 'c', 's', X'00', '{}',"
+      " 2.0, 1.0, 2.0, 0, '{}', 1700000007, 'h', 0, 'http://peer', 5, 0);"
+      "PRAGMA user_version = 2;";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, ddl.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  {
+    auto store = Store::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "3");
+    EXPECT_EQ((**(*store)->GetMeta("schema_version")), "3");
+    EXPECT_EQ(RawSql(path, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'winners_%'"), "4");
+    WinnerQuery q;
+    q.verified = 0;
+    q.order = WinnerOrder::kHits;
+    auto page = (*store)->ListWinnerPage(q);
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    ASSERT_EQ(page->entries.size(), 1u);
+    EXPECT_EQ(page->entries[0].record.pulled_from, "http://peer");
+    EXPECT_EQ(page->entries[0].record.hits, 5);
+    EXPECT_TRUE((*store)->CheckIntegrity().ok());
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+}  // namespace
+}  // namespace dice::cache
