@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .deps
 (cd .deps && apt-get download libsqlite3-dev libsqlite3-0 libssl-dev libssl3 libcpp-httplib-dev libcpp-httplib0.11 \
-   nlohmann-json3-dev libcli11-dev libicu-dev libicu72 >/dev/null)
+   libhiredis-dev libhiredis0.14 nlohmann-json3-dev libcli11-dev libicu-dev libicu72 >/dev/null)
 # pytest (+ wheel) for the Python frontend's tests, installed offline there by setup.sh.
 python3 -m pip download -q -d .deps/wheels pytest wheel
 if [ -d ../shared/data/kernelbench ]; then

@@ -11,7 +11,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
 TORCH_VERSION=2.11.0
 APT_PACKAGES="build-essential cmake ninja-build pkg-config libsqlite3-dev sqlite3 libssl-dev nlohmann-json3-dev
-  libspdlog-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev libicu-dev python3-pip
+  libspdlog-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev libhiredis-dev libicu-dev python3-pip
   chromium"
 
 log() { echo "[setup] $*"; }

@@ -6,6 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The Redis remote-cache tests start a real redis-server on loopback (Debian's
+# package); without it they skip. Installed here when missing, as root, where
+# a registry is reachable (not on the GPU machine, which carries .deps/).
+if ! command -v redis-server >/dev/null && [ ! -d .deps ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "[test] installing redis-server (Redis cache tests)"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server; } \
+    >/dev/null 2>&1 || echo "[test] redis-server not installed; the Redis cache tests will skip"
+fi
 # The tokenizer fixture is checked against Hugging Face's tokenizer (PyPI).
 python3 -c 'import transformers' 2>/dev/null || python3 -m pip install -q transformers
 # The Python frontend's tests (torch_ext/python) run under pytest; wheel lets

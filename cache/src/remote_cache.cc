@@ -2,18 +2,78 @@
 #include "dice/cache/remote_cache.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <utility>
 
+#include "dice/cache/redis_cache.h"
+#include "dice/cache/remote_url.h"
+
 namespace dice::cache {
+namespace {
+
+// The HTTP cache server (http_server.h) through CacheClient.
+class HttpBackend : public RemoteBackend {
+ public:
+  explicit HttpBackend(const RemoteCacheOptions& o) : client_(o.url, o.token, o.timeout) {}
+  Expected<std::optional<WinnerRecord>> Get(const std::string& task_key) override { return client_.Get(task_key); }
+  Expected<bool> Put(WinnerRecord rec) override { return client_.Put(std::move(rec)); }
+
+ private:
+  CacheClient client_;
+};
+
+// A Redis server through RedisCacheClient; reads its maxmemory-policy after
+// the first Get that reaches it and warns once when entries can be evicted.
+class RedisBackend : public RemoteBackend {
+ public:
+  RedisBackend(RemoteUrl url, const std::string& shown, const RemoteCacheOptions& o)
+      : client_(std::move(url), shown, o.timeout, o.max_entry_bytes), warn_(o.warn) {}
+  Expected<std::optional<WinnerRecord>> Get(const std::string& task_key) override {
+    auto got = client_.Get(task_key);
+    if (got.ok() || got.status().code() == StatusCode::kCorrupt) CheckEvictionOnce();
+    return got;
+  }
+  Expected<bool> Put(WinnerRecord rec) override {
+    auto put = client_.Put(std::move(rec));
+    if (put.ok()) CheckEvictionOnce();
+    return put;
+  }
+
+ private:
+  void CheckEvictionOnce() {
+    if (checked_) return;
+    checked_ = true;
+    auto policy = client_.EvictionPolicy();
+    std::string text;
+    if (policy.ok()) {
+      text = EvictionPolicyWarning(client_.shown_url(), *policy);
+    } else if (policy.status().code() == StatusCode::kUnsupported) {
+      text = "cannot read the maxmemory-policy of Redis cache " + client_.shown_url() + " (" +
+             policy.status().message() + "); unless it is 'noeviction', entries can be dropped silently";
+    }
+    if (text.empty()) return;
+    if (warn_) {
+      warn_(text);
+    } else {
+      std::fprintf(stderr, "dice: warning: %s\n", text.c_str());
+    }
+  }
+
+  RedisCacheClient client_;
+  std::function<void(const std::string&)> warn_;
+  bool checked_ = false;  // guarded by RemoteCache::mu_ (every call holds it)
+};
+
+}  // namespace
 
 Expected<RemoteCacheOptions> RemoteCacheOptions::FromEnv() {
   RemoteCacheOptions o;
   if (const char* url = std::getenv("DICE_REMOTE_CACHE")) o.url = url;
-  if (!o.url.empty() && o.url.rfind("http://", 0) != 0 && o.url.rfind("https://", 0) != 0) {
-    return Status(StatusCode::kInvalidArgument,
-                  "DICE_REMOTE_CACHE '" + o.url + "' is not an http:// or https:// URL");
+  if (!o.url.empty()) {
+    auto parsed = ParseRemoteUrl(o.url);
+    if (!parsed.ok()) return parsed.status().WithContext("DICE_REMOTE_CACHE");
   }
   if (const char* token = std::getenv("DICE_REMOTE_TOKEN")) o.token = token;
   if (const char* trust = std::getenv("DICE_TRUST_REMOTE")) {
@@ -32,8 +92,16 @@ Expected<RemoteCacheOptions> RemoteCacheOptions::FromEnv() {
   return o;
 }
 
-RemoteCache::RemoteCache(RemoteCacheOptions options) : options_(std::move(options)) {
-  client_ = std::make_unique<CacheClient>(options_.url, options_.token, options_.timeout);
+RemoteCache::RemoteCache(RemoteCacheOptions options)
+    : options_(std::move(options)), shown_url_(MaskUrlCredentials(options_.url)) {
+  auto url = ParseRemoteUrl(options_.url);
+  if (!url.ok()) {
+    url_error_ = url.status();
+  } else if (url->scheme == RemoteScheme::kRedis) {
+    backend_ = std::make_unique<RedisBackend>(std::move(*url), shown_url_, options_);
+  } else {
+    backend_ = std::make_unique<HttpBackend>(options_);
+  }
 }
 
 RemoteCache::~RemoteCache() = default;
@@ -41,25 +109,22 @@ RemoteCache::~RemoteCache() = default;
 std::optional<WinnerRecord> RemoteCache::Lookup(const std::string& task_key, Store* local, std::string* why) {
   std::lock_guard<std::mutex> lock(mu_);
   ++counters_.lookups;
+  if (!backend_) {
+    if (why) *why = url_error_.message();
+    return std::nullopt;
+  }
   const auto now = std::chrono::steady_clock::now();
   if (now < quiet_until_) {
     ++counters_.skipped;
     if (why) {
-      *why = "remote cache " + options_.url + " is backing off after a failure (" +
+      *why = "remote cache " + shown_url_ + " is backing off after a failure (" +
              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(quiet_until_ - now).count()) +
              " ms left)";
     }
     return std::nullopt;
   }
   ++counters_.requests;
-  auto fail = [&](const std::string& reason) -> std::optional<WinnerRecord> {
-    ++counters_.failures;
-    backoff_ = backoff_.count() == 0 ? options_.backoff_initial : std::min(backoff_ * 2, options_.backoff_max);
-    quiet_until_ = std::chrono::steady_clock::now() + backoff_;
-    if (why) *why = reason + " (remote lookups paused for " + std::to_string(backoff_.count()) + " ms)";
-    return std::nullopt;
-  };
-  auto got = client_->Get(task_key);
+  auto got = backend_->Get(task_key);
   if (!got.ok()) {
     // kInvalidArgument: a malformed key (nothing sent) or a 4xx answer — the
     // server is alive, so no back-off. Anything else: transport, 5xx, damage.
@@ -67,16 +132,26 @@ std::optional<WinnerRecord> RemoteCache::Lookup(const std::string& task_key, Sto
       if (why) *why = got.status().message();
       return std::nullopt;
     }
-    return fail(got.status().message());
+    ++counters_.failures;
+    backoff_ = backoff_.count() == 0 ? options_.backoff_initial : std::min(backoff_ * 2, options_.backoff_max);
+    quiet_until_ = std::chrono::steady_clock::now() + backoff_;
+    if (why) *why = got.status().message() + " (remote lookups paused for " + std::to_string(backoff_.count()) + " ms)";
+    return std::nullopt;
   }
   backoff_ = std::chrono::milliseconds(0);
   quiet_until_ = {};
   if (!got->has_value()) {
     ++counters_.misses;
-    if (why) *why = "remote cache " + options_.url + " has no entry for " + task_key;
+    if (why) *why = "remote cache " + shown_url_ + " has no entry for " + task_key;
     return std::nullopt;
   }
-  WinnerRecord rec = std::move(**got);
+  return Keep(std::move(**got), task_key, local, why);
+}
+
+// REQUIRES: mu_ held. Stores a found record locally (unless it was already
+// tried here) and returns what the local cache serves.
+std::optional<WinnerRecord> RemoteCache::Keep(WinnerRecord rec, const std::string& task_key, Store* local,
+                                              std::string* why) {
   if (local != nullptr && !options_.trust) {
     // This kernel was already tried here (a pulled copy that failed
     // re-verification leaves its attempt behind): do not pull it again.
@@ -88,7 +163,7 @@ std::optional<WinnerRecord> RemoteCache::Lookup(const std::string& task_key, Sto
     }
   }
   rec.verified = options_.trust;
-  rec.pulled_from = options_.url;
+  rec.pulled_from = shown_url_;
   rec.hits = 0;
   rec.last_used_at = 0;
   if (local != nullptr) {
@@ -110,6 +185,17 @@ std::optional<WinnerRecord> RemoteCache::Lookup(const std::string& task_key, Sto
   }
   ++counters_.hits;
   return rec;
+}
+
+Expected<bool> RemoteCache::Push(const WinnerRecord& rec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!backend_) return url_error_;
+  if (!rec.verified) {
+    return Status(StatusCode::kInvalidArgument, "push " + rec.task_key + " to " + shown_url_ +
+                                                    ": the entry is unverified (only kernels verified on a GPU "
+                                                    "are pushed)");
+  }
+  return backend_->Put(rec);
 }
 
 RemoteCacheCounters RemoteCache::counters() const {
