@@ -47,6 +47,7 @@ void LoadSettingsLocked(State& s) {
   if (s.settings_set) return;
   s.settings = EnvSettingsOrOff();
   s.settings_set = true;
+  (void)Remote();  // checks DICE_REMOTE_CACHE at start-up (reports a bad URL once)
 }
 
 }  // namespace
@@ -62,6 +63,7 @@ Expected<RuntimeSettings> SettingsFromEnv() {
 }
 
 void SetRuntimeSettings(const RuntimeSettings& settings) {
+  (void)Remote();  // checks DICE_REMOTE_CACHE at start-up (reports a bad URL once)
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   s.settings = settings;
@@ -129,7 +131,7 @@ cache::RemoteCache* Remote() {
   std::call_once(s.remote_once, [&s] {
     auto o = cache::RemoteCacheOptions::FromEnv();
     if (!o.ok()) {
-      std::fprintf(stderr, "dice: remote cache disabled: %s\n", o.status().message().c_str());
+      std::fprintf(stderr, "dice: error: %s; remote cache lookups disabled\n", o.status().message().c_str());
       return;
     }
     if (!o->url.empty()) s.remote = std::make_unique<cache::RemoteCache>(*o);
