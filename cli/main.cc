@@ -7,6 +7,7 @@
 //   dice run      model.pt --input ...   cache only: never tunes; hit/miss per group
 //   dice profile  model.pt --input ...   fusion groups and what they cost
 //   dice warmup   model.pt --input SET [--input SET ...] [--shard i/n]   (cli/warmup.h)
+//   dice report   RESULTS.json | CACHE_DIR [-o FILE.html]               (cli/report.h)
 //   dice cache    ls | show KEY | rm KEY [--cache DIR]                   (cli/cache_commands.h)
 //   dice cache    serve --db FILE [--listen HOST:PORT] [--token-file F]  (cli/cache_serve.h)
 //   dice cache    push|pull URL, export|import FILE, gc, stats           (cli/cache_share.h)
@@ -30,6 +31,7 @@
 #include "generate.h"
 #include "judge.h"
 #include "model_commands.h"
+#include "report.h"
 #include "tokenize.h"
 #include "train.h"
 #include "warmup.h"
@@ -43,6 +45,7 @@ int main(int argc, char** argv) {
   RegisterRun(app, table);
   RegisterProfile(app, table);
   RegisterWarmup(app, table);
+  RegisterReport(app, table);
   RegisterCache(app, table);
   RegisterTokenize(app, table);
   RegisterGenerate(app, table);

@@ -27,6 +27,7 @@
 #include "dice/reference/reference_executor.h"
 #include "dice/runtime/cuda_driver.h"
 #include "dice/torch_ext/optimize.h"
+#include "report.h"
 
 namespace dice::cli {
 namespace {
@@ -38,6 +39,7 @@ struct ModelArgs {
   int reps = 20;
   uint64_t seed = 0;
   std::string json_path;
+  std::string report_path;  ///< tune only: --report FILE.html
 };
 
 struct LoadedModel {
@@ -108,6 +110,41 @@ double TimeForward(torch::jit::Module& module, const std::vector<c10::IValue>& i
   }
   std::sort(us.begin(), us.end());
   return us[us.size() / 2];
+}
+
+/// Median µs of the captured (frozen, fused) module with every fusion group
+/// on its PyTorch fallback (mode off): what capture alone gives, the middle
+/// time of the report's attribution. Restores `options` afterwards.
+double TimeWithoutWinners(LoadedModel& m, const dice::torch_ext::Options& options, int reps) {
+  dice::torch_ext::Options off = options;
+  off.mode = dice::torch_ext::Mode::kOff;
+  dice::torch_ext::SetRuntimeOptions(off);
+  const double us = TimeForward(m.module, m.inputs, m.on_gpu, reps);
+  dice::torch_ext::SetRuntimeOptions(options);
+  return us;
+}
+
+/// Writes the report document (report.h) to --json (invalid UTF-8 in
+/// compiler logs replaced) and its HTML page to --report; fills `error`.
+bool WriteTuneOutputs(const ModelArgs& args, const nlohmann::json& doc, std::string* error) {
+  if (!args.json_path.empty()) {
+    std::ofstream out(args.json_path);
+    out << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    out.close();
+    if (!out) {
+      *error = "cannot write --json " + args.json_path;
+      return false;
+    }
+  }
+  if (!args.report_path.empty()) {
+    const Status st = WriteReport(doc, args.report_path);
+    if (!st.ok()) {
+      *error = st.ToString();
+      return false;
+    }
+    std::printf("dice: report written to %s\n", args.report_path.c_str());
+  }
+  return true;
 }
 
 std::vector<at::Tensor> Flatten(const c10::IValue& v) {
@@ -268,17 +305,12 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
 
   std::printf("\n%10s %10s %8s %14s  %-34s %s\n", "base µs", "best µs", "speedup", "tried/comp/ver", "winner",
               "group (ops inputs)");
-  nlohmann::json json_groups = nlohmann::json::array();
   for (const auto& r : *tuned_reports) {
     const std::string origin = r.winner_origin.empty() ? "-" : r.winner_origin + (r.from_cache ? " (cached)" : "");
     std::printf("%10s %10s %8s %6d/%3d/%3d  %-34s %s\n", r.baseline_us > 0 ? Fixed(r.baseline_us).c_str() : "-",
                 r.best_us > 0 ? Fixed(r.best_us).c_str() : "-",
                 r.speedup > 0 ? (Fixed(r.speedup, 2) + "x").c_str() : "-", r.tried, r.compiled, r.verified,
                 origin.c_str(), r.description.c_str());
-    json_groups.push_back({{"task_key", r.task_key}, {"description", r.description}, {"baseline_us", r.baseline_us},
-                           {"best_us", r.best_us}, {"speedup", r.speedup}, {"winner", r.winner_origin},
-                           {"from_cache", r.from_cache}, {"tried", r.tried}, {"compiled", r.compiled},
-                           {"verified", r.verified}, {"tune_seconds", r.tune_seconds}});
     for (const auto& o : r.outcomes) {
       if (!dice::IsVerified(o.outcome) && o.outcome != dice::Outcome::kCompiled) {
         std::printf("    %s: %s %s\n", o.origin.c_str(), std::string(dice::OutcomeName(o.outcome)).c_str(),
@@ -287,7 +319,9 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
     }
   }
 
-  // End to end: the optimized module serves cached winners (mode cache).
+  // End to end: the optimized module serves cached winners (mode cache);
+  // first the same module with every group on its fallback (capture alone).
+  const double captured_us = gpu ? TimeWithoutWinners(tuned, options, args.reps) : 0;
   dice::torch_ext::ResetGroupStats();
   c10::IValue got;
   {
@@ -298,17 +332,18 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   const bool match = OutputsMatch(got, reference, &detail);
   const double after_us = TimeForward(tuned.module, tuned.inputs, gpu, args.reps);
   if (gpu) {
-    std::printf("\nend to end: before %.1f µs, after %.1f µs (%.2fx); outputs %s eager (%s)\n", before_us, after_us,
-                after_us > 0 ? before_us / after_us : 0.0, match ? "match" : "DIFFER FROM", detail.c_str());
+    std::printf("\nend to end: before %.1f µs, after %.1f µs (%.2fx): capture alone %.2fx (%.1f µs with every group "
+                "on its fallback), winners %.2fx; outputs %s eager (%s)\n", before_us, after_us,
+                after_us > 0 ? before_us / after_us : 0.0, captured_us > 0 ? before_us / captured_us : 0.0, captured_us,
+                after_us > 0 ? captured_us / after_us : 0.0, match ? "match" : "DIFFER FROM", detail.c_str());
   } else {
     std::printf("\nend to end (CPU, every group on its fallback; not a speedup measurement): before %.1f µs, "
                 "after %.1f µs; outputs %s eager (%s)\n", before_us, after_us, match ? "match" : "DIFFER FROM",
                 detail.c_str());
   }
-  if (!args.json_path.empty()) {
-    nlohmann::json j{{"model", args.model_path}, {"gpu", gpu}, {"before_us", before_us}, {"after_us", after_us},
-                     {"outputs_match", match}, {"groups", json_groups}};
-    std::ofstream(args.json_path) << j.dump(2) << "\n";
+  const EndToEnd e2e{gpu, before_us, captured_us, after_us, match, detail};
+  if (!WriteTuneOutputs(args, TuneDocument(args.model_path, *tuned_reports, e2e), &error)) {
+    return Fail(kExitFailure, error);
   }
   return match ? kExitOk : kExitFailure;
 }
@@ -363,7 +398,7 @@ void AddModelArgs(CLI::App* cmd, ModelArgs* args) {
   cmd->add_option("--cache", args->cache_dir, "cache directory (default $DICE_CACHE_DIR or ~/.cache/dice)");
   cmd->add_option("--reps", args->reps, "timed repetitions for end-to-end times")->check(CLI::Range(1, 100000));
   cmd->add_option("--seed", args->seed, "seed for the random inputs");
-  cmd->add_option("--json", args->json_path, "also write the report as JSON to this file");
+  cmd->add_option("--json", args->json_path, "also write the report as JSON to this file (docs/CLI.md)");
 }
 
 
@@ -385,6 +420,8 @@ void RegisterTune(CLI::App& app, CommandTable& table) {
   tune->add_option("--budget-s", a->budget_s, "tuning budget per fusion group, seconds");
   tune->add_option("--max-candidates", a->max_candidates, "candidates per generator and group")->check(CLI::Range(1, 256));
   tune->add_flag("--require-gpu", a->require_gpu, "exit 3 instead of running compile-only when no GPU is present");
+  tune->add_option("--report", a->model.report_path, "also write the tuning report as one self-contained HTML page "
+                                                     "to this file (docs/CLI.md)");
   tune->add_option("--generator", a->generator.kind, "candidate sources: templates (default), dice or both")
       ->check(CLI::IsMember({"templates", "dice", "both"}));
   tune->add_option("--model", a->generator.model_dir, "DICE/SDAR checkpoint directory (for --generator dice|both)");

@@ -443,24 +443,31 @@ struct Tuner::Impl {
     return m;
   }
 
-  // Persist, part 1: every outcome but a skip goes to the attempts table.
+  // Persist, part 1: the attempts table, each outcome with its cause (the
+  // generators' parse errors included). Skips are not attempts. Compile-only
+  // records only the failures (compile_error, parse_error): a candidate that
+  // merely compiled was never tried, and a GPU tune of the key must still
+  // verify and time it (Generate skips what the table holds).
   void RecordAttempts(const TuneReport& report) const {
-    if (!persists()) return;
+    if (store == nullptr) return;
     for (const CandidateOutcome& o : report.outcomes) {
-      if (o.outcome != Outcome::kSkipped) RecordOutcome(store, report.task_key, o);
+      if (o.outcome == Outcome::kSkipped) continue;
+      if (options.compile_only && o.outcome == Outcome::kCompiled) continue;
+      RecordOutcome(store, report.task_key, o);
     }
   }
 
-  // Persist: the attempts, the winner (verified, with its binary), and a
-  // pulled entry that did not win here is removed so it is never served.
+  // Persist: the attempts, then (never in compile-only, which verifies
+  // nothing) the winner, verified, with its binary, and a pulled entry that
+  // did not win here is removed so it is never served.
   Status Persist(const Task& task, const std::vector<Candidate>& candidates, Measured& m, const Selection& sel,
-                 const worker::HelloReply& device, const std::optional<cache::WinnerRecord>& pulled,
+                 const std::optional<worker::HelloReply>& device, const std::optional<cache::WinnerRecord>& pulled,
                  const TuneReport& report) {
-    if (!persists()) return Status::Ok();
     RecordAttempts(report);
+    if (!persists() || !device) return Status::Ok();
     if (sel.winner >= 0) {
       const size_t w = static_cast<size_t>(sel.winner);
-      auto put = store->PutWinner(MakeWinnerRecord(task, candidates[w], std::move(m.binaries[w]), report, device,
+      auto put = store->PutWinner(MakeWinnerRecord(task, candidates[w], std::move(m.binaries[w]), report, *device,
                                                    pulled));
       if (!put.ok()) return put.status().WithContext("storing the winner");
     } else if (pulled) {
@@ -520,6 +527,7 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
   report.outcomes = std::move(generated->outcomes);
   report.tried = static_cast<int>(candidates.size());
   if (generated->pulled_rejected) {
+    impl_->RecordAttempts(report);  // remembered, so the same entry is not pulled again
     auto removed = impl_->store->RemoveUnverifiedWinner(report.task_key);
     if (!removed.ok()) return removed.status();
     report.tune_seconds = SecondsSince(start);
@@ -541,7 +549,7 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
   const Selection selection = SelectWinner(measured.baseline_us, Measurements(candidates, measured),
                                            SelectionPolicy{opt.margin, opt.allow_reduced_precision});
   ApplySelection(candidates, selection, &measured, &report);
-  if (device) DICE_RETURN_IF_ERROR(impl_->Persist(task, candidates, measured, selection, *device, pulled, report));
+  DICE_RETURN_IF_ERROR(impl_->Persist(task, candidates, measured, selection, device, pulled, report));
   report.tune_seconds = SecondsSince(start);
   return report;
 }

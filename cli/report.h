@@ -1,0 +1,96 @@
+// cli/report.h — the tuning report: one JSON document, one HTML page.
+//
+// `dice tune --json F` writes the report document; `dice tune --report
+// F.html` and `dice report RESULTS.json|CACHE_DIR [-o F.html]` render one
+// self-contained HTML page from it with RenderReportHtml (inline CSS, an
+// inline SVG bar plot, no script and nothing fetched from the network). The
+// document (docs/CLI.md "The tuning report"):
+//
+//   {"model": "m.pt", "gpu": true, "compile_only": false,
+//    "before_us": 812.0,      eager model, median µs
+//    "captured_us": 640.5,    captured (frozen, fused) model, every group on its PyTorch fallback
+//    "after_us": 402.1,       captured model serving the winners
+//    "capture_speedup": 1.27, "winners_speedup": 1.59, "speedup": 2.02,
+//    "outputs_match": true, "match_detail": "max abs err 1e-06",
+//    "groups": [{"task_key", "description", "baseline_us", "best_us", "speedup",
+//                "winner", "from_cache", "tried", "compiled", "verified", "tune_seconds",
+//                "candidates": [{"origin", "hash", "outcome", "error",
+//                                "compile_ms", "time_us", "speedup"}]}]}
+//
+// A time or speedup that was not measured (compile-only: no GPU; a
+// candidate never timed; a group without a winner) is null, never 0. The
+// report of a cache directory has "source": "cache" and one group per
+// winner, whose candidates are the key's rows of the attempts table.
+// Torch-free. Plain functions over values; thread-safe.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "command.h"
+#include "dice/core/status.h"
+#include "dice/runtime/tuner.h"
+
+namespace dice::cli {
+
+/// What `dice tune` measured end to end (median µs over --reps runs).
+struct EndToEnd {
+  bool timed = false;        ///< a GPU run; false: compile-only, the times below are not written
+  double before_us = 0;      ///< the eager model
+  double captured_us = 0;    ///< the captured (frozen, fused) model with every group on its fallback
+  double after_us = 0;       ///< the captured model serving the winners
+  bool outputs_match = false;
+  std::string match_detail;  ///< "max abs err 3e-07" or why the outputs differ
+};
+
+/// One fusion group's entry of the report document: the TuneReport's
+/// fields (baseline_us, best_us, speedup in µs and x; null when `timed` is
+/// false or the value is 0) and one "candidates" row per outcome: origin,
+/// hash, outcome (OutcomeName), error, compile_ms (null when 0), time_us and
+/// speedup = baseline_us / time_us (null when not timed).
+nlohmann::json GroupJson(const TuneReport& report, bool timed);
+
+/// The whole `dice tune --json` document for `model` (see the header comment).
+nlohmann::json TuneDocument(const std::string& model, const std::vector<TuneReport>& groups, const EndToEnd& e2e);
+
+/// The report document of the kernel cache in `cache_dir`: "source":
+/// "cache", "cache": the database path, one group per winner (newest first;
+/// description = op summary and input specs, arch, gpu_name, verified,
+/// pulled_from) with the key's attempts as its candidates (compile_ms null:
+/// the table does not keep it). Attempts of a key without a winner are not
+/// listed (cache::Store lists attempts per key only). Errors: kNotFound
+/// when the directory has no kernels.db (nothing is created); those of
+/// Store::Open, ListWinners and ListAttempts.
+Expected<nlohmann::json> CacheDocument(const std::string& cache_dir);
+
+/// `text` with & < > " ' replaced by their HTML character references, safe
+/// inside element content and quoted attribute values.
+std::string HtmlEscape(std::string_view text);
+
+/// The report page of `doc` (the schema above): a header (model, GPU or
+/// compile-only), "End to end" (before / captured / after µs and the
+/// attribution: capture alone = before/captured, winners = captured/after,
+/// total = before/after), an SVG bar plot of each group's speedup (one
+/// <rect class="bar"> per group with a speedup, a line at 1x), and per
+/// group a table with one row per candidate (origin, outcome, error, compile
+/// ms, µs, speedup) and the winner. Every string of `doc` is HTML-escaped; a
+/// null or missing number shows as "—". Never fails: fields of the wrong
+/// type read as missing.
+std::string RenderReportHtml(const nlohmann::json& doc);
+
+/// Writes RenderReportHtml(doc) to `path` (created or truncated). Errors:
+/// kIoError naming the path and errno text.
+Status WriteReport(const nlohmann::json& doc, const std::string& path);
+
+/// Adds `report` to `app` and its entry to `table`: `dice report
+/// RESULTS.json|CACHE_DIR [-o FILE.html]` (default report.html). Exit codes:
+/// 0 written, 2 a source that is neither a readable JSON document nor a
+/// cache directory, 1 the page cannot be written.
+void RegisterReport(CLI::App& app, CommandTable& table);
+
+}  // namespace dice::cli
