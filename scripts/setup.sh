@@ -17,7 +17,7 @@ APT_PACKAGES="build-essential cmake ninja-build pkg-config libsqlite3-dev sqlite
 log() { echo "[setup] $*"; }
 
 have_headers() {
-  for h in sqlite3.h openssl/evp.h nlohmann/json.hpp spdlog/spdlog.h CLI/CLI.hpp gtest/gtest.h httplib.h unicode/normalizer2.h; do
+  for h in sqlite3.h openssl/evp.h nlohmann/json.hpp spdlog/spdlog.h CLI/CLI.hpp gtest/gtest.h httplib.h unicode/normalizer2.h hiredis/hiredis.h; do
     [ -e "/usr/include/$h" ] || [ -e "$ROOT/.deps/root/usr/include/$h" ] || return 1
   done
 }
