@@ -3,6 +3,9 @@
 // subcommands register from their own files.
 #include "cache_commands.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -16,8 +19,27 @@
 namespace dice::cli {
 namespace {
 
+// Why there is no cache database at `dir` yet ("the directory D does not
+// exist", "D holds no kernels.db"), or "" when there is one or when opening
+// it should report the problem (a path through a file, a permission error:
+// Store::Open says what is wrong). Reads only: never creates anything.
+std::string NoCacheYet(const std::string& dir) {
+  struct stat st {};
+  const std::string db = dice::cache::DatabasePath(dir);
+  if (::stat(db.c_str(), &st) == 0 || errno != ENOENT) return "";
+  if (::stat(dir.c_str(), &st) != 0) return errno == ENOENT ? "the directory " + dir + " does not exist" : "";
+  return S_ISDIR(st.st_mode) ? dir + " holds no " + db.substr(db.rfind('/') + 1) : "";
+}
+
 int CmdCache(const std::string& action, const std::string& key, const std::string& cache_dir_arg) {
   const std::string dir = cache_dir_arg.empty() ? dice::cache::DefaultCacheDir() : cache_dir_arg;
+  // Inspecting a cache that is not there must not create it (issue 20 item 8).
+  if (const std::string why = NoCacheYet(dir); !why.empty()) {
+    if (action != "ls") return Fail(kExitBadInput, "no cache entry with key '" + key + "': no cache yet (" + why + ")");
+    std::printf("0 winner(s): the cache is empty (%s); `dice tune` or `dice warmup` fills it, `dice cache pull` "
+                "copies a server's\n", why.c_str());
+    return kExitOk;
+  }
   auto store = dice::cache::Store::Open(dice::cache::DatabasePath(dir));
   if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
   if (action == "ls") {

@@ -9,13 +9,17 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dice/cache/bundle.h"
 #include "dice/cache/http_client.h"
 #include "dice/cache/http_server.h"
 #include "dice/cache/store.h"
+#include "dice/core/candidate.h"
+#include "dice/core/task.h"
 
 namespace dice::cli {
 
@@ -75,6 +79,108 @@ Expected<std::string> ReadToken(const std::string& token_file) {
   return token;
 }
 
+// What a pull left out, by cause (issue 20: say how many and why).
+struct PullRefusals {
+  int64_t other_arch = 0;  ///< listed for another arch than --arch
+  int64_t damaged = 0;     ///< content hash mismatch: damaged on the server or in transit
+  int64_t version = 0;     ///< another runtime ABI version, or a winner form this build cannot serve
+  int64_t gone = 0;        ///< listed, then removed from the server before it was fetched
+  std::string version_example;  ///< the first version cause, e.g. "runtime ABI version 2 (this build: 1)"
+
+  int64_t refused() const { return other_arch + damaged + version; }
+};
+
+// A failed request to the server at `url`. A transport failure (no
+// connection, a timeout: the client's message has no "HTTP <status>") reads
+// "cache server URL is not reachable: <request>: <cause>" (exit 1); an
+// answer with an error status keeps the client's message (FailWith).
+int FailRequest(const std::string& url, const Status& st) {
+  const std::string& m = st.message();
+  const bool transport = (st.code() == StatusCode::kIoError || st.code() == StatusCode::kTimeout) &&
+                         m.find(": HTTP ") == std::string::npos && m.find("unexpected") == std::string::npos;
+  if (!transport) return FailWith(st);
+  // cpp-httplib names the failure in one word (the message's last); say it in words.
+  const size_t colon = m.rfind(": ");
+  const std::string name = colon == std::string::npos ? m : m.substr(colon + 2);
+  std::string cause = name;
+  if (name == "Connection") cause = "no connection: nothing listens there, or the host is unreachable";
+  if (name == "ConnectionTimeout") cause = "connecting timed out (--timeout-ms)";
+  if (name == "Read") cause = "no answer in time, or the connection dropped (--timeout-ms)";
+  if (name == "Write") cause = "the connection dropped while sending";
+  if (name.rfind("SSL", 0) == 0) cause = "the TLS connection failed (" + name + ")";
+  return Fail(kExitFailure, "cache server " + url + " is not reachable (" + cause + "): " + m);
+}
+
+// Why `rec` cannot be served by this build, or "": its versions_json names
+// another runtime ABI (kRuntimeAbiVersion, core/task.h; its task keys are
+// not this build's) or a candidate form this build does not know.
+std::string VersionMismatch(const WinnerRecord& rec) {
+  if (rec.versions_json.empty()) return "";
+  const nlohmann::json v = nlohmann::json::parse(rec.versions_json, nullptr, /*allow_exceptions=*/false);
+  if (!v.is_object()) return "";
+  if (auto abi = v.find("abi"); abi != v.end() && abi->is_number_integer() && abi->get<int64_t>() != kRuntimeAbiVersion) {
+    return "runtime ABI version " + std::to_string(abi->get<int64_t>()) + " (this build: " +
+           std::to_string(kRuntimeAbiVersion) + ")";
+  }
+  if (auto form = v.find("form"); form != v.end() && form->is_string() &&
+                                  !ParseCandidateForm(form->get<std::string>()).ok()) {
+    return "winner form '" + form->get<std::string>() + "' unknown to this build";
+  }
+  return "";
+}
+
+// The entries for `keys`: one batch request, then one request per key the
+// batch did not return (the server reports it damaged, or it was removed
+// meanwhile) or per key of a batch refused for a damaged entry in transit,
+// so that one damaged entry costs only itself. Damaged and removed entries
+// are counted in `refused`. Errors: the client's, for any other failure.
+Expected<std::vector<WinnerRecord>> FetchEntries(CacheClient& client, const std::vector<std::string>& keys,
+                                                PullRefusals* refused) {
+  std::vector<WinnerRecord> out;
+  std::vector<std::string> one_by_one;
+  auto batch = client.GetMany(keys);
+  if (batch.ok()) {
+    std::set<std::string> got;
+    for (const WinnerRecord& r : *batch) got.insert(r.task_key);
+    for (const std::string& k : keys) {
+      if (got.count(k) == 0) one_by_one.push_back(k);
+    }
+    out = std::move(*batch);
+  } else if (batch.status().code() == StatusCode::kCorrupt) {
+    one_by_one = keys;
+  } else {
+    return batch.status();
+  }
+  for (const std::string& key : one_by_one) {
+    auto rec = client.Get(key);
+    if (!rec.ok()) {
+      const bool damaged = rec.status().code() == StatusCode::kCorrupt ||
+                           rec.status().message().find("content hash") != std::string::npos;
+      if (!damaged) return rec.status();
+      ++refused->damaged;
+    } else if (!rec->has_value()) {
+      ++refused->gone;
+    } else {
+      out.push_back(std::move(**rec));
+    }
+  }
+  return out;
+}
+
+// ", 3 refused: 1 for another arch than sm_90, ..." (empty when none was).
+std::string RefusalText(const PullRefusals& r, const std::string& arch) {
+  std::string text;
+  auto add = [&text](int64_t n, const std::string& why) {
+    if (n > 0) text += (text.empty() ? "" : ", ") + std::to_string(n) + " " + why;
+  };
+  add(r.other_arch, "for another arch than " + arch);
+  add(r.damaged, "content hash mismatch (damaged on the server or in transit)");
+  add(r.version, r.version_example);
+  std::string out = r.refused() > 0 ? ", " + std::to_string(r.refused()) + " refused: " + text : "";
+  if (r.gone > 0) out += ", " + std::to_string(r.gone) + " removed from the server meanwhile";
+  return out;
+}
+
 int Push(const CacheShareCommands& c, const std::string& cache_dir) {
   if (!ValidUrl(c.url)) return Fail(kExitBadInput, "URL '" + c.url + "' is not http://HOST:PORT or https://...");
   auto token = ReadToken(c.token_file);
@@ -85,7 +191,7 @@ int Push(const CacheShareCommands& c, const std::string& cache_dir) {
   if (!rows.ok()) return FailWith(rows.status());
   CacheClient client(c.url, *token, std::chrono::milliseconds(c.timeout_ms));
   auto health = client.Health();
-  if (!health.ok()) return Fail(kExitFailure, "server not reachable: " + health.status().ToString());
+  if (!health.ok()) return FailRequest(c.url, health.status());
   int64_t pushed = 0, kept = 0, unverified = 0, considered = 0;
   for (const WinnerRecord& s : *rows) {
     if (!c.arch.empty() && s.arch != c.arch) continue;
@@ -117,14 +223,25 @@ int Pull(const CacheShareCommands& c, const std::string& cache_dir) {
   auto store = OpenLocal(cache_dir);
   if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
   CacheClient client(c.url, "", std::chrono::milliseconds(c.timeout_ms));
-  auto list = client.List(c.arch);
-  if (!list.ok()) return FailWith(list.status());
+  auto list = client.List();  // every arch: --arch is applied here, so that what it leaves out is counted
+  if (!list.ok()) return FailRequest(c.url, list.status());
+  PullRefusals refused;
   std::vector<std::string> keys;
-  for (const WinnerRecord& s : *list) keys.push_back(s.task_key);
-  auto recs = client.GetMany(keys);
-  if (!recs.ok()) return FailWith(recs.status());
+  for (const WinnerRecord& s : *list) {
+    if (!c.arch.empty() && s.arch != c.arch) {
+      ++refused.other_arch;
+    } else {
+      keys.push_back(s.task_key);
+    }
+  }
+  auto recs = FetchEntries(client, keys, &refused);
+  if (!recs.ok()) return FailRequest(c.url, recs.status());
   int64_t stored = 0, kept = 0;
   for (WinnerRecord& rec : *recs) {
+    if (std::string why = VersionMismatch(rec); !why.empty()) {
+      if (refused.version++ == 0) refused.version_example = why;
+      continue;
+    }
     rec.verified = c.trust;
     rec.pulled_from = c.url;
     rec.hits = 0;
@@ -133,9 +250,9 @@ int Pull(const CacheShareCommands& c, const std::string& cache_dir) {
     if (!put.ok()) return FailWith(put.status());
     ++(*put ? stored : kept);
   }
-  std::printf("%zu entr%s on the server%s: %lld stored, %lld kept (the local entry is verified or faster)\n",
-              keys.size(), keys.size() == 1 ? "y" : "ies", c.arch.empty() ? "" : (" for " + c.arch).c_str(),
-              static_cast<long long>(stored), static_cast<long long>(kept));
+  std::printf("%zu entr%s on the server: %lld stored, %lld kept (the local entry is verified or faster)%s\n",
+              list->size(), list->size() == 1 ? "y" : "ies", static_cast<long long>(stored),
+              static_cast<long long>(kept), RefusalText(refused, c.arch).c_str());
   if (c.trust) {
     std::printf("stored as trusted (--trust-remote): served without re-verification\n");
   } else if (stored > 0) {

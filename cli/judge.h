@@ -11,11 +11,14 @@ namespace dice::cli {
 
 /// Adds `judge` to `app` and its entry to `table`. The command prints the
 /// verdict as one JSON object on stdout (outcome, compiled, correct, ref_ms,
-/// new_ms, speedup, compile_s, wall_s, phase, error). Exit codes: 0 the
-/// candidate is correct, 4 judged and not correct (any other outcome:
-/// incorrect, compile_error, crashed, timeout, no_device, ...), 2 bad input
-/// (a file cannot be read, an option out of range), 1 the judge itself could
-/// not run (no python3, no judge script).
+/// new_ms, speedup, compile_s, wall_s, phase, error). --device auto (the
+/// default) judges on cuda when the driver reports a GPU, else on the CPU
+/// with a notice on stderr. Exit codes: 0 the candidate is correct, 4 judged
+/// and not correct (any other outcome: incorrect, compile_error, crashed,
+/// timeout, ...), 3 --device cuda / cuda:N without that GPU (found before
+/// judging, or the child's `no_device` verdict), 2 bad input (a file cannot
+/// be read, an option out of range, an unknown --device), 1 the judge itself
+/// could not run (no python3, no judge script).
 void RegisterJudge(CLI::App& app, CommandTable& table);
 
 }  // namespace dice::cli

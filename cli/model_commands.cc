@@ -27,6 +27,7 @@
 #include "dice/reference/reference_executor.h"
 #include "dice/runtime/cuda_driver.h"
 #include "dice/torch_ext/optimize.h"
+#include "model_inputs.h"
 #include "report.h"
 
 namespace dice::cli {
@@ -48,14 +49,12 @@ struct LoadedModel {
   bool on_gpu = false;
 };
 
-/// "the model does not run on these inputs: <PyTorch's own last line>" —
-/// TorchScript errors carry a long interpreter traceback; the last non-empty
-/// line is the cause (e.g. "mat1 and mat2 shapes cannot be multiplied").
-std::string ModelRunError(const c10::Error& e) {
-  std::string text = e.what_without_backtrace();
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  const size_t nl = text.rfind('\n');
-  return "the model does not run on these inputs: " + (nl == std::string::npos ? text : text.substr(nl + 1));
+/// "--input 'a' ...: the model does not run on these inputs: <PyTorch's
+/// cause>" for an exception of a forward() on the user's inputs (a c10::Error,
+/// or the TorchScript interpreter's own exception with its ~19-line
+/// traceback: only the cause line is kept, TorchErrorCause).
+std::string ModelRunError(const ModelArgs& args, const std::exception& e) {
+  return InputFlags(args.input_specs) + ": the model does not run on these inputs: " + TorchErrorCause(e);
 }
 
 /// Loads the module and builds random inputs; fills `error` and returns false on bad input.
@@ -66,7 +65,7 @@ bool LoadModel(const ModelArgs& args, bool want_gpu, LoadedModel* out, std::stri
   }
   std::vector<dice::ir::TensorSpec> specs;
   for (const auto& text : args.input_specs) {
-    auto spec = dice::ir::ParseInputSpec(text);
+    auto spec = ParseInputFlag(text, text);
     if (!spec.ok()) {
       *error = spec.status().message();
       return false;
@@ -83,11 +82,21 @@ bool LoadModel(const ModelArgs& args, bool want_gpu, LoadedModel* out, std::stri
     return false;
   }
   out->module.eval();
+  if (Status fits = CheckInputsFitForward(out->module, specs, InputFlags(args.input_specs)); !fits.ok()) {
+    *error = fits.message();
+    return false;
+  }
   torch::manual_seed(args.seed);
-  for (const auto& spec : specs) {
-    out->inputs.emplace_back(torch::randn(spec.shape, torch::TensorOptions()
-                                                          .dtype(dice::reference::ToScalarType(spec.dtype))
-                                                          .device(device)));
+  for (size_t k = 0; k < specs.size(); ++k) {
+    try {
+      out->inputs.emplace_back(torch::randn(specs[k].shape, torch::TensorOptions()
+                                                                .dtype(dice::reference::ToScalarType(specs[k].dtype))
+                                                                .device(device)));
+    } catch (const std::exception& e) {  // e.g. more bytes than the device has
+      *error = "--input '" + args.input_specs[k] + "': cannot allocate " + std::to_string(specs[k].nbytes()) +
+               " bytes on " + device.str() + ": " + TorchErrorCause(e);
+      return false;
+    }
   }
   return true;
 }
@@ -280,8 +289,8 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
     torch::NoGradGuard no_grad;
     try {
       reference = eager.module.forward(eager.inputs);
-    } catch (const c10::Error& e) {
-      return Fail(kExitBadInput, ModelRunError(e));
+    } catch (const std::exception& e) {
+      return Fail(kExitBadInput, ModelRunError(args, e));
     }
     before_us = TimeForward(eager.module, eager.inputs, gpu, args.reps);
   }
@@ -358,8 +367,8 @@ int CmdRunOrProfile(const ModelArgs& args, bool profile) {
   try {  // bad inputs are the user's error (exit 2), found before any pass runs
     torch::NoGradGuard no_grad;
     m.module.forward(m.inputs);
-  } catch (const c10::Error& e) {
-    return Fail(kExitBadInput, ModelRunError(e));
+  } catch (const std::exception& e) {
+    return Fail(kExitBadInput, ModelRunError(args, e));
   }
   auto options = BaseOptions(args, m.inputs);
   options.mode = profile ? dice::torch_ext::Mode::kObserve : dice::torch_ext::Mode::kCache;
@@ -370,8 +379,8 @@ int CmdRunOrProfile(const ModelArgs& args, bool profile) {
   double us = 0;
   try {
     us = TimeForward(m.module, m.inputs, gpu, args.reps);
-  } catch (const c10::Error& e) {
-    return Fail(kExitBadInput, ModelRunError(e));
+  } catch (const std::exception& e) {
+    return Fail(kExitBadInput, ModelRunError(args, e));
   }
   auto stats = dice::torch_ext::GetGroupStats();
   if (profile) {
@@ -444,6 +453,86 @@ void RegisterProfile(CLI::App& app, CommandTable& table) {
   auto* profile = app.add_subcommand("profile", "which fusion groups cost what (µs, calls)");
   AddModelArgs(profile, a.get());
   table.Add(profile, [a] { return CmdRunOrProfile(*a, /*profile=*/true); });
+}
+
+// ------------------------------------------------ --input checks (model_inputs.h) ----
+
+Expected<ir::TensorSpec> ParseInputFlag(const std::string& spec, const std::string& flag) {
+  const std::string where = "--input '" + flag + "'" + (spec == flag ? "" : ": '" + spec + "'");
+  auto parsed = ir::ParseInputSpec(spec);
+  if (!parsed.ok()) {
+    // ParseInputSpec says "input spec '<spec>'<what>"; name the flag instead.
+    std::string what = parsed.status().message();
+    const std::string own = "input spec '" + spec + "'";
+    if (what.rfind(own, 0) == 0) what = what.substr(own.size());
+    else what = ": " + what;
+    return Status(StatusCode::kInvalidArgument, where + what);
+  }
+  int64_t bytes = ir::DTypeSize(parsed->dtype);
+  for (size_t d = 0; d < parsed->shape.size(); ++d) {
+    if (parsed->shape[d] < 1) {
+      return Status(StatusCode::kInvalidArgument, where + ": size " + std::to_string(parsed->shape[d]) +
+                                                      " in dimension " + std::to_string(d) +
+                                                      "; every size must be at least 1");
+    }
+    if (__builtin_mul_overflow(bytes, parsed->shape[d], &bytes)) {
+      return Status(StatusCode::kInvalidArgument,
+                    where + ": the sizes overflow int64 (the tensor would hold more than 2^63 bytes)");
+    }
+  }
+  return parsed;
+}
+
+std::string InputFlags(const std::vector<std::string>& values) {
+  std::string out;
+  for (const std::string& v : values) out += (out.empty() ? "--input '" : " --input '") + v + "'";
+  return out.empty() ? "--input" : out;
+}
+
+Status CheckInputsFitForward(const torch::jit::Module& module, const std::vector<ir::TensorSpec>& specs,
+                             const std::string& flags) {
+  auto misfit = [&](const std::string& why) {
+    return Status(StatusCode::kInvalidArgument, flags + ": the model does not run on these inputs: " + why);
+  };
+  auto forward = module.find_method("forward");
+  if (!forward) return misfit("it has no forward() method");
+  const std::vector<c10::Argument>& all = forward->function().getSchema().arguments();
+  const size_t first = !all.empty() && all[0].name() == "self" ? 1 : 0;
+  std::string signature;
+  size_t required = 0;
+  for (size_t i = first; i < all.size(); ++i) {
+    signature += (signature.empty() ? "" : ", ") + all[i].name();
+    if (!all[i].default_value()) required = i - first + 1;
+  }
+  const size_t total = all.size() - first;
+  if (specs.size() < required || specs.size() > total) {
+    const std::string takes = required == total ? std::to_string(total) : std::to_string(required) + " to " +
+                                                                              std::to_string(total);
+    return misfit("forward(" + signature + ") takes " + takes + " argument(s), " + std::to_string(specs.size()) +
+                  " --input given");
+  }
+  for (size_t k = 0; k < specs.size(); ++k) {
+    const c10::Argument& arg = all[first + k];
+    if (!c10::TensorType::get()->isSubtypeOf(*arg.type())) {
+      return misfit("forward's argument '" + arg.name() + "' is " + arg.type()->annotation_str() +
+                    ", not a Tensor (--input gives tensors only)");
+    }
+    if (auto tensor = arg.type()->cast<c10::TensorType>()) {
+      if (auto rank = tensor->dim(); rank && *rank != specs[k].shape.size()) {
+        return misfit("forward's argument '" + arg.name() + "' is a rank-" + std::to_string(*rank) +
+                      " tensor, input " + std::to_string(k + 1) + " has rank " + std::to_string(specs[k].shape.size()));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+std::string TorchErrorCause(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string text = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  const size_t nl = text.rfind('\n');
+  return nl == std::string::npos ? text : text.substr(nl + 1);
 }
 
 int RunAtTorchBoundary(const std::function<int()>& run) {

@@ -6,8 +6,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dice/cache/store.h"
@@ -15,12 +17,13 @@
 #include "dice/runtime/cuda_driver.h"
 #include "dice/core/ir.h"
 #include "dice/torch_ext/optimize.h"
+#include "model_inputs.h"
 
 namespace dice::cli {
 namespace {
 
 struct WarmupCommand {
-  std::string model_path, shard = "0/1", cache_dir;
+  std::string model_path, shard, cache_dir;  // shard "": from the launcher's environment (ShardFromEnv)
   std::vector<std::string> sets;
   double budget_s = 60;
   int max_candidates = 16;
@@ -40,15 +43,68 @@ bool ParseShard(const std::string& text, int* index, int* count) {
   return *count >= 1 && *index < *count;
 }
 
-// One shape set "8x4096:f32,4096:f32" -> specs.
+// Where a shard came from, for the start-up line.
+struct Shard {
+  int index = 0, count = 1;
+  std::string source;  ///< "--shard", "RANK/WORLD_SIZE (torchrun)", "SLURM_PROCID/SLURM_NTASKS (Slurm)" or "" (default 0/1)
+};
+
+// A non-negative decimal of at most 9 digits.
+bool ParseCount(const char* text, int* out) {
+  const std::string t = text;
+  if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos) return false;
+  *out = std::stoi(t);
+  return true;
+}
+
+// The shard from a launcher's environment when --shard is absent: torchrun's
+// RANK/WORLD_SIZE first (under Slurm, torchrun's global rank is the one that
+// counts), then Slurm's SLURM_PROCID/SLURM_NTASKS, else 0/1. Errors
+// (kInvalidArgument) name the variable: one of a pair set without the
+// other, a value that is not a non-negative integer, a count of 0 or a rank
+// not below the count.
+Expected<Shard> ShardFromEnv() {
+  const std::pair<const char*, const char*> launchers[] = {{"RANK", "WORLD_SIZE"}, {"SLURM_PROCID", "SLURM_NTASKS"}};
+  const char* names[] = {"torchrun", "Slurm"};
+  for (int l = 0; l < 2; ++l) {
+    const auto [rank_var, size_var] = launchers[l];
+    const char* rank = std::getenv(rank_var);
+    const char* size = std::getenv(size_var);
+    if (rank == nullptr && size == nullptr) continue;
+    const std::string pair = std::string(rank_var) + "/" + size_var + " (" + names[l] + ")";
+    if (rank == nullptr || size == nullptr) {
+      return Status(StatusCode::kInvalidArgument, std::string(rank == nullptr ? size_var : rank_var) + " is set but " +
+                                                      (rank == nullptr ? rank_var : size_var) +
+                                                      " is not: set both, or give --shard i/n");
+    }
+    Shard s;
+    s.source = pair;
+    if (!ParseCount(rank, &s.index)) {
+      return Status(StatusCode::kInvalidArgument,
+                    std::string(rank_var) + "='" + rank + "' is not a non-negative integer (shard index, " + pair + ")");
+    }
+    if (!ParseCount(size, &s.count) || s.count < 1) {
+      return Status(StatusCode::kInvalidArgument,
+                    std::string(size_var) + "='" + size + "' is not a positive integer (shard count, " + pair + ")");
+    }
+    if (s.index >= s.count) {
+      return Status(StatusCode::kInvalidArgument, std::string(rank_var) + "=" + rank + " is not below " + size_var +
+                                                      "=" + size + " (" + pair + ")");
+    }
+    return s;
+  }
+  return Shard{};
+}
+
+// One shape set "8x4096:f32,4096:f32" -> specs (errors name the --input, model_inputs.h).
 Expected<std::vector<ir::TensorSpec>> ParseSet(const std::string& set) {
   std::vector<ir::TensorSpec> specs;
   size_t begin = 0;
   while (begin <= set.size()) {
     const size_t comma = set.find(',', begin);
     const std::string one = set.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
-    auto spec = ir::ParseInputSpec(one);
-    if (!spec.ok()) return spec.status().WithContext("--input '" + set + "'");
+    auto spec = ParseInputFlag(one, set);
+    if (!spec.ok()) return spec.status();
     specs.push_back(*spec);
     if (comma == std::string::npos) break;
     begin = comma + 1;
@@ -63,11 +119,35 @@ std::string Last(const std::string& text) {
   return nl == std::string::npos ? t : t.substr(nl + 1);
 }
 
-int Warmup(const WarmupCommand& c) {
-  int shard = 0, shards = 1;
-  if (!ParseShard(c.shard, &shard, &shards)) {
-    return Fail(kExitBadInput, "--shard '" + c.shard + "' is not i/n with 0 <= i < n (e.g. 0/4)");
+// The model loads and every set fits its forward() (model_inputs.h): checked
+// before any set is tuned, on the CPU. Returns the exit code, kExitOk when all fit.
+int CheckModelTakesEverySet(const WarmupCommand& c, const std::vector<std::vector<ir::TensorSpec>>& sets) {
+  torch::jit::Module probe;
+  try {
+    probe = torch::jit::load(c.model_path, c10::Device(c10::kCPU));
+  } catch (const std::exception& e) {
+    return Fail(kExitBadInput, "cannot load TorchScript model '" + c.model_path + "': " + TorchErrorCause(e));
   }
+  for (size_t k = 0; k < sets.size(); ++k) {
+    if (Status fits = CheckInputsFitForward(probe, sets[k], InputFlags({c.sets[k]})); !fits.ok()) {
+      return Fail(kExitBadInput, fits.message());
+    }
+  }
+  return kExitOk;
+}
+
+int Warmup(const WarmupCommand& c) {
+  Shard from;
+  if (!c.shard.empty()) {
+    if (!ParseShard(c.shard, &from.index, &from.count)) {
+      return Fail(kExitBadInput, "--shard '" + c.shard + "' is not i/n with 0 <= i < n (e.g. 0/4)");
+    }
+  } else {
+    auto env = ShardFromEnv();
+    if (!env.ok()) return Fail(kExitBadInput, env.status().message());
+    from = *env;
+  }
+  const int shard = from.index, shards = from.count;
   if (c.sets.empty()) return Fail(kExitBadInput, "no --input given (one per shape set, e.g. --input 8x4096:bf16)");
   std::vector<std::vector<ir::TensorSpec>> sets;
   for (const std::string& s : c.sets) {
@@ -80,6 +160,7 @@ int Warmup(const WarmupCommand& c) {
     auto store = cache::Store::Open(cache::DatabasePath(dir));
     if (!store.ok()) return Fail(kExitBadInput, "kernel cache unusable: " + store.status().ToString());
   }
+  if (const int rc = CheckModelTakesEverySet(c, sets); rc != kExitOk) return rc;
   auto device = QueryDevice(0);
   const bool gpu = device.ok() && torch::cuda::is_available();
   if (!gpu) {
@@ -92,7 +173,8 @@ int Warmup(const WarmupCommand& c) {
   }
   int mine = 0;
   for (size_t k = 0; k < sets.size(); ++k) mine += static_cast<int>(k % static_cast<size_t>(shards)) == shard;
-  std::printf("dice: %zu shape set(s), shard %d/%d takes %d\n", sets.size(), shard, shards, mine);
+  std::printf("dice: %zu shape set(s), shard %d/%d takes %d%s\n", sets.size(), shard, shards, mine,
+              from.source.empty() ? "" : (" (shard from " + from.source + ")").c_str());
   std::fflush(stdout);
 
   const c10::Device dev = gpu ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
@@ -111,17 +193,22 @@ int Warmup(const WarmupCommand& c) {
     module.eval();
     torch::manual_seed(c.seed);
     std::vector<c10::IValue> inputs;
-    for (const auto& spec : sets[k]) {
-      inputs.emplace_back(torch::randn(spec.shape, torch::TensorOptions()
-                                                       .dtype(reference::ToScalarType(spec.dtype))
-                                                       .device(dev)));
+    try {
+      for (const auto& spec : sets[k]) {
+        inputs.emplace_back(torch::randn(spec.shape, torch::TensorOptions()
+                                                         .dtype(reference::ToScalarType(spec.dtype))
+                                                         .device(dev)));
+      }
+    } catch (const std::exception& e) {  // e.g. more bytes than the device has
+      return Fail(kExitBadInput, "--input '" + c.sets[k] + "': cannot allocate the inputs on " + dev.str() + ": " +
+                                     TorchErrorCause(e));
     }
     try {
       torch::NoGradGuard no_grad;
       module.forward(inputs);
-    } catch (const c10::Error& e) {
+    } catch (const std::exception& e) {  // a c10::Error, or the interpreter's own (traceback cut to its cause)
       return Fail(kExitBadInput, "--input '" + c.sets[k] + "': the model does not run on these inputs: " +
-                                     Last(e.what_without_backtrace()));
+                                     TorchErrorCause(e));
     }
     auto env = torch_ext::Options::FromEnv();
     torch_ext::Options options = env.ok() ? *env : torch_ext::Options{};
@@ -179,7 +266,8 @@ void RegisterWarmup(CLI::App& app, CommandTable& table) {
   cmd->add_option("model", c->model_path, "TorchScript model file (torch.jit.save)")->required();
   cmd->add_option("--input,-i", c->sets,
                   "one shape set per flag: the forward() arguments, comma separated (8x4096:bf16[,4096:bf16])");
-  cmd->add_option("--shard", c->shard, "i/n: warm only the sets k with k % n == i (default 0/1)");
+  cmd->add_option("--shard", c->shard, "i/n: warm only the sets k with k % n == i (default: torchrun's "
+                                       "RANK/WORLD_SIZE, else Slurm's SLURM_PROCID/SLURM_NTASKS, else 0/1)");
   cmd->add_option("--cache", c->cache_dir, "cache directory (default $DICE_CACHE_DIR or ~/.cache/dice)");
   cmd->add_option("--budget-s", c->budget_s, "tuning budget per fusion group, seconds");
   cmd->add_option("--max-candidates", c->max_candidates, "candidates per generator and group")

@@ -1,0 +1,263 @@
+// The `dice` tool's exit codes and one-line messages (docs/CLI.md, issue 20
+// item 6 and 8), run as a user would: every malformed --input is exit 2 with
+// one line naming the flag (no TorchScript traceback); `dice judge` without a
+// GPU judges on the CPU and says so, and exits 3 when a GPU is demanded;
+// `dice cache pull` counts what it refused and why; a dead server is named
+// with its URL and the cause; `dice cache ls` on a missing directory says it
+// is empty and creates nothing. The models are written by python3's torch
+// (this file includes no torch header).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "run_dice.h"
+#include "dice/cache/http_server.h"
+#include "dice/cache/store.h"
+#include "dice/runtime/cuda_driver.h"
+
+namespace {
+
+using ::dice::cli_test::DiceResult;
+using ::dice::cli_test::RunDice;
+using ::dice::cli_test::ScratchDir;
+
+bool Exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// Lines of `text` that contain `needle`.
+int CountLines(const std::string& text, const std::string& needle) {
+  int n = 0;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    n += text.substr(begin, end - begin).find(needle) != std::string::npos;
+    begin = end + 1;
+  }
+  return n;
+}
+
+// Expects exit 2 and exactly one error line that names --input, with no
+// TorchScript traceback.
+void ExpectOneLineBadInput(const DiceResult& r, const std::string& what) {
+  EXPECT_EQ(r.code, 2) << what << "\n" << r.output;
+  EXPECT_EQ(CountLines(r.output, "dice: error"), 1) << what << "\n" << r.output;
+  EXPECT_NE(r.output.find("dice: error: --input"), std::string::npos) << what << "\n" << r.output;
+  EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << what << "\n" << r.output;
+  EXPECT_EQ(r.output.find("<--- HERE"), std::string::npos) << what << "\n" << r.output;
+}
+
+class InputExitCodeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new ScratchDir("dice_exit_codes");
+    // mm.pt takes a matrix (torch.mm); ew.pt any shape; int.pt a tensor and an int.
+    std::ofstream(dir_->path() + "/make.py")
+        << "import sys, torch\n"
+           "class Mm(torch.nn.Module):\n"
+           "    def __init__(self):\n"
+           "        super().__init__()\n"
+           "        self.w = torch.nn.Parameter(torch.randn(8, 8))\n"
+           "    def forward(self, x):\n"
+           "        return torch.relu(torch.mm(x, self.w)) + 1.0\n"
+           "class Ew(torch.nn.Module):\n"
+           "    def forward(self, x):\n"
+           "        return torch.relu(x * 2.0) + 1.0\n"
+           "class WithInt(torch.nn.Module):\n"
+           "    def forward(self, x, n: int):\n"
+           "        return x * n\n"
+           "d = sys.argv[1]\n"
+           "torch.jit.script(Mm()).save(d + '/mm.pt')\n"
+           "torch.jit.script(Ew()).save(d + '/ew.pt')\n"
+           "torch.jit.script(WithInt()).save(d + '/int.pt')\n";
+    ASSERT_EQ(std::system(("python3 '" + dir_->path() + "/make.py' '" + dir_->path() + "'").c_str()), 0);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string Model(const std::string& name) { return dir_->path() + "/" + name; }
+  static std::string Cache() { return " --cache " + dir_->path() + "/cache"; }
+  static ScratchDir* dir_;
+};
+ScratchDir* InputExitCodeTest::dir_ = nullptr;
+
+TEST_F(InputExitCodeTest, MalformedSpecsExitTwoWithOneLineNamingTheFlag) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"99999999999x99999999999:f32", "overflow int64"},
+      {"0x8:f32", "size 0 in dimension 0; every size must be at least 1"},
+      {"8x0:f32", "size 0 in dimension 1"},
+      {"-1x8:f32", "dimension '-1' is not a non-negative integer"},
+      {"8x8:f33", "unknown dtype 'f33'"},
+      {"8x8", "has no ':dtype'"},
+  };
+  for (const auto& [spec, why] : cases) {
+    DiceResult r = RunDice("run " + Model("ew.pt") + " --input " + spec + Cache());
+    ExpectOneLineBadInput(r, spec);
+    EXPECT_NE(r.output.find("--input '" + spec + "'"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(why), std::string::npos) << r.output;
+  }
+}
+
+TEST_F(InputExitCodeTest, RankOrDtypeTheModelRejectsIsOneLineForEveryCommand) {
+  for (const std::string cmd : {"tune", "run", "profile"}) {
+    DiceResult rank = RunDice(cmd + " " + Model("mm.pt") + " --input 8x8x8:f32" + Cache());
+    ExpectOneLineBadInput(rank, cmd + " rank");
+    EXPECT_NE(rank.output.find("--input '8x8x8:f32': the model does not run on these inputs: "), std::string::npos)
+        << rank.output;
+    EXPECT_NE(rank.output.find("matrix"), std::string::npos) << "PyTorch's cause is kept:\n" << rank.output;
+  }
+  DiceResult dtype = RunDice("run " + Model("mm.pt") + " --input 8x8:f16" + Cache());
+  ExpectOneLineBadInput(dtype, "dtype");
+  DiceResult warmup = RunDice("warmup " + Model("mm.pt") + " --input 8x8x8:f32" + Cache());
+  ExpectOneLineBadInput(warmup, "warmup rank");
+  EXPECT_NE(warmup.output.find("--input '8x8x8:f32'"), std::string::npos) << warmup.output;
+}
+
+TEST_F(InputExitCodeTest, InputsThatDoNotMatchForwardsSignatureAreCaughtBeforeRunning) {
+  DiceResult count = RunDice("run " + Model("ew.pt") + " --input 8x8:f32 --input 8:f32" + Cache());
+  ExpectOneLineBadInput(count, "count");
+  EXPECT_NE(count.output.find("forward(x) takes 1 argument(s), 2 --input given"), std::string::npos) << count.output;
+  DiceResult non_tensor = RunDice("run " + Model("int.pt") + " --input 8x8:f32 --input 8:f32" + Cache());
+  ExpectOneLineBadInput(non_tensor, "int argument");
+  EXPECT_NE(non_tensor.output.find("'n' is int"), std::string::npos) << non_tensor.output;
+  DiceResult warmup = RunDice("warmup " + Model("ew.pt") + " --input 8x8:f32,8:f32" + Cache());
+  ExpectOneLineBadInput(warmup, "warmup count");
+  EXPECT_EQ(warmup.output.find("shard 0/1 takes"), std::string::npos) << "checked before any set is tuned:\n"
+                                                                      << warmup.output;
+}
+
+class JudgeDeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (dice::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: these check the machine without one";
+    std::ofstream(dir_.path() + "/ref.py") << "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                                              "    def forward(self, x):\n        return torch.relu(x)\n\n"
+                                              "def get_inputs():\n    return [torch.randn(16, 16)]\n\n"
+                                              "def get_init_inputs():\n    return []\n";
+    std::ofstream(dir_.path() + "/new.py") << "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+                                              "    def forward(self, x):\n        return x.clamp_min(0)\n";
+  }
+  std::string Programs() const {
+    return " --trials 1 --reps 2 --reference " + dir_.path() + "/ref.py --candidate " + dir_.path() + "/new.py";
+  }
+  ScratchDir dir_{"dice_judge_device"};
+};
+
+TEST_F(JudgeDeviceTest, WithoutAGpuTheDefaultJudgesOnTheCpuAndSaysSo) {
+  DiceResult r = RunDice("judge" + Programs());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("no CUDA device present"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("judging on the CPU"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"outcome\":\"correct\""), std::string::npos) << r.output;
+}
+
+TEST_F(JudgeDeviceTest, DemandingCudaWithoutAGpuExitsThree) {
+  for (const std::string device : {"cuda", "cuda:1"}) {
+    DiceResult r = RunDice("judge --device " + device + Programs());
+    EXPECT_EQ(r.code, 3) << device << "\n" << r.output;
+    EXPECT_NE(r.output.find("no CUDA device is present"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("\"outcome\""), std::string::npos) << "nothing was judged:\n" << r.output;
+  }
+  DiceResult bad = RunDice("judge --device tpu" + Programs());
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--device 'tpu'"), std::string::npos) << bad.output;
+}
+
+TEST(CacheLsTest, MissingDirectoryIsReportedEmptyAndNotCreated) {
+  ScratchDir dir("dice_ls_missing");
+  const std::string missing = dir.path() + "/no/such/cache";
+  DiceResult ls = RunDice("cache ls --cache " + missing);
+  EXPECT_EQ(ls.code, 0) << ls.output;
+  EXPECT_NE(ls.output.find("empty"), std::string::npos) << ls.output;
+  EXPECT_NE(ls.output.find(missing), std::string::npos) << "it says where:\n" << ls.output;
+  EXPECT_FALSE(Exists(dir.path() + "/no")) << "cache ls created the directory";
+  DiceResult show = RunDice("cache show deadbeef --cache " + missing);
+  EXPECT_EQ(show.code, 2) << show.output;
+  EXPECT_NE(show.output.find("deadbeef"), std::string::npos) << show.output;
+  EXPECT_FALSE(Exists(dir.path() + "/no")) << "cache show created the directory";
+}
+
+// 64 hex digits ending in n.
+std::string Key(int n) {
+  std::string k(64, 'a');
+  const std::string tail = std::to_string(n);
+  k.replace(64 - tail.size(), tail.size(), tail);
+  return k;
+}
+
+dice::cache::WinnerRecord Record(int n, const std::string& arch, const std::string& versions) {
+  dice::cache::WinnerRecord r;
+  r.task_key = Key(n);
+  r.graph_canonical = "input %0 f32 rank=1\n%1 = relu(%0)\noutput %1\n";
+  r.input_specs = "f32[" + std::to_string(n + 1) + "]";
+  r.arch = arch;
+  r.gpu_name = "NVIDIA H200";
+  r.origin = "template:elementwise/v" + std::to_string(n);
+  r.candidate_hash = "c" + std::to_string(n);
+  r.source = "__global__ void k" + std::to_string(n) + "() {}";
+  r.cubin = std::string("\x7f" "ELF", 4) + std::to_string(n);
+  r.launch_plan_json = R"({"grid":[1,1,1],"block":[32,1,1]})";
+  r.baseline_us = 10;
+  r.best_us = 5;
+  r.speedup = 2;
+  r.versions_json = versions;
+  r.verified = true;
+  return r;
+}
+
+TEST(CachePullTest, SaysHowManyEntriesItRefusedAndWhy) {
+  if (std::system("command -v sqlite3 >/dev/null 2>&1") != 0) GTEST_SKIP() << "sqlite3 (Debian sqlite3) is missing";
+  ScratchDir dir("dice_pull_refused");
+  const std::string db = dir.path() + "/server.db";
+  {
+    auto store = dice::cache::Store::Open(db);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_TRUE((*store)->PutWinner(Record(1, "sm_90", R"({"abi":1})")).ok());
+    ASSERT_TRUE((*store)->PutWinner(Record(2, "sm_90", R"({"abi":1})")).ok());    // damaged below
+    ASSERT_TRUE((*store)->PutWinner(Record(3, "sm_90", R"({"abi":999})")).ok());  // another runtime ABI
+    ASSERT_TRUE((*store)->PutWinner(Record(4, "sm_80", R"({"abi":1})")).ok());    // not the --arch asked for
+  }
+  ASSERT_EQ(std::system(("sqlite3 '" + db + "' \"UPDATE winners SET source = 'tampered' WHERE task_key = '" + Key(2) +
+                         "'\"").c_str()),
+            0);
+  dice::cache::CacheServer server;
+  ASSERT_TRUE(server.Start(db, "127.0.0.1", 0, "").ok());
+  DiceResult pull = RunDice("cache pull " + server.url() + " --arch sm_90 --cache " + dir.path() + "/local");
+  server.Stop();
+  EXPECT_EQ(pull.code, 0) << pull.output;
+  EXPECT_NE(pull.output.find("1 stored"), std::string::npos) << pull.output;
+  EXPECT_NE(pull.output.find("3 refused"), std::string::npos) << pull.output;
+  EXPECT_NE(pull.output.find("1 content hash mismatch"), std::string::npos) << pull.output;
+  EXPECT_NE(pull.output.find("1 runtime ABI version"), std::string::npos) << pull.output;
+  EXPECT_NE(pull.output.find("1 for another arch"), std::string::npos) << pull.output;
+  auto local = dice::cache::Store::Open(dice::cache::DatabasePath(dir.path() + "/local"));
+  ASSERT_TRUE(local.ok());
+  auto rows = (*local)->ListWinners();
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].task_key, Key(1));
+}
+
+TEST(CachePullTest, ADeadServerIsNamedWithItsUrlAndTheCause) {
+  dice::cache::CacheServer server;
+  ScratchDir dir("dice_pull_dead");
+  ASSERT_TRUE(server.Start(dir.path() + "/server.db", "127.0.0.1", 0, "t").ok());
+  const std::string url = server.url();
+  server.Stop();
+  for (const std::string cmd : {"pull", "push"}) {
+    DiceResult r = RunDice("cache " + cmd + " " + url + " --timeout-ms 500 --cache " + dir.path() + "/local");
+    EXPECT_EQ(r.code, 1) << cmd << "\n" << r.output;
+    EXPECT_NE(r.output.find("cache server " + url + " is not reachable (no connection: nothing listens there"),
+              std::string::npos) << "the URL and the cause:\n" << r.output;
+  }
+}
+
+}  // namespace
