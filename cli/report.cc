@@ -148,6 +148,10 @@ void RenderHeader(const json& doc, std::ostringstream& h) {
                              : "compile-only (no GPU): candidates were compiled, nothing was verified or timed");
   }
   h << " \u00b7 " << ArrayAt(doc, "groups").size() << " fusion group(s)</p>\n";
+  if (from_cache && ArrayAt(doc, "groups").empty()) {
+    h << "<p class=\"note\">No winners in this cache yet: <code>dice tune MODEL --input SPEC --cache DIR</code> "
+         "on a GPU fills it (a compile-only run stores none).</p>\n";
+  }
 }
 
 // Before / captured / after and what each step gave.
@@ -188,7 +192,7 @@ void RenderPlot(const json& doc, std::ostringstream& h) {
     ++i;
     const int y = kTop + kRow * (i - 1);
     std::string label = std::to_string(i) + ". " + TextAt(g, "description");
-    if (label.size() > 48) label = label.substr(0, 47) + "\u2026";
+    if (label.size() > 44) label = label.substr(0, 43) + "\u2026";  // fits the 320 px label column
     const auto s = NumberAt(g, "speedup");
     h << "<g class=\"row\" data-group=\"" << i << "\"><text class=\"label\" x=\"0\" y=\"" << y + 16 << "\">"
       << HtmlEscape(ValidUtf8(label)) << "</text>";
