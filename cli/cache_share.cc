@@ -19,7 +19,9 @@
 #include "dice/cache/http_server.h"
 #include "dice/cache/store.h"
 #include "dice/core/candidate.h"
+#include "dice/core/log.h"
 #include "dice/core/task.h"
+#include "progress.h"
 
 namespace dice::cli {
 
@@ -193,8 +195,12 @@ int Push(const CacheShareCommands& c, const std::string& cache_dir) {
   auto health = client.Health();
   if (!health.ok()) return FailRequest(c.url, health.status());
   int64_t pushed = 0, kept = 0, unverified = 0, considered = 0;
+  int64_t total = 0;  // the rows of --arch (all without it), for the progress line
+  for (const WinnerRecord& s : *rows) total += c.arch.empty() || s.arch == c.arch;
+  ProgressLine progress;
   for (const WinnerRecord& s : *rows) {
     if (!c.arch.empty() && s.arch != c.arch) continue;
+    ShowCount(progress, "push: done", considered, total);
     ++considered;
     if (!s.verified) {  // only kernels proven on a GPU here travel on
       ++unverified;
@@ -205,12 +211,15 @@ int Push(const CacheShareCommands& c, const std::string& cache_dir) {
     if (!rec->has_value()) continue;
     auto stored = client.Put(**rec);
     if (!stored.ok()) {
+      progress.Finish();
       std::printf("pushed %lld, server kept its own %lld, before the error\n", static_cast<long long>(pushed),
                   static_cast<long long>(kept));
       return FailWith(stored.status());
     }
     ++(*stored ? pushed : kept);
   }
+  ShowCount(progress, "push: done", considered, total);
+  progress.Finish();
   std::printf("%lld winner(s)%s considered: %lld pushed, %lld kept by the server (its speedup was >=), "
               "%lld unverified left out\n",
               static_cast<long long>(considered), c.arch.empty() ? "" : (" for " + c.arch).c_str(),
@@ -234,10 +243,16 @@ int Pull(const CacheShareCommands& c, const std::string& cache_dir) {
       keys.push_back(s.task_key);
     }
   }
+  Notice(LogLevel::kInfo, "dice: pull: fetching %zu entr%s from %s", keys.size(), keys.size() == 1 ? "y" : "ies",
+         c.url.c_str());
   auto recs = FetchEntries(client, keys, &refused);
   if (!recs.ok()) return FailRequest(c.url, recs.status());
   int64_t stored = 0, kept = 0;
+  ProgressLine progress;
+  int64_t done = 0;
+  const auto total = static_cast<int64_t>(recs->size());
   for (WinnerRecord& rec : *recs) {
+    ShowCount(progress, "pull: done", done++, total);
     if (std::string why = VersionMismatch(rec); !why.empty()) {
       if (refused.version++ == 0) refused.version_example = why;
       continue;
@@ -250,6 +265,8 @@ int Pull(const CacheShareCommands& c, const std::string& cache_dir) {
     if (!put.ok()) return FailWith(put.status());
     ++(*put ? stored : kept);
   }
+  ShowCount(progress, "pull: done", total, total);
+  progress.Finish();
   std::printf("%zu entr%s on the server: %lld stored, %lld kept (the local entry is verified or faster)%s\n",
               list->size(), list->size() == 1 ? "y" : "ies", static_cast<long long>(stored),
               static_cast<long long>(kept), RefusalText(refused, c.arch).c_str());

@@ -3,11 +3,36 @@
 
 #include <cstdio>
 
+#include "dice/core/log.h"
+
 namespace dice::cli {
 
 int Fail(int code, const std::string& message) {
-  std::fprintf(stderr, "dice: error: %s\n", message.c_str());
+  if (LogEnabled(LogLevel::kError)) std::fprintf(stderr, "dice: error: %s\n", message.c_str());
   return code;
+}
+
+void AddLogLevelOption(CLI::App& app, std::string* level) {
+  app.fallthrough();
+  app.add_option("--log-level", *level,
+                 "diagnostics shown: trace|debug|info|warn|error|off (default $DICE_LOG_LEVEL, else info); "
+                 "progress is info, warnings warn; results are printed at every level");
+}
+
+int ApplyLogLevel(const std::string& flag) {
+  Status env = InitLogLevelFromEnv();
+  if (!env.ok() && LogEnabled(LogLevel::kWarn)) {
+    std::fprintf(stderr, "dice: warning: %s; ignored\n", env.message().c_str());
+  }
+  if (flag.empty()) return kExitOk;
+  auto level = ParseLogLevel(flag);
+  if (!level.ok()) {
+    // Printed at every level: the user asked for this flag and it is wrong.
+    std::fprintf(stderr, "dice: error: --log-level: %s\n", level.status().message().c_str());
+    return kExitBadInput;
+  }
+  SetLogLevel(*level);
+  return kExitOk;
 }
 
 }  // namespace dice::cli

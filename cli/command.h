@@ -31,8 +31,22 @@ inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitNoGpu = 3;
 
-/// Prints "dice: error: <message>" and a newline on stderr; returns `code`.
+/// Prints "dice: error: <message>" and a newline on stderr (unless the log
+/// level is off); returns `code`.
 int Fail(int code, const std::string& message);
+
+/// Adds the global `--log-level LEVEL` option to `app`, bound to `*level`
+/// (LEVEL: trace|debug|info|warn|error|off). `app` falls through, so the
+/// option is accepted before and after the command name (call this before
+/// the Register functions: subcommands inherit the fall-through).
+void AddLogLevelOption(CLI::App& app, std::string* level);
+
+/// Sets the process's log level (dice/core/log.h) before a command runs:
+/// from $DICE_LOG_LEVEL, then from `flag` (the --log-level value, "" when
+/// not given), which wins. A bad DICE_LOG_LEVEL is a warning on stderr and
+/// is ignored, as on the Python side (dice_torch/logs.py). Returns kExitOk,
+/// or kExitBadInput after "dice: error: --log-level 'x': ..." for a bad flag.
+int ApplyLogLevel(const std::string& flag);
 
 /// The runnable subcommands of the `dice` app and what runs each.
 /// Not thread-safe; built and used on main's thread.

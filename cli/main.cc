@@ -19,6 +19,11 @@
 // Each command registers itself from its own file (cli/command.h says how);
 // this file only lists them in help order, parses and runs the parsed one.
 //
+// Every command takes --log-level trace|debug|info|warn|error|off (before or
+// after its name; default $DICE_LOG_LEVEL, else info): progress lines and
+// notices are info, warnings warn; result tables are printed at every level.
+// stdout is line-buffered, so piped output arrives line by line.
+//
 // Exit codes: 0 success (also a compile-only tune on a machine without a
 // GPU), 1 a runtime failure (tuning error, outputs differ from eager),
 // 2 bad input (model file, --input spec, cache dir, unknown key, flags),
@@ -31,6 +36,7 @@
 #include "generate.h"
 #include "judge.h"
 #include "model_commands.h"
+#include "progress.h"
 #include "report.h"
 #include "tokenize.h"
 #include "train.h"
@@ -38,8 +44,11 @@
 
 int main(int argc, char** argv) {
   using namespace dice::cli;
+  LineBufferStdout();
   CLI::App app{"dice: JIT autotuning runtime for PyTorch models (fusion groups -> tuned CUDA kernels)"};
   app.require_subcommand(1);
+  std::string log_level;
+  AddLogLevelOption(app, &log_level);  // before the commands: they inherit its fall-through
   CommandTable table;
   RegisterTune(app, table);
   RegisterRun(app, table);
@@ -57,5 +66,6 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? kExitOk : kExitBadInput;
   }
+  if (const int rc = ApplyLogLevel(log_level); rc != kExitOk) return rc;
   return RunAtTorchBoundary([&table] { return table.RunParsed().value_or(kExitBadInput); });
 }

@@ -21,6 +21,7 @@
 
 #include "dice/cache/store.h"
 #include "dice/core/ir.h"
+#include "dice/core/log.h"
 #include "dice/generator/dice_generator.h"
 #include "dice/generator/templates.h"
 #include "dice/reference/device_compare.h"
@@ -28,6 +29,7 @@
 #include "dice/runtime/cuda_driver.h"
 #include "dice/torch_ext/optimize.h"
 #include "model_inputs.h"
+#include "progress.h"
 #include "report.h"
 
 namespace dice::cli {
@@ -253,7 +255,8 @@ bool MakeGenerators(const GeneratorArgs& g, bool gpu, std::vector<std::shared_pt
     o.decode.max_new_tokens = g.max_new_tokens;
     o.decode.cuda_graphs = gpu;  // graphed decode: 2.1-5.9x the eager one on the H200 (docs/PERF.md)
     o.progress = true;
-    std::printf("dice: loading the DICE checkpoint %s on %s\n", g.model_dir.c_str(), gpu ? "cuda:0 (bf16)" : "cpu (f32)");
+    Notice(dice::LogLevel::kInfo, "dice: loading the DICE checkpoint %s on %s", g.model_dir.c_str(),
+           gpu ? "cuda:0 (bf16)" : "cpu (f32)");
     auto gen = dice::DiceGenerator::Load(std::move(o));
     if (!gen.ok()) {
       *error = "--model " + g.model_dir + ": " + gen.status().ToString();
@@ -271,11 +274,11 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   if (!gpu) {
     const std::string why = device.ok() ? "PyTorch sees no CUDA device" : device.status().message();
     if (require_gpu) return Fail(kExitNoGpu, "no CUDA device present (" + why + ")");
-    std::printf("dice: no CUDA device present (%s).\n"
-                "dice: running compile-only: candidates are generated and compiled for sm_90 (NVRTC for device form, nvcc for extension form); "
-                "nothing is verified, timed or cached as a winner.\n", why.c_str());
+    Notice(dice::LogLevel::kWarn, "dice: no CUDA device present (%s).\n"
+           "dice: running compile-only: candidates are generated and compiled for sm_90 (NVRTC for device form, nvcc for extension form); "
+           "nothing is verified, timed or cached as a winner.", why.c_str());
   } else {
-    std::printf("dice: tuning on %s (%s)\n", device->name.c_str(), device->arch.c_str());
+    Notice(dice::LogLevel::kInfo, "dice: tuning on %s (%s)", device->name.c_str(), device->arch.c_str());
   }
   LoadedModel eager, tuned;
   std::string error;
@@ -306,10 +309,15 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   options.tune.max_candidates = max_candidates;
   auto report = dice::torch_ext::optimize(tuned.module, options);
   if (!report.ok()) return Fail(kExitFailure, report.status().ToString());
-  for (const auto& w : report->warnings) std::fprintf(stderr, "dice: warning: %s\n", w.c_str());
-  std::printf("dice: %zu fusion group(s) formed, %zu op(s) left with PyTorch\n", report->groups.size(),
-              report->left_out.size());
-  auto tuned_reports = dice::torch_ext::TuneGroups(tuned.module, tuned.inputs, options);
+  for (const auto& w : report->warnings) Warn(w);
+  Notice(dice::LogLevel::kInfo, "dice: %zu fusion group(s) formed, %zu op(s) left with PyTorch", report->groups.size(),
+         report->left_out.size());
+  ProgressLine progress;  // one line per group and phase (cli/progress.h)
+  auto tuned_reports = dice::torch_ext::TuneGroups(
+      tuned.module, tuned.inputs, options, [&progress](const dice::torch_ext::GroupTuneProgress& g) {
+        ShowTuneProgress(progress, "dice: ", g.group, g.groups, g.tune);
+      });
+  progress.Finish();
   if (!tuned_reports.ok()) return Fail(kExitFailure, tuned_reports.status().ToString());
 
   std::printf("\n%10s %10s %8s %14s  %-34s %s\n", "base µs", "best µs", "speedup", "tried/comp/ver", "winner",
@@ -374,7 +382,7 @@ int CmdRunOrProfile(const ModelArgs& args, bool profile) {
   options.mode = profile ? dice::torch_ext::Mode::kObserve : dice::torch_ext::Mode::kCache;
   auto report = dice::torch_ext::optimize(m.module, options);
   if (!report.ok()) return Fail(kExitFailure, report.status().ToString());
-  for (const auto& w : report->warnings) std::fprintf(stderr, "dice: warning: %s\n", w.c_str());
+  for (const auto& w : report->warnings) Warn(w);
   dice::torch_ext::ResetGroupStats();
   double us = 0;
   try {

@@ -16,6 +16,7 @@
 #include "dice/training/rl.h"
 #include "dice/training/sft.h"
 #include "dice/training/sweep.h"
+#include "progress.h"
 
 namespace dice::cli {
 namespace {
@@ -57,6 +58,15 @@ int Fail(const Status& s) {
 void Log(const std::string& line) {
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
+}
+
+// Log for sft / rl: their step lines ("sft step 12/100 loss ...") are
+// progress, shown at log level info with an ETA (cli/progress.h StepEta);
+// every other line as Log.
+void LogWithEta(StepEta& eta, const std::string& line) {
+  int64_t k = 0, n = 0;
+  if (!StepEta::ParseStep(line, &k, &n)) return Log(line);
+  if (LogEnabled(LogLevel::kInfo)) Log(eta.Annotate(line));
 }
 
 int RunInit(const TrainArgs& a) {
@@ -128,7 +138,8 @@ int RunDataset(const TrainArgs& a) {
 }
 
 int RunSft(const TrainArgs& a) {
-  auto r = training::RunSft(a.sft_opts, Log);
+  StepEta eta;
+  auto r = training::RunSft(a.sft_opts, [&eta](const std::string& line) { LogWithEta(eta, line); });
   if (!r.ok()) return Fail(r.status());
   if (r->world_size > 1) {
     std::printf("sft: rank %d of %d finished, parameter digest %s\n", r->rank, r->world_size,
@@ -147,7 +158,8 @@ int RunSft(const TrainArgs& a) {
 }
 
 int RunRl(const TrainArgs& a) {
-  auto r = training::RunRl(a.rl_opts, Log);
+  StepEta eta;
+  auto r = training::RunRl(a.rl_opts, [&eta](const std::string& line) { LogWithEta(eta, line); });
   if (!r.ok()) return Fail(r.status());
   if (r->world_size > 1) {
     std::printf("rl: rank %d of %d finished, parameter digest %s\n", r->rank, r->world_size,

@@ -16,8 +16,10 @@
 #include "dice/reference/reference_executor.h"
 #include "dice/runtime/cuda_driver.h"
 #include "dice/core/ir.h"
+#include "dice/core/log.h"
 #include "dice/torch_ext/optimize.h"
 #include "model_inputs.h"
+#include "progress.h"
 
 namespace dice::cli {
 namespace {
@@ -166,16 +168,15 @@ int Warmup(const WarmupCommand& c) {
   if (!gpu) {
     const std::string why = device.ok() ? "PyTorch sees no CUDA device" : device.status().message();
     if (c.require_gpu) return Fail(kExitNoGpu, "no CUDA device present (" + why + ")");
-    std::printf("dice: no CUDA device present (%s); warming up compile-only: candidates are generated and "
-                "compiled by NVRTC for sm_90; nothing is verified, timed or cached as a winner.\n", why.c_str());
+    Notice(LogLevel::kWarn, "dice: no CUDA device present (%s); warming up compile-only: candidates are generated "
+           "and compiled by NVRTC for sm_90; nothing is verified, timed or cached as a winner.", why.c_str());
   } else {
-    std::printf("dice: warming up on %s (%s)\n", device->name.c_str(), device->arch.c_str());
+    Notice(LogLevel::kInfo, "dice: warming up on %s (%s)", device->name.c_str(), device->arch.c_str());
   }
   int mine = 0;
   for (size_t k = 0; k < sets.size(); ++k) mine += static_cast<int>(k % static_cast<size_t>(shards)) == shard;
-  std::printf("dice: %zu shape set(s), shard %d/%d takes %d%s\n", sets.size(), shard, shards, mine,
-              from.source.empty() ? "" : (" (shard from " + from.source + ")").c_str());
-  std::fflush(stdout);
+  Notice(LogLevel::kInfo, "dice: %zu shape set(s), shard %d/%d takes %d%s", sets.size(), shard, shards, mine,
+         from.source.empty() ? "" : (" (shard from " + from.source + ")").c_str());
 
   const c10::Device dev = gpu ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
   const auto start = std::chrono::steady_clock::now();
@@ -220,8 +221,15 @@ int Warmup(const WarmupCommand& c) {
     options.tune.max_candidates = c.max_candidates;
     auto report = torch_ext::optimize(module, options);
     if (!report.ok()) return Fail(kExitFailure, "--input '" + c.sets[k] + "': " + report.status().ToString());
-    for (const auto& w : report->warnings) std::fprintf(stderr, "dice: warning: %s\n", w.c_str());
-    auto tuned = torch_ext::TuneGroups(module, inputs, options);
+    for (const auto& w : report->warnings) Warn(w);
+    // Each group's progress, as "[i/n] set k: group 1/2 compile: ..." (cli/progress.h).
+    ProgressLine progress;
+    const std::string prefix = "[" + std::to_string(done + 1) + "/" + std::to_string(mine) + "] set " +
+                               std::to_string(k + 1) + ": ";
+    auto tuned = torch_ext::TuneGroups(module, inputs, options, [&](const torch_ext::GroupTuneProgress& g) {
+      ShowTuneProgress(progress, prefix, g.group, g.groups, g.tune);
+    });
+    progress.Finish();
     ++done;
     if (!tuned.ok()) {
       ++failed;

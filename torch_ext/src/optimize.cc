@@ -77,11 +77,12 @@ TargetInfo CurrentTarget(int ordinal) {
   return t;
 }
 
-Expected<TuneReport> TuneCapturedCall(const CapturedCall& call, const Options& options) {
+Expected<TuneReport> TuneCapturedCall(const CapturedCall& call, const Options& options,
+                                      const TuneProgressCallback& on_progress) {
   SetRuntimeOptions(options);
   auto task = Task::Make(call.graph, call.inputs, CurrentTarget(options.tune.device));
   if (!task.ok()) return task.status();
-  return TuneNow(*task, call.input_bytes.empty() ? nullptr : &call.input_bytes);
+  return TuneNow(*task, call.input_bytes.empty() ? nullptr : &call.input_bytes, on_progress);
 }
 
 void EnsureRegistered() {
@@ -155,7 +156,7 @@ Expected<OptimizeReport> optimize(torch::jit::Module& module, const Options& opt
 }
 
 Expected<std::vector<TuneReport>> TuneGroups(torch::jit::Module& module, const std::vector<c10::IValue>& inputs,
-                                             const Options& options) {
+                                             const Options& options, const GroupTuneProgressCallback& on_progress) {
   EnsureRegistered();
   // Run once in observe mode with capture on: every group records its inputs.
   Options run_opts = options;
@@ -172,13 +173,24 @@ Expected<std::vector<TuneReport>> TuneGroups(torch::jit::Module& module, const s
   SetCaptureInputs(false);
   std::vector<CapturedCall> calls = TakeCapturedCalls();
 
-  std::vector<TuneReport> reports;
+  // The distinct tasks, in first-call order (known up front: "group i of N").
+  std::vector<const CapturedCall*> distinct;
   std::set<std::string> seen;
   for (const auto& call : calls) {
     std::string sig = ir::Canonical(call.graph);
     for (const auto& s : call.inputs) sig += ";" + s.ToString();
-    if (!seen.insert(sig).second) continue;
-    auto rep = TuneCapturedCall(call, options);
+    if (seen.insert(sig).second) distinct.push_back(&call);
+  }
+  std::vector<TuneReport> reports;
+  for (size_t i = 0; i < distinct.size(); ++i) {
+    const CapturedCall& call = *distinct[i];
+    TuneProgressCallback group_progress;
+    if (on_progress) {
+      group_progress = [&, i](const TuneProgress& p) {
+        on_progress(GroupTuneProgress{static_cast<int>(i) + 1, static_cast<int>(distinct.size()), call.group_id, p});
+      };
+    }
+    auto rep = TuneCapturedCall(call, options, group_progress);
     if (!rep.ok()) {
       if (rep.status().code() == StatusCode::kNoDevice || rep.status().code() == StatusCode::kIoError ||
           rep.status().code() == StatusCode::kCorrupt) {

@@ -63,7 +63,8 @@ void TunerThreadMain() {
 
 }  // namespace
 
-Expected<TuneReport> TuneNow(const Task& task, const std::vector<std::string>* captured) {
+Expected<TuneReport> TuneNow(const Task& task, const std::vector<std::string>* captured,
+                             const TuneProgressCallback& on_progress) {
   TunerState& t = T();
   std::lock_guard<std::mutex> tune_lock(t.tune_mu);
   std::shared_ptr<cache::Store> store;
@@ -91,7 +92,7 @@ Expected<TuneReport> TuneNow(const Task& task, const std::vector<std::string>* c
   // GPU (a 7 GB activation, an Inductor workspace) the worker's reference run
   // then fails with CUDA out of memory and every candidate is skipped.
   ReleaseFrameworkCachedMemory();
-  return t.tuner->Tune(task, captured);
+  return t.tuner->Tune(task, captured, on_progress);
 }
 
 void EnqueueTune(Task task, std::vector<std::string> captured, TuneDone done) {

@@ -24,9 +24,11 @@
 namespace dice::torch_ext {
 
 /// Tunes `task` with the process's tuner (Tuner::Tune; `captured`: host
-/// copies of real inputs to verify with, or null). Errors: as Tuner::Tune,
-/// or the cache store's open errors.
-Expected<TuneReport> TuneNow(const Task& task, const std::vector<std::string>* captured);
+/// copies of real inputs to verify with, or null; `on_progress`: the Tune's
+/// progress events, called on this thread while the tuner is held).
+/// Errors: as Tuner::Tune, or the cache store's open errors.
+Expected<TuneReport> TuneNow(const Task& task, const std::vector<std::string>* captured,
+                             const TuneProgressCallback& on_progress = {});
 
 /// Called on the tuner thread with the result of one queued tune.
 using TuneDone = std::function<void(const Expected<TuneReport>& report)>;

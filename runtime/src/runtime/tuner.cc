@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <unordered_set>
@@ -246,7 +247,58 @@ cache::WinnerRecord MakeWinnerRecord(const Task& task, const Candidate& c, std::
   return w;
 }
 
+// Compiled / verified / timed counts of `outcomes` and the fastest verified
+// median time (progress events; the report counts its own in ApplySelection).
+TuneProgress CountOutcomes(const std::vector<CandidateOutcome>& outcomes) {
+  TuneProgress p;
+  for (const CandidateOutcome& o : outcomes) {
+    if (IsCompiled(o.outcome)) ++p.compiled;
+    if (o.time_us > 0) ++p.timed;
+    if (IsVerified(o.outcome)) {
+      ++p.verified;
+      if (o.time_us > 0 && (p.best_us <= 0 || o.time_us < p.best_us)) p.best_us = o.time_us;
+    }
+  }
+  return p;
+}
+
+// Sends one Tune's progress events; fills in what every event carries (the
+// phase, the candidate count so far, elapsed time, from_cache, description).
+// A no-op without a callback.
+class ProgressSink {
+ public:
+  ProgressSink(const TuneProgressCallback& callback, const TuneReport& report, Clock::time_point start)
+      : callback_(callback), report_(report), start_(start) {}
+  void Send(TunePhase phase, TuneProgress counts = {}) const {
+    if (!callback_) return;
+    counts.phase = phase;
+    counts.generated = report_.tried;
+    counts.elapsed_s = SecondsSince(start_);
+    counts.from_cache = report_.from_cache;
+    counts.description = report_.description;
+    callback_(counts);
+  }
+
+ private:
+  const TuneProgressCallback& callback_;
+  const TuneReport& report_;
+  Clock::time_point start_;
+};
+
 }  // namespace
+
+std::string_view TunePhaseName(TunePhase phase) {
+  switch (phase) {
+    case TunePhase::kLookupCache: return "lookup";
+    case TunePhase::kGenerate: return "generate";
+    case TunePhase::kCompile: return "compile";
+    case TunePhase::kMeasure: return "measure";
+    case TunePhase::kSelectWinner: return "select";
+    case TunePhase::kPersist: return "persist";
+    case TunePhase::kDone: return "done";
+  }
+  return "unknown";
+}
 
 struct Tuner::Impl {
   cache::Store* store = nullptr;
@@ -354,13 +406,19 @@ struct Tuner::Impl {
   // CompileOnly: device form with NVRTC (in parallel), extension form with
   // nvcc (one at a time: a LibTorch-header build takes ~1-2 GB and tens of
   // seconds). Nothing runs; outcomes are kCompiled / kCompileError.
-  Measured CompileOnly(const Task& task, const std::vector<Candidate>& candidates, Clock::time_point start) const {
+  // `on_compiled(n)`: n candidates compiled so far, after the NVRTC batch and
+  // after each nvcc build.
+  Measured CompileOnly(const Task& task, const std::vector<Candidate>& candidates, Clock::time_point start,
+                       const std::function<void(int)>& on_compiled) const {
     Measured m;
     std::vector<Candidate> device;
     for (const Candidate& c : candidates) {
       if (c.form == CandidateForm::kDevice) device.push_back(c);
     }
     auto compiled = CompileAll(device, task.target.arch);
+    int compiled_ok = 0;
+    for (const auto& r : compiled) compiled_ok += r.ok() ? 1 : 0;
+    if (!device.empty()) on_compiled(compiled_ok);
     ExtensionCompileOptions eo;
     eo.timeout_s = options.extension_compile_timeout_s;
     size_t next_device = 0;
@@ -380,6 +438,8 @@ struct Tuner::Impl {
         auto r = CompileExtension(c, task.target.arch, static_cast<int>(task.inputs.size()), eo);
         if (r.ok()) o.compile_ms = (*r)->compile_ms();
         st = r.status();
+        compiled_ok += st.ok() ? 1 : 0;
+        on_compiled(compiled_ok);
       }
       o.outcome = st.ok() ? Outcome::kCompiled : Outcome::kCompileError;
       if (!st.ok()) o.error = FirstLines(st.message());
@@ -490,16 +550,19 @@ Tuner::Tuner(cache::Store* store, std::vector<std::shared_ptr<KernelGenerator>> 
 Tuner::~Tuner() = default;
 
 // LookupCache -> Generate -> (CompileOnly | RunInWorker) -> SelectWinner -> Persist.
-Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string>* captured_inputs) {
+Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string>* captured_inputs,
+                                 const TuneProgressCallback& on_progress) {
   const auto start = Clock::now();
   const TuneOptions& opt = impl_->options;
   TuneReport report;
   report.task_key = task.Key();
   report.description = task.Describe();
+  const ProgressSink progress(on_progress, report, start);
   DICE_RETURN_IF_ERROR(CheckCapturedInputs(task, captured_inputs));
 
   auto cached = impl_->LookupCache(report.task_key);
   if (!cached.ok()) return cached.status();
+  progress.Send(TunePhase::kLookupCache);
   std::optional<cache::WinnerRecord> pulled;
   if (cached->has_value() && (**cached).verified) {
     // A cached winner is served as is: nothing generated, nothing compiled.
@@ -510,6 +573,9 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
     report.best_us = w.best_us;
     report.speedup = w.speedup;
     report.tune_seconds = SecondsSince(start);
+    TuneProgress served;
+    served.best_us = w.best_us;
+    progress.Send(TunePhase::kDone, served);
     return report;
   }
   if (cached->has_value()) pulled = std::move(**cached);
@@ -526,31 +592,43 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
   const std::vector<Candidate>& candidates = generated->candidates;
   report.outcomes = std::move(generated->outcomes);
   report.tried = static_cast<int>(candidates.size());
+  progress.Send(TunePhase::kGenerate);
   if (generated->pulled_rejected) {
     impl_->RecordAttempts(report);  // remembered, so the same entry is not pulled again
     auto removed = impl_->store->RemoveUnverifiedWinner(report.task_key);
     if (!removed.ok()) return removed.status();
     report.tune_seconds = SecondsSince(start);
+    progress.Send(TunePhase::kDone);
     return report;
   }
 
   Measured measured;
   if (opt.compile_only) {
-    measured = impl_->CompileOnly(task, candidates, start);
+    measured = impl_->CompileOnly(task, candidates, start, [&progress](int compiled) {
+      TuneProgress p;
+      p.compiled = compiled;
+      progress.Send(TunePhase::kCompile, p);
+    });
   } else if (!candidates.empty()) {
+    progress.Send(TunePhase::kMeasure);
     auto run = impl_->RunInWorker(task, candidates, captured_inputs, start);
     if (!run.ok()) {
       impl_->RecordAttempts(report);  // the generators' failures are attempts all the same
       return run.status();
     }
     measured = std::move(*run);
+    progress.Send(TunePhase::kMeasure, CountOutcomes(measured.outcomes));
   }
 
   const Selection selection = SelectWinner(measured.baseline_us, Measurements(candidates, measured),
                                            SelectionPolicy{opt.margin, opt.allow_reduced_precision});
   ApplySelection(candidates, selection, &measured, &report);
+  const TuneProgress counts = CountOutcomes(report.outcomes);
+  progress.Send(TunePhase::kSelectWinner, counts);
+  progress.Send(TunePhase::kPersist, counts);
   DICE_RETURN_IF_ERROR(impl_->Persist(task, candidates, measured, selection, device, pulled, report));
   report.tune_seconds = SecondsSince(start);
+  progress.Send(TunePhase::kDone, counts);
   return report;
 }
 

@@ -16,11 +16,14 @@
 //   CompileOnly | RunInWorker   compile only (no GPU), or compile + verify + time
 //   SelectWinner  a pure function of the measurements (select_winner.h)
 //   Persist       attempts, the winner, the fate of a pulled row
+// A TuneProgressCallback hears of each phase boundary (`dice tune` shows it).
 // Torch-free. Thread-compatible: one Tune at a time per Tuner.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -84,6 +87,36 @@ struct TuneReport {
   std::vector<CandidateOutcome> outcomes;
 };
 
+/// How far one Tune has got; the phases of the header comment, in order.
+/// A Tune reports kLookupCache, then either kDone (a verified cached
+/// winner) or kGenerate, kCompile (compile-only: after the NVRTC batch and
+/// after each nvcc build) or kMeasure (when the worker is handed the batch,
+/// counts 0, and when it answers), kSelectWinner, kPersist, kDone (a
+/// pulled entry that cannot be read: kGenerate, kDone). A Tune that fails
+/// reports no kDone.
+enum class TunePhase { kLookupCache, kGenerate, kCompile, kMeasure, kSelectWinner, kPersist, kDone };
+
+/// "lookup", "generate", "compile", "measure", "select", "persist", "done"
+/// (static storage).
+std::string_view TunePhaseName(TunePhase phase);
+
+/// One progress event of a Tune. Counts are this Tune's so far.
+struct TuneProgress {
+  TunePhase phase = TunePhase::kLookupCache;
+  int generated = 0;        ///< candidates to compile / measure (after dedupe, attempts table, precision policy)
+  int compiled = 0;         ///< of those, compiled so far (IsCompiled)
+  int verified = 0;         ///< verified against the reference executor (IsVerified)
+  int timed = 0;            ///< with a measured median time
+  double best_us = 0;       ///< fastest verified candidate so far, median µs (0 = none); a cached winner's
+  double elapsed_s = 0;     ///< wall time since Tune began, seconds
+  bool from_cache = false;  ///< a verified cached winner is served; nothing is generated
+  std::string_view description;  ///< Task::Describe; valid only during the callback
+};
+
+/// Called on the thread that runs Tune, at each phase boundary; it must not
+/// call back into the same Tuner.
+using TuneProgressCallback = std::function<void(const TuneProgress&)>;
+
 class Tuner {
  public:
   /// `store` may be null (nothing persisted). Generators are asked in order.
@@ -104,7 +137,10 @@ class Tuner {
   /// (beats the baseline by the margin) it is stored verified with the local
   /// times and cubin, otherwise the attempt is recorded and the unverified
   /// row removed, so it is never served.
-  Expected<TuneReport> Tune(const Task& task, const std::vector<std::string>* captured_inputs = nullptr);
+  /// `on_progress` (optional) is told of each phase as it ends (TunePhase
+  /// says which, in which order); it costs nothing when empty.
+  Expected<TuneReport> Tune(const Task& task, const std::vector<std::string>* captured_inputs = nullptr,
+                            const TuneProgressCallback& on_progress = {});
 
  private:
   struct Impl;

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -125,18 +126,35 @@ TargetInfo CurrentTarget(int ordinal);
 
 /// Tunes one captured group call with the process-wide tuner (one Tune at a
 /// time; the generators of SetGenerators); sets the runtime options to
-/// `options` first. Errors: as Tuner::Tune, kInvalidArgument when the specs
-/// do not match the graph, cache open errors.
-Expected<TuneReport> TuneCapturedCall(const CapturedCall& call, const Options& options);
+/// `options` first. `on_progress` (optional) hears the Tune's phases
+/// (tuner.h TuneProgress) on this thread. Errors: as Tuner::Tune,
+/// kInvalidArgument when the specs do not match the graph, cache open errors.
+Expected<TuneReport> TuneCapturedCall(const CapturedCall& call, const Options& options,
+                                      const TuneProgressCallback& on_progress = {});
+
+/// One progress event of TuneGroups: the Tuner's event (tune) for the
+/// `group`-th of `groups` distinct group tasks (1-based, in first-call order).
+struct GroupTuneProgress {
+  int group = 0;
+  int groups = 0;
+  int group_id = 0;   ///< the fusion group's process-wide id (GroupInfo::id)
+  TuneProgress tune;  ///< tune.description is valid only during the callback
+};
+
+/// Called by TuneGroups on its caller's thread; must not start another tune.
+using GroupTuneProgressCallback = std::function<void(const GroupTuneProgress&)>;
 
 /// Runs `module` (already optimize()d) once on `inputs` with input capture on,
 /// then tunes every distinct captured group task with the template generator
 /// (captured inputs added to verification), storing winners in the cache of
 /// options.cache_dir. Per-task tuner errors are reported in the returned
 /// list's description with baseline 0; kNoDevice without a GPU unless
-/// options.tune.compile_only. Errors: kInvalidArgument when running fails,
+/// options.tune.compile_only. `on_progress` (optional) hears each group's
+/// Tuner events, tagged "group i of N" (`dice tune` prints them).
+/// Errors: kInvalidArgument when running fails,
 /// kIoError/kCorrupt when the cache cannot be opened.
 Expected<std::vector<TuneReport>> TuneGroups(torch::jit::Module& module, const std::vector<c10::IValue>& inputs,
-                                             const Options& options);
+                                             const Options& options,
+                                             const GroupTuneProgressCallback& on_progress = {});
 
 }  // namespace dice::torch_ext
