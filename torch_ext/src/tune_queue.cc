@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "dice/core/log.h"
 #include "dice/generator/templates.h"
 #include "dice/runtime/outcome.h"
 #include "runtime_state.h"
@@ -49,11 +50,14 @@ void TunerThreadMain() {
       t.queue.pop_front();
     }
     auto rep = TuneNow(job.task, job.captured.empty() ? nullptr : &job.captured);
+    // Torch TUs cannot include spdlog (LibTorch ships its own fmt): plain
+    // stderr, filtered by the process's log level (dice/core/log.h).
     if (!rep.ok()) {
-      // Torch TUs cannot include spdlog (LibTorch ships its own fmt): plain stderr everywhere here.
-      std::fprintf(stderr, "dice: tuning %s failed: %s\n", job.task.Describe().c_str(),
-                   rep.status().ToString().c_str());
-    } else {
+      if (LogEnabled(LogLevel::kWarn)) {
+        std::fprintf(stderr, "dice: tuning %s failed: %s\n", job.task.Describe().c_str(),
+                     rep.status().ToString().c_str());
+      }
+    } else if (LogEnabled(LogLevel::kInfo)) {
       std::fprintf(stderr, "dice: tuned %s: speedup %.2fx (%s)\n", rep->description.c_str(), rep->speedup,
                    rep->winner_origin.empty() ? "no winner" : rep->winner_origin.c_str());
     }

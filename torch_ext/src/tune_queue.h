@@ -35,7 +35,8 @@ using TuneDone = std::function<void(const Expected<TuneReport>& report)>;
 
 /// Queues `task` for the background tuner thread (starting it on first
 /// use); `captured` as TuneNow's (empty = none). The thread logs one line
-/// per task on stderr and then calls `done`.
+/// per task on stderr (a failure at log level warn, a result at info:
+/// dice/core/log.h) and then calls `done`.
 void EnqueueTune(Task task, std::vector<std::string> captured, TuneDone done);
 
 /// The generators the tuner asks, in order (empty = TemplateGenerator
