@@ -1,7 +1,8 @@
 // What `dice` shows while it works, run as a user would with its output
 // piped: a progress line per fusion group and phase, in order, before the
-// result table; and the log level (--log-level, DICE_LOG_LEVEL) deciding
-// which diagnostics appear, never the results.
+// result table; training step lines with an ETA; and the log level
+// (--log-level, DICE_LOG_LEVEL) deciding which diagnostics appear, never the
+// results.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <torch/script.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <regex>
 #include <string>
 
@@ -155,6 +157,33 @@ TEST_F(ProgressCliTest, WarmupShowsEachSetsGroupsBeforeItsSummary) {
   ASSERT_EQ(quiet.code, 0) << quiet.output;
   EXPECT_EQ(quiet.output.find("group 1/2"), std::string::npos) << quiet.output;
   EXPECT_NE(quiet.output.find("warm-up: 1 set(s)"), std::string::npos) << quiet.output;
+}
+
+TEST_F(ProgressCliTest, TrainStepLinesCarryAnEtaAndWarnHidesThem) {
+  const std::string d = dir_.path();
+  ASSERT_EQ(RunDice("train init --out " + d + "/m0 --byte-tokenizer --hidden 32 --layers 1 --heads 2 --kv-heads 1 "
+                    "--head-dim 16 --intermediate 64 --context 8192").code, 0);
+  std::ofstream(d + "/corpus.json")
+      << R"([{"id": 1, "pytorch_code": "def forward(self, x):\n    return torch.relu(x)\n",)"
+      << R"( "cuda_code": "__global__ void k(float* y) { y[0] = 0.f; }"}])";
+  ASSERT_EQ(RunDice("train dataset --corpus " + d + "/corpus.json --out " + d + "/data.jsonl --heldout-percent 0")
+                .code, 0);
+  const std::string sft = "train sft --model " + d + "/m0 --data " + d + "/data.jsonl --steps 3 --batch-size 1 "
+                          "--warmup-steps 1 --out ";
+  DiceResult r = RunDice(sft + d + "/m1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::regex with_eta(R"(sft step ([12])/3 loss [^\n]*, ETA [0-9.]+ s\n)");
+  int lines = 0;
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), with_eta), end; it != end; ++it) ++lines;
+  EXPECT_EQ(lines, 2) << r.output;
+  const size_t last = r.output.find("sft step 3/3 loss");
+  ASSERT_NE(last, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.substr(last, r.output.find('\n', last) - last).find("ETA"), std::string::npos)
+      << "no ETA once the last step is done:\n" << r.output;
+  DiceResult quiet = RunDice(sft + d + "/m2 --log-level warn");
+  ASSERT_EQ(quiet.code, 0) << quiet.output;
+  EXPECT_EQ(quiet.output.find("sft step"), std::string::npos) << quiet.output;
+  EXPECT_NE(quiet.output.find("sft: done, 3 steps"), std::string::npos) << quiet.output;
 }
 
 }  // namespace
