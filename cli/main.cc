@@ -14,7 +14,7 @@
 //   dice tokenize --model DIR < text                                     (cli/tokenize.h)
 //   dice generate --model DIR --task task.py [--mode e2e|infill] [-n N] [--seed S]   (cli/generate.h)
 //   dice train    init | dataset | sft | rl | eval | sweep ...           (cli/train.h)
-//   dice judge    --reference ref.py --candidate new.py [--device cuda]  (cli/judge.h)
+//   dice judge    --reference ref.py --candidate new.py [--device auto|cpu|cuda[:N]]  (cli/judge.h)
 //
 // Each command registers itself from its own file (cli/command.h says how);
 // this file only lists them in help order, parses and runs the parsed one.
@@ -27,11 +27,13 @@
 // Exit codes: 0 success (also a compile-only tune on a machine without a
 // GPU), 1 a runtime failure (tuning error, outputs differ from eager),
 // 2 bad input (model file, --input spec, cache dir, unknown key, flags),
-// 3 --require-gpu given and no CUDA device is present; `dice judge` adds 4
-// (judged and not correct).
+// 3 --require-gpu (or judge/generate --device cuda) given and no CUDA device
+// is present; `dice judge` adds 4 (judged and not correct). A malformed
+// DICE_REMOTE_CACHE exits 2 before any command runs.
 #include <CLI/CLI.hpp>
 
 #include "cache_commands.h"
+#include "dice/cache/remote_cache.h"
 #include "command.h"
 #include "generate.h"
 #include "judge.h"
@@ -67,5 +69,9 @@ int main(int argc, char** argv) {
     return rc == 0 ? kExitOk : kExitBadInput;
   }
   if (const int rc = ApplyLogLevel(log_level); rc != kExitOk) return rc;
+  // A malformed DICE_REMOTE_CACHE is a start-up error (the library would only
+  // disable remote lookups with a warning); the message masks any password.
+  if (auto remote = dice::cache::RemoteCacheOptions::FromEnv(); !remote.ok())
+    return Fail(kExitBadInput, remote.status().message());
   return RunAtTorchBoundary([&table] { return table.RunParsed().value_or(kExitBadInput); });
 }

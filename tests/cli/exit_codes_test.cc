@@ -261,3 +261,22 @@ TEST(CachePullTest, ADeadServerIsNamedWithItsUrlAndTheCause) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(RemoteCacheUrlTest, AMalformedDiceRemoteCacheExitsTwoAtStartAndMasksThePassword) {
+  ScratchDir dir("dice_remote_url");
+  ::setenv("DICE_REMOTE_CACHE", "redis://alice:s3cret@cache-1:99999", 1);
+  DiceResult r = RunDice("cache ls --cache " + dir.path());
+  ::unsetenv("DICE_REMOTE_CACHE");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("DICE_REMOTE_CACHE"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("s3cret"), std::string::npos) << r.output;
+  // A well-formed URL is no start-up error (the server is only asked on a miss).
+  ::setenv("DICE_REMOTE_CACHE", "http://127.0.0.1:1", 1);
+  DiceResult ok = RunDice("cache ls --cache " + dir.path());
+  ::unsetenv("DICE_REMOTE_CACHE");
+  EXPECT_EQ(ok.code, 0) << ok.output;
+}
+
+}  // namespace

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "dice/core/log.h"
 #include "group_record.h"
 
 namespace dice::torch_ext {
@@ -47,6 +48,8 @@ void LoadSettingsLocked(State& s) {
   if (s.settings_set) return;
   s.settings = EnvSettingsOrOff();
   s.settings_set = true;
+  // A program embedding the library (no CLI) honours DICE_LOG_LEVEL too.
+  if (Status st = InitLogLevelFromEnv(); !st.ok()) std::fprintf(stderr, "dice: warning: %s\n", st.message().c_str());
   (void)Remote();  // checks DICE_REMOTE_CACHE at start-up (reports a bad URL once)
 }
 

@@ -173,12 +173,9 @@ class RlRun {
   // the stop ids. Errors: those of the loaders; kInvalidArgument when
   // resume_dir holds another architecture.
   Status LoadModels() {
-    auto device = ParseTrainDevice(o_.device);
+    auto device = ParseRankDevice(o_.device, dp_.local_rank(), world_);
     if (!device.ok()) return device.status();
     device_ = *device;
-    if (device_.is_cuda() && !device_.has_index() && world_ > 1) {
-      device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dp_.local_rank()));
-    }
     auto tokenizer = Tokenizer::Load(o_.model_dir);
     if (!tokenizer.ok()) return tokenizer.status();
     tokenizer_.emplace(std::move(*tokenizer));

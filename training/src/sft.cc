@@ -114,12 +114,9 @@ class SftRun {
   // The device (cuda: this rank's GPU), the tokenizer, the float32 master
   // weights and the end-of-turn id. Errors: those of the loaders.
   Status LoadModel() {
-    auto device = ParseTrainDevice(o_.device);
+    auto device = ParseRankDevice(o_.device, dp_.local_rank(), world_);
     if (!device.ok()) return device.status();
     device_ = *device;
-    if (device_.is_cuda() && !device_.has_index() && world_ > 1) {
-      device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dp_.local_rank()));
-    }
     auto tokenizer = Tokenizer::Load(load_dir_);
     if (!tokenizer.ok()) return tokenizer.status();
     tokenizer_.emplace(std::move(*tokenizer));

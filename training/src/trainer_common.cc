@@ -27,6 +27,14 @@ Expected<torch::Device> ParseTrainDevice(const std::string& text) {
   return Status(StatusCode::kInvalidArgument, "--device '" + text + "' is not cpu, cuda or cuda:N");
 }
 
+Expected<torch::Device> ParseRankDevice(const std::string& text, int local_rank, int world) {
+  auto device = ParseTrainDevice(text);
+  if (!device.ok()) return device.status();
+  if (device->is_cuda() && !device->has_index() && world > 1)
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+  return *device;
+}
+
 Expected<int64_t> EndOfTurnId(const Tokenizer& tokenizer, const SdarConfig& config) {
   int64_t id = tokenizer.TokenToId("<|im_end|>");
   if (id < 0) id = tokenizer.TokenToId("<|endoftext|>");

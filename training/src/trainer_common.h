@@ -23,6 +23,11 @@ namespace dice::training {
 /// other text; kNoDevice for cuda without a GPU.
 Expected<torch::Device> ParseTrainDevice(const std::string& text);
 
+/// ParseTrainDevice for one rank of a data-parallel run of `world` ranks:
+/// a bare "cuda" becomes this rank's GPU, cuda:`local_rank`, when world > 1
+/// (torchrun's one process per GPU). Errors: those of ParseTrainDevice.
+Expected<torch::Device> ParseRankDevice(const std::string& text, int local_rank, int world);
+
 /// The token that ends an answer: <|im_end|> when the tokenizer has it, else
 /// <|endoftext|>. Errors: kInvalidArgument when neither exists or the id is
 /// outside the model's vocabulary.
