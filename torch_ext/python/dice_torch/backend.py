@@ -337,10 +337,9 @@ def _compile_with_dice(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
 
     # The baseline the guard measures and serves when Inductor wins: compiled
     # now, inside dynamo's compile context, exactly as torch.compile would.
-    # (It used to be compiled at the first call, outside that context; with
-    # it, ResNet101 served "inductor alone" ran at 0.943x of torch.compile on
-    # the H200, 2026-12-01 — this makes the guard's fallback torch.compile's
-    # own compile.)
+    # Known gap (H200, 2026-12-01, docs/PERF.md): on ResNet101 the guard's own
+    # timing of this baseline (7.6 ms) disagreed with the benchmark's
+    # torch.compile (5.7 ms), so the guard kept dice + Inductor at 0.93x.
     base = pipeline.plain_inductor(gm, example_inputs)
 
     def compile_variant(keys: frozenset, args: Sequence[Any]) -> Callable:
