@@ -284,22 +284,6 @@ int CmdReport(const std::string& source, const std::string& out_path) {
 
 }  // namespace
 
-std::string HtmlEscape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 json GroupJson(const TuneReport& r, bool timed) {
   json cands = json::array();
   for (const CandidateOutcome& o : r.outcomes) {

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "command.h"
+#include "dice/cache/http_server.h"
 #include "dice/core/status.h"
 #include "dice/runtime/tuner.h"
 
@@ -68,9 +69,9 @@ nlohmann::json TuneDocument(const std::string& model, const std::vector<TuneRepo
 /// Store::Open, ListWinners and ListAttempts.
 Expected<nlohmann::json> CacheDocument(const std::string& cache_dir);
 
-/// `text` with & < > " ' replaced by their HTML character references, safe
-/// inside element content and quoted attribute values.
-std::string HtmlEscape(std::string_view text);
+/// The report escapes text with the dashboard's HtmlEscape (& < > " ' to
+/// character references; dice/cache/http_server.h): one escaper for both pages.
+using cache::HtmlEscape;
 
 /// The report page of `doc` (the schema above): a header (model, GPU or
 /// compile-only), "End to end" (before / captured / after µs and the
