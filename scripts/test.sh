@@ -23,7 +23,7 @@ python3 -c 'import pytest, wheel' 2>/dev/null || python3 -m pip install -q pytes
 python3 -c 'import safetensors' 2>/dev/null || python3 -m pip install -q safetensors
 # ctest SourceSizeLimits (scripts/check_sizes.py) measures functions with
 # lizard, pinned so every machine counts the same lines (PyPI).
-python3 -c 'import lizard_ext.version as v; assert v.version == "1.17.13"' 2>/dev/null ||
+python3 -c 'from lizard_ext import version; assert version == "1.17.13"' 2>/dev/null ||
   python3 -m pip install -q lizard==1.17.13
 BUILD_DIR=${BUILD_DIR:-build}
 cd "$BUILD_DIR"
