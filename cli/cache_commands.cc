@@ -37,7 +37,7 @@ int CmdCache(const std::string& action, const std::string& key, const std::strin
   if (const std::string why = NoCacheYet(dir); !why.empty()) {
     if (action != "ls") return Fail(kExitBadInput, "no cache entry with key '" + key + "': no cache yet (" + why + ")");
     std::printf("0 winner(s): the cache is empty (%s); `dice tune` or `dice warmup` fills it, `dice cache pull` "
-                "copies a server's\n", why.c_str());
+                "copies a server's winners here\n", why.c_str());
     return kExitOk;
   }
   auto store = dice::cache::Store::Open(dice::cache::DatabasePath(dir));

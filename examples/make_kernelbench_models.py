@@ -64,9 +64,16 @@ def module_level_ints(path, source):
 
 
 def load_namespace(path, source, overrides):
-    """Executes the task file with some module-level ints replaced."""
+    """Executes the task file with some module-level ints replaced. The
+    replacement happens in the assignments themselves, so module-level values
+    derived from them (``bias_shape = (out_features,)``) follow."""
     ns = {"__name__": "kernelbench_task", "__file__": path}
-    exec(compile(source, path, "exec"), ns)
+    tree = ast.parse(source, path)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id in overrides:
+            node.value = ast.copy_location(ast.Constant(overrides[node.targets[0].id]), node.value)
+    exec(compile(tree, path, "exec"), ns)
     # get_inputs/get_init_inputs read the globals at call time.
     ns.update(overrides)
     return ns

@@ -1,0 +1,64 @@
+"""ctest KernelBenchConverterScalesDerivedShapes: examples/make_kernelbench_models.py
+--small scales module-level ints *and* the values derived from them at module
+level (a fresh user's README command 1 died on level2/76_Gemm_Add_ReLU,
+whose ``bias_shape = (out_features,)`` kept the full size). Exits non-zero
+with the reason when the converter fails or the shapes do not follow."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TASK = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features, bias_shape):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features, bias=False)
+        self.bias = nn.Parameter(torch.randn(bias_shape))
+
+    def forward(self, x):
+        return torch.relu(self.gemm(x) + self.bias)
+
+batch_size = 1024
+in_features = 8192
+out_features = 8192
+bias_shape = (out_features,)
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+def get_init_inputs():
+    return [in_features, out_features, bias_shape]
+'''
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        level = os.path.join(tmp, "level2")
+        os.makedirs(level)
+        task = os.path.join(level, "76_Gemm_Add_ReLU.py")
+        with open(task, "w") as f:
+            f.write(TASK)
+        out = os.path.join(tmp, "models")
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "make_kernelbench_models.py"), task,
+                            "--out", out, "--small"], capture_output=True, text=True)
+        if r.returncode != 0:
+            print(r.stdout + r.stderr)
+            print("FAIL: the converter did not convert the task")
+            return 1
+        meta = json.load(open(os.path.join(out, "level2_76_Gemm_Add_ReLU", "meta.json")))
+        scaled = {k: v[1] for k, v in meta["scaled"].items()}
+        want_in = f"{scaled['batch_size']}x{scaled['in_features']}:f32"
+        want_out = f"{scaled['batch_size']}x{scaled['out_features']}:f32"
+        if meta["inputs"] != [want_in] or meta["outputs"] != [want_out] or scaled["out_features"] >= 8192:
+            print(f"FAIL: shapes did not follow the scaled ints: {meta['inputs']} -> {meta['outputs']}, {scaled}")
+            return 1
+    print("ok: derived module-level shapes follow the scaled ints")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
