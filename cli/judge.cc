@@ -51,6 +51,10 @@ int ResolveDevice(JudgeArgs& a) {
   return kExitOk;
 }
 
+// A time or ratio the judge did not measure (0) is null in the verdict, as
+// in `dice tune --json`.
+nlohmann::json Measured(double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
 bool ReadFile(const std::string& path, std::string* out) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;
@@ -82,7 +86,8 @@ int RunJudge(JudgeArgs& a) {
     return 1;
   }
   nlohmann::json j = {{"outcome", v->outcome}, {"compiled", v->compiled}, {"correct", v->correct},
-                      {"ref_ms", v->ref_ms},   {"new_ms", v->new_ms},     {"speedup", v->speedup},
+                      {"ref_ms", Measured(v->ref_ms)}, {"new_ms", Measured(v->new_ms)},
+                      {"speedup", Measured(v->speedup)},
                       {"compile_s", v->compile_s}, {"wall_s", v->wall_s}, {"phase", v->phase},
                       {"error", v->error}};
   if (!v->log_path.empty()) j["log"] = v->log_path;

@@ -60,6 +60,9 @@ TEST_F(JudgeCliTest, WrongCandidateExitsFourAndSaysWhy) {
   ASSERT_TRUE(j.is_object()) << r.output;
   EXPECT_EQ(j["outcome"], "incorrect");
   EXPECT_NE(j["error"].get<std::string>().find("max abs diff"), std::string::npos) << r.output;
+  // Never timed (incorrect): null, not 0.0, as in `dice tune --json`.
+  EXPECT_TRUE(j["new_ms"].is_null()) << r.output;
+  EXPECT_TRUE(j["speedup"].is_null()) << r.output;
 }
 
 TEST_F(JudgeCliTest, MissingFileIsBadInput) {

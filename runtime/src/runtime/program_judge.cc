@@ -147,7 +147,12 @@ Expected<ProgramVerdict> JudgeProgram(const std::string& reference_source, const
     // No verdict: the child died or was killed in the phase it last announced.
     v.outcome = run->timed_out ? "timeout" : "crashed";
     v.compiled = v.phase == "correctness" || v.phase == "timing";
+    // SIGKILL that we did not send is most often the kernel's out-of-memory
+    // killer (a KernelBench task's full-size inputs on a small machine).
+    const bool sigkill = !run->timed_out && !run->exited && run->signal == 9;
     v.error = "judge " + run->Describe(options.timeout_s) + (v.phase.empty() ? "" : " during " + v.phase) +
+              (sigkill ? " (SIGKILL: likely out of memory; try a machine with more memory or smaller task sizes)"
+                       : "") +
               "; log tail:\n" + Tail(text, 12);
   }
   if (options.keep_files) {
