@@ -105,7 +105,7 @@ def test_injected_failure_in_each_stage_falls_back_with_one_warning_and_a_counte
     if stage == "tune":  # the first-call measurements: allowed on CPU for the test
         options["mode"] = "tune-sync"
         monkeypatch.setattr(backend, "_can_measure", lambda inputs: True)
-        monkeypatch.setattr(measure, "_timer", lambda label, fn, args: 1.0)
+        monkeypatch.setattr(measure, "_timer", lambda label, fn, base_fn, args: measure.Comparison(1.0, 1.0))
 
     def hook(s):
         if s == stage:

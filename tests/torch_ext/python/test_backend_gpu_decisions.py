@@ -35,9 +35,10 @@ def test_region_decision_keeps_inductor_where_inductor_is_faster(monkeypatch, tm
     # Inductor made faster by the timer: the decision, not the clock, is under test.
     monkeypatch.setattr(measure, "tuning_state", lambda ids, stats: "winner")
 
-    def timer(label, fn, args):
+    def timer(label, fn, base_fn, args):
         measure.call(fn, args)
-        return 100.0 if label == "base" else 200.0
+        measure.call(base_fn, args)
+        return measure.Comparison(200.0, 100.0, [(200.0, 100.0)])
 
     monkeypatch.setattr(measure, "_timer", timer)
     rep = _tune(tmp_path)

@@ -33,6 +33,8 @@ DICE, INDUCTOR = "dice", "inductor"
 #: A region or graph keeps dice only when at least this much faster (fraction
 #: of the baseline's time): below it, timing noise would decide.
 MIN_GAIN = 0.01
+#: The whole-graph guard's margin (see decide_guard).
+GUARD_MIN_GAIN = 0.02
 FILE_NAME = "torch_decisions.json"
 _VERSION = 1
 
@@ -90,16 +92,22 @@ def keep_dice(dice_us: float, base_us: float, min_gain: float = MIN_GAIN) -> boo
 
 
 def decide_region(key: str, summary: str, dice_us: float, base_us: float,
-                  min_gain: float = MIN_GAIN) -> RegionDecision:
-    """The measured decision for one region (timings in µs)."""
-    choice = DICE if keep_dice(dice_us, base_us, min_gain) else INDUCTOR
-    return RegionDecision(key, summary, choice, "measured", dice_us, base_us)
+                  min_gain: float = MIN_GAIN, won: bool | None = None) -> RegionDecision:
+    """The measured decision for one region (timings in µs). ``won``: the
+    comparison's own verdict (measure.Comparison.variant_wins: every round
+    agrees); None decides from the two medians alone."""
+    keep = keep_dice(dice_us, base_us, min_gain) if won is None else won
+    return RegionDecision(key, summary, DICE if keep else INDUCTOR, "measured", dice_us, base_us)
 
 
-def decide_guard(dice_us: float, base_us: float, min_gain: float = MIN_GAIN) -> GuardResult:
-    """The whole-graph guard's choice from the two graphs' medians (µs)."""
-    choice = DICE if keep_dice(dice_us, base_us, min_gain) else INDUCTOR
-    return GuardResult(choice, "measured", dice_us, base_us)
+def decide_guard(dice_us: float, base_us: float, min_gain: float = GUARD_MIN_GAIN,
+                 won: bool | None = None) -> GuardResult:
+    """The whole-graph guard's choice from the two graphs' medians (µs);
+    ``won`` as in decide_region. The guard asks for GUARD_MIN_GAIN: keeping a
+    graph that is in truth slower breaks the "never slower" promise, while
+    leaving a slightly faster one to Inductor costs only that little."""
+    keep = keep_dice(dice_us, base_us, min_gain) if won is None else won
+    return GuardResult(DICE if keep else INDUCTOR, "measured", dice_us, base_us)
 
 
 def torch_version() -> str:

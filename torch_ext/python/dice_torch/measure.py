@@ -5,15 +5,26 @@ guard (Inductor alone against dice + Inductor), on the first call's real
 inputs. Decisions go to ``decisions.DecisionStore``; later calls run the
 chosen graph only.
 
-Timing protocol (``time_us``, that of bench/kernelbench_bench.py): on CUDA,
-3 warm-up calls, then ``reps`` calls each after a 256 MB write that flushes
-L2 and bracketed by CUDA events, median in µs; on CPU (tests only) wall
-clock. The baseline is timed again right before each variant it is compared
-with. ``_timer`` is the hook tests replace with fake timings.
+Timing protocol (``compare_us``; that of bench/kernelbench_bench.py's
+bench_interleaved, which the benchmark uses for its own columns): on CUDA,
+3 warm-up calls of each graph, then ``rounds`` rounds of ``reps`` pairs timed
+round-robin (order alternated per pair), each call after a 256 MB write that
+flushes L2 and bracketed by CUDA events, Python's garbage collector paused;
+the two medians in µs over all rounds. A variant is kept only when it wins
+in every round as well (``decisions.keep_dice`` per round): a difference that
+drift or a background process made in one round does not decide. On CPU
+(tests only) the same pairs by wall clock. ``_timer`` is the hook tests
+replace with fake timings.
+
+Session 9 (H200, ResNet101) timed the baseline alone and then the variant
+alone: the two runs of the same baseline graph differed by 38% (5.5 vs
+7.6 ms), enough to keep a slower dice graph. Pairs timed round-robin see
+the same drift.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import statistics
@@ -35,6 +46,7 @@ log = logging.getLogger("dice_torch")
 MAX_REGION_TRIALS = int(os.environ.get("DICE_TORCH_MAX_REGION_TRIALS", "8"))
 MEASURE_BUDGET_S = float(os.environ.get("DICE_TORCH_MEASURE_BUDGET_S", "180"))
 REPS = 20
+ROUNDS = 2
 
 
 def call(fn: Callable, args: Sequence[Any]) -> Any:
@@ -46,36 +58,73 @@ def call(fn: Callable, args: Sequence[Any]) -> Any:
 _flush: torch.Tensor | None = None
 
 
-def time_us(fn: Callable, args: Sequence[Any], reps: int = REPS) -> float:
-    """Median µs of ``fn(args)`` (see the module docstring for the protocol)."""
-    cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
-    for _ in range(3):
+def _time_once(fn: Callable, args: Sequence[Any], cuda: bool) -> float:
+    if not cuda:
+        t0 = time.perf_counter()
         call(fn, args)
-    samples = []
+        return (time.perf_counter() - t0) * 1e6
+    global _flush
+    if _flush is None:
+        _flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
+    _flush.zero_()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    call(fn, args)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000.0
+
+
+@dataclass
+class Comparison:
+    """Two graphs timed side by side on the same inputs (µs, medians over
+    every round), with the per-round medians kept for the every-round rule."""
+
+    variant_us: float
+    base_us: float
+    rounds: list[tuple[float, float]] = field(default_factory=list)  #: (variant, base) median per round
+
+    def variant_wins(self, min_gain: float) -> bool:
+        """True when the variant beats the base by ``min_gain`` overall and in every round."""
+        pairs = [(self.variant_us, self.base_us)] + list(self.rounds)
+        return all(decisions.keep_dice(v, b, min_gain) for v, b in pairs)
+
+
+def compare_us(fn: Callable, base_fn: Callable, args: Sequence[Any], reps: int = REPS,
+               rounds: int = ROUNDS) -> Comparison:
+    """``fn`` against ``base_fn`` on ``args``, round-robin (module docstring).
+
+    Returns:
+        A Comparison (µs). Raises whatever the graphs raise (the caller falls back)."""
+    cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+    for f in (base_fn, fn):
+        for _ in range(3):
+            call(f, args)
     if cuda:
-        global _flush
-        if _flush is None:
-            _flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
         torch.cuda.synchronize()
-        for _ in range(reps):
-            _flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            call(fn, args)
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) * 1000.0)
-    else:
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            call(fn, args)
-            samples.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(samples)
+    samples: list[tuple[list[float], list[float]]] = []
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            mine, base = [], []
+            for k in range(reps):
+                order = ((fn, mine), (base_fn, base)) if k % 2 == 0 else ((base_fn, base), (fn, mine))
+                for f, out in order:
+                    out.append(_time_once(f, args, cuda))
+            samples.append((mine, base))
+    finally:
+        if was_enabled:
+            gc.enable()
+    med = statistics.median
+    return Comparison(med([t for m, _ in samples for t in m]), med([t for _, b in samples for t in b]),
+                      [(med(m), med(b)) for m, b in samples])
 
 
-#: Hook: (label, fn, args) -> µs. Tests replace it to inject timings; the
-#: label is "base", "region:<key>" or "guard".
-_timer: Callable[[str, Callable, Sequence[Any]], float] = lambda label, fn, args: time_us(fn, args)
+#: Hook: (label, fn, base_fn, args) -> Comparison. Tests replace it to inject
+#: timings; the label is "region:<key>" or "guard".
+_timer: Callable[[str, Callable, Callable, Sequence[Any]], Comparison] = \
+    lambda label, fn, base_fn, args: compare_us(fn, base_fn, args)
 
 
 @dataclass
@@ -184,8 +233,9 @@ class TunedGraph:
             else:
                 trials += 1
                 fn = self._compile_variant(frozenset({r.key}), args)
-                base_us = _timer("base", base_fn, args)  # beside each variant: drift hits both alike
-                d = decisions.decide_region(r.key, r.summary, _timer("region:" + r.key, fn, args), base_us)
+                c = _timer("region:" + r.key, fn, base_fn, args)
+                d = decisions.decide_region(r.key, r.summary, c.variant_us, c.base_us,
+                                            won=c.variant_wins(decisions.MIN_GAIN))
                 new.append(d)
             self._decided[r.key] = d
             log.info("dice: region %s (%s) -> %s (%s%s)", r.key[:8], r.summary, d.choice, d.source,
@@ -203,8 +253,8 @@ class TunedGraph:
         else:
             all_keys = frozenset(r.key for r in self._regions)
             dice_fn = self._dice_fn if kept == all_keys else self._compile_variant(kept, args)
-            base_us = _timer("base", base_fn, args)
-            g = decisions.decide_guard(_timer("guard", dice_fn, args), base_us)
+            c = _timer("guard", dice_fn, base_fn, args)
+            g = decisions.decide_guard(c.variant_us, c.base_us, won=c.variant_wins(decisions.GUARD_MIN_GAIN))
             fn = dice_fn if g.choice == decisions.DICE else base_fn
             self._store.put_many([(gkey, {"choice": g.choice, "source": g.source, "dice_us": g.dice_us,
                                           "base_us": g.base_us, "kept": sorted(kept)})], self._baseline)
