@@ -15,9 +15,12 @@ script builds `Model(*get_init_inputs())`, traces it with torch.jit.trace on
 Input specs use the DICE CLI form "<d0>x<d1>x...:<dtype>" ("scalar:f32" for 0-d).
 
 --small (CPU machines): the module-level integer constants the file declares
-(batch_size, dim, in_features, ...; only values >= 64, so kernel sizes, groups
+(batch_size, dim, in_features, ..., also in tuple assignments such as
+`depth, height, width = 16, 32, 32`; only values >= 64, so kernel sizes, groups
 and strides stay) are halved together until the inputs and parameters fit in
---budget-mb. Sizes are measured on the meta device, so nothing large is ever
+--budget-mb. When those are exhausted, the ints that only get_inputs() reads
+(batch_size, depth, height, width: input extents, never a layer's argument)
+are halved too, from 32 down to 16. Sizes are measured on the meta device, so nothing large is ever
 allocated. Without --small the file's own shapes are used (on CUDA when one is
 available, unless --device says otherwise).
 
@@ -43,7 +46,9 @@ DTYPE_NAMES = {
     torch.int32: "i32",
     torch.bool: "b8",
 }
-MIN_SCALED_VALUE = 64  # ints below this (kernel sizes, groups, strides) are never scaled
+MIN_SCALED_VALUE = 64  # ints below this (kernel sizes, groups, strides) are never scaled...
+MIN_INPUT_ONLY_VALUE = 32  # ...unless only get_inputs() reads them (input extents), then from this size
+MIN_RESULT = 16  # no int is halved below this
 
 
 def spec_of(t):
@@ -52,27 +57,63 @@ def spec_of(t):
     return f"{dims}:{DTYPE_NAMES.get(t.dtype, str(t.dtype).replace('torch.', ''))}"
 
 
+def assigned_names(node):
+    """[(name, value node)] of a module-level `x = 1` or `a, b = 1, 2`
+    assignment (value node None where the tuple's shape does not match)."""
+    if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+        return []
+    target = node.targets[0]
+    if isinstance(target, ast.Name):
+        return [(target.id, node.value)]
+    if isinstance(target, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Name) for e in target.elts):
+        values = node.value.elts if isinstance(node.value, (ast.Tuple, ast.List)) and \
+            len(node.value.elts) == len(target.elts) else [None] * len(target.elts)
+        return [(e.id, v) for e, v in zip(target.elts, values)]
+    return []
+
+
 def module_level_ints(path, source):
     """Module-level names the file assigns that hold ints after it runs
-    (literals and expressions such as `N = 2048 * 2`): {'batch_size': 4096}."""
+    (literals and expressions such as `N = 2048 * 2`, tuple assignments
+    `depth, height, width = 16, 32, 32`): {'batch_size': 4096}."""
     names = []
     for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign):
+        names.extend(n for n, _ in assigned_names(node))
+        if isinstance(node, ast.Assign) and len(node.targets) > 1:
             names.extend(t.id for t in node.targets if isinstance(t, ast.Name))
     ns = load_namespace(path, source, {})
     return {n: ns[n] for n in names if type(ns.get(n)) is int}
 
 
+def input_only_names(source):
+    """Names that get_inputs() reads and nothing else at module level does
+    (get_init_inputs, Model, other assignments): input extents such as
+    batch_size or height, which no layer's argument depends on."""
+    reads = {}
+    for node in ast.parse(source).body:
+        key = node.name if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else "<module>"
+        used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        reads.setdefault(key, set()).update(used)
+    inputs = reads.pop("get_inputs", set())
+    others = set().union(*reads.values()) if reads else set()
+    return inputs - others
+
+
 def load_namespace(path, source, overrides):
     """Executes the task file with some module-level ints replaced. The
-    replacement happens in the assignments themselves, so module-level values
-    derived from them (``bias_shape = (out_features,)``) follow."""
+    replacement happens in the assignments themselves (also inside
+    `a, b = 1, 2`), so module-level values derived from them
+    (``bias_shape = (out_features,)``) follow."""
     ns = {"__name__": "kernelbench_task", "__file__": path}
     tree = ast.parse(source, path)
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and node.targets[0].id in overrides:
-            node.value = ast.copy_location(ast.Constant(overrides[node.targets[0].id]), node.value)
+        pairs = assigned_names(node)
+        if len(pairs) == 1 and pairs[0][0] in overrides:
+            node.value = ast.copy_location(ast.Constant(overrides[pairs[0][0]]), node.value)
+        elif len(pairs) > 1 and isinstance(node.value, (ast.Tuple, ast.List)):
+            for i, (name, value) in enumerate(pairs):
+                if name in overrides and value is not None:
+                    node.value.elts[i] = ast.copy_location(ast.Constant(overrides[name]), value)
     exec(compile(tree, path, "exec"), ns)
     # get_inputs/get_init_inputs read the globals at call time.
     ns.update(overrides)
@@ -90,20 +131,58 @@ def footprint_bytes(ns):
     return total
 
 
-def scale_down(path, source, budget_bytes):
-    """Halves the large module-level ints together until the task fits."""
-    ints = {k: v for k, v in module_level_ints(path, source).items() if v >= MIN_SCALED_VALUE}
+def runs_on_meta(ns):
+    """Whether Model(*get_init_inputs())(*get_inputs()) runs on the meta
+    device (shapes only, nothing allocated): scaled sizes that a layer's
+    fixed argument no longer matches (a LayerNorm over the width) fail here."""
+    try:
+        with torch.device("meta"), torch.no_grad():
+            ns["Model"](*ns["get_init_inputs"]())(*ns["get_inputs"]())
+        return True
+    except Exception:  # any failure: these sizes do not make a model
+        return False
+
+
+def halvings(ints, input_only, inputs_first):
+    """The scaled configurations to try, in order: each one halves a set of
+    ints at once. The large ints (>= MIN_SCALED_VALUE) go first, all
+    together, then the input-only ones; inputs_first halves the input-only
+    ints first, one at a time (an input extent is the safest to shrink when
+    layer sizes are tied to each other), then everything."""
     current = dict(ints)
+    yield dict(current)
     for _ in range(64):
-        ns = load_namespace(path, source, current)
-        if footprint_bytes(ns) <= budget_bytes:
-            return current, ints
-        shrinkable = {k: v for k, v in current.items() if v // 2 >= 16}
+        halvable = [k for k, v in current.items() if v // 2 >= MIN_RESULT]
+        if inputs_first:  # one input extent at a time, in declaration order (batch_size first)
+            first = [k for k in halvable if k in input_only][:1]
+        else:
+            first = [k for k in halvable if ints[k] >= MIN_SCALED_VALUE]
+        shrinkable = first or halvable
         if not shrinkable:
-            break
+            return
         for k in shrinkable:
-            current[k] = current[k] // 2
-    raise RuntimeError(f"cannot scale the task below {budget_bytes} bytes (ints: {ints})")
+            current[k] //= 2
+        yield dict(current)
+
+
+def scale_down(path, source, budget_bytes):
+    """Halves the module-level ints until the task fits in budget_bytes and
+    still runs (checked on the meta device when the unscaled task runs
+    there). Tries the large ints first, then the input extents first.
+    Errors: RuntimeError when no configuration fits and runs."""
+    all_ints = module_level_ints(path, source)
+    input_only = input_only_names(source)
+    ints = {k: v for k, v in all_ints.items() if v >= MIN_SCALED_VALUE or
+            (k in input_only and v >= MIN_INPUT_ONLY_VALUE)}
+    check_meta = runs_on_meta(load_namespace(path, source, {}))
+    for inputs_first in (False, True):
+        for current in halvings(ints, input_only, inputs_first):
+            ns = load_namespace(path, source, current)
+            if footprint_bytes(ns) <= budget_bytes:
+                if not check_meta or runs_on_meta(ns):
+                    return current, ints
+                break  # halving further keeps the mismatch; try the other order
+    raise RuntimeError(f"cannot scale the task below {budget_bytes} bytes to sizes it runs at (ints: {ints})")
 
 
 def flatten_outputs(out):

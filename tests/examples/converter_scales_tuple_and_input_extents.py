@@ -1,0 +1,100 @@
+"""ctest KernelBenchConverterScalesTupleAndInputExtents: the --small converter
+(examples/make_kernelbench_models.py) fits tasks whose sizes sit in tuple
+assignments (``depth, height, width = 16, 128, 128``) or in input extents
+below 64 (a batch of 32), and never picks sizes the model cannot run at (a
+LayerNorm whose normalized_shape is tied to the input's width). The capture
+sweep (bench/capture_sweep.py, issue 18 item 6) found KernelBench tasks
+the old converter refused ("cannot scale the task below ..."). Exits non-zero
+with the reason when a task is not converted or its shapes are not the
+expected ones."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Sizes only in a tuple assignment: height and width must be halved.
+TUPLE_TASK = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(channels, 1, 1, 1))
+
+    def forward(self, x):
+        return torch.relu(x * self.scale)
+
+batch_size = 16
+channels = 4
+depth, height, width = 16, 128, 128
+
+def get_inputs():
+    return [torch.rand(batch_size, channels, depth, height, width)]
+
+def get_init_inputs():
+    return [channels]
+'''
+
+# A LayerNorm whose size is another int than the dim it normalises (out_channels
+# == 2 * width, as after a stride-2 ConvTranspose): halving out_channels breaks
+# the model, halving the batch does not.
+TIED_TASK = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, out_channels, norm_shape):
+        super().__init__()
+        self.norm = nn.LayerNorm(norm_shape)
+
+    def forward(self, x):
+        return torch.relu(self.norm(torch.cat([x, x], -1)))
+
+batch_size = 32
+in_channels = 4
+out_channels = 64
+depth, height, width = 16, 32, 32
+norm_shape = (out_channels,)
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, depth, height, width)]
+
+def get_init_inputs():
+    return [out_channels, norm_shape]
+'''
+
+
+def convert(tmp, name, source, budget_mb):
+    level = os.path.join(tmp, "level2")
+    os.makedirs(level, exist_ok=True)
+    task = os.path.join(level, name + ".py")
+    with open(task, "w") as f:
+        f.write(source)
+    out = os.path.join(tmp, "models")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "make_kernelbench_models.py"), task,
+                        "--out", out, "--small", "--budget-mb", str(budget_mb)], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(r.stdout + r.stderr)
+        return None
+    with open(os.path.join(out, "level2_" + name, "meta.json")) as f:
+        return json.load(f)
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        meta = convert(tmp, "1_Tuple", TUPLE_TASK, 17)  # 64 MiB of input at full size, 16 MiB halved once
+        if meta is None or meta["inputs"] != ["16x4x16x64x64:f32"]:
+            print(f"FAIL: tuple-assigned height/width were not halved: {meta and meta['inputs']}")
+            return 1
+        meta = convert(tmp, "2_Tied", TIED_TASK, 5)  # 8 MiB at full size; batch 16 fits
+        if meta is None or meta["inputs"] != ["16x4x16x32x32:f32"] or meta["outputs"] != ["16x4x16x32x64:f32"]:
+            print(f"FAIL: the tied task was not scaled by its batch alone: {meta and (meta['inputs'], meta['scaled'])}")
+            return 1
+    print("ok: tuple-assigned sizes and input extents are scaled; tied sizes are left alone")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
