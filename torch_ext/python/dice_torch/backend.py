@@ -337,9 +337,8 @@ def _compile_with_dice(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
 
     # The baseline the guard measures and serves when Inductor wins: compiled
     # now, inside dynamo's compile context, exactly as torch.compile would.
-    # Known gap (H200, 2026-12-01, docs/PERF.md): on ResNet101 the guard's own
-    # timing of this baseline (7.6 ms) disagreed with the benchmark's
-    # torch.compile (5.7 ms), so the guard kept dice + Inductor at 0.93x.
+    # pipeline.copy_gm keeps dynamo's attributes, so this compiles to the code
+    # torch.compile's own does (the inductor-via-backend bench variant).
     base = pipeline.plain_inductor(gm, example_inputs)
 
     def compile_variant(keys: frozenset, args: Sequence[Any]) -> Callable:

@@ -45,16 +45,35 @@ class CompileState:
     decomposed: list[str] = field(default_factory=list)
 
 
+#: What dynamo hangs on its GraphModule besides the graph: AOTAutograd reads
+#: ``_param_name_to_source`` (with each placeholder's ``_dynamo_source``) to
+#: tell a dynamo graph's parameters apart as static inputs. A copy without
+#: them is taken for an exported graph: the parameters become ordinary
+#: inputs, and Inductor's code for the same graph ran 3-5% slower on
+#: ResNet101 (H200, 2026-12-01, docs/PERF.md).
+_DYNAMO_GM_ATTRS = ("_param_name_to_source", "_source_to_user_stacks", "compile_subgraph_reason")
+
+
 def copy_gm(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """A GraphModule sharing ``gm``'s parameters and submodules with a copy of
-    its graph (node meta copied shallowly), so passes on it leave ``gm`` as it was."""
+    its graph (node meta copied shallowly), so passes on it leave ``gm`` as it
+    was. Dynamo's own attributes (_DYNAMO_GM_ATTRS, ``gm.meta`` and each
+    placeholder's ``_dynamo_source``) come along, so AOTAutograd and Inductor
+    treat the copy exactly as the graph dynamo handed over."""
     graph = torch.fx.Graph()
     graph._codegen = gm.graph._codegen
-    out = graph.graph_copy(gm.graph, {})
+    val_map: dict[torch.fx.Node, torch.fx.Node] = {}
+    out = graph.graph_copy(gm.graph, val_map)
     old_out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     graph.output(out).meta = copy.copy(old_out.meta)  # Inductor reads user_visible_output_idxs there
+    for old, new_node in val_map.items():
+        if old.op == "placeholder" and hasattr(old, "_dynamo_source"):
+            new_node._dynamo_source = old._dynamo_source
     new = torch.fx.GraphModule(gm, graph)
     new.meta = dict(getattr(gm, "meta", {}))
+    for attr in _DYNAMO_GM_ATTRS:
+        if hasattr(gm, attr):
+            setattr(new, attr, getattr(gm, attr))
     return new
 
 
