@@ -75,14 +75,23 @@ def assigned_names(node):
 def module_level_ints(path, source):
     """Module-level names the file assigns that hold ints after it runs
     (literals and expressions such as `N = 2048 * 2`, tuple assignments
-    `depth, height, width = 16, 32, 32`): {'batch_size': 4096}."""
-    names = []
+    `depth, height, width = 16, 32, 32`), and the int literals of a list or
+    tuple (`hidden_layer_sizes = [32768, 32768]`, named 'name[i]'):
+    {'batch_size': 4096, 'hidden_layer_sizes[0]': 32768}."""
+    names, elements = [], {}
     for node in ast.parse(source).body:
-        names.extend(n for n, _ in assigned_names(node))
+        pairs = assigned_names(node)
+        names.extend(n for n, _ in pairs)
         if isinstance(node, ast.Assign) and len(node.targets) > 1:
             names.extend(t.id for t in node.targets if isinstance(t, ast.Name))
+        if len(pairs) == 1 and isinstance(pairs[0][1], (ast.List, ast.Tuple)):
+            for i, e in enumerate(pairs[0][1].elts):
+                if isinstance(e, ast.Constant) and type(e.value) is int:
+                    elements[f"{pairs[0][0]}[{i}]"] = e.value
     ns = load_namespace(path, source, {})
-    return {n: ns[n] for n in names if type(ns.get(n)) is int}
+    ints = {n: ns[n] for n in names if type(ns.get(n)) is int}
+    ints.update(elements)
+    return ints
 
 
 def input_only_names(source):
@@ -102,7 +111,7 @@ def input_only_names(source):
 def load_namespace(path, source, overrides):
     """Executes the task file with some module-level ints replaced. The
     replacement happens in the assignments themselves (also inside
-    `a, b = 1, 2`), so module-level values derived from them
+    `a, b = 1, 2` and list literals, 'name[i]'), so module-level values derived from them
     (``bias_shape = (out_features,)``) follow."""
     ns = {"__name__": "kernelbench_task", "__file__": path}
     tree = ast.parse(source, path)
@@ -110,25 +119,30 @@ def load_namespace(path, source, overrides):
         pairs = assigned_names(node)
         if len(pairs) == 1 and pairs[0][0] in overrides:
             node.value = ast.copy_location(ast.Constant(overrides[pairs[0][0]]), node.value)
+        elif len(pairs) == 1 and isinstance(node.value, (ast.List, ast.Tuple)):
+            for i, e in enumerate(node.value.elts):
+                key = f"{pairs[0][0]}[{i}]"
+                if key in overrides:
+                    node.value.elts[i] = ast.copy_location(ast.Constant(overrides[key]), e)
         elif len(pairs) > 1 and isinstance(node.value, (ast.Tuple, ast.List)):
             for i, (name, value) in enumerate(pairs):
                 if name in overrides and value is not None:
                     node.value.elts[i] = ast.copy_location(ast.Constant(overrides[name]), value)
     exec(compile(tree, path, "exec"), ns)
     # get_inputs/get_init_inputs read the globals at call time.
-    ns.update(overrides)
+    ns.update({k: v for k, v in overrides.items() if "[" not in k})
     return ns
 
 
 def footprint_bytes(ns):
-    """Bytes of the inputs plus the parameters, measured on the meta device."""
+    """(input bytes, parameter + buffer bytes), measured on the meta device."""
     with torch.device("meta"):
         inputs = ns["get_inputs"]()
         model = ns["Model"](*ns["get_init_inputs"]())
     total = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
-    total += sum(p.numel() * p.element_size() for p in model.parameters())
-    total += sum(b.numel() * b.element_size() for b in model.buffers())
-    return total
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    params += sum(b.numel() * b.element_size() for b in model.buffers())
+    return total, params
 
 
 def runs_on_meta(ns):
@@ -165,10 +179,15 @@ def halvings(ints, input_only, inputs_first):
         yield dict(current)
 
 
-def scale_down(path, source, budget_bytes):
-    """Halves the module-level ints until the task fits in budget_bytes and
-    still runs (checked on the meta device when the unscaled task runs
-    there). Tries the large ints first, then the input extents first.
+def scale_down(path, source, budget_bytes, max_param_bytes):
+    """Halves the module-level ints until the task's inputs and parameters
+    fit in budget_bytes and it still runs (checked on the meta device when
+    the unscaled task runs there). Tries the large ints first, then the
+    input extents first. A network whose layer sizes are written in its
+    class (VGG16's 4096-wide classifier) cannot shrink its parameters: when
+    no configuration fits, the most halved one whose inputs fit in
+    budget_bytes, whose parameters fit in max_param_bytes and that runs is
+    taken (the least CPU work).
     Errors: RuntimeError when no configuration fits and runs."""
     all_ints = module_level_ints(path, source)
     input_only = input_only_names(source)
@@ -178,11 +197,24 @@ def scale_down(path, source, budget_bytes):
     for inputs_first in (False, True):
         for current in halvings(ints, input_only, inputs_first):
             ns = load_namespace(path, source, current)
-            if footprint_bytes(ns) <= budget_bytes:
+            if sum(footprint_bytes(ns)) <= budget_bytes:
                 if not check_meta or runs_on_meta(ns):
                     return current, ints
                 break  # halving further keeps the mismatch; try the other order
-    raise RuntimeError(f"cannot scale the task below {budget_bytes} bytes to sizes it runs at (ints: {ints})")
+    # Parameters fixed by the class: the smallest inputs it still runs at.
+    best = None
+    for current in halvings(ints, input_only, False):
+        ns = load_namespace(path, source, current)
+        inputs, params = footprint_bytes(ns)
+        if params > max_param_bytes or inputs > budget_bytes:
+            continue
+        if check_meta and not runs_on_meta(ns):
+            break
+        best = current
+    if best is not None:
+        return best, ints
+    raise RuntimeError(f"cannot scale the task below {budget_bytes} bytes (parameters below {max_param_bytes}) "
+                       f"to sizes it runs at (ints: {ints})")
 
 
 def flatten_outputs(out):
@@ -196,14 +228,14 @@ def flatten_outputs(out):
     raise TypeError(f"unsupported output type {type(out).__name__}")
 
 
-def convert(path, out_root, device, small, budget_bytes, seed):
+def convert(path, out_root, device, small, budget_bytes, seed, max_param_bytes=768 * 2**20):
     level = os.path.basename(os.path.dirname(os.path.abspath(path)))
     stem = os.path.splitext(os.path.basename(path))[0]
     with open(path, encoding="utf-8") as f:
         source = f.read()
     overrides, original = ({}, {})
     if small:
-        overrides, original = scale_down(path, source, budget_bytes)
+        overrides, original = scale_down(path, source, budget_bytes, max_param_bytes)
     ns = load_namespace(path, source, overrides)
 
     torch.manual_seed(seed)
@@ -247,6 +279,9 @@ def main(argv):
                    help="where to build and trace (auto: cuda when available and not --small)")
     p.add_argument("--small", action="store_true", help="scale the task's module-level sizes down to --budget-mb")
     p.add_argument("--budget-mb", type=float, default=64.0, help="input+parameter budget for --small, MiB")
+    p.add_argument("--max-param-mb", type=float, default=768.0,
+                   help="--small: parameters a task's class fixes (no module-level int sizes them) are accepted "
+                        "up to this size when nothing brings the task under --budget-mb, MiB")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
@@ -261,7 +296,8 @@ def main(argv):
     failures = 0
     for path in args.tasks:
         try:
-            out_dir, meta = convert(path, args.out, device, args.small, int(args.budget_mb * 2**20), args.seed)
+            out_dir, meta = convert(path, args.out, device, args.small, int(args.budget_mb * 2**20), args.seed,
+                                    int(args.max_param_mb * 2**20))
             scaled = ", ".join(f"{k} {a}->{b}" for k, (a, b) in meta["scaled"].items())
             print(f"OK   {path} -> {out_dir}  inputs {' '.join(meta['inputs'])}" + (f"  (scaled: {scaled})" if scaled else ""))
         except Exception as e:  # one bad task must not stop the batch
