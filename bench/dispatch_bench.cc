@@ -69,7 +69,7 @@ Fixture& Get() {
     g.outputs = {1};
     auto task = dice::Task::Make(g, {dice::ir::TensorSpec::Contiguous(dice::ir::DType::kFloat32, {kN})},
                                  dice::TargetForDevice(0));
-    dice::TemplateGenerator gen;
+    dice::generator::TemplateGenerator gen;
     auto cands = gen.Generate(*task, 1);
     if (!cands.ok() || cands->empty()) {
       fx->error = "no template candidate: " + cands.status().ToString();

@@ -59,8 +59,8 @@ std::vector<int64_t> ParseList(const std::string& text) {
 }
 
 // Prints the phase table of one profiled decode.
-void PrintProfile(const dice::DecodeResult& r) {
-  const dice::DecodeProfile& p = r.profile;
+void PrintProfile(const dice::generator::DecodeResult& r) {
+  const dice::generator::DecodeProfile& p = r.profile;
   struct Row {
     const char* name;
     double s;
@@ -86,8 +86,8 @@ void PrintProfile(const dice::DecodeResult& r) {
   std::printf("  %-30s %10.4f\n", "profiled decode total", r.seconds);
 }
 
-nlohmann::json ProfileJson(const dice::DecodeResult& r) {
-  const dice::DecodeProfile& p = r.profile;
+nlohmann::json ProfileJson(const dice::generator::DecodeResult& r) {
+  const dice::generator::DecodeProfile& p = r.profile;
   return nlohmann::json{{"seconds", r.seconds},          {"setup_s", p.setup_s},
                         {"prefill_s", p.prefill_s},      {"graph_capture_s", p.graph_capture_s},
                         {"step_forward_s", p.step_forward_s}, {"sampling_s", p.sampling_s},
@@ -121,9 +121,9 @@ int main(int argc, char** argv) {
   app.add_flag("--tiny", tiny, "CPU smoke run: tiny built-in shape, prompt 16, 8 new tokens, batch 1,2, f32");
   CLI11_PARSE(app, argc, argv);
 
-  std::vector<std::pair<std::string, dice::SdarConfig>> shapes;
+  std::vector<std::pair<std::string, dice::generator::SdarConfig>> shapes;
   if (tiny) {
-    dice::SdarConfig c;
+    dice::generator::SdarConfig c;
     c.hidden_size = 64;
     c.num_hidden_layers = 2;
     c.num_attention_heads = 4;
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
     batches = "1,2";
   }
   for (const auto& path : configs) {
-    auto c = dice::SdarConfig::Load(path);
+    auto c = dice::generator::SdarConfig::Load(path);
     if (!c.ok()) {
       std::fprintf(stderr, "sdar_decode_bench: error: %s\n", c.status().ToString().c_str());
       return 2;
@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
     }
     if (graph_modes.empty()) graph_modes.push_back(false);
   }
-  dice::SdarModelOptions mo;
+  dice::generator::SdarModelOptions mo;
   try {
     mo.device = torch::Device(device);
   } catch (const c10::Error&) {
@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
   std::ofstream json_out;
   if (!json_path.empty()) json_out.open(json_path, std::ios::app);
   for (const auto& [name, config] : shapes) {
-    auto model = dice::SdarModel::Random(config, mo, seed);
+    auto model = dice::generator::SdarModel::Random(config, mo, seed);
     if (!model.ok()) {
       std::fprintf(stderr, "sdar_decode_bench: error: %s: %s\n", name.c_str(), model.status().ToString().c_str());
       return 1;
@@ -204,14 +204,14 @@ int main(int argc, char** argv) {
     }
     for (int64_t batch : batch_sizes) {
       for (bool graphs : graph_modes) {
-        dice::DecodeOptions o;
-        o.remasking = dice::Remasking::kStatic;
+        dice::generator::DecodeOptions o;
+        o.remasking = dice::generator::Remasking::kStatic;
         o.denoising_steps = steps;
         o.eos_ids.clear();
         o.num_samples = batch;
         o.cuda_graphs = graphs;
         o.max_new_tokens = std::min<int64_t>(new_tokens, 2 * config.block_size);  // warm-up
-        auto warm = dice::Decode(*model, prompt, o);
+        auto warm = dice::generator::Decode(*model, prompt, o);
         if (!warm.ok()) {
           std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
                        static_cast<long long>(batch), warm.status().ToString().c_str());
@@ -223,7 +223,7 @@ int main(int argc, char** argv) {
           torch::cuda::synchronize();
           c10::cuda::CUDACachingAllocator::resetPeakStats(mo.device.index() < 0 ? 0 : mo.device.index());
         }
-        auto r = dice::Decode(*model, prompt, o);
+        auto r = dice::generator::Decode(*model, prompt, o);
         if (mo.device.is_cuda()) torch::cuda::synchronize();
         if (!r.ok()) {
           std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
@@ -263,7 +263,7 @@ int main(int argc, char** argv) {
                            {"peak_gib", peak_gib}};
         if (profile) {
           o.profile = true;
-          auto p = dice::Decode(*model, prompt, o);
+          auto p = dice::generator::Decode(*model, prompt, o);
           if (!p.ok()) {
             std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld (profiled): %s\n", name.c_str(),
                          static_cast<long long>(batch), p.status().ToString().c_str());

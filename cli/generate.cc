@@ -59,17 +59,17 @@ int RunGenerate(const GenerateArgs& a) {
       return Fail(kExitBadInput, error);
     }
   }
-  PromptTemplates templates = PromptTemplates::Default();
+  generator::PromptTemplates templates = generator::PromptTemplates::Default();
   if (!a.templates_path.empty()) {
-    auto t = PromptTemplates::Load(a.templates_path);
+    auto t = generator::PromptTemplates::Load(a.templates_path);
     if (!t.ok()) return Fail(kExitBadInput, t.status().ToString());
     templates = std::move(*t);
   }
-  auto prompt = a.mode == "e2e" ? BuildEndToEndPrompt(templates, task)
-                                : BuildInfillingPrompt(templates, task, prefix, suffix);
+  auto prompt = a.mode == "e2e" ? generator::BuildEndToEndPrompt(templates, task)
+                                : generator::BuildInfillingPrompt(templates, task, prefix, suffix);
   if (!prompt.ok()) return Fail(kExitBadInput, prompt.status().ToString());
 
-  SdarModelOptions mopts;
+  generator::SdarModelOptions mopts;
   try {
     mopts.device = torch::Device(a.device);
   } catch (const c10::Error&) {
@@ -79,9 +79,9 @@ int RunGenerate(const GenerateArgs& a) {
     return Fail(kExitNoGpu, "--device " + a.device + " asked for but no CUDA device is present");
   }
   mopts.dtype = a.dtype == "bf16" ? torch::kBFloat16 : a.dtype == "f16" ? torch::kFloat16 : torch::kFloat32;
-  auto tok = Tokenizer::Load(a.model_dir);
+  auto tok = generator::Tokenizer::Load(a.model_dir);
   if (!tok.ok()) return Fail(kExitBadInput, tok.status().ToString());
-  auto model = SdarModel::Load(a.model_dir, mopts);
+  auto model = generator::SdarModel::Load(a.model_dir, mopts);
   if (!model.ok()) {
     return Fail(model.status().code() == StatusCode::kInternal ? kExitFailure : kExitBadInput,
                 model.status().ToString());
@@ -97,10 +97,10 @@ int RunGenerate(const GenerateArgs& a) {
     }
   }
 
-  DecodeOptions o;
+  generator::DecodeOptions o;
   o.max_new_tokens = a.max_new_tokens;
   o.denoising_steps = a.steps;
-  o.remasking = *ParseRemasking(a.remasking);
+  o.remasking = *generator::ParseRemasking(a.remasking);
   o.confidence_threshold = a.threshold;
   o.temperature = a.temperature;
   o.top_k = a.top_k;
@@ -113,7 +113,7 @@ int RunGenerate(const GenerateArgs& a) {
   if (!a.quiet) {
     // One line rewritten in place on a terminal; a line per block in a log.
     const bool tty = ::isatty(STDERR_FILENO) != 0;
-    o.on_block = [&a, tty](const DecodeProgress& p) {
+    o.on_block = [&a, tty](const generator::DecodeProgress& p) {
       std::fprintf(stderr, "%sdice: block %lld, %lld/%lld tokens, %lld sample(s) active, %.1f s%s", tty ? "\r" : "",
                    static_cast<long long>(p.blocks), static_cast<long long>(p.generated_tokens),
                    static_cast<long long>(a.max_new_tokens), static_cast<long long>(p.active_samples), p.elapsed_s,
@@ -125,7 +125,7 @@ int RunGenerate(const GenerateArgs& a) {
               a.dtype.c_str(), a.remasking.c_str(), static_cast<long long>(a.steps),
               static_cast<long long>(model->config().block_size));
   std::fflush(stdout);
-  auto result = Decode(*model, ids, o);
+  auto result = generator::Decode(*model, ids, o);
   if (!result.ok()) {
     return Fail(result.status().code() == StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure,
                 result.status().ToString());
@@ -136,7 +136,7 @@ int RunGenerate(const GenerateArgs& a) {
     const auto& t = result->tokens[i];
     total += static_cast<int64_t>(t.size());
     const std::string text = tok->Decode(t);
-    auto code = ExtractCodeBlock(text);
+    auto code = generator::ExtractCodeBlock(text);
     std::printf("\n=== sample %zu: %zu tokens, %s ===\n", i, t.size(),
                 result->stopped_at_eos[i] ? "ended at EOS" : "reached --max-new-tokens");
     if (code.ok()) {

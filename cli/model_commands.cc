@@ -241,13 +241,13 @@ struct GeneratorArgs {
 /// --model, an unloadable checkpoint.
 bool MakeGenerators(const GeneratorArgs& g, bool gpu, std::vector<std::shared_ptr<dice::KernelGenerator>>* out,
                     std::string* error) {
-  if (g.kind == "templates" || g.kind == "both") out->push_back(std::make_shared<dice::TemplateGenerator>());
+  if (g.kind == "templates" || g.kind == "both") out->push_back(std::make_shared<dice::generator::TemplateGenerator>());
   if (g.kind == "dice" || g.kind == "both") {
     if (g.model_dir.empty()) {
       *error = "--generator " + g.kind + " needs --model DIR (a DICE/SDAR checkpoint directory)";
       return false;
     }
-    dice::DiceGeneratorOptions o;
+    dice::generator::DiceGeneratorOptions o;
     o.model_dir = g.model_dir;
     o.model.device = gpu ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
     o.model.dtype = gpu ? torch::kBFloat16 : torch::kFloat32;
@@ -257,7 +257,7 @@ bool MakeGenerators(const GeneratorArgs& g, bool gpu, std::vector<std::shared_pt
     o.progress = true;
     Notice(dice::LogLevel::kInfo, "dice: loading the DICE checkpoint %s on %s", g.model_dir.c_str(),
            gpu ? "cuda:0 (bf16)" : "cpu (f32)");
-    auto gen = dice::DiceGenerator::Load(std::move(o));
+    auto gen = dice::generator::DiceGenerator::Load(std::move(o));
     if (!gen.ok()) {
       *error = "--model " + g.model_dir + ": " + gen.status().ToString();
       return false;

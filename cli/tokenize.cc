@@ -18,7 +18,7 @@ namespace {
 /// Qwen2/SDAR byte-level BPE of generator/tokenizer.h), so anyone can compare
 /// it with another tokenizer.
 int CmdTokenize(const std::string& model_dir) {
-  auto tok = dice::Tokenizer::Load(model_dir);
+  auto tok = dice::generator::Tokenizer::Load(model_dir);
   if (!tok.ok()) return Fail(kExitBadInput, tok.status().ToString());
   std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
   std::printf("%s\n", nlohmann::json(tok->Encode(text)).dump().c_str());

@@ -73,7 +73,7 @@ int RunInit(const TrainArgs& a) {
   if (a.byte_tokenizer == !a.init_tokenizer.empty()) {
     return Fail(Status(StatusCode::kInvalidArgument, "train init: give exactly one of --byte-tokenizer or --tokenizer DIR"));
   }
-  SdarConfig c;
+  generator::SdarConfig c;
   c.hidden_size = a.hidden;
   c.num_hidden_layers = a.layers;
   c.num_attention_heads = a.heads;

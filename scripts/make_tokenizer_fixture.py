@@ -2,7 +2,7 @@
 """Writes tests/data/tokenizer_fixture.json: strings + reference token ids.
 
 The reference is the Hugging Face tokenizer built from the same files the C++
-dice::Tokenizer reads (tests/data/sdar: vocab.json, merges.txt,
+dice::generator::Tokenizer reads (tests/data/sdar: vocab.json, merges.txt,
 tokenizer_config.json), via transformers.AutoTokenizer (Qwen2Tokenizer on the
 `tokenizers` backend: NFC, Qwen2 split, byte-level BPE; added tokens from
 added_tokens_decoder, so `<|MASK|>` = 151669 and `<MASK>` is plain text).

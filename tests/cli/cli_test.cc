@@ -147,7 +147,7 @@ TEST_F(CliTest, InputsThatDoNotFitTheModelAreBadInputForEveryCommand) {
 namespace {
 TEST_F(CliTest, TokenizePrintsTheTokenizersIdsAsJson) {
   const std::string model = std::string(DICE_SOURCE_DIR) + "/tests/data/sdar";
-  auto tok = dice::Tokenizer::Load(model);
+  auto tok = dice::generator::Tokenizer::Load(model);
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
   const std::string text = "__global__ void k(float* y) { y[threadIdx.x] = 0.5f; }\n<|im_end|>";
   const fs::path in = dir_ / "in.txt";

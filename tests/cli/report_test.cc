@@ -534,7 +534,7 @@ TEST(AttemptsTableTest, CompileOnlyRecordsEveryFailedCandidateWithItsCauseAndNoW
   TuneOptions opt;
   opt.compile_only = true;
   opt.max_candidates = 2;
-  Tuner tuner(store->get(), {std::make_shared<TemplateGenerator>(), std::make_shared<BrokenGenerator>()}, opt);
+  Tuner tuner(store->get(), {std::make_shared<generator::TemplateGenerator>(), std::make_shared<BrokenGenerator>()}, opt);
   auto report = tuner.Tune(*task);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   auto attempts = (*store)->ListAttempts(task->Key());

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 namespace fs = std::filesystem;
@@ -602,4 +602,4 @@ open(out + "/v_proj.bin", "wb").write(w["model.layers.1.self_attn.v_proj.weight"
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::generator

@@ -7,7 +7,7 @@
 
 #include <string>
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 const std::string kCuda =
@@ -66,4 +66,4 @@ TEST(CompletionParserTest, EmptySourceStringIsRejected) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::generator

@@ -13,7 +13,7 @@
 #include "dice/core/ir.h"
 #include "dice/core/task.h"
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 const std::string kReference =
@@ -182,4 +182,4 @@ TEST(PromptsTest, InfillingSkeletonWithAMiddleIsValidPython) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::generator

@@ -15,7 +15,7 @@
 #include "dice/generator/templates.h"
 #include "template_test_util.h"
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 using ir::DType;
@@ -144,4 +144,4 @@ TEST(TemplateGolden, DefaultTargetTaskKeyIsUnchanged) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::generator

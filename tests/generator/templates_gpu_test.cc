@@ -16,7 +16,7 @@
 #include "dice/core/task.h"
 #include "dice/runtime/tuner.h"
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 struct Case {
@@ -148,4 +148,4 @@ TEST(TemplatesGpu, EveryTemplateCandidatePassesTheVerifier) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::generator

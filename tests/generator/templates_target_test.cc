@@ -12,7 +12,7 @@
 #include "dice/generator/templates.h"
 #include "template_test_util.h"
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 using ir::DType;
@@ -171,4 +171,4 @@ TEST(TemplateTarget, TaskKeyIgnoresDeviceFacts) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::generator

@@ -12,7 +12,7 @@
 #include "dice/runtime/compiler.h"
 #include "template_test_util.h"
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 using ir::DType;
@@ -545,4 +545,4 @@ TEST(Compiler, CompileAllKeepsOrder) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::generator

@@ -1,4 +1,4 @@
-// dice::Tokenizer against reference ids from the Hugging Face tokenizer built
+// dice::generator::Tokenizer against reference ids from the Hugging Face tokenizer built
 // from the same files (tests/data/tokenizer_fixture.json, written by
 // scripts/make_tokenizer_fixture.py), plus special tokens and load errors.
 #include "dice/generator/tokenizer.h"
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 namespace fs = std::filesystem;
@@ -204,4 +204,4 @@ TEST(Tokenizer, HonoursLstripAndRstripFlagsFromTokenizerJson) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::generator

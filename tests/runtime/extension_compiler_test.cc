@@ -120,7 +120,7 @@ class ExtensionGenerator : public KernelGenerator {
   Expected<std::vector<Candidate>> Generate(const Task&, int) override {
     const std::string completion = "The kernel fuses the op.\n```python\nsource = \"\"\"\n" +
                                    GoodReluExtension().source + "\"\"\"\n```\n";
-    auto parsed = ParseExtensionCandidate(completion, "ext:relu");
+    auto parsed = generator::ParseExtensionCandidate(completion, "ext:relu");
     if (!parsed.ok()) return parsed.status();
     return std::vector<Candidate>{*parsed, BrokenReluExtension()};
   }

@@ -1,4 +1,4 @@
-// fixed_generator.h — the tuner tests' name for dice::FixedGenerator
+// fixed_generator.h — the tuner tests' name for dice::generator::FixedGenerator
 // (dice/generator/fixed_generator.h): a fixed list of hand-written kernels,
 // known-good or deliberately wrong, whatever the task.
 #pragma once
@@ -7,6 +7,6 @@
 
 namespace dice::runtime_test {
 
-using dice::FixedGenerator;
+using dice::generator::FixedGenerator;
 
 }  // namespace dice::runtime_test

@@ -57,7 +57,7 @@ TEST(TunerCache, VerifiedWinnerIsServedFromTheCache) {
   ASSERT_TRUE(store);
   Task task = ReluTask();
   ASSERT_TRUE(*store->PutWinner(Row(task, /*verified=*/true)));
-  Tuner tuner(store.get(), {std::make_shared<TemplateGenerator>()}, TuneOptions{});
+  Tuner tuner(store.get(), {std::make_shared<generator::TemplateGenerator>()}, TuneOptions{});
   auto report = tuner.Tune(task);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_TRUE(report->from_cache);
@@ -71,7 +71,7 @@ TEST(TunerCache, PulledWinnerIsNeverServedUnverifiedAndNeedsAGpuToBeChecked) {
   ASSERT_TRUE(store);
   Task task = ReluTask();
   ASSERT_TRUE(*store->PutWinner(Row(task, /*verified=*/false)));
-  Tuner tuner(store.get(), {std::make_shared<TemplateGenerator>()}, TuneOptions{});
+  Tuner tuner(store.get(), {std::make_shared<generator::TemplateGenerator>()}, TuneOptions{});
   auto report = tuner.Tune(task);
   ASSERT_FALSE(report.ok()) << "an unverified entry must not come back as a cached winner";
   EXPECT_EQ(report.status().code(), StatusCode::kNoDevice) << report.status().ToString();

@@ -25,7 +25,7 @@ TEST(TunerProgress, CompileOnlyReportsItsPhasesInOrderWithGrowingCounts) {
   TuneOptions opt;
   opt.compile_only = true;
   opt.max_candidates = 4;
-  Tuner tuner(nullptr, {std::make_shared<TemplateGenerator>()}, opt);
+  Tuner tuner(nullptr, {std::make_shared<generator::TemplateGenerator>()}, opt);
   std::vector<TuneProgress> events;
   std::vector<std::string> descriptions;
   auto report = tuner.Tune(ReluTask(), nullptr, [&](const TuneProgress& p) {

@@ -175,7 +175,7 @@ TEST(VerifierGpu, TemplateCandidatesVerifyAndAreTimedAgainstBaseline) {
   TuneOptions opt;
   opt.max_candidates = 4;
   opt.budget_s = 200;
-  Tuner tuner(nullptr, {std::make_shared<TemplateGenerator>()}, opt);
+  Tuner tuner(nullptr, {std::make_shared<generator::TemplateGenerator>()}, opt);
   auto report = tuner.Tune(ReluTask(1 << 22));
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_GT(report->baseline_us, 0.0);

@@ -370,7 +370,7 @@ TEST(Tuner, CompileOnlyCompilesTemplateCandidatesAndStoresNothing) {
   TuneOptions opt;
   opt.compile_only = true;
   opt.max_candidates = 4;
-  Tuner tuner(store->get(), {std::make_shared<TemplateGenerator>()}, opt);
+  Tuner tuner(store->get(), {std::make_shared<generator::TemplateGenerator>()}, opt);
   Task task = ReluTask();
   auto report = tuner.Tune(task);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
@@ -398,7 +398,7 @@ TEST(Tuner, CompileOnlyCompilesTemplateCandidatesAndStoresNothing) {
 TEST(Tuner, TuningWithoutGpuFailsWithNoDevice) {
   if (CudaDriver::Get().ok()) GTEST_SKIP() << "a GPU is present";
   TuneOptions opt;
-  Tuner tuner(nullptr, {std::make_shared<TemplateGenerator>()}, opt);
+  Tuner tuner(nullptr, {std::make_shared<generator::TemplateGenerator>()}, opt);
   auto report = tuner.Tune(ReluTask());
   ASSERT_FALSE(report.ok());
   EXPECT_EQ(report.status().code(), StatusCode::kNoDevice) << report.status().ToString();
@@ -407,7 +407,7 @@ TEST(Tuner, TuningWithoutGpuFailsWithNoDevice) {
 TEST(Tuner, RejectsCapturedInputsOfWrongSize) {
   TuneOptions opt;
   opt.compile_only = true;
-  Tuner tuner(nullptr, {std::make_shared<TemplateGenerator>()}, opt);
+  Tuner tuner(nullptr, {std::make_shared<generator::TemplateGenerator>()}, opt);
   std::vector<std::string> captured = {std::string(10, '\0')};
   auto report = tuner.Tune(ReluTask(), &captured);
   ASSERT_FALSE(report.ok());

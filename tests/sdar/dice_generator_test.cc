@@ -14,7 +14,7 @@
 #include "../runtime/relu_graph.h"
 #include "sdar_reference_fixture.h"
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 Task ReluTask() {
@@ -91,4 +91,4 @@ TEST(DiceGeneratorTest, PromptLongerThanTheContextIsAnErrorNotACrash) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::generator

@@ -14,7 +14,7 @@
 
 #include "sdar_reference_fixture.h"
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 using dice::testing::SdarReferenceDir;
@@ -238,4 +238,4 @@ TEST_F(DiffusionDecoderTest, RejectsBadPromptsAndOptionsNamingTheCause) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::generator

@@ -17,7 +17,7 @@
 #include "dice/generator/sdar_step_graph.h"
 #include "sdar_reference_fixture.h"
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 using dice::testing::SdarReferenceDir;
@@ -240,4 +240,4 @@ TEST(SdarGpuTest, CudaGraphsDecodeBfloat16AndPrintTheirSpeed) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::generator

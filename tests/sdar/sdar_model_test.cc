@@ -15,7 +15,7 @@
 
 #include "sdar_reference_fixture.h"
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 using dice::testing::SdarReferenceDir;
@@ -204,4 +204,4 @@ TEST(SdarModelLoadTest, MissingWeightsAndMissingDeviceAreClearErrors) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::generator

@@ -7,7 +7,7 @@
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 SdarConfig TinyConfig() { return dice::testing::TinySdarConfig(100, 256, /*tie_word_embeddings=*/false); }
@@ -55,4 +55,4 @@ TEST(SdarRandomModelTest, RejectsAnIntegerComputeDtype) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::generator

@@ -54,10 +54,10 @@ inline nlohmann::json SdarReferenceJson() {
 
 /// A float32 tensor of reference.safetensors (undefined when absent).
 inline torch::Tensor SdarReferenceTensor(const std::string& name) {
-  auto file = SafetensorsFile::Open(SdarReferenceDir() + "/reference.safetensors");
+  auto file = generator::SafetensorsFile::Open(SdarReferenceDir() + "/reference.safetensors");
   if (!file.ok()) return {};
   auto view = file->Get(name);
-  if (!view.ok() || view->dtype != WeightDtype::kF32) return {};
+  if (!view.ok() || view->dtype != generator::WeightDtype::kF32) return {};
   auto t = torch::empty(view->shape, torch::kFloat32);
   std::memcpy(t.data_ptr(), view->data, view->nbytes);
   return t;
@@ -81,11 +81,11 @@ class SdarF32ReferenceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_FALSE(SdarReferenceDir().empty()) << "python3 with torch + safetensors is needed for the reference";
-    auto model = SdarModel::Load(SdarReferenceDir() + "/f32");
+    auto model = generator::SdarModel::Load(SdarReferenceDir() + "/f32");
     ASSERT_TRUE(model.ok()) << model.status().ToString();
-    model_ = std::make_unique<SdarModel>(std::move(*model));
+    model_ = std::make_unique<generator::SdarModel>(std::move(*model));
   }
-  std::unique_ptr<SdarModel> model_;
+  std::unique_ptr<generator::SdarModel> model_;
 };
 
 }  // namespace dice::testing

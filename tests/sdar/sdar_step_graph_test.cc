@@ -19,7 +19,7 @@
 #include "dice/generator/diffusion_decoder.h"
 #include "sdar_reference_fixture.h"
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 using dice::testing::SdarReferenceDir;
@@ -178,4 +178,4 @@ TEST_F(SdarStepGraphTest, ProfileBooksThePhasesOnlyWhenAskedFor) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::generator

@@ -11,8 +11,8 @@ namespace dice::testing {
 /// hidden 32, 2 layers, 4 query heads sharing 2 KV heads of head_dim 8, MLP
 /// 64; `vocab` tokens with the mask token the last id; `max_positions`
 /// positions; tied or untied LM head; block_size SdarConfig's default (4).
-inline SdarConfig TinySdarConfig(int64_t vocab, int64_t max_positions, bool tie_word_embeddings) {
-  SdarConfig c;
+inline generator::SdarConfig TinySdarConfig(int64_t vocab, int64_t max_positions, bool tie_word_embeddings) {
+  generator::SdarConfig c;
   c.hidden_size = 32;
   c.num_hidden_layers = 2;
   c.num_attention_heads = 4;

@@ -128,9 +128,9 @@ std::vector<double> CsvLosses(const std::string& path) {
 }
 
 std::vector<torch::Tensor> Weights(const std::string& dir) {
-  SdarModelOptions mo;
+  generator::SdarModelOptions mo;
   mo.dtype = torch::kFloat32;
-  auto m = SdarModel::Load(dir, mo);
+  auto m = generator::SdarModel::Load(dir, mo);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   std::vector<torch::Tensor> out;
   if (!m.ok()) return out;

@@ -87,7 +87,7 @@ std::string TrainingPipeline::dir_;
 
 TEST_F(TrainingPipeline, DatasetSftRlCheckpointDecode) {
   // A tiny SDAR-architecture model with a byte-level tokenizer.
-  SdarConfig c;
+  generator::SdarConfig c;
   c.hidden_size = 64;
   c.num_hidden_layers = 2;
   c.num_attention_heads = 4;
@@ -203,20 +203,20 @@ TEST_F(TrainingPipeline, DatasetSftRlCheckpointDecode) {
               static_cast<long long>(st.compiled), st.loss, rl->parameter_change, rl->correctness_note.c_str());
 
   // 4. The generator loads the RL checkpoint and decodes; its weights differ from SFT's.
-  auto model = SdarModel::Load(Path("rl"));
+  auto model = generator::SdarModel::Load(Path("rl"));
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  auto before = SdarModel::Load(Path("sft"));
+  auto before = generator::SdarModel::Load(Path("sft"));
   ASSERT_TRUE(before.ok()) << before.status().ToString();
   auto w1 = model->NamedWeights(), w0 = before->NamedWeights();
   double diff = 0;
   for (size_t i = 0; i < w1.size(); ++i) diff += (w1[i].second - w0[i].second).abs().sum().item<double>();
   EXPECT_GT(diff, 0.0);
-  auto tok = Tokenizer::Load(Path("rl"));
+  auto tok = generator::Tokenizer::Load(Path("rl"));
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-  DecodeOptions o;
+  generator::DecodeOptions o;
   o.max_new_tokens = 16;
   o.eos_ids = {};
-  auto out = Decode(*model, tok->Encode("R:torch.relu(x)"), o);
+  auto out = generator::Decode(*model, tok->Encode("R:torch.relu(x)"), o);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(out->tokens[0].size(), 16u);
 }
@@ -417,7 +417,7 @@ TEST_F(TrainingPipeline, DatasetJudgesImportedPairsAndFiltersByMeasuredSpeedup) 
 }
 
 TEST_F(TrainingPipeline, SftResumesFromItsCheckpoint) {
-  SdarConfig c;
+  generator::SdarConfig c;
   c.hidden_size = 32;
   c.num_hidden_layers = 1;
   c.num_attention_heads = 2;
@@ -470,7 +470,7 @@ TEST_F(TrainingPipeline, DecodingAMemorisedExampleReproducesItsAnswer) {
   // attention, the masked block): a model trained until it knows one
   // example by heart then decodes that example's prompt into its answer.
   // (A mismatch shows as fluent-looking bytes that never compile.)
-  SdarConfig c = dice::testing::TinySdarConfig(260, 512, /*tie_word_embeddings=*/true);
+  generator::SdarConfig c = dice::testing::TinySdarConfig(260, 512, /*tie_word_embeddings=*/true);
   c.hidden_size = 64;  // twice the tiny width: learns one example in 300 steps
   c.head_dim = 16;
   c.intermediate_size = 128;
@@ -494,20 +494,20 @@ TEST_F(TrainingPipeline, DecodingAMemorisedExampleReproducesItsAnswer) {
   ASSERT_TRUE(sft.ok()) << sft.status().ToString();
   const double last = std::accumulate(sft->losses.end() - 10, sft->losses.end(), 0.0) / 10;
   std::printf("memorise: last-10 mean loss %.4f\n", last);
-  auto model = SdarModel::Load(Path("memo_sft"));
+  auto model = generator::SdarModel::Load(Path("memo_sft"));
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  auto tok = Tokenizer::Load(Path("memo_sft"));
+  auto tok = generator::Tokenizer::Load(Path("memo_sft"));
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-  PromptTemplates t;
+  generator::PromptTemplates t;
   t.system = "";
   t.infilling = "R:{reference}\nP:{prefix}\nS:{suffix}";
   t.end_to_end = "R:{reference}";
   auto pa = ExamplePromptAndAnswer(e, t);
   ASSERT_TRUE(pa.ok()) << pa.status().ToString();
-  DecodeOptions o;
+  generator::DecodeOptions o;
   o.max_new_tokens = static_cast<int64_t>(pa->answer.size()) + 8;
   o.eos_ids = {};
-  auto out = Decode(*model, tok->Encode(pa->prompt), o);
+  auto out = generator::Decode(*model, tok->Encode(pa->prompt), o);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   const std::string got = tok->Decode(out->tokens[0]);
   std::printf("memorise: want [%s]\n          got  [%s]\n", pa->answer.c_str(), got.c_str());
@@ -519,7 +519,7 @@ TEST_F(TrainingPipeline, RlResumesFromItsCheckpointAsOneRun) {
   // uninterrupted 2-step run (same seeds, task order and AdamW state); the
   // CSV holds both steps. Bad input: adaptive schedule, a checkpoint already
   // at --steps, another architecture, a directory without trainer state.
-  const SdarConfig c = dice::testing::TinySdarConfig(260, 512, /*tie_word_embeddings=*/true);
+  const generator::SdarConfig c = dice::testing::TinySdarConfig(260, 512, /*tie_word_embeddings=*/true);
   ASSERT_TRUE(InitRandomCheckpoint(c, Path("rl_init"), 4).ok());
   ASSERT_TRUE(WriteByteTokenizer(Path("rl_init")).ok());
   std::string lines;
@@ -589,7 +589,7 @@ TEST_F(TrainingPipeline, RlResumesFromItsCheckpointAsOneRun) {
   auto done = RunRl(r, nullptr);
   ASSERT_FALSE(done.ok());
   EXPECT_NE(done.status().message().find("was saved at step 2"), std::string::npos) << done.status().ToString();
-  SdarConfig wide = c;
+  generator::SdarConfig wide = c;
   wide.hidden_size = 64;
   ASSERT_TRUE(InitRandomCheckpoint(wide, Path("rl_wide"), 4).ok());
   ASSERT_TRUE(WriteByteTokenizer(Path("rl_wide")).ok());
@@ -623,7 +623,7 @@ TEST_F(TrainingPipeline, HeldOutTasksAreNeverTrainedOn) {
   auto a = ReadExamples(Path("held.jsonl"), &skipped), b = ReadExamples(Path("held_again.jsonl"), &skipped);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->front().task_hash, b->front().task_hash);  // the same task, the same split key
-  SdarConfig c;  // a model of its own: ctest runs each test in a fresh process and directory
+  generator::SdarConfig c;  // a model of its own: ctest runs each test in a fresh process and directory
   c.hidden_size = 16;
   c.num_hidden_layers = 1;
   c.num_attention_heads = 2;

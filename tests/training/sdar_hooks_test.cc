@@ -31,19 +31,19 @@ class SdarHooks : public ::testing::Test {
 std::string SdarHooks::dir_;
 
 TEST_F(SdarHooks, PackedForwardWithTheBlockCausalMaskEqualsForward) {
-  auto model = SdarModel::Load(dir_);
+  auto model = generator::SdarModel::Load(dir_);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   auto ids = torch::randint(0, 48, {2, 11}, torch::kLong);
   auto plain = model->Forward(ids);
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
   auto pos = torch::arange(11, torch::kLong);
-  auto packed = model->ForwardPacked(ids, pos, BlockCausalMask(pos, pos, model->config().block_size));
+  auto packed = model->ForwardPacked(ids, pos, generator::BlockCausalMask(pos, pos, model->config().block_size));
   ASSERT_TRUE(packed.ok()) << packed.status().ToString();
   EXPECT_TRUE(torch::allclose(*plain, *packed, 1e-5, 1e-5));
 }
 
 TEST_F(SdarHooks, PackedForwardIsDifferentiableAndChecksItsInputs) {
-  auto model = SdarModel::Load(dir_);
+  auto model = generator::SdarModel::Load(dir_);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   auto weights = model->NamedWeights();
   EXPECT_EQ(weights.size(), model->config().ExpectedTensors().size());  // untied: lm_head listed
@@ -51,7 +51,7 @@ TEST_F(SdarHooks, PackedForwardIsDifferentiableAndChecksItsInputs) {
   // Longer than the context (80 > 64) is fine when the positions stay inside it.
   auto pos = torch::arange(40, torch::kLong).repeat({2});
   auto ids = torch::randint(0, 48, {1, 80}, torch::kLong);
-  auto mask = BlockCausalMask(pos, pos, 4);
+  auto mask = generator::BlockCausalMask(pos, pos, 4);
   auto out = model->ForwardPacked(ids, pos, mask);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   out->sum().backward();
@@ -66,17 +66,17 @@ TEST_F(SdarHooks, PackedForwardIsDifferentiableAndChecksItsInputs) {
 }
 
 TEST_F(SdarHooks, DecodeRecordsTheStepOfEveryToken) {
-  auto model = SdarModel::Load(dir_);
+  auto model = generator::SdarModel::Load(dir_);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  DecodeOptions o;
+  generator::DecodeOptions o;
   o.max_new_tokens = 10;
   o.denoising_steps = 4;
-  o.remasking = Remasking::kStatic;  // one token a step: every step 0..3 appears in each whole block
+  o.remasking = generator::Remasking::kStatic;  // one token a step: every step 0..3 appears in each whole block
   o.num_samples = 2;
   o.temperature = 1.0;
   o.eos_ids = {};
   const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6};  // a partial block of 2 prompt tokens
-  auto r = Decode(*model, prompt, o);
+  auto r = generator::Decode(*model, prompt, o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   for (int i = 0; i < 2; ++i) {
     const auto& toks = r->trace_tokens[i];
@@ -100,7 +100,7 @@ TEST_F(SdarHooks, DecodeRecordsTheStepOfEveryToken) {
 // log-probabilities, in order, equal PackTrace's through the real model;
 // each chunk keeps to the cap (or holds one block); cap 0 is one chunk.
 TEST_F(SdarHooks, TraceChunksScoreEveryTokenAsTheWholePackedTraceDoes) {
-  auto model = SdarModel::Load(dir_);
+  auto model = generator::SdarModel::Load(dir_);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const int64_t B = model->config().block_size, mask_id = model->config().mask_token_id;
   ASSERT_EQ(B, 4);

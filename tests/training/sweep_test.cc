@@ -114,7 +114,7 @@ TEST(TrainingSweep, WithoutAGpuEveryCandidateIsCompiledAndNothingStored) {
 TEST(TrainingSweep, EveryCatalogTemplateKernelHasInfillSpans) {
   auto catalog = ReadSweepCatalog(std::string(DICE_SOURCE_DIR) + "/training/sweeps/templates.json");
   ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
-  TemplateGenerator templates;
+  generator::TemplateGenerator templates;
   size_t kernels = 0;
   for (const auto& e : *catalog) {
     auto task = Task::Make(e.graph, e.shapes.front(), TargetForDevice(0));

@@ -86,7 +86,7 @@ Expected<TuneReport> TuneNow(const Task& task, const std::vector<std::string>* c
   const TuneOptions options = GetRuntimeSettings().tune;
   if (!t.tuner || t.tuner_store != store || t.tuner_options != options) {
     std::vector<std::shared_ptr<KernelGenerator>> gens = t.generators;
-    if (gens.empty()) gens.push_back(std::make_shared<TemplateGenerator>());
+    if (gens.empty()) gens.push_back(std::make_shared<generator::TemplateGenerator>());
     t.tuner = std::make_unique<Tuner>(store.get(), std::move(gens), options);
     t.tuner_store = store;
     t.tuner_options = options;

@@ -54,7 +54,7 @@ Expected<std::string> SafetensorsBytes(const std::vector<std::pair<std::string, 
 
 }  // namespace
 
-Status SaveCheckpoint(const SdarModel& model, const std::string& source_dir, const std::string& out_dir,
+Status SaveCheckpoint(const generator::SdarModel& model, const std::string& source_dir, const std::string& out_dir,
                       torch::ScalarType dtype) {
   if (dtype != torch::kFloat32 && dtype != torch::kBFloat16) {
     return Status(StatusCode::kInvalidArgument, "checkpoint dtype must be float32 or bfloat16");
@@ -85,7 +85,7 @@ Status SaveCheckpoint(const SdarModel& model, const std::string& source_dir, con
   return Status::Ok();
 }
 
-std::string SdarConfigJson(const SdarConfig& c) {
+std::string SdarConfigJson(const generator::SdarConfig& c) {
   nlohmann::json j = {{"architectures", {"SDARForCausalLM"}},
                       {"model_type", "sdar"},
                       {"hidden_size", c.hidden_size},
@@ -107,9 +107,9 @@ std::string SdarConfigJson(const SdarConfig& c) {
   return j.dump(2) + "\n";
 }
 
-Status InitRandomCheckpoint(const SdarConfig& config, const std::string& out_dir, uint64_t seed) {
+Status InitRandomCheckpoint(const generator::SdarConfig& config, const std::string& out_dir, uint64_t seed) {
   const std::string text = SdarConfigJson(config);
-  auto parsed = SdarConfig::Parse(text, "generated config.json");
+  auto parsed = generator::SdarConfig::Parse(text, "generated config.json");
   if (!parsed.ok()) return parsed.status();
   DICE_RETURN_IF_ERROR(MakeDirs(out_dir));
   std::vector<std::pair<std::string, torch::Tensor>> weights;

@@ -72,17 +72,17 @@ Expected<EvalReport> RunEval(const EvalOptions& o, const std::function<void(cons
   const auto t0 = std::chrono::steady_clock::now();
   auto device = ParseTrainDevice(o.device);
   if (!device.ok()) return device.status();
-  auto tokenizer = Tokenizer::Load(o.model_dir);
+  auto tokenizer = generator::Tokenizer::Load(o.model_dir);
   if (!tokenizer.ok()) return tokenizer.status();
-  SdarModelOptions mo;
+  generator::SdarModelOptions mo;
   mo.device = *device;
-  auto model = SdarModel::Load(o.model_dir, mo);
+  auto model = generator::SdarModel::Load(o.model_dir, mo);
   if (!model.ok()) return model.status();
   auto eos = EndOfTurnId(*tokenizer, model->config());
   if (!eos.ok()) return eos.status();
   auto loaded_templates = LoadTemplatesOrDefault(o.templates_path);
   if (!loaded_templates.ok()) return loaded_templates.status();
-  const PromptTemplates& templates = *loaded_templates;
+  const generator::PromptTemplates& templates = *loaded_templates;
   auto read = ReadStageTasks(o.tasks_path, o.stage, o.split, o.max_tasks, "dice train eval",
                              [&](const std::string& s) { log("eval: skipped malformed line: " + s); });
   if (!read.ok()) return read.status();
@@ -108,10 +108,10 @@ Expected<EvalReport> RunEval(const EvalOptions& o, const std::function<void(cons
       const CukeExample& task = tasks[ti];
       auto pa = ExamplePromptAndAnswer(task, templates);
       if (!pa.ok()) return pa.status();
-      const DecodeOptions d =
+      const generator::DecodeOptions d =
           RolloutDecodeOptions(o.max_new_tokens, o.denoising_steps, o.confidence_threshold, o.temperature, o.samples,
                                o.seed * 1000003ULL + ti, AnswerStopIds(*tokenizer, *eos), device->is_cuda());
-      auto decoded = Decode(*model, tokenizer->Encode(pa->prompt), d);
+      auto decoded = generator::Decode(*model, tokenizer->Encode(pa->prompt), d);
       if (!decoded.ok()) return decoded.status().WithContext("decoding " + task.id);
       report.decode_s += decoded->seconds;
       for (const auto& toks : decoded->tokens) {

@@ -145,21 +145,21 @@ Expected<std::vector<CukeExample>> ReadExamples(const std::string& path, std::ve
   return out;
 }
 
-Expected<PromptAndAnswer> ExamplePromptAndAnswer(const CukeExample& e, const PromptTemplates& templates) {
+Expected<PromptAndAnswer> ExamplePromptAndAnswer(const CukeExample& e, const generator::PromptTemplates& templates) {
   PromptAndAnswer pa;
   if (e.kind == "task") {
-    auto user = BuildEndToEndPrompt(templates, e.reference);
+    auto user = generator::BuildEndToEndPrompt(templates, e.reference);
     if (!user.ok()) return user.status();
-    pa.prompt = ChatPrompt(templates.system, *user);
+    pa.prompt = generator::ChatPrompt(templates.system, *user);
   } else if (e.kind == "e2e") {
-    auto user = BuildEndToEndPrompt(templates, e.reference);
+    auto user = generator::BuildEndToEndPrompt(templates, e.reference);
     if (!user.ok()) return user.status();
-    pa.prompt = ChatPrompt(templates.system, *user);
+    pa.prompt = generator::ChatPrompt(templates.system, *user);
     pa.answer = "```python\n" + e.program + (e.program.empty() || e.program.back() != '\n' ? "\n" : "") + "```";
   } else {
-    auto user = BuildInfillingPrompt(templates, e.reference, e.prefix, e.suffix.empty() ? "\n" : e.suffix);
+    auto user = generator::BuildInfillingPrompt(templates, e.reference, e.prefix, e.suffix.empty() ? "\n" : e.suffix);
     if (!user.ok()) return user.status();
-    pa.prompt = ChatPrompt(templates.system, *user);
+    pa.prompt = generator::ChatPrompt(templates.system, *user);
     pa.answer = "```\n" + e.middle + (e.middle.empty() || e.middle.back() != '\n' ? "\n" : "") + "```";
   }
   return pa;

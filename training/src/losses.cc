@@ -27,7 +27,7 @@ PackedLayout BlockDiffusionLayout(int64_t length, int64_t block_size, torch::Dev
   auto pos = torch::arange(length, i64);
   auto block = pos.div(block_size, "floor");
   // x0 half: the model's block-causal mask.
-  auto clean = BlockCausalMask(pos, pos, block_size);
+  auto clean = generator::BlockCausalMask(pos, pos, block_size);
   // x_t half: its own block among the noised tokens, earlier blocks among the clean ones.
   auto same_block = block.unsqueeze(1).eq(block.unsqueeze(0));
   auto earlier_block = block.unsqueeze(0).lt(block.unsqueeze(1));
@@ -158,7 +158,7 @@ PackedTrace PackBlocks(const RolloutTrace& trace, int64_t block_size, int64_t ma
   auto own = torch::tensor(owner, i64);
   auto block = p.div(block_size, "floor");
   auto is_clean_q = own.eq(-1).unsqueeze(1), is_clean_k = own.eq(-1).unsqueeze(0);
-  auto causal = BlockCausalMask(p, p, block_size);
+  auto causal = generator::BlockCausalMask(p, p, block_size);
   // clean -> clean: block-causal; copy -> clean keys of earlier blocks; copy -> itself.
   auto clean_clean = is_clean_q.logical_and(is_clean_k).logical_and(causal);
   auto copy_clean = is_clean_q.logical_not().logical_and(is_clean_k).logical_and(

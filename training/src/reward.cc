@@ -23,7 +23,7 @@ struct DeviceFormJudge::Impl {
   int ordinal = 0;
   double candidate_timeout_s = 20;
   std::mutex mu;
-  std::shared_ptr<FixedGenerator> generator = std::make_shared<FixedGenerator>(std::vector<Candidate>{}, "answers");
+  std::shared_ptr<generator::FixedGenerator> generator = std::make_shared<generator::FixedGenerator>(std::vector<Candidate>{}, "answers");
   std::unique_ptr<Tuner> tuner;  // created at the first Judge (its worker starts then)
 };
 
@@ -138,7 +138,7 @@ Expected<std::vector<AnswerReward>> RewardAnswers(const CukeExample& task, const
   std::vector<AnswerReward> out(answers.size());
   std::vector<std::string> codes(answers.size());  // "" = no code block (its reason is in `why`)
   for (int64_t i = 0; i < n; ++i) {
-    auto code = ExtractCodeBlock(answers[i]);
+    auto code = generator::ExtractCodeBlock(answers[i]);
     if (!code.ok()) {
       out[i].why = code.status().message();
     } else if (code->empty()) {

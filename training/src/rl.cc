@@ -67,7 +67,7 @@ Status CheckOptions(const RlOptions& o) {
 
 // Known-good answers by task id, from JSONL lines {"id", "answer"} or CuKe
 // example lines (their middle/program, fenced as SFT trains it).
-Expected<std::map<std::string, std::string>> ReadKnownGood(const std::string& path, const PromptTemplates& templates) {
+Expected<std::map<std::string, std::string>> ReadKnownGood(const std::string& path, const generator::PromptTemplates& templates) {
   std::map<std::string, std::string> out;
   if (path.empty()) return out;
   std::ifstream in(path);
@@ -176,15 +176,15 @@ class RlRun {
     auto device = ParseRankDevice(o_.device, dp_.local_rank(), world_);
     if (!device.ok()) return device.status();
     device_ = *device;
-    auto tokenizer = Tokenizer::Load(o_.model_dir);
+    auto tokenizer = generator::Tokenizer::Load(o_.model_dir);
     if (!tokenizer.ok()) return tokenizer.status();
     tokenizer_.emplace(std::move(*tokenizer));
-    SdarModelOptions mo;
+    generator::SdarModelOptions mo;
     mo.device = device_;
-    auto model = SdarModel::Load(o_.resume_dir.empty() ? o_.model_dir : o_.resume_dir, mo);
+    auto model = generator::SdarModel::Load(o_.resume_dir.empty() ? o_.model_dir : o_.resume_dir, mo);
     if (!model.ok()) return model.status();
     model_.emplace(std::move(*model));
-    auto reference = SdarModel::Load(o_.model_dir, mo);  // frozen KL reference
+    auto reference = generator::SdarModel::Load(o_.model_dir, mo);  // frozen KL reference
     if (!reference.ok()) return reference.status();
     reference_.emplace(std::move(*reference));
     if (!o_.resume_dir.empty()) {
@@ -347,10 +347,10 @@ class RlRun {
     if (!pa.ok()) return pa.status();
     const std::vector<int32_t> prompt = tokenizer_->Encode(pa->prompt);
     // Rollouts decode eagerly: a graph capture per (task, batch) would cost more than it saves here.
-    const DecodeOptions d = RolloutDecodeOptions(
+    const generator::DecodeOptions d = RolloutDecodeOptions(
         o_.max_new_tokens, o_.denoising_steps, o_.confidence_threshold, o_.temperature, o_.group_size,
         o_.seed * 1000003ULL + static_cast<uint64_t>(step) * 1009ULL + ti, eos_ids_, /*cuda=*/false);
-    auto decoded = Decode(*model_, prompt, d);
+    auto decoded = generator::Decode(*model_, prompt, d);
     if (!decoded.ok()) return decoded.status();
     acc->decode_s += decoded->seconds;
     std::vector<Rollout> group(o_.group_size);
@@ -382,7 +382,7 @@ class RlRun {
                        std::vector<Rollout>* group) const {
     auto good = known_good_.find(task.id);
     if (good == known_good_.end()) return;
-    const SdarConfig& cfg = model_->config();
+    const generator::SdarConfig& cfg = model_->config();
     const int64_t B = cfg.block_size;
     std::vector<int32_t> good_tokens = tokenizer_->Encode(good->second);
     // Prompt + answer + EOS, padded to a whole block, must fit the
@@ -531,7 +531,7 @@ class RlRun {
   Status ScoreOldAndReference(const std::vector<Rollout>& used, std::vector<Piece>* pieces, int64_t* total) const {
     if (used.empty()) return Status::Ok();
     torch::NoGradGuard no_grad;
-    const SdarConfig& cfg = model_->config();
+    const generator::SdarConfig& cfg = model_->config();
     for (size_t i = 0; i < used.size(); ++i) {
       auto chunks = PackTraceChunks(used[i].trace, cfg.block_size, cfg.mask_token_id, o_.max_trace_tokens, device_);
       if (!chunks.ok()) return chunks.status();
@@ -575,12 +575,12 @@ class RlRun {
   const std::function<void(const std::string&)>& log_fn_;
   const int world_;
   torch::Device device_{torch::kCPU};
-  std::optional<Tokenizer> tokenizer_;
-  std::optional<SdarModel> model_;      // the policy
-  std::optional<SdarModel> reference_;  // frozen KL reference
+  std::optional<generator::Tokenizer> tokenizer_;
+  std::optional<generator::SdarModel> model_;      // the policy
+  std::optional<generator::SdarModel> reference_;  // frozen KL reference
   int64_t eos_ = 0;                     // EndOfTurnId: ends an injected answer
   std::vector<int64_t> eos_ids_;        // where a rollout stops
-  std::optional<PromptTemplates> templates_;
+  std::optional<generator::PromptTemplates> templates_;
   std::vector<CukeExample> tasks_;
   std::map<std::string, std::string> known_good_;  // answer by task id
   std::optional<TaskSchedule> schedule_;

@@ -117,13 +117,13 @@ class SftRun {
     auto device = ParseRankDevice(o_.device, dp_.local_rank(), world_);
     if (!device.ok()) return device.status();
     device_ = *device;
-    auto tokenizer = Tokenizer::Load(load_dir_);
+    auto tokenizer = generator::Tokenizer::Load(load_dir_);
     if (!tokenizer.ok()) return tokenizer.status();
     tokenizer_.emplace(std::move(*tokenizer));
-    SdarModelOptions mo;
+    generator::SdarModelOptions mo;
     mo.device = device_;
     mo.dtype = torch::kFloat32;  // master weights
-    auto model = SdarModel::Load(load_dir_, mo);
+    auto model = generator::SdarModel::Load(load_dir_, mo);
     if (!model.ok()) return model.status();
     model_.emplace(std::move(*model));
     auto eos = EndOfTurnId(*tokenizer_, model_->config());
@@ -139,7 +139,7 @@ class SftRun {
   Status ReadData() {
     auto loaded_templates = LoadTemplatesOrDefault(o_.templates_path);
     if (!loaded_templates.ok()) return loaded_templates.status();
-    const PromptTemplates& templates = *loaded_templates;
+    const generator::PromptTemplates& templates = *loaded_templates;
     std::vector<std::string> skipped;
     auto examples = ReadExamples(o_.data_path, &skipped);
     if (!examples.ok()) return examples.status();
@@ -298,7 +298,7 @@ class SftRun {
     for (int64_t i = 0; i < o_.batch_size; ++i) ks.push_back(first_k + dp_.rank() * o_.batch_size + i);
     const SftBatch batch = MakeBatch(ks);
     const int64_t len = batch.len;
-    const SdarConfig& cfg = model_->config();
+    const generator::SdarConfig& cfg = model_->config();
     auto layout = BlockDiffusionLayout(len, cfg.block_size, device_);
     auto ids = torch::cat({batch.noised.noised, batch.tokens}, 1).to(device_);
     torch::Tensor logits;
@@ -325,7 +325,7 @@ class SftRun {
   // The examples `ks` (global indices) as one batch, each row noised by its
   // own generator seeded from (seed, k).
   SftBatch MakeBatch(const std::vector<int64_t>& ks) const {
-    const SdarConfig& cfg = model_->config();
+    const generator::SdarConfig& cfg = model_->config();
     SftBatch b;
     int64_t len = 0;
     for (int64_t k : ks) len = std::max<int64_t>(len, Example(k).ids.size());
@@ -366,8 +366,8 @@ class SftRun {
   const int64_t world_;
   const std::string load_dir_;  // the model's weights, config and tokenizer
   torch::Device device_{torch::kCPU};
-  std::optional<Tokenizer> tokenizer_;
-  std::optional<SdarModel> model_;
+  std::optional<generator::Tokenizer> tokenizer_;
+  std::optional<generator::SdarModel> model_;
   int64_t eos_ = 0;  // EndOfTurnId: ends every answer, pads every batch
   std::vector<Tokenised> data_;
   std::vector<torch::Tensor> params_;

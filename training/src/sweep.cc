@@ -97,7 +97,7 @@ Expected<SweepReport> RunSweep(const SweepOptions& o, const std::function<void(c
   to.budget_s = o.budget_s;
   to.compile_only = report.compile_only;
   to.device = o.device;
-  Tuner tuner(store->get(), {std::make_shared<TemplateGenerator>()}, to);
+  Tuner tuner(store->get(), {std::make_shared<generator::TemplateGenerator>()}, to);
   const TargetInfo target = TargetForDevice(o.device);
   for (const auto& e : *catalog) {
     if (!only.empty() && !only.count(e.name)) continue;

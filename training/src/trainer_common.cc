@@ -35,7 +35,7 @@ Expected<torch::Device> ParseRankDevice(const std::string& text, int local_rank,
   return *device;
 }
 
-Expected<int64_t> EndOfTurnId(const Tokenizer& tokenizer, const SdarConfig& config) {
+Expected<int64_t> EndOfTurnId(const generator::Tokenizer& tokenizer, const generator::SdarConfig& config) {
   int64_t id = tokenizer.TokenToId("<|im_end|>");
   if (id < 0) id = tokenizer.TokenToId("<|endoftext|>");
   if (id < 0 || id >= config.vocab_size) {
@@ -45,9 +45,9 @@ Expected<int64_t> EndOfTurnId(const Tokenizer& tokenizer, const SdarConfig& conf
   return id;
 }
 
-Expected<PromptTemplates> LoadTemplatesOrDefault(const std::string& path) {
-  if (path.empty()) return PromptTemplates::Default();
-  return PromptTemplates::Load(path);
+Expected<generator::PromptTemplates> LoadTemplatesOrDefault(const std::string& path) {
+  if (path.empty()) return generator::PromptTemplates::Default();
+  return generator::PromptTemplates::Load(path);
 }
 
 bool IsStageKind(const std::string& stage, const std::string& kind) {
@@ -77,13 +77,13 @@ Expected<std::vector<CukeExample>> ReadStageTasks(const std::string& path, const
   return tasks;
 }
 
-DecodeOptions RolloutDecodeOptions(int64_t max_new_tokens, int64_t denoising_steps, double confidence_threshold,
+generator::DecodeOptions RolloutDecodeOptions(int64_t max_new_tokens, int64_t denoising_steps, double confidence_threshold,
                                    double temperature, int64_t samples, uint64_t seed,
                                    const std::vector<int64_t>& eos_ids, bool cuda) {
-  DecodeOptions d;
+  generator::DecodeOptions d;
   d.max_new_tokens = max_new_tokens;
   d.denoising_steps = denoising_steps;
-  d.remasking = Remasking::kDynamic;
+  d.remasking = generator::Remasking::kDynamic;
   d.confidence_threshold = confidence_threshold;
   d.temperature = temperature;
   d.num_samples = samples;
@@ -113,7 +113,7 @@ std::string Printable(const std::string& text, size_t max) {
   return out;
 }
 
-std::vector<int64_t> AnswerStopIds(const Tokenizer& tokenizer, int64_t end_of_turn) {
+std::vector<int64_t> AnswerStopIds(const generator::Tokenizer& tokenizer, int64_t end_of_turn) {
   std::vector<int64_t> ids = {end_of_turn};
   const int32_t eot = tokenizer.TokenToId("<|endoftext|>");
   if (eot >= 0 && eot != end_of_turn) ids.push_back(eot);

@@ -31,15 +31,15 @@ Expected<torch::Device> ParseRankDevice(const std::string& text, int local_rank,
 /// The token that ends an answer: <|im_end|> when the tokenizer has it, else
 /// <|endoftext|>. Errors: kInvalidArgument when neither exists or the id is
 /// outside the model's vocabulary.
-Expected<int64_t> EndOfTurnId(const Tokenizer& tokenizer, const SdarConfig& config);
+Expected<int64_t> EndOfTurnId(const generator::Tokenizer& tokenizer, const generator::SdarConfig& config);
 
 /// The ids a rollout stops at: `end_of_turn` (EndOfTurnId) and
 /// <|endoftext|> when the tokenizer has it and it differs.
-std::vector<int64_t> AnswerStopIds(const Tokenizer& tokenizer, int64_t end_of_turn);
+std::vector<int64_t> AnswerStopIds(const generator::Tokenizer& tokenizer, int64_t end_of_turn);
 
 /// The prompt templates at `path`, or PromptTemplates::Default() when it is
 /// empty. Errors: those of PromptTemplates::Load.
-Expected<PromptTemplates> LoadTemplatesOrDefault(const std::string& path);
+Expected<generator::PromptTemplates> LoadTemplatesOrDefault(const std::string& path);
 
 /// `text` for a terminal line: control bytes and newlines as \n / \xNN (a
 /// decoded answer can hold any byte), cut at `max` characters ("..." added).
@@ -62,7 +62,7 @@ Expected<std::vector<CukeExample>> ReadStageTasks(const std::string& path, const
 /// The decoding settings of a rollout (RL) or an evaluation sample: dynamic
 /// low-confidence remasking, temperature sampling, `samples` answers in
 /// one batch, stopping at `eos_ids`; CUDA graphs on a CUDA model.
-DecodeOptions RolloutDecodeOptions(int64_t max_new_tokens, int64_t denoising_steps, double confidence_threshold,
+generator::DecodeOptions RolloutDecodeOptions(int64_t max_new_tokens, int64_t denoising_steps, double confidence_threshold,
                                    double temperature, int64_t samples, uint64_t seed,
                                    const std::vector<int64_t>& eos_ids, bool cuda);
 

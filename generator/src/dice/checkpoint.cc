@@ -16,7 +16,7 @@
 #include <sstream>
 #include <utility>
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 using nlohmann::json;
@@ -556,4 +556,4 @@ Status Checkpoint::Validate() const {
   return Status::Ok();
 }
 
-}  // namespace dice
+}  // namespace dice::generator

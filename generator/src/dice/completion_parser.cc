@@ -4,7 +4,7 @@
 
 #include "dice/generator/prompts.h"
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 bool Blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
@@ -76,4 +76,4 @@ Expected<Candidate> ParseExtensionCandidate(const std::string& generated, const 
   return c;
 }
 
-}  // namespace dice
+}  // namespace dice::generator

@@ -14,7 +14,7 @@
 
 #include "dice/core/ir.h"
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 // One pass over `tmpl`: each known "{name}" is replaced by its value; other
@@ -193,4 +193,4 @@ Expected<std::string> ExtractCodeBlock(const std::string& generated) {
   return generated.substr(body, close - body);
 }
 
-}  // namespace dice
+}  // namespace dice::generator

@@ -20,7 +20,7 @@
 #include <unordered_map>
 #include <utility>
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 // ---------------------------------------------------------------- UTF-8 ----
@@ -705,4 +705,4 @@ std::vector<int32_t> Tokenizer::eos_ids() const {
 bool Tokenizer::IsSpecial(int32_t id) const { return impl_->special_ids.count(id) != 0; }
 int32_t Tokenizer::vocab_size() const { return impl_->size; }
 
-}  // namespace dice
+}  // namespace dice::generator

@@ -9,7 +9,7 @@
 
 #include "dice/generator/completion_parser.h"
 
-namespace dice {
+namespace dice::generator {
 
 DiceGenerator::DiceGenerator(DiceGeneratorOptions options, Tokenizer tokenizer, SdarModel model)
     : options_(std::move(options)), tokenizer_(std::move(tokenizer)), model_(std::move(model)) {}
@@ -78,4 +78,4 @@ std::vector<GenerationFailure> DiceGenerator::TakeFailures() {
   return f;
 }
 
-}  // namespace dice
+}  // namespace dice::generator

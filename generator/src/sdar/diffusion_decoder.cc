@@ -16,7 +16,7 @@
 
 #include "dice/generator/sdar_step_graph.h"
 
-namespace dice {
+namespace dice::generator {
 
 // Forward without the token-range check, which would synchronise the device
 // at every step: Decode checked the prompt, and every other id it feeds is
@@ -438,4 +438,4 @@ Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>
   return result;
 }
 
-}  // namespace dice
+}  // namespace dice::generator

@@ -9,7 +9,7 @@
 #include <optional>
 #include <utility>
 
-namespace dice {
+namespace dice::generator {
 namespace {
 
 Status TorchError(const std::string& what, const c10::Error& e) {
@@ -425,4 +425,4 @@ torch::Tensor SdarModel::LmHead(const torch::Tensor& x) const {
   return torch::linear(RmsNorm(x, final_norm_), lm_head_).to(torch::kFloat32);
 }
 
-}  // namespace dice
+}  // namespace dice::generator

@@ -13,7 +13,7 @@
 #include <string>
 #include <utility>
 
-namespace dice {
+namespace dice::generator {
 
 struct SdarStepGraph::Graphs {
   at::cuda::CUDAGraph step, commit;
@@ -155,4 +155,4 @@ Status SdarStepGraph::Commit(const torch::Tensor& ids) {
   return Status::Ok();
 }
 
-}  // namespace dice
+}  // namespace dice::generator

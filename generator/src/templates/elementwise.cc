@@ -14,7 +14,7 @@
 #include "emit.h"
 #include "families.h"
 
-namespace dice::tmpl {
+namespace dice::generator::tmpl {
 namespace {
 
 struct EwPlan {
@@ -146,4 +146,4 @@ Expected<std::vector<Candidate>> ElementwiseCandidates(const Lowered& lo, int ma
   return out;
 }
 
-}  // namespace dice::tmpl
+}  // namespace dice::generator::tmpl

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <set>
 
-namespace dice::tmpl {
+namespace dice::generator::tmpl {
 
 const std::string& Prelude() {
   static const std::string kPrelude = R"CUDA(#include <cuda_fp16.h>
@@ -421,4 +421,4 @@ std::string ReduceCombine(ReduceOp op, const std::string& a, const std::string& 
   return a;
 }
 
-}  // namespace dice::tmpl
+}  // namespace dice::generator::tmpl

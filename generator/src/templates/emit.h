@@ -10,7 +10,7 @@
 
 #include "lowering.h"
 
-namespace dice::tmpl {
+namespace dice::generator::tmpl {
 
 /// Includes (cuda_fp16.h, cuda_bf16.h) and __device__ helpers: typed loads and
 /// stores (dice_ld / dice_st, 16-byte dice_ldv / dice_stv), NaN-propagating
@@ -67,4 +67,4 @@ std::string ReduceIdentity(ReduceOp op);
 /// "dice_sum"/"dice_max"/"dice_min" combine functions; template tag 0/1/2.
 std::string ReduceCombine(ReduceOp op, const std::string& a, const std::string& b);
 
-}  // namespace dice::tmpl
+}  // namespace dice::generator::tmpl

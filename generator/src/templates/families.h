@@ -11,7 +11,7 @@
 #include "dice/core/task.h"
 #include "lowering.h"
 
-namespace dice::tmpl {
+namespace dice::generator::tmpl {
 
 /// Pure elementwise groups (no Reduce node). Variants: block {128,256,512} x
 /// vector width {1, 16-byte}; the grid-stride grid is capped at 4 waves of
@@ -34,4 +34,4 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
 /// 0 when unparsable (which disables arch-specific variants).
 int ArchNumber(const std::string& arch);
 
-}  // namespace dice::tmpl
+}  // namespace dice::generator::tmpl

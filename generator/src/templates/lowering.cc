@@ -13,7 +13,7 @@
 #include <map>
 #include <string>
 
-namespace dice::tmpl {
+namespace dice::generator::tmpl {
 namespace {
 
 using ir::OpCategory;
@@ -518,4 +518,4 @@ Expected<Lowered> Lower(const Task& task) {
   return l.Run();
 }
 
-}  // namespace dice::tmpl
+}  // namespace dice::generator::tmpl

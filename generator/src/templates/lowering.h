@@ -20,7 +20,7 @@
 #include "dice/core/status.h"
 #include "dice/core/task.h"
 
-namespace dice::tmpl {
+namespace dice::generator::tmpl {
 
 enum class NodeKind : uint8_t { kLoad, kConst, kUnary, kBinary, kReduce };
 enum class ReduceOp : uint8_t { kSum = 0, kMax = 1, kMin = 2 };
@@ -73,4 +73,4 @@ Expected<Lowered> Lower(const Task& task);
 /// Elements of F.
 int64_t Numel(const std::vector<int64_t>& shape);
 
-}  // namespace dice::tmpl
+}  // namespace dice::generator::tmpl

@@ -49,7 +49,7 @@
 #include "emit.h"
 #include "families.h"
 
-namespace dice::tmpl {
+namespace dice::generator::tmpl {
 namespace {
 
 // Per-thread accumulator type: double for sums (see EmitReductions), float otherwise.
@@ -846,4 +846,4 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
   return out;
 }
 
-}  // namespace dice::tmpl
+}  // namespace dice::generator::tmpl

@@ -6,7 +6,7 @@
 #include "families.h"
 #include "lowering.h"
 
-namespace dice {
+namespace dice::generator {
 
 Expected<std::vector<Candidate>> TemplateGenerator::Generate(const Task& task, int max_candidates) {
   if (max_candidates <= 0) return std::vector<Candidate>{};
@@ -31,4 +31,4 @@ int ArchNumber(const std::string& arch) {
 
 }  // namespace tmpl
 
-}  // namespace dice
+}  // namespace dice::generator

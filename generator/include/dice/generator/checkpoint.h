@@ -30,7 +30,7 @@
 
 #include "dice/core/status.h"
 
-namespace dice {
+namespace dice::generator {
 
 /// Element type of a checkpoint tensor. Only the float types SDAR/DICE
 /// checkpoints use are supported; any other safetensors dtype ("I64", "F64",
@@ -223,4 +223,4 @@ class Checkpoint {
   std::map<std::string, size_t> where_;  // tensor name -> index into files_
 };
 
-}  // namespace dice
+}  // namespace dice::generator

@@ -16,7 +16,7 @@
 #include "dice/core/candidate.h"
 #include "dice/core/status.h"
 
-namespace dice {
+namespace dice::generator {
 
 /// The CUDA source in `generated` (a decoded model answer, UTF-8).
 /// Errors: kNotFound "generated text has no code block" (ExtractCodeBlock);
@@ -29,4 +29,4 @@ Expected<std::string> ParseExtensionSource(const std::string& generated);
 /// `origin` ("dice:sample3"); same errors.
 Expected<Candidate> ParseExtensionCandidate(const std::string& generated, const std::string& origin);
 
-}  // namespace dice
+}  // namespace dice::generator

@@ -22,7 +22,7 @@
 #include "dice/generator/sdar_model.h"
 #include "dice/generator/tokenizer.h"
 
-namespace dice {
+namespace dice::generator {
 
 struct DiceGeneratorOptions {
   std::string model_dir;        ///< checkpoint directory (config.json, *.safetensors, tokenizer files)
@@ -69,4 +69,4 @@ class DiceGenerator : public KernelGenerator {
   std::string last_prompt_;
 };
 
-}  // namespace dice
+}  // namespace dice::generator

@@ -60,7 +60,7 @@
 #include "dice/generator/sdar_model.h"
 #include "dice/core/status.h"
 
-namespace dice {
+namespace dice::generator {
 
 /// Low-confidence remasking schedule (see the header comment).
 enum class Remasking { kStatic, kDynamic };
@@ -158,4 +158,4 @@ struct DecodeResult {
 Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>& prompt,
                               const DecodeOptions& options);
 
-}  // namespace dice
+}  // namespace dice::generator

@@ -10,7 +10,7 @@
 
 #include "dice/core/generator.h"
 
-namespace dice {
+namespace dice::generator {
 
 /// Returns the current candidate list for every Generate call (the count
 /// argument is ignored: the Tuner's max_candidates still caps what it takes).
@@ -29,4 +29,4 @@ class FixedGenerator : public KernelGenerator {
   std::string name_;
 };
 
-}  // namespace dice
+}  // namespace dice::generator

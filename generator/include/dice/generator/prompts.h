@@ -24,7 +24,7 @@
 #include "dice/core/status.h"
 #include "dice/core/task.h"
 
-namespace dice {
+namespace dice::generator {
 
 /// The texts prompts are built from. Placeholders: {reference} in
 /// end_to_end; {reference}, {prefix}, {suffix} in infilling. Any other
@@ -94,4 +94,4 @@ Expected<InfillingSkeleton> BuildInfillingSkeleton(const Task& task);
 /// block" (the message quotes the answer's first 80 bytes).
 Expected<std::string> ExtractCodeBlock(const std::string& generated);
 
-}  // namespace dice
+}  // namespace dice::generator

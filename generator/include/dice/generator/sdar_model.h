@@ -38,7 +38,7 @@
 #include "dice/generator/checkpoint.h"
 #include "dice/core/status.h"
 
-namespace dice {
+namespace dice::generator {
 
 /// Where and in what precision the model computes.
 struct SdarModelOptions {
@@ -223,4 +223,4 @@ class SdarModel {
   std::vector<Layer> layers_;
 };
 
-}  // namespace dice
+}  // namespace dice::generator

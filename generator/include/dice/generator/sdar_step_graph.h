@@ -53,7 +53,7 @@
 #include "dice/generator/sdar_model.h"
 #include "dice/core/status.h"
 
-namespace dice {
+namespace dice::generator {
 
 /// The fixed-shape step/commit forward of one (batch, block) shape over one
 /// KvCache, replayed as CUDA graphs on a GPU (see the header comment).
@@ -118,4 +118,4 @@ class SdarStepGraph {
   std::unique_ptr<Graphs> graphs_;
 };
 
-}  // namespace dice
+}  // namespace dice::generator

@@ -27,7 +27,7 @@
 
 #include "dice/core/generator.h"
 
-namespace dice {
+namespace dice::generator {
 
 class TemplateGenerator : public KernelGenerator {
  public:
@@ -38,4 +38,4 @@ class TemplateGenerator : public KernelGenerator {
   Expected<std::vector<Candidate>> Generate(const Task& task, int max_candidates) override;
 };
 
-}  // namespace dice
+}  // namespace dice::generator

@@ -46,7 +46,7 @@
 
 #include "dice/core/status.h"
 
-namespace dice {
+namespace dice::generator {
 
 class Tokenizer {
  public:
@@ -105,4 +105,4 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace dice
+}  // namespace dice::generator

@@ -37,7 +37,7 @@ namespace dice::training {
 /// `out_dir` (and parents). Errors: kInvalidArgument for another dtype;
 /// kNotFound when source_dir has no config.json; kIoError naming the file
 /// that could not be written or copied.
-Status SaveCheckpoint(const SdarModel& model, const std::string& source_dir, const std::string& out_dir,
+Status SaveCheckpoint(const generator::SdarModel& model, const std::string& source_dir, const std::string& out_dir,
                       torch::ScalarType dtype = torch::kFloat32);
 
 }  // namespace dice::training

@@ -72,7 +72,7 @@ struct PromptAndAnswer {
   std::string prompt;
   std::string answer;
 };
-Expected<PromptAndAnswer> ExamplePromptAndAnswer(const CukeExample& example, const PromptTemplates& templates);
+Expected<PromptAndAnswer> ExamplePromptAndAnswer(const CukeExample& example, const generator::PromptTemplates& templates);
 
 /// A span of a kernel source to infill: source = preamble + prefix +
 /// middle + suffix. The preamble (includes and the __device__ helpers before
