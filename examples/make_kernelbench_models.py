@@ -135,9 +135,16 @@ def load_namespace(path, source, overrides):
 
 
 def footprint_bytes(ns):
-    """(input bytes, parameter + buffer bytes), measured on the meta device."""
+    """(input bytes, parameter + buffer bytes), measured on the meta device.
+    A model whose constructor reads values (``.item()`` on a linspace, as
+    SwinMLP's drop-path rates) cannot be built there; it is built on the CPU."""
     with torch.device("meta"):
         inputs = ns["get_inputs"]()
+        try:
+            model = ns["Model"](*ns["get_init_inputs"]())
+        except (RuntimeError, NotImplementedError):
+            model = None
+    if model is None:
         model = ns["Model"](*ns["get_init_inputs"]())
     total = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
     params = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -148,12 +155,32 @@ def footprint_bytes(ns):
 def runs_on_meta(ns):
     """Whether Model(*get_init_inputs())(*get_inputs()) runs on the meta
     device (shapes only, nothing allocated): scaled sizes that a layer's
-    fixed argument no longer matches (a LayerNorm over the width) fail here."""
+    fixed argument no longer matches (a LayerNorm over the width) fail here.
+    A model that cannot be built there (its constructor reads a value) is
+    run on the CPU instead; callers only ask that at sizes within budget."""
     try:
-        with torch.device("meta"), torch.no_grad():
-            ns["Model"](*ns["get_init_inputs"]())(*ns["get_inputs"]())
+        with torch.device("meta"):
+            model = ns["Model"](*ns["get_init_inputs"]())
+    except (RuntimeError, NotImplementedError):
+        model = None
+    try:
+        with torch.no_grad():
+            if model is None:
+                ns["Model"](*ns["get_init_inputs"]())(*ns["get_inputs"]())
+            else:
+                with torch.device("meta"):
+                    model(*ns["get_inputs"]())
         return True
     except Exception:  # any failure: these sizes do not make a model
+        return False
+
+
+def builds_on_meta(ns):
+    try:
+        with torch.device("meta"):
+            ns["Model"](*ns["get_init_inputs"]())
+        return True
+    except (RuntimeError, NotImplementedError):
         return False
 
 
@@ -193,7 +220,8 @@ def scale_down(path, source, budget_bytes, max_param_bytes):
     input_only = input_only_names(source)
     ints = {k: v for k, v in all_ints.items() if v >= MIN_SCALED_VALUE or
             (k in input_only and v >= MIN_INPUT_ONLY_VALUE)}
-    check_meta = runs_on_meta(load_namespace(path, source, {}))
+    unscaled = load_namespace(path, source, {})
+    check_meta = runs_on_meta(unscaled) if builds_on_meta(unscaled) else True
     for inputs_first in (False, True):
         for current in halvings(ints, input_only, inputs_first):
             ns = load_namespace(path, source, current)

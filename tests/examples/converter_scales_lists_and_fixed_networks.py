@@ -3,7 +3,8 @@ converter (examples/make_kernelbench_models.py) halves the int literals of a
 module-level list (``hidden_layer_sizes = [32768, 32768]``, level3/2), and
 converts a network whose layer sizes are written in its class (VGG16,
 AlexNet, ResNet101: parameters no module-level int sizes) at the smallest
-inputs it runs at, when its parameters are within --max-param-mb. The capture
+inputs it runs at, when its parameters are within --max-param-mb, also when
+its constructor cannot run on the meta device (.item(), SwinMLP). The capture
 sweep (bench/capture_sweep.py, issue 18 item 6) found level-3 networks the
 old converter refused ("cannot scale the task below ..."). Exits non-zero
 with the reason when a task is not converted or its shapes are not the
@@ -67,6 +68,30 @@ def get_init_inputs():
     return [num_classes]
 '''
 
+# A constructor that reads a value (SwinMLP's drop-path rates: .item(), not
+# possible on the meta device) and an input extent the class fixes (1024).
+ITEM_TASK = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rate = torch.linspace(0, 0.1, 4)[1].item()
+        self.proj = nn.Linear(1024, 4096)
+
+    def forward(self, x):
+        return self.proj(x) * (1 - self.rate)
+
+batch_size = 8
+image_size = 1024
+
+def get_inputs():
+    return [torch.rand(batch_size, image_size)]
+
+def get_init_inputs():
+    return []
+'''
+
 
 def convert(tmp, name, source, *flags):
     level = os.path.join(tmp, "level3")
@@ -98,6 +123,10 @@ def main() -> int:
             return 1
         if convert(tmp, "5_Fixed", FIXED_TASK, "--budget-mb", "8", "--max-param-mb", "8") is not None:
             print("FAIL: parameters over --max-param-mb were accepted")
+            return 1
+        meta = convert(tmp, "29_Item", ITEM_TASK, "--budget-mb", "8", "--max-param-mb", "64")
+        if meta is None or meta["inputs"] != ["8x1024:f32"]:
+            print(f"FAIL: a model built with .item() was not converted at the sizes it runs at: {meta and meta['inputs']}")
             return 1
     print("ok: list sizes are halved; fixed-size networks convert at their smallest inputs within --max-param-mb")
     return 0
