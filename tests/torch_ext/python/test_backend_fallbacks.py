@@ -209,3 +209,24 @@ def test_a_copied_dynamo_graph_keeps_its_parameters_static_for_inductor():
         torch.compile(model, backend=spy_backend)(torch.randn(1, 3, 8, 8))
     assert got["original"] and got["original"][0], "dynamo's graph has static inputs (its parameters)"
     assert got["copy"] == got["original"]
+
+
+def test_the_no_gpu_notice_is_printed_once_when_logging_is_not_configured(tmp_path):
+    # Unconfigured logging: the UserWarning is the one print (logging's
+    # last-resort handler used to print the same line a second time).
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "no_gpu.py"
+    script.write_text(
+        "import torch, dice_torch\n"
+        "m = torch.nn.Linear(8, 8)\n"
+        "with torch.no_grad():\n"
+        "    torch.compile(m, backend='dice', options={'mode': 'cache', 'cache_dir': %r})(torch.randn(2, 8))\n"
+        % str(tmp_path))
+    env = {k: v for k, v in os.environ.items() if k not in ("DICE_TORCH_FORCE_PARTITION", "DICE_LOG_LEVEL")}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    res = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stderr.count("no GPU") == 1, res.stderr[-2000:]

@@ -73,9 +73,14 @@ def warn_once(key: str, message: str) -> bool:
 
 
 def warn(message: str) -> None:
-    """``message`` through ``warnings.warn`` (UserWarning) and ``log.warning``, every time."""
+    """``message`` through ``warnings.warn`` (UserWarning) and, when logging
+    is configured (a handler on the ``dice_torch`` logger or above it),
+    ``log.warning``, every time. Unconfigured, ``logging``'s last-resort
+    handler would print the record to stderr beside the warning: the user
+    read every message twice."""
     warnings.warn(message, UserWarning, stacklevel=3)
-    log.warning("%s", message)
+    if log.hasHandlers():
+        log.warning("%s", message)
 
 
 def reset_warnings() -> None:
