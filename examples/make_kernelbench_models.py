@@ -10,7 +10,9 @@ script builds `Model(*get_init_inputs())`, traces it with torch.jit.trace on
   inputs.pt     the example inputs, a list of tensors (torch.save; C++: torch::pickle_load)
   expected.pt   the eager output on those inputs (tensor or list of tensors)
   meta.json     {"task", "level", "device", "inputs": ["1024x8192:f32", ...],
-                 "outputs": [...], "scaled": {"batch_size": [4096, 64], ...}}
+                 "outputs": [...], "scaled": {"batch_size": [4096, 64], ...},
+                 "constants": {"1": 3.14}}  (Python numbers get_inputs() returned,
+                 by argument index: fixed in the traced graph, not inputs)
 
 Input specs use the DICE CLI form "<d0>x<d1>x...:<dtype>" ("scalar:f32" for 0-d).
 
@@ -256,6 +258,25 @@ def flatten_outputs(out):
     raise TypeError(f"unsupported output type {type(out).__name__}")
 
 
+class ConstantArgs(torch.nn.Module):
+    """The task's model with its Python-number arguments fixed (level1/5's
+    scalar `s` in A * s): forward() takes only the tensor arguments, in
+    get_inputs() order, so the traced model's inputs are all tensors and the
+    numbers are constants of its graph."""
+
+    def __init__(self, model, args):
+        super().__init__()
+        self.model = model
+        self.args = list(args)
+        self.tensor_slots = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+
+    def forward(self, *tensors):
+        args = list(self.args)
+        for slot, t in zip(self.tensor_slots, tensors):
+            args[slot] = t
+        return self.model(*args)
+
+
 def convert(path, out_root, device, small, budget_bytes, seed, max_param_bytes=768 * 2**20):
     level = os.path.basename(os.path.dirname(os.path.abspath(path)))
     stem = os.path.splitext(os.path.basename(path))[0]
@@ -268,13 +289,16 @@ def convert(path, out_root, device, small, budget_bytes, seed, max_param_bytes=7
 
     torch.manual_seed(seed)
     model = ns["Model"](*ns["get_init_inputs"]()).eval().to(device)
-    inputs = ns["get_inputs"]()
-    if not all(isinstance(t, torch.Tensor) for t in inputs):
-        raise TypeError("get_inputs() returned a non-tensor input; torch.jit.trace needs tensors")
-    inputs = [t.to(device) for t in inputs]
+    args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in ns["get_inputs"]()]
+    bad = [type(a).__name__ for a in args if not isinstance(a, (torch.Tensor, bool, int, float))]
+    if bad:
+        raise TypeError(f"get_inputs() returned a {bad[0]} input; only tensors and Python numbers can be traced")
+    inputs = [a for a in args if isinstance(a, torch.Tensor)]
+    constants = {i: a for i, a in enumerate(args) if not isinstance(a, torch.Tensor)}
+    traced_model = ConstantArgs(model, args) if constants else model
     with torch.no_grad():
-        expected = model(*inputs)
-        traced = torch.jit.trace(model, tuple(inputs), check_trace=False)
+        expected = model(*args)
+        traced = torch.jit.trace(traced_model, tuple(inputs), check_trace=False)
     outputs = flatten_outputs(expected)
 
     out_dir = os.path.join(out_root, f"{level}_{stem}")
@@ -291,6 +315,7 @@ def convert(path, out_root, device, small, budget_bytes, seed, max_param_bytes=7
         "inputs": [spec_of(t) for t in inputs],
         "outputs": [spec_of(o) for o in outputs],
         "scaled": {k: [original[k], overrides[k]] for k in overrides if overrides[k] != original[k]},
+        "constants": {str(i): a for i, a in constants.items()},
         "seed": seed,
         "torch": torch.__version__,
     }
