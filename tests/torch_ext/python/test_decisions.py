@@ -157,7 +157,7 @@ def test_tune_keeps_inductor_for_a_region_measured_slower_and_stores_it(monkeypa
         torch.testing.assert_close(compiled(x, w), Act()(x, w))
     rep = dice_torch.last_report()
     assert [(d.choice, d.source) for d in rep.regions] == [("inductor", "cache")]
-    assert rep.groups == [] and len(rep.candidates) == 1  # formed, then left to Inductor
+    assert rep.groups == [] and rep.candidates == []  # decided for Inductor alone: not even partitioned
 
 
 def test_tune_keeps_dice_for_a_faster_region_when_the_guard_agrees(monkeypatch, tmp_path):
@@ -217,3 +217,28 @@ def test_cache_mode_with_nothing_for_dice_serves_plain_inductor(monkeypatch, tmp
         torch.testing.assert_close(compiled(x, w), Act()(x, w))
     assert calls == [2]  # the stored "inductor" decision is served by Inductor's own compile
     assert dice_torch.last_report().groups == []
+
+
+def test_cache_mode_compiles_a_graph_decided_for_inductor_once_without_partitioning(monkeypatch, tmp_path):
+    from dice_torch import pipeline
+
+    _tune_with_fake_timings(monkeypatch, tmp_path, {"base": 100.0, "region": 150.0, "guard": 1.0})
+    torch._dynamo.reset()
+    calls = _spy_plain_inductor(monkeypatch)
+    monkeypatch.setattr(pipeline, "compile_inductor", lambda *a, **k: pytest.fail("partitioned in cache mode"))
+    compiled = torch.compile(Act(), backend="dice",
+                             options={"mode": "cache", "rest": "inductor", "cache_dir": str(tmp_path)})
+    x, w = torch.randn(8, 16), torch.randn(16, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, w), Act()(x, w))
+    assert calls == [2]
+    rep = dice_torch.last_report()
+    assert rep.guard.choice == "inductor" and rep.guard.source == "cache"
+
+
+def test_a_graph_with_a_region_not_yet_measured_is_not_decided_for_good(monkeypatch, tmp_path):
+    monkeypatch.setattr(measure, "MAX_REGION_TRIALS", 0)  # the region stays "not measured"
+    _tune_with_fake_timings(monkeypatch, tmp_path, {"base": 100.0, "region": 50.0, "guard": 60.0})
+    path = tmp_path / decisions.FILE_NAME
+    text = path.read_text() if path.exists() else ""
+    assert '"fx:' not in text, text

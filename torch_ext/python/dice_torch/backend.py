@@ -279,6 +279,16 @@ def _compile_with_dice(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     store = decisions.DecisionStore(opts["cache_dir"])
     mode = opts["mode"]
     measure_now = mode in ("tune", "tune-sync") and _can_measure(example_inputs) and is_static(example_inputs)
+    fx_key = decisions.fx_graph_key(gm, example_inputs) if is_static(example_inputs) else None
+    if mode == "cache" and fx_key:
+        g = store.get(fx_key, "inductor")
+        if g is not None and g.get("choice") == decisions.INDUCTOR:
+            # Decided when tuned: every region and the guard said Inductor.
+            report.guard = decisions.GuardResult(decisions.INDUCTOR, "cache", g.get("dice_us"), g.get("base_us"))
+            report.regions = [decisions.RegionDecision(k, summary, choice, "cache")
+                              for k, summary, choice in g.get("regions", [])]
+            log.info("dice: this graph was decided for inductor alone when tuned; not partitioned")
+            return pipeline.plain_inductor(gm, example_inputs)
     decided: dict[str, decisions.RegionDecision] = {}
     # A region without a stored decision: tuned and measured on the first call
     # (tune modes; with symbolic shapes tuned but not measured), observed, or
@@ -321,6 +331,10 @@ def _compile_with_dice(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         # table, which keeps some ops whole for the partitioner.
         report.groups = []
         log.info("dice: no region for dice in this graph; served by inductor alone")
+        if fx_key and undecided == [] and mode != "observe":
+            regions = [[r.key, r.summary, decided[r.key].choice] for r in state.regions]
+            store.put_many([(fx_key, {"choice": decisions.INDUCTOR, "source": "regions", "regions": regions})],
+                           "inductor")
         return pipeline.plain_inductor(gm, example_inputs)
     if not measure_now:
         for r in undecided:
@@ -352,7 +366,7 @@ def _compile_with_dice(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         return base
 
     return measure.TunedGraph(compile_variant, compiled, state.regions, decided, store, "inductor", mode,
-                              on_failure, report)
+                              on_failure, report, fx_key=fx_key)
 
 
 def _fill_report(report: CompileReport, state: pipeline.CompileState) -> None:

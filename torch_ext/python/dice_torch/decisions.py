@@ -75,6 +75,22 @@ def graph_key(region_keys: Sequence[str]) -> str:
     return "graph:" + hashlib.sha256("\n".join(sorted(set(region_keys))).encode()).hexdigest()[:24]
 
 
+def fx_graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str:
+    """Key of dynamo's graph before any compile: sha256 (24 hex chars) of its
+    Python code and every input's (dtype, shape, strides, device type), or
+    repr for a non-tensor. A stored "inductor alone" under it lets ``cache``
+    mode hand the graph to Inductor without partitioning it first (one
+    compile instead of two). Callers use it for static shapes only."""
+    h = hashlib.sha256(gm.code.encode())
+    for x in example_inputs:
+        h.update(b"\0")
+        if isinstance(x, torch.Tensor):
+            h.update(f"{x.dtype}|{tuple(x.shape)}|{tuple(x.stride())}|{x.device.type}".encode())
+        else:
+            h.update(repr(x).encode())
+    return "fx:" + h.hexdigest()[:24]
+
+
 def median_us(samples: Sequence[float]) -> float:
     """Median of timing samples (µs).
     Raises:

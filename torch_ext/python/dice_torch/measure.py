@@ -182,16 +182,22 @@ class TunedGraph:
         on_failure: (stage, exception, real inputs) -> a callable to run
             instead (the backend's fallback to plain Inductor).
         report: the CompileReport to fill (regions, guard).
+        fx_key: decisions.fx_graph_key of dynamo's graph (None: symbolic
+            shapes); when every region is decided for good and the graph
+            goes to Inductor alone, that is stored under it too, so that
+            ``cache`` mode compiles the graph once, without partitioning.
     """
 
     def __init__(self, compile_variant: Callable[[frozenset, list], Callable], dice_fn: Callable,
                  regions: list[Region], decided: dict[str, decisions.RegionDecision],
                  store: decisions.DecisionStore, baseline: str, mode: str,
-                 on_failure: Callable[[str, BaseException, list], Callable], report: Any):
+                 on_failure: Callable[[str, BaseException, list], Callable], report: Any,
+                 fx_key: str | None = None):
         self._compile_variant, self._dice_fn = compile_variant, dice_fn
         self._regions, self._decided = regions, decided
         self._store, self._baseline, self._mode = store, baseline, mode
         self._on_failure, self._report = on_failure, report
+        self._fx_key = fx_key
         self._fn: Callable | None = None
 
     def __call__(self, *args: Any) -> Any:
@@ -259,6 +265,12 @@ class TunedGraph:
             self._store.put_many([(gkey, {"choice": g.choice, "source": g.source, "dice_us": g.dice_us,
                                           "base_us": g.base_us, "kept": sorted(kept)})], self._baseline)
         self._report.guard = g
+        final = {"measured", "no winner", "cache"}  # stored decisions; "not measured" / "not served" are not
+        if g.choice == decisions.INDUCTOR and self._fx_key and all(
+                self._decided[r.key].source in final for r in self._regions if r.key in self._decided):
+            regions = [[r.key, r.summary, self._decided[r.key].choice] for r in self._regions if r.key in self._decided]
+            self._store.put_many([(self._fx_key, {"choice": g.choice, "source": g.source, "dice_us": g.dice_us,
+                                                  "base_us": g.base_us, "regions": regions})], self._baseline)
         log.info("dice: graph served by %s (guard: %s%s)", "dice + inductor" if g.choice == decisions.DICE
                  else "inductor alone", g.source, f", {g.dice_us:.1f} vs {g.base_us:.1f} µs"
                  if g.dice_us is not None and g.base_us is not None else "")
