@@ -19,7 +19,7 @@ Input specs use the DICE CLI form "<d0>x<d1>x...:<dtype>" ("scalar:f32" for 0-d)
 --small (CPU machines): the module-level integer constants the file declares
 (batch_size, dim, in_features, ..., also in tuple assignments such as
 `depth, height, width = 16, 32, 32`; only values >= 64, so kernel sizes, groups
-and strides stay) are halved together until the inputs and parameters fit in
+and strides stay) are halved together until the inputs, outputs and parameters fit in
 --budget-mb. When those are exhausted, the ints that only get_inputs() reads
 (batch_size, depth, height, width: input extents, never a layer's argument)
 are halved too, from 32 down to 16. Sizes are measured on the meta device, so nothing large is ever
@@ -137,18 +137,27 @@ def load_namespace(path, source, overrides):
 
 
 def footprint_bytes(ns):
-    """(input bytes, parameter + buffer bytes), measured on the meta device.
-    A model whose constructor reads values (``.item()`` on a linspace, as
-    SwinMLP's drop-path rates) cannot be built there; it is built on the CPU."""
+    """(input + output bytes, parameter + buffer bytes), measured on the meta
+    device (a 64x32768 @ 32768x64 task is small in, 4 GiB out). A model
+    whose constructor reads values (``.item()`` on a linspace, as SwinMLP's
+    drop-path rates) cannot be built there; it is built on the CPU and its
+    outputs are not counted."""
+    outputs = []
     with torch.device("meta"):
         inputs = ns["get_inputs"]()
         try:
             model = ns["Model"](*ns["get_init_inputs"]())
         except (RuntimeError, NotImplementedError):
             model = None
+        if model is not None:
+            try:
+                with torch.no_grad():
+                    outputs = flatten_outputs(model(*inputs))
+            except Exception:  # shapes that do not run: runs_on_meta() says so
+                outputs = []
     if model is None:
         model = ns["Model"](*ns["get_init_inputs"]())
-    total = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
+    total = sum(t.numel() * t.element_size() for t in list(inputs) + outputs if isinstance(t, torch.Tensor))
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     params += sum(b.numel() * b.element_size() for b in model.buffers())
     return total, params
@@ -209,8 +218,8 @@ def halvings(ints, input_only, inputs_first):
 
 
 def scale_down(path, source, budget_bytes, max_param_bytes):
-    """Halves the module-level ints until the task's inputs and parameters
-    fit in budget_bytes and it still runs (checked on the meta device when
+    """Halves the module-level ints until the task's inputs, outputs and
+    parameters fit in budget_bytes and it still runs (checked on the meta device when
     the unscaled task runs there). Tries the large ints first, then the
     input extents first. A network whose layer sizes are written in its
     class (VGG16's 4096-wide classifier) cannot shrink its parameters: when

@@ -1,0 +1,60 @@
+"""ctest KernelBenchConverterCountsOutputsInBudget: the --small converter
+(examples/make_kernelbench_models.py) counts a task's outputs in --budget-mb,
+not only its inputs and parameters. level1/7 (a 32768x64 @ 64x32768 matmul:
+16 MiB in, 4 GiB out) was left at full size and `dice tune` ran past the
+capture sweep's 300 s timeout (bench/capture_sweep.py, issue 18 item 6).
+Exits non-zero with the reason when the sizes are not scaled."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TASK = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+M = 4096
+N = 4096
+K = 64
+
+def get_inputs():
+    return [torch.rand(M, K), torch.rand(K, N)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        level = os.path.join(tmp, "level1")
+        os.makedirs(level)
+        task = os.path.join(level, "7_SmallK.py")
+        with open(task, "w") as f:
+            f.write(TASK)
+        out = os.path.join(tmp, "models")
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "make_kernelbench_models.py"), task,
+                            "--out", out, "--small", "--budget-mb", "8"], capture_output=True, text=True)
+        if r.returncode != 0:
+            print(r.stdout + r.stderr)
+            print("FAIL: the converter did not convert the task")
+            return 1
+        meta = json.load(open(os.path.join(out, "level1_7_SmallK", "meta.json")))
+        # 2 MiB in, 64 MiB out at full size: halved twice, 4 MiB out.
+        if meta["inputs"] != ["1024x16:f32", "16x1024:f32"] or meta["outputs"] != ["1024x1024:f32"]:
+            print(f"FAIL: the output was not counted in the budget: {meta['inputs']} -> {meta['outputs']}")
+            return 1
+    print("ok: outputs count in the --small budget")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
