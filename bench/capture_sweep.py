@@ -27,12 +27,17 @@ reasons), with the message. The last line printed is the summary:
   python3 bench/capture_sweep.py --levels level2,level3 --small \
       --dice /tmp/dice-snapshot/dice.sh --out bench/results/.../capture_sweep_cpu.jsonl
   python3 bench/capture_sweep.py --rerun-errors FILE.jsonl ...   # only the tasks that failed in FILE
+  python3 bench/capture_sweep.py --explain FILE.jsonl --models M --out /dev/null   # reasons of unchanged tasks
+
+An unchanged task with no fusion group gets its reason from `dice profile`
+(the ops left with PyTorch and why), also kept as "left_with_pytorch".
 
 Exit status: 0 when no task is an error, 1 otherwise, 2 for bad arguments.
 """
 
 import argparse
 import glob
+import hashlib
 import json
 import os
 import re
@@ -111,7 +116,7 @@ def classify_tune(rc, stdout, stderr, report):
 
 def sweep_one(path, args, env):
     name = task_name(path)
-    rec = {"task": name}
+    rec = {"task": name, "converter": args.converter_sha}
     models = os.path.abspath(args.models)
     conv = [sys.executable, args.converter, path, "--out", models] + (["--small"] if args.small else [])
     rc, out, err, secs = run(conv, args.timeout, env)
@@ -157,6 +162,34 @@ def sweep_one(path, args, env):
     return rec
 
 
+def explain_unchanged(rec, args, env):
+    """For a task left unchanged with no fusion group: `dice profile` lists
+    the ops left with PyTorch and why ("aten::batch_norm (not a fusible
+    op)"); the distinct ones, with counts, go into rec["left_with_pytorch"]
+    and the reason."""
+    if rec.get("outcome") != "unchanged" or rec.get("groups", 0) != 0:
+        return rec
+    level, stem = rec["task"].split("/")
+    model = os.path.join(os.path.abspath(args.models), f"{level}_{stem}", "model.pt")
+    cmd = [args.dice, "profile", model, "--reps", "1"]
+    for spec in rec.get("inputs", []):
+        cmd += ["--input", spec]
+    rc, out, _, _ = run(cmd, args.timeout, env)
+    if rc != 0:
+        return rec
+    counts = {}
+    for line in out.splitlines():
+        if line.strip().startswith("left with PyTorch:"):
+            what = line.split(":", 1)[1].strip()
+            counts[what] = counts.get(what, 0) + 1
+    if counts:
+        rec["left_with_pytorch"] = counts
+        top = sorted(counts.items(), key=lambda kv: -kv[1])
+        rec["reason"] = "no fusion group formed: " + ", ".join(f"{n}x {w}" for w, n in top[:4]) + \
+            (f", ... ({len(top)} kinds)" if len(top) > 4 else "")
+    return rec
+
+
 def summary(records):
     ok = sum(r["outcome"] in ("tuned", "compiled") for r in records)
     unchanged = sum(r["outcome"] == "unchanged" for r in records)
@@ -178,9 +211,19 @@ def main(argv):
     p.add_argument("--small", action="store_true", help="converter --small (CPU machines)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per step; past it the task is a hang")
     p.add_argument("--reps", type=int, default=3, help="dice tune --reps (end-to-end timing repetitions)")
+    p.add_argument("--explain", default="", help="a JSONL this script wrote: add the ops left with PyTorch "
+                                                  "(dice profile) to its unchanged tasks, in place (--models as when run)")
     p.add_argument("--skip-done", action="store_true", help="skip tasks already recorded in --out")
     args = p.parse_args(argv)
 
+    if args.explain:  # fill in the reasons of unchanged tasks in an existing file, in place
+        with open(args.explain, encoding="utf-8") as f:
+            records = [json.loads(l) for l in f if l.strip()]
+        records = [explain_unchanged(r, args, dict(os.environ)) for r in records]
+        with open(args.explain, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+        print(summary(records))
+        return 0
     names = list(args.tasks)
     if args.rerun_errors:
         with open(args.rerun_errors, encoding="utf-8") as f:
@@ -197,11 +240,13 @@ def main(argv):
     os.makedirs(args.models, exist_ok=True)
     os.makedirs(args.cache, exist_ok=True)
     env = dict(os.environ)
+    with open(args.converter, "rb") as f:
+        args.converter_sha = hashlib.sha256(f.read()).hexdigest()[:12]  # which converter made the model
     records = []
     for path in paths:
         if task_name(path) in done:
             continue
-        rec = sweep_one(path, args, env)
+        rec = explain_unchanged(sweep_one(path, args, env), args, env)
         records.append(rec)
         with open(args.out, "a", encoding="utf-8") as f:
             f.write(json.dumps(rec) + "\n")
