@@ -11,8 +11,10 @@ script builds `Model(*get_init_inputs())`, traces it with torch.jit.trace on
   expected.pt   the eager output on those inputs (tensor or list of tensors)
   meta.json     {"task", "level", "device", "inputs": ["1024x8192:f32", ...],
                  "outputs": [...], "scaled": {"batch_size": [4096, 64], ...},
-                 "constants": {"1": 3.14}}  (Python numbers get_inputs() returned,
-                 by argument index: fixed in the traced graph, not inputs)
+                 "constants": {"1": 3.14}, "fixed_inputs": {"1": "8192:i64"}}
+                (by argument index: Python numbers get_inputs() returned,
+                fixed in the traced graph, and integer/bool tensors - class
+                indices, masks - kept as module buffers; neither is an input)
 
 Input specs use the DICE CLI form "<d0>x<d1>x...:<dtype>" ("scalar:f32" for 0-d).
 
@@ -268,19 +270,26 @@ def flatten_outputs(out):
 
 
 class ConstantArgs(torch.nn.Module):
-    """The task's model with its Python-number arguments fixed (level1/5's
-    scalar `s` in A * s): forward() takes only the tensor arguments, in
-    get_inputs() order, so the traced model's inputs are all tensors and the
-    numbers are constants of its graph."""
+    """The task's model with some arguments fixed: Python numbers (level1/5's
+    scalar `s` in A * s) become constants of the traced graph, and integer or
+    bool tensors (class indices, masks: data `dice --input` cannot make up,
+    as a random target would be out of range) become buffers of the module
+    holding get_inputs()'s values. forward() takes the floating-point
+    tensors, in get_inputs() order."""
 
-    def __init__(self, model, args):
+    def __init__(self, model, args, fixed):
         super().__init__()
         self.model = model
-        self.args = list(args)
-        self.tensor_slots = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        self.args = [None if isinstance(a, torch.Tensor) else a for a in args]
+        self.fixed = sorted(fixed)
+        for i in self.fixed:
+            self.register_buffer(f"fixed_arg{i}", args[i])
+        self.tensor_slots = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in fixed]
 
     def forward(self, *tensors):
         args = list(self.args)
+        for i in self.fixed:
+            args[i] = getattr(self, f"fixed_arg{i}")
         for slot, t in zip(self.tensor_slots, tensors):
             args[slot] = t
         return self.model(*args)
@@ -302,9 +311,10 @@ def convert(path, out_root, device, small, budget_bytes, seed, max_param_bytes=7
     bad = [type(a).__name__ for a in args if not isinstance(a, (torch.Tensor, bool, int, float))]
     if bad:
         raise TypeError(f"get_inputs() returned a {bad[0]} input; only tensors and Python numbers can be traced")
-    inputs = [a for a in args if isinstance(a, torch.Tensor)]
+    fixed = {i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not a.is_floating_point()}
+    inputs = [a for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in fixed]
     constants = {i: a for i, a in enumerate(args) if not isinstance(a, torch.Tensor)}
-    traced_model = ConstantArgs(model, args) if constants else model
+    traced_model = ConstantArgs(model, args, fixed) if constants or fixed else model
     with torch.no_grad():
         expected = model(*args)
         traced = torch.jit.trace(traced_model, tuple(inputs), check_trace=False)
@@ -325,6 +335,7 @@ def convert(path, out_root, device, small, budget_bytes, seed, max_param_bytes=7
         "outputs": [spec_of(o) for o in outputs],
         "scaled": {k: [original[k], overrides[k]] for k in overrides if overrides[k] != original[k]},
         "constants": {str(i): a for i, a in constants.items()},
+        "fixed_inputs": {str(i): spec_of(args[i]) for i in sorted(fixed)},
         "seed": seed,
         "torch": torch.__version__,
     }
