@@ -21,8 +21,8 @@ Input specs use the DICE CLI form "<d0>x<d1>x...:<dtype>" ("scalar:f32" for 0-d)
 --small (CPU machines): the module-level integer constants the file declares
 (batch_size, dim, in_features, ..., also in tuple assignments such as
 `depth, height, width = 16, 32, 32`; only values >= 64, so kernel sizes, groups
-and strides stay) are halved together until the inputs, outputs and parameters fit in
---budget-mb. When those are exhausted, the ints that only get_inputs() reads
+and strides stay) are halved together until the inputs and parameters fit in --budget-mb
+and the outputs in --max-output-mb. When those are exhausted, the ints that only get_inputs() reads
 (batch_size, depth, height, width: input extents, never a layer's argument)
 are halved too, from 32 down to 16. Sizes are measured on the meta device, so nothing large is ever
 allocated. Without --small the file's own shapes are used (on CUDA when one is
@@ -139,11 +139,11 @@ def load_namespace(path, source, overrides):
 
 
 def footprint_bytes(ns):
-    """(input + output bytes, parameter + buffer bytes), measured on the meta
-    device (a 64x32768 @ 32768x64 task is small in, 4 GiB out). A model
+    """(input bytes, parameter + buffer bytes, output bytes), measured on the
+    meta device (a 32768x64 @ 64x32768 task is 16 MiB in, 4 GiB out). A model
     whose constructor reads values (``.item()`` on a linspace, as SwinMLP's
     drop-path rates) cannot be built there; it is built on the CPU and its
-    outputs are not counted."""
+    outputs count as 0."""
     outputs = []
     with torch.device("meta"):
         inputs = ns["get_inputs"]()
@@ -159,10 +159,9 @@ def footprint_bytes(ns):
                 outputs = []
     if model is None:
         model = ns["Model"](*ns["get_init_inputs"]())
-    total = sum(t.numel() * t.element_size() for t in list(inputs) + outputs if isinstance(t, torch.Tensor))
-    params = sum(p.numel() * p.element_size() for p in model.parameters())
-    params += sum(b.numel() * b.element_size() for b in model.buffers())
-    return total, params
+    size = lambda ts: sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
+    params = size(model.parameters()) + size(model.buffers())
+    return size(inputs), params, size(outputs)
 
 
 def runs_on_meta(ns):
@@ -219,9 +218,9 @@ def halvings(ints, input_only, inputs_first):
         yield dict(current)
 
 
-def scale_down(path, source, budget_bytes, max_param_bytes):
-    """Halves the module-level ints until the task's inputs, outputs and
-    parameters fit in budget_bytes and it still runs (checked on the meta device when
+def scale_down(path, source, budget_bytes, max_param_bytes, max_output_bytes):
+    """Halves the module-level ints until the task's inputs and parameters
+    fit in budget_bytes, its outputs in max_output_bytes, and it still runs (checked on the meta device when
     the unscaled task runs there). Tries the large ints first, then the
     input extents first. A network whose layer sizes are written in its
     class (VGG16's 4096-wide classifier) cannot shrink its parameters: when
@@ -238,7 +237,8 @@ def scale_down(path, source, budget_bytes, max_param_bytes):
     for inputs_first in (False, True):
         for current in halvings(ints, input_only, inputs_first):
             ns = load_namespace(path, source, current)
-            if sum(footprint_bytes(ns)) <= budget_bytes:
+            inputs, params, outputs = footprint_bytes(ns)
+            if inputs + params <= budget_bytes and outputs <= max_output_bytes:
                 if not check_meta or runs_on_meta(ns):
                     return current, ints
                 break  # halving further keeps the mismatch; try the other order
@@ -246,8 +246,8 @@ def scale_down(path, source, budget_bytes, max_param_bytes):
     best = None
     for current in halvings(ints, input_only, False):
         ns = load_namespace(path, source, current)
-        inputs, params = footprint_bytes(ns)
-        if params > max_param_bytes or inputs > budget_bytes:
+        inputs, params, outputs = footprint_bytes(ns)
+        if params > max_param_bytes or inputs > budget_bytes or outputs > max_output_bytes:
             continue
         if check_meta and not runs_on_meta(ns):
             break
@@ -295,14 +295,15 @@ class ConstantArgs(torch.nn.Module):
         return self.model(*args)
 
 
-def convert(path, out_root, device, small, budget_bytes, seed, max_param_bytes=768 * 2**20):
+def convert(path, out_root, device, small, budget_bytes, seed, max_param_bytes=768 * 2**20,
+            max_output_bytes=256 * 2**20):
     level = os.path.basename(os.path.dirname(os.path.abspath(path)))
     stem = os.path.splitext(os.path.basename(path))[0]
     with open(path, encoding="utf-8") as f:
         source = f.read()
     overrides, original = ({}, {})
     if small:
-        overrides, original = scale_down(path, source, budget_bytes, max_param_bytes)
+        overrides, original = scale_down(path, source, budget_bytes, max_param_bytes, max_output_bytes)
     ns = load_namespace(path, source, overrides)
 
     torch.manual_seed(seed)
@@ -355,6 +356,8 @@ def main(argv):
     p.add_argument("--max-param-mb", type=float, default=768.0,
                    help="--small: parameters a task's class fixes (no module-level int sizes them) are accepted "
                         "up to this size when nothing brings the task under --budget-mb, MiB")
+    p.add_argument("--max-output-mb", type=float, default=256.0,
+                   help="--small: the outputs' size limit (a 64-wide matmul is small in, large out), MiB")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
@@ -370,7 +373,7 @@ def main(argv):
     for path in args.tasks:
         try:
             out_dir, meta = convert(path, args.out, device, args.small, int(args.budget_mb * 2**20), args.seed,
-                                    int(args.max_param_mb * 2**20))
+                                    int(args.max_param_mb * 2**20), int(args.max_output_mb * 2**20))
             scaled = ", ".join(f"{k} {a}->{b}" for k, (a, b) in meta["scaled"].items())
             print(f"OK   {path} -> {out_dir}  inputs {' '.join(meta['inputs'])}" + (f"  (scaled: {scaled})" if scaled else ""))
         except Exception as e:  # one bad task must not stop the batch

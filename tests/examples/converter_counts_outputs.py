@@ -1,6 +1,6 @@
 """ctest KernelBenchConverterCountsOutputsInBudget: the --small converter
-(examples/make_kernelbench_models.py) counts a task's outputs in --budget-mb,
-not only its inputs and parameters. level1/7 (a 32768x64 @ 64x32768 matmul:
+(examples/make_kernelbench_models.py) limits a task's outputs (--max-output-mb),
+not only its inputs and parameters (--budget-mb). level1/7 (a 32768x64 @ 64x32768 matmul:
 16 MiB in, 4 GiB out) was left at full size and `dice tune` ran past the
 capture sweep's 300 s timeout (bench/capture_sweep.py, issue 18 item 6).
 Exits non-zero with the reason when the sizes are not scaled."""
@@ -42,7 +42,7 @@ def main() -> int:
             f.write(TASK)
         out = os.path.join(tmp, "models")
         r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "make_kernelbench_models.py"), task,
-                            "--out", out, "--small", "--budget-mb", "8"], capture_output=True, text=True)
+                            "--out", out, "--small", "--max-output-mb", "8"], capture_output=True, text=True)
         if r.returncode != 0:
             print(r.stdout + r.stderr)
             print("FAIL: the converter did not convert the task")
@@ -52,7 +52,7 @@ def main() -> int:
         if meta["inputs"] != ["1024x16:f32", "16x1024:f32"] or meta["outputs"] != ["1024x1024:f32"]:
             print(f"FAIL: the output was not counted in the budget: {meta['inputs']} -> {meta['outputs']}")
             return 1
-    print("ok: outputs count in the --small budget")
+    print("ok: outputs are limited by --max-output-mb")
     return 0
 
 
