@@ -57,6 +57,19 @@ constexpr MigrationStep kMigrationSteps[kSchemaVersion] = {
      "CREATE INDEX winners_arch_newest ON winners(arch, created_at DESC, verified);"
      "CREATE INDEX winners_speedup ON winners(speedup DESC, arch, verified);"
      "CREATE INDEX winners_hits ON winners(hits DESC, arch, verified);"},
+    // Processes sharing one cache dir (torchrun ranks) meet the same untuned
+    // key at once: one claims it (Store::ClaimTuning, tuning_claim.h) and
+    // tunes, the others serve the fallback. A row lives from the claim until
+    // the owner stores its result (or the claim expires). No other table
+    // changes, so a v3 file migrates by adding this one.
+    {3, "tuning claims: which process tunes a task key, until when",
+     "CREATE TABLE tuning_claims ("
+     "  task_key TEXT PRIMARY KEY NOT NULL,"
+     "  owner_pid INTEGER NOT NULL,"
+     "  owner_host TEXT NOT NULL,"
+     "  owner_token TEXT NOT NULL,"
+     "  claimed_at INTEGER NOT NULL,"
+     "  expires_at INTEGER NOT NULL);"},
 };
 
 namespace {

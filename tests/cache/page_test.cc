@@ -268,8 +268,8 @@ TEST(PageMigrationTest, Version2FileGainsTheIndexesAndKeepsItsRows) {
   {
     auto store = Store::Open(path);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
-    EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "3");
-    EXPECT_EQ((**(*store)->GetMeta("schema_version")), "3");
+    EXPECT_EQ(RawSql(path, "PRAGMA user_version"), std::to_string(kSchemaVersion));
+    EXPECT_EQ((**(*store)->GetMeta("schema_version")), std::to_string(kSchemaVersion));
     EXPECT_EQ(RawSql(path, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'winners_%'"), "4");
     WinnerQuery q;
     q.verified = 0;

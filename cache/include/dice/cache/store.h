@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "dice/cache/tuning_claim.h"
 #include "dice/core/status.h"
 
 namespace dice::cache {
@@ -27,8 +28,9 @@ namespace dice::cache {
 /// v1: winners, attempts, meta. v2: winners gain verified, pulled_from,
 /// hits and last_used_at (old rows: verified, local, 0 hits, never used).
 /// v3: indexes for the paged summary queries (Store::ListWinnerPage); no
-/// column changes.
-inline constexpr int kSchemaVersion = 3;
+/// column changes. v4: table tuning_claims (tuning_claim.h: who is tuning a
+/// task key, until when); winners and attempts unchanged.
+inline constexpr int kSchemaVersion = 4;
 
 /// A verified winner for one task key.
 struct WinnerRecord {
@@ -230,6 +232,23 @@ class Store {
   Expected<std::vector<AttemptRecord>> ListAttempts(const std::string& task_key);
   /// True when (task_key, candidate_hash) was already attempted.
   Expected<bool> WasAttempted(const std::string& task_key, const std::string& candidate_hash);
+
+  /// Claims the right to tune `task_key` for `ttl_s` seconds from `now`
+  /// (unix seconds; 0 = the clock), in one BEGIN IMMEDIATE transaction
+  /// (tuning_claim.h). The caller gets the claim when there is none, when it
+  /// is its own (renewed: the expiry moves), when the claim has expired
+  /// (expires_at <= now) or when OwnerIsGone says its owner process is gone
+  /// (both: took_over). Otherwise holder is the other owner's claim and
+  /// nothing is written. Errors: kInvalidArgument for an empty key or
+  /// ttl_s <= 0; kIoError.
+  Expected<ClaimResult> ClaimTuning(const std::string& task_key, const ClaimOwner& owner, int64_t ttl_s,
+                                    int64_t now = 0);
+  /// Drops `owner`'s claim on `task_key` (the winner or the failure is
+  /// stored). Returns false when the key has no claim of that owner (never
+  /// claimed, already released, or taken over by another). Errors: kIoError.
+  Expected<bool> ReleaseTuningClaim(const std::string& task_key, const ClaimOwner& owner);
+  /// The claim row of `task_key`, expired or not, or nullopt. Errors: kIoError.
+  Expected<std::optional<TuningClaim>> GetTuningClaim(const std::string& task_key);
 
   /// meta table access.
   Expected<std::optional<std::string>> GetMeta(const std::string& key);
