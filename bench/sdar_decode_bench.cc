@@ -9,21 +9,32 @@
 //
 //   sdar_decode_bench --config bench/configs/sdar-1.7b-like.json --config .deps/sdar/config-4b.json
 //       --batch 1,16,128 [--prompt 512] [--new 256] [--steps 4] [--device cuda] [--dtype bf16] [--json out.jsonl]
-//       [--cuda-graphs off|on|off,on] [--profile]
+//       [--cuda-graphs off|on|off,on] [--path new|old|new,old] [--profile]
 //   sdar_decode_bench --tiny      (CPU, bench/configs/sdar-tiny.json-like shape, seconds)
+//   sdar_decode_bench --tiny --dry-run   (parse, build the rows' options, print them; no model)
 //
 // --cuda-graphs runs each (config, batch) once per listed mode (DecodeOptions::
 // cuda_graphs; "on" captures the step/commit forwards as CUDA graphs, see
-// sdar_step_graph.h). --profile adds a second, profiled decode per row
+// sdar_step_graph.h). --path runs each row once per listed decoder path:
+// "new" (default) commits each block inside the next block's first step
+// and runs the LM head only on still-masked positions (DecodeOptions::
+// merge_commit, masked_logits_only; issue 19 item 3), "old" is the decoder
+// before that (a separate commit forward per block, logits over the whole
+// block). --profile adds a second, profiled decode per row
 // (DecodeOptions::profile: a device synchronisation at every phase
 // boundary) and prints where its time went: prefill, graph capture, step
 // forwards, sampling/remasking, read-back, batch select, commits — total
 // seconds, calls, ms a call and share of the profiled decode. The tokens/s
 // column always comes from the unprofiled decode.
 //
-// Output: one table row per (config, batch, graphs mode); with --json one
-// JSON line each ({"impl":"dice-cpp" or "dice-cpp-graphs","config":..,
-// "batch":..,"tokens_per_s":..,"peak_gib":..,"profile":{..},...}).
+// Output: one table row per (config, batch, graphs mode, path); with --json
+// one JSON line each ({"impl":"dice-cpp" or "dice-cpp-graphs", with "-old"
+// appended for --path old, "config":.., "batch":.., "tokens_per_s":..,
+// "path":"new"|"old", "merge_commit":.., "masked_logits_only":..,
+// "forwards_per_block":.., "peak_gib":.., "profile":{..},...}).
+// forwards_per_block = (denoising-step forwards + separate commit forwards)
+// / blocks decoded, prefill excluded: 4 for the new path at 4 steps a block,
+// 5 - 1/blocks for the old one (the last block is never committed).
 // peak_gib is the CUDA caching allocator's peak allocation during the row
 // (0 on a CPU).
 // Exit status: 0 ok, 2 bad input (unreadable config, bad flag), 3 no GPU for
@@ -104,9 +115,9 @@ int main(int argc, char** argv) {
   std::string batches = "1,16,128", device = "cuda", dtype = "bf16", json_path;
   int64_t prompt_len = 512, new_tokens = 256, steps = 4;
   uint64_t seed = 0;
-  std::string graphs_modes = "off";
+  std::string graphs_modes = "off", paths = "new";
   bool failed = false;
-  bool tiny = false, profile = false;
+  bool tiny = false, profile = false, dry_run = false;
   app.add_option("--config", configs, "SDAR config.json (repeat for several)");
   app.add_option("--batch", batches, "comma-separated batch sizes");
   app.add_option("--prompt", prompt_len, "prompt tokens")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -117,7 +128,11 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "weights and prompt seed");
   app.add_option("--json", json_path, "append one JSON line per row to this file");
   app.add_option("--cuda-graphs", graphs_modes, "off, on, or off,on (each row once per mode)");
+  app.add_option("--path", paths,
+                 "new (merged commit, logits at masked positions only), old (separate commit forward, "
+                 "logits over the block), or new,old (each row once per path)");
   app.add_flag("--profile", profile, "also run a profiled decode per row and print its phase table");
+  app.add_flag("--dry-run", dry_run, "check the flags and print the rows that would run, without decoding");
   app.add_flag("--tiny", tiny, "CPU smoke run: tiny built-in shape, prompt 16, 8 new tokens, batch 1,2, f32");
   CLI11_PARSE(app, argc, argv);
 
@@ -174,6 +189,20 @@ int main(int argc, char** argv) {
     }
     if (graph_modes.empty()) graph_modes.push_back(false);
   }
+  std::vector<bool> old_paths;  // true: the decoder before issue 19 item 3
+  {
+    std::stringstream ss(paths);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      if (item == "new" || item == "old") {
+        old_paths.push_back(item == "old");
+      } else {
+        std::fprintf(stderr, "sdar_decode_bench: error: --path '%s': each item must be new or old\n", paths.c_str());
+        return 2;
+      }
+    }
+    if (old_paths.empty()) old_paths.push_back(false);
+  }
   dice::generator::SdarModelOptions mo;
   try {
     mo.device = torch::Device(device);
@@ -181,14 +210,30 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sdar_decode_bench: error: --device '%s' is not a device\n", device.c_str());
     return 2;
   }
+  if (dry_run) {
+    for (const auto& [name, config] : shapes) {
+      for (int64_t batch : batch_sizes) {
+        for (bool graphs : graph_modes) {
+          for (bool old_path : old_paths) {
+            std::printf("dry run: %s batch %lld prompt %lld new %lld steps %lld graphs %s path %s "
+                        "(merge_commit %d, masked_logits_only %d)\n",
+                        name.c_str(), static_cast<long long>(batch), static_cast<long long>(prompt_len),
+                        static_cast<long long>(new_tokens), static_cast<long long>(steps), graphs ? "on" : "off",
+                        old_path ? "old" : "new", old_path ? 0 : 1, old_path ? 0 : 1);
+          }
+        }
+      }
+    }
+    return 0;
+  }
   if (mo.device.is_cuda() && !torch::cuda::is_available()) {
     std::fprintf(stderr, "sdar_decode_bench: error: --device %s but no CUDA device is present\n", device.c_str());
     return 3;
   }
   mo.dtype = dtype == "bf16" ? torch::kBFloat16 : dtype == "f16" ? torch::kFloat16 : torch::kFloat32;
 
-  std::printf("%-40s %6s %8s %6s %10s %12s %9s %6s %9s\n", "config", "batch", "prompt", "new", "seconds",
-              "tokens/s", "forwards", "graphs", "peak GiB");
+  std::printf("%-40s %6s %8s %6s %10s %12s %9s %7s %6s %5s %9s\n", "config", "batch", "prompt", "new", "seconds",
+              "tokens/s", "forwards", "fwd/blk", "graphs", "path", "peak GiB");
   std::ofstream json_out;
   if (!json_path.empty()) json_out.open(json_path, std::ios::app);
   for (const auto& [name, config] : shapes) {
@@ -204,79 +249,93 @@ int main(int argc, char** argv) {
     }
     for (int64_t batch : batch_sizes) {
       for (bool graphs : graph_modes) {
-        dice::generator::DecodeOptions o;
-        o.remasking = dice::generator::Remasking::kStatic;
-        o.denoising_steps = steps;
-        o.eos_ids.clear();
-        o.num_samples = batch;
-        o.cuda_graphs = graphs;
-        o.max_new_tokens = std::min<int64_t>(new_tokens, 2 * config.block_size);  // warm-up
-        auto warm = dice::generator::Decode(*model, prompt, o);
-        if (!warm.ok()) {
-          std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
-                       static_cast<long long>(batch), warm.status().ToString().c_str());
-          failed = true;  // the other rows still run (a graph capture may fail alone)
-          continue;
-        }
-        o.max_new_tokens = new_tokens;
-        if (mo.device.is_cuda()) {
-          torch::cuda::synchronize();
-          c10::cuda::CUDACachingAllocator::resetPeakStats(mo.device.index() < 0 ? 0 : mo.device.index());
-        }
-        auto r = dice::generator::Decode(*model, prompt, o);
-        if (mo.device.is_cuda()) torch::cuda::synchronize();
-        if (!r.ok()) {
-          std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
-                       static_cast<long long>(batch), r.status().ToString().c_str());
-          failed = true;  // the other rows still run (a graph capture may fail alone)
-          continue;
-        }
-        double peak_gib = 0;
-        if (mo.device.is_cuda()) {
-          const auto stats =
-              c10::cuda::CUDACachingAllocator::getDeviceStats(mo.device.index() < 0 ? 0 : mo.device.index());
-          peak_gib = static_cast<double>(
-                         stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
-                     (1024.0 * 1024.0 * 1024.0);
-        }
-        int64_t generated = 0;
-        for (const auto& t : r->tokens) generated += static_cast<int64_t>(t.size());
-        const double tps = r->seconds > 0 ? generated / r->seconds : 0.0;
-        std::printf("%-40s %6lld %8lld %6lld %10.3f %12.1f %9lld %6s %9.2f\n", name.c_str(),
-                    static_cast<long long>(batch), static_cast<long long>(prompt_len),
-                    static_cast<long long>(new_tokens), r->seconds, tps, static_cast<long long>(r->forward_passes),
-                    graphs ? "on" : "off", peak_gib);
-        std::fflush(stdout);
-        nlohmann::json row{{"impl", graphs ? "dice-cpp-graphs" : "dice-cpp"},
-                           {"config", name},
-                           {"batch", batch},
-                           {"prompt", prompt_len},
-                           {"new_tokens", new_tokens},
-                           {"steps", steps},
-                           {"dtype", dtype},
-                           {"device", mo.device.str()},
-                           {"cuda_graphs", graphs},
-                           {"seconds", r->seconds},
-                           {"generated_tokens", generated},
-                           {"tokens_per_s", tps},
-                           {"forward_passes", r->forward_passes},
-                           {"peak_gib", peak_gib}};
-        if (profile) {
-          o.profile = true;
-          auto p = dice::generator::Decode(*model, prompt, o);
-          if (!p.ok()) {
-            std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld (profiled): %s\n", name.c_str(),
-                         static_cast<long long>(batch), p.status().ToString().c_str());
-            failed = true;
-          } else {
-            std::printf("profile: %s batch %lld graphs %s\n", name.c_str(), static_cast<long long>(batch),
-                        graphs ? "on" : "off");
-            PrintProfile(*p);
-            std::fflush(stdout);
-            row["profile"] = ProfileJson(*p);
+        for (bool old_path : old_paths) {
+          dice::generator::DecodeOptions o;
+          o.remasking = dice::generator::Remasking::kStatic;
+          o.denoising_steps = steps;
+          o.eos_ids.clear();
+          o.num_samples = batch;
+          o.cuda_graphs = graphs;
+          o.merge_commit = !old_path;
+          o.masked_logits_only = !old_path;
+          o.max_new_tokens = std::min<int64_t>(new_tokens, 2 * config.block_size);  // warm-up
+          auto warm = dice::generator::Decode(*model, prompt, o);
+          if (!warm.ok()) {
+            std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
+                         static_cast<long long>(batch), warm.status().ToString().c_str());
+            failed = true;  // the other rows still run (a graph capture may fail alone)
+            continue;
           }
+          o.max_new_tokens = new_tokens;
+          if (mo.device.is_cuda()) {
+            torch::cuda::synchronize();
+            c10::cuda::CUDACachingAllocator::resetPeakStats(mo.device.index() < 0 ? 0 : mo.device.index());
+          }
+          auto r = dice::generator::Decode(*model, prompt, o);
+          if (mo.device.is_cuda()) torch::cuda::synchronize();
+          if (!r.ok()) {
+            std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
+                         static_cast<long long>(batch), r.status().ToString().c_str());
+            failed = true;  // the other rows still run (a graph capture may fail alone)
+            continue;
+          }
+          double peak_gib = 0;
+          if (mo.device.is_cuda()) {
+            const auto stats =
+                c10::cuda::CUDACachingAllocator::getDeviceStats(mo.device.index() < 0 ? 0 : mo.device.index());
+            peak_gib = static_cast<double>(
+                           stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
+                       (1024.0 * 1024.0 * 1024.0);
+          }
+          int64_t generated = 0;
+          for (const auto& t : r->tokens) generated += static_cast<int64_t>(t.size());
+          const double tps = r->seconds > 0 ? generated / r->seconds : 0.0;
+          const int64_t blocks = static_cast<int64_t>(r->steps_per_block.size());
+          const double forwards_per_block =
+              blocks > 0 ? static_cast<double>(r->denoising_steps + r->commit_forwards) / blocks : 0.0;
+          std::printf("%-40s %6lld %8lld %6lld %10.3f %12.1f %9lld %7.3f %6s %5s %9.2f\n", name.c_str(),
+                      static_cast<long long>(batch), static_cast<long long>(prompt_len),
+                      static_cast<long long>(new_tokens), r->seconds, tps, static_cast<long long>(r->forward_passes),
+                      forwards_per_block, graphs ? "on" : "off", old_path ? "old" : "new", peak_gib);
+          std::fflush(stdout);
+          const std::string impl = std::string(graphs ? "dice-cpp-graphs" : "dice-cpp") + (old_path ? "-old" : "");
+          nlohmann::json row{{"impl", impl},
+                             {"config", name},
+                             {"batch", batch},
+                             {"prompt", prompt_len},
+                             {"new_tokens", new_tokens},
+                             {"steps", steps},
+                             {"dtype", dtype},
+                             {"device", mo.device.str()},
+                             {"cuda_graphs", graphs},
+                             {"seconds", r->seconds},
+                             {"generated_tokens", generated},
+                             {"tokens_per_s", tps},
+                             {"forward_passes", r->forward_passes},
+                             {"path", old_path ? "old" : "new"},
+                             {"merge_commit", o.merge_commit},
+                             {"masked_logits_only", o.masked_logits_only},
+                             {"forwards_per_block", forwards_per_block},
+                             {"commit_forwards", r->commit_forwards},
+                             {"merged_commits", r->merged_commits},
+                             {"peak_gib", peak_gib}};
+          if (profile) {
+            o.profile = true;
+            auto p = dice::generator::Decode(*model, prompt, o);
+            if (!p.ok()) {
+              std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld (profiled): %s\n", name.c_str(),
+                           static_cast<long long>(batch), p.status().ToString().c_str());
+              failed = true;
+            } else {
+              std::printf("profile: %s batch %lld graphs %s path %s\n", name.c_str(), static_cast<long long>(batch),
+                          graphs ? "on" : "off", old_path ? "old" : "new");
+              PrintProfile(*p);
+              std::fflush(stdout);
+              row["profile"] = ProfileJson(*p);
+            }
+          }
+          if (json_out.is_open()) json_out << row.dump() << "\n";
         }
-        if (json_out.is_open()) json_out << row.dump() << "\n";
       }
     }
   }

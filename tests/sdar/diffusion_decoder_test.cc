@@ -83,7 +83,9 @@ TEST_F(DiffusionDecoderTest, StaticOneTokenPerStepRevealsEachBlockInBlockSizeSte
   ASSERT_EQ(r.steps_per_block.size(), 6u);
   for (int64_t s : r.steps_per_block) EXPECT_EQ(s, 4);
   for (int32_t t : r.tokens[0]) EXPECT_NE(t, model_->config().mask_token_id);
-  EXPECT_EQ(r.forward_passes, 1 + 24 + 5);  // prefill, 4 steps per block, commits between blocks
+  // Prefill and 4 steps per block; each block is committed inside the next
+  // block's first step (merge_commit; decode_paths_test.cc counts the old path).
+  EXPECT_EQ(r.forward_passes, 1 + 24);
   // A prompt of 5 leaves 1 fixed prompt token in the first block: 3 masked, 3 steps.
   DecodeResult partial = Run({3, 17, 42, 99, 7}, Greedy(7, Remasking::kStatic, 4));
   ASSERT_EQ(partial.steps_per_block.size(), 2u);

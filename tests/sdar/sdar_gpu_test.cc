@@ -198,6 +198,47 @@ TEST(SdarGpuTest, GreedyDecodingWithCudaGraphsEqualsWithout) {
   EXPECT_GE(on->profile.captures, 2);
 }
 
+// Issue 19 item 3 on CUDA (f32): the merged commit and the masked-rows LM
+// head (the defaults) give the old path's greedy tokens (separate commit
+// forward, logits over the whole block), eagerly and with CUDA graphs, for
+// every greedy case of the fixture at batch 1 and 4.
+TEST(SdarGpuTest, MergedCommitAndMaskedLogitsKeepTheGreedyTokensOnCuda) {
+  DICE_REQUIRE_CUDA();
+  ASSERT_FALSE(SdarReferenceDir().empty());
+  auto loaded = LoadOnCuda("f32", torch::kFloat32);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  const SdarModel& m = *loaded;
+  int cases = 0;
+  for (const auto& c : SdarReferenceJson()["decode"]) {
+    for (int64_t samples : {1, 4}) {
+      for (bool graphs : {false, true}) {
+        DecodeOptions o;
+        o.max_new_tokens = c["max_new_tokens"].get<int64_t>();
+        o.remasking = *ParseRemasking(c["remasking"].get<std::string>());
+        o.denoising_steps = c["steps"].get<int64_t>();
+        o.confidence_threshold = c["threshold"].get<double>();
+        o.num_samples = samples;
+        o.eos_ids = {};
+        o.cuda_graphs = graphs;
+        o.merge_commit = false;
+        o.masked_logits_only = false;
+        const auto prompt = c["prompt"].get<std::vector<int32_t>>();
+        auto old_path = Decode(m, prompt, o);
+        o.merge_commit = true;
+        o.masked_logits_only = true;
+        auto new_path = Decode(m, prompt, o);
+        ASSERT_TRUE(old_path.ok() && new_path.ok()) << new_path.status().ToString();
+        EXPECT_EQ(new_path->tokens, old_path->tokens)
+            << "case " << cases << ", " << samples << " sample(s), graphs " << graphs;
+        EXPECT_EQ(new_path->steps_per_block, old_path->steps_per_block);
+        EXPECT_EQ(new_path->commit_forwards, 0);
+      }
+    }
+    ++cases;
+  }
+  EXPECT_GE(cases, 1);
+}
+
 // bf16 at a real head layout (SDAR-1.7B-like heads, 2 layers), batch 16 of
 // one prompt, greedy: with graphs every row decodes the same tokens (rows
 // are independent in the captured forward), and the agreement with the

@@ -150,11 +150,14 @@ TEST_F(SdarStepGraphTest, ShrinkingBatchRemakesTheGraphAndKeepsTheTokens) {
   EXPECT_GE(fixed->profile.captures, 2);
 }
 
+// The separate-commit path (merge_commit = false) books every phase,
+// commits included; the merged path has no commit forwards to book.
 TEST_F(SdarStepGraphTest, ProfileBooksThePhasesOnlyWhenAskedFor) {
   DecodeOptions o;
   o.max_new_tokens = 12;
   o.remasking = Remasking::kStatic;
   o.eos_ids = {};
+  o.merge_commit = false;
   const std::vector<int32_t> prompt = {3, 17, 42, 99, 7, 150, 23, 61};
   auto plain = Decode(*model_, prompt, o);
   ASSERT_TRUE(plain.ok());
@@ -175,6 +178,60 @@ TEST_F(SdarStepGraphTest, ProfileBooksThePhasesOnlyWhenAskedFor) {
   const double booked = p.setup_s + p.prefill_s + p.graph_capture_s + p.step_forward_s + p.sampling_s +
                         p.readback_s + p.batch_select_s + p.commit_s;
   EXPECT_LE(booked, r->seconds);
+  o.merge_commit = true;
+  auto merged = Decode(*model_, prompt, o);
+  ASSERT_TRUE(merged.ok());
+  EXPECT_EQ(merged->tokens, plain->tokens);
+  EXPECT_EQ(merged->profile.commits, 0);
+  EXPECT_EQ(merged->profile.commit_s, 0.0);
+  EXPECT_EQ(merged->profile.step_forwards, merged->denoising_steps);
+}
+
+// MergedStep(committed, ids) is Commit(committed) then Step(ids) in one
+// forward: the same logits (f32, within 1e-5) and the same committed
+// prefix (a probe step after it agrees); rows select logits of the block.
+TEST_F(SdarStepGraphTest, MergedStepEqualsCommitThenStep) {
+  const std::vector<int64_t> prompt = {3, 17, 42, 99, 7, 150, 23, 61};
+  KvCache split = Prefilled(2, 24, prompt), merged = Prefilled(2, 24, prompt);
+  auto g_split = SdarStepGraph::Create(*model_, &split);
+  SdarStepGraphOptions forms;
+  forms.logits_in_graph = false;
+  forms.commit = false;
+  forms.merged_step = true;
+  auto g_merged = SdarStepGraph::Create(*model_, &merged, forms);
+  ASSERT_TRUE(g_split.ok() && g_merged.ok());
+  const int mask = static_cast<int>(model_->config().mask_token_id);
+  const auto done = torch::tensor({1, 2, 3, 4, 40, 41, 42, 43}, torch::kLong).view({2, 4});
+  const auto next = torch::tensor({mask, 7, mask, mask, mask, mask, 9, mask}, torch::kLong).view({2, 4});
+  ASSERT_TRUE((*g_split)->Commit(done).ok());
+  auto want = (*g_split)->Step(next);
+  auto got = (*g_merged)->MergedStep(done, next);
+  ASSERT_TRUE(want.ok() && got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->sizes(), want->sizes());
+  const double err = MaxDiff(*got, *want);
+  std::printf("merged vs commit + step max |logit diff| = %.3g\n", err);
+  EXPECT_LT(err, 1e-5);
+  EXPECT_EQ(merged.length(), split.length());
+  // Rows: each row's masked positions (row 0: 0, 2, 3; row 1: 0, 1, 3).
+  const auto rows = torch::tensor({0, 2, 3, 0, 1, 3}, torch::kLong).view({2, 3});
+  auto picked = (*g_merged)->Step(next, rows);
+  auto whole = (*g_merged)->Step(next);
+  ASSERT_TRUE(picked.ok() && whole.ok());
+  ASSERT_EQ(picked->sizes(), (std::vector<int64_t>{2, 3, model_->config().vocab_size}));
+  EXPECT_LT(MaxDiff(*picked, whole->gather(1, rows.unsqueeze(-1).expand({2, 3, whole->size(-1)}))), 1e-5);
+  EXPECT_FALSE((*g_merged)->Step(next, torch::zeros({2, 5}, torch::kLong)).ok());  // more rows than the block
+  // The committed prefixes agree: one more merged step and a commit + step.
+  ASSERT_TRUE((*g_split)->Commit(next).ok());
+  auto want2 = (*g_split)->Step(done, rows);
+  auto got2 = (*g_merged)->MergedStep(next, done, rows);
+  ASSERT_TRUE(want2.ok() && got2.ok());
+  EXPECT_LT(MaxDiff(*got2, *want2), 1e-5);
+  // Capacity 24 = 8 prompt + 4 blocks: at length 16 two blocks still fit,
+  // at 20 only one (Step yes, MergedStep no).
+  ASSERT_TRUE((*g_merged)->MergedStep(done, next).ok());
+  EXPECT_EQ(merged.length(), 20);
+  EXPECT_TRUE((*g_merged)->Step(next).ok());
+  EXPECT_EQ((*g_merged)->MergedStep(done, next).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -20,14 +20,17 @@ namespace dice::generator {
 
 // Forward without the token-range check, which would synchronise the device
 // at every step: Decode checked the prompt, and every other id it feeds is
-// an argmax/sample over the vocabulary.
+// an argmax/sample over the vocabulary. The first `commit_len` new tokens
+// are committed (0: none; a merged commit passes block_size of 2 blocks);
+// `logit_rows` (int64 [B, m], rows of ids) limits the LM head to those rows.
 struct SdarDecodeAccess {
   static Expected<torch::Tensor> Forward(const SdarModel& model, const torch::Tensor& ids, KvCache* cache,
-                                         bool commit, bool compute_logits) {
-    DICE_RETURN_IF_ERROR(model.CheckForward(ids, cache, commit, /*check_ids=*/false));
+                                         int64_t commit_len, bool compute_logits,
+                                         const torch::Tensor& logit_rows = {}) {
+    DICE_RETURN_IF_ERROR(model.CheckForward(ids, cache, commit_len > 0, /*check_ids=*/false));
     try {
       torch::NoGradGuard no_grad;
-      return model.ForwardImpl(ids, cache, commit, compute_logits);
+      return model.ForwardImpl(ids, cache, commit_len, compute_logits, logit_rows);
     } catch (const c10::Error& e) {
       return Status(StatusCode::kInternal, std::string("SdarModel::Forward: ") + e.what_without_backtrace());
     }
@@ -173,8 +176,9 @@ class BlockDecoder {
         last_mark_(std::chrono::steady_clock::now()) {}
 
   // Prefill, then Denoise -> ReadBack -> DropFinished -> Commit per block
-  // until every sample has stopped. Errors: those of the model, the cache
-  // and the step graph.
+  // until every sample has stopped (merge_commit: the block is kept as
+  // pending_ and committed by the next block's first step). Errors: those of
+  // the model, the cache and the step graph.
   Status Run(const std::vector<int32_t>& prompt) {
     DICE_RETURN_IF_ERROR(Setup(prompt));
     DICE_RETURN_IF_ERROR(Prefill());
@@ -196,7 +200,11 @@ class BlockDecoder {
       Mark(prof_.readback_s);
       if (keep.empty()) break;
       if (static_cast<int64_t>(keep.size()) < b.tokens.size(0)) DICE_RETURN_IF_ERROR(DropFinished(keep, &b));
-      DICE_RETURN_IF_ERROR(Commit(b.tokens));
+      if (o_.merge_commit) {
+        pending_ = b.tokens;
+      } else {
+        DICE_RETURN_IF_ERROR(Commit(b.tokens));
+      }
       n_fixed = 0;
     }
     return Status::Ok();
@@ -229,8 +237,8 @@ class BlockDecoder {
   // Step 1: the prompt's whole blocks into the cache (one committed forward).
   Status Prefill() {
     if (plan_.whole > 0) {
-      auto pre = SdarDecodeAccess::Forward(model_, prompt_ids_.narrow(1, 0, plan_.whole), &cache_, /*commit=*/true,
-                                           /*compute_logits=*/false);
+      auto pre = SdarDecodeAccess::Forward(model_, prompt_ids_.narrow(1, 0, plan_.whole), &cache_,
+                                           /*commit_len=*/plan_.whole, /*compute_logits=*/false);
       if (!pre.ok()) return pre.status();
       ++result_.forward_passes;
     }
@@ -241,7 +249,11 @@ class BlockDecoder {
   // (Re)captures the step graph for the cache's current batch.
   Status CaptureGraph() {
     graph_.reset();  // its memory first: the new one may need it
-    auto g = SdarStepGraph::Create(model_, &cache_);
+    SdarStepGraphOptions forms;
+    forms.logits_in_graph = !o_.masked_logits_only;
+    forms.commit = !o_.merge_commit;
+    forms.merged_step = o_.merge_commit;
+    auto g = SdarStepGraph::Create(model_, &cache_, forms);
     if (!g.ok()) return g.status();
     graph_ = std::move(*g);
     ++prof_.captures;
@@ -275,30 +287,74 @@ class BlockDecoder {
     int64_t still_masked = n_masked;  // static: every row has this many masks left
     for (int64_t s = 0;; ++s) {
       // Static: the schedule finishes the block in min(S, n) steps, known
-      // on the host; dynamic asks the device whether masks remain.
-      if (o_.remasking == Remasking::kStatic ? s >= std::min(S, n_masked) : !b.masked.any().item<bool>()) break;
-      Expected<torch::Tensor> logits =
-          graph_ ? graph_->Step(b.tokens)
-                 : SdarDecodeAccess::Forward(model_, b.tokens, &cache_, /*commit=*/false, /*compute_logits=*/true);
+      // on the host. Dynamic: a new block has n masks in every row; after
+      // that the device says how many the fullest row has left.
+      int64_t width = still_masked;
+      if (o_.remasking == Remasking::kStatic) {
+        if (s >= std::min(S, n_masked)) break;
+      } else if (s > 0) {
+        width = b.masked.sum(-1).max().item<int64_t>();
+        if (width == 0) break;
+      }
+      const torch::Tensor rows = MaskedRows(b, width);
+      Expected<torch::Tensor> logits = StepForward(b, rows);
       if (!logits.ok()) return logits.status();
       ++steps;
       ++prof_.step_forwards;
       Mark(prof_.step_forward_s);
-      RevealStep(*logits, s, n_masked, &still_masked, b);
+      RevealStep(*logits, rows, s, n_masked, &still_masked, b);
       Mark(prof_.sampling_s);
     }
     return steps;
   }
 
-  // One step's sampling on its logits (float32 [batch, block, vocab]): draws
-  // a token per position and reveals the k most confident masked ones
-  // (the header's schedule k_s, static or dynamic remasking).
-  void RevealStep(torch::Tensor& logits, int64_t s, int64_t n_masked, int64_t* still_masked, Block& b) {
+  // masked_logits_only: the block positions a step needs logits at, int64
+  // [batch, width]: each row's masked positions in ascending order (a
+  // stable sort puts them first), then, in a row with fewer than `width`
+  // masks (dynamic remasking), revealed ones that ranking never picks.
+  // Undefined (every position) when the option is off or nothing is saved.
+  torch::Tensor MaskedRows(const Block& b, int64_t width) const {
+    if (!o_.masked_logits_only || width >= plan_.block_size) return torch::Tensor();
+    auto order = std::get<1>(b.masked.to(torch::kInt).sort(/*stable=*/true, /*dim=*/-1, /*descending=*/true));
+    return order.narrow(1, 0, width).contiguous();
+  }
+
+  // One denoising-step forward of the block: float32 logits [batch, m,
+  // vocab] at `rows` (m = rows.size(1)) or [batch, block, vocab] when rows
+  // is undefined. With a pending block (merge_commit) the same forward
+  // commits it first (header step 3).
+  Expected<torch::Tensor> StepForward(const Block& b, const torch::Tensor& rows) {
+    if (!pending_.defined()) {
+      if (graph_) return graph_->Step(b.tokens, rows);
+      return SdarDecodeAccess::Forward(model_, b.tokens, &cache_, /*commit_len=*/0, /*compute_logits=*/true, rows);
+    }
+    const torch::Tensor committed = pending_;
+    pending_ = torch::Tensor();
+    ++result_.merged_commits;
+    if (graph_) return graph_->MergedStep(committed, b.tokens, rows);
+    // [committed ; block] in one forward: the block's rows are bs .. 2bs-1.
+    const int64_t bs = plan_.block_size;
+    const torch::Tensor logit_rows =
+        rows.defined() ? rows + bs : torch::arange(bs, 2 * bs, i64_).unsqueeze(0).expand({b.tokens.size(0), bs});
+    return SdarDecodeAccess::Forward(model_, torch::cat({committed, b.tokens}, 1), &cache_, /*commit_len=*/bs,
+                                     /*compute_logits=*/true, logit_rows);
+  }
+
+  // One step's sampling on its logits (float32 [batch, block, vocab], or
+  // [batch, m, vocab] at the block positions `rows` when defined): draws a
+  // token per position and reveals the k most confident masked ones (the
+  // header's schedule k_s, static or dynamic remasking). `rows` lists each
+  // row's masked positions in ascending order first, so the stable ranking
+  // over them orders the masked positions as the ranking over the whole
+  // block does (ties to the lower position).
+  void RevealStep(torch::Tensor& logits, const torch::Tensor& rows, int64_t s, int64_t n_masked,
+                  int64_t* still_masked, Block& b) {
     const float neg_inf = -std::numeric_limits<float>::infinity();
     const int64_t S = o_.denoising_steps;
     logits.select(-1, c_.mask_token_id).fill_(neg_inf);
     auto [x0, conf] = Draw(logits, o_, gen_);
-    conf = conf.masked_fill(b.masked.logical_not(), neg_inf);
+    const torch::Tensor masked = rows.defined() ? b.masked.gather(1, rows) : b.masked;
+    conf = conf.masked_fill(masked.logical_not(), neg_inf);
     auto order = std::get<1>(conf.sort(/*stable=*/true, /*dim=*/-1, /*descending=*/true));
     const int64_t k_s = std::max<int64_t>(1, n_masked / S + (s < n_masked % S ? 1 : 0));
     torch::Tensor reveal;
@@ -306,13 +362,17 @@ class BlockDecoder {
       // k is the same for every row and known here: no per-row counts.
       const int64_t k = std::min(k_s, *still_masked);
       *still_masked -= k;
-      reveal = torch::zeros_like(b.masked).scatter_(1, order.narrow(1, 0, k), true);
+      reveal = torch::zeros_like(masked).scatter_(1, order.narrow(1, 0, k), true);
     } else {
       auto k = torch::full({b.tokens.size(0)}, k_s, i64_);
       k = torch::maximum(k, (conf > o_.confidence_threshold).sum(-1));
       k = torch::minimum(k, b.masked.sum(-1));
-      auto take_sorted = positions_ < k.unsqueeze(1);  // the first k of the ranking
-      reveal = torch::zeros_like(b.masked).scatter(1, order, take_sorted);
+      auto take_sorted = positions_.narrow(1, 0, masked.size(1)) < k.unsqueeze(1);  // the first k of the ranking
+      reveal = torch::zeros_like(masked).scatter(1, order, take_sorted);
+    }
+    if (rows.defined()) {  // back to block positions
+      reveal = torch::zeros_like(b.masked).scatter_(1, rows, reveal);
+      x0 = b.tokens.scatter(1, rows, x0);
     }
     b.tokens = torch::where(reveal, x0, b.tokens);
     b.step_of.masked_fill_(reveal, s);
@@ -379,15 +439,18 @@ class BlockDecoder {
     return Status::Ok();
   }
 
-  // Step 3: one more forward writes the complete block into the cache.
+  // Step 3 without merge_commit: one more forward writes the complete block
+  // into the cache.
   Status Commit(const torch::Tensor& block) {
     if (graph_) {
       DICE_RETURN_IF_ERROR(graph_->Commit(block));
     } else {
-      auto committed = SdarDecodeAccess::Forward(model_, block, &cache_, /*commit=*/true, /*compute_logits=*/false);
+      auto committed = SdarDecodeAccess::Forward(model_, block, &cache_, /*commit_len=*/block.size(1),
+                                                 /*compute_logits=*/false);
       if (!committed.ok()) return committed.status();
     }
     ++result_.forward_passes;
+    ++result_.commit_forwards;
     ++prof_.commits;
     Mark(prof_.commit_s);
     return Status::Ok();
@@ -405,6 +468,7 @@ class BlockDecoder {
   std::chrono::steady_clock::time_point last_mark_;
   KvCache cache_;                        // before graph_: the graph borrows it and goes first
   std::unique_ptr<SdarStepGraph> graph_;  // null: eager forwards
+  torch::Tensor pending_;  // merge_commit: int64 [batch, block] complete, not yet committed (undefined: none)
   torch::Tensor prompt_ids_;              // int64 [num_samples, prompt_len] on the device
   at::Generator gen_;
   torch::Tensor positions_;               // int64 [1, block_size]: 0..block_size-1

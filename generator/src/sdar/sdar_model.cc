@@ -267,7 +267,7 @@ Expected<torch::Tensor> SdarModel::Forward(const torch::Tensor& ids, KvCache* ca
   DICE_RETURN_IF_ERROR(CheckForward(ids, cache, commit, /*check_ids=*/true));
   try {
     torch::NoGradGuard no_grad;
-    return ForwardImpl(ids, cache, commit, compute_logits);
+    return ForwardImpl(ids, cache, commit ? ids.size(1) : 0, compute_logits);
   } catch (const c10::Error& e) {
     return TorchError("SdarModel::Forward", e);
   }
@@ -303,7 +303,7 @@ Expected<torch::Tensor> SdarModel::ForwardPacked(const torch::Tensor& ids, const
                                                       std::to_string(lo < 0 ? lo : hi) + " outside the context [0, " +
                                                       std::to_string(config_.max_position_embeddings) + ")");
     }
-    return ForwardImpl(ids, nullptr, /*commit=*/false, /*compute_logits=*/true, positions, mask);
+    return ForwardImpl(ids, nullptr, /*commit_len=*/0, /*compute_logits=*/true, /*logit_rows=*/{}, positions, mask);
   } catch (const c10::Error& e) {
     return TorchError("SdarModel::ForwardPacked", e);
   }
@@ -332,9 +332,9 @@ std::vector<std::pair<std::string, torch::Tensor>> SdarModel::NamedWeights() con
   return out;
 }
 
-torch::Tensor SdarModel::ForwardImpl(const torch::Tensor& ids_in, KvCache* cache, bool commit,
-                                     bool compute_logits, const torch::Tensor& positions,
-                                     const torch::Tensor& mask_in) const {
+torch::Tensor SdarModel::ForwardImpl(const torch::Tensor& ids_in, KvCache* cache, int64_t commit_len,
+                                     bool compute_logits, const torch::Tensor& logit_rows,
+                                     const torch::Tensor& positions, const torch::Tensor& mask_in) const {
   const SdarConfig& c = config_;
   const int64_t batch = ids_in.size(0), len = ids_in.size(1);
   const int64_t start = cache ? cache->length_ : 0;
@@ -361,9 +361,9 @@ torch::Tensor SdarModel::ForwardImpl(const torch::Tensor& ids_in, KvCache* cache
   }
 
   x = RunLayers(x, cos, sin, mask, cache, start, /*slots=*/torch::Tensor(), start + len);
-  if (commit) cache->length_ += len;
+  if (commit_len > 0) cache->length_ += commit_len;
   if (!compute_logits) return torch::Tensor();
-  return LmHead(x);
+  return LmHead(x, logit_rows);
 }
 
 torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
@@ -421,8 +421,11 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
   return x;
 }
 
-torch::Tensor SdarModel::LmHead(const torch::Tensor& x) const {
-  return torch::linear(RmsNorm(x, final_norm_), lm_head_).to(torch::kFloat32);
+torch::Tensor SdarModel::LmHead(const torch::Tensor& x, const torch::Tensor& rows) const {
+  if (!rows.defined()) return torch::linear(RmsNorm(x, final_norm_), lm_head_).to(torch::kFloat32);
+  // Gather first: RMSNorm is per row, so norm-then-gather equals gather-then-norm.
+  auto picked = x.gather(1, rows.unsqueeze(-1).expand({rows.size(0), rows.size(1), x.size(-1)}));
+  return torch::linear(RmsNorm(picked, final_norm_), lm_head_).to(torch::kFloat32);
 }
 
 }  // namespace dice::generator

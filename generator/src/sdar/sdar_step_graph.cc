@@ -16,7 +16,8 @@
 namespace dice::generator {
 
 struct SdarStepGraph::Graphs {
-  at::cuda::CUDAGraph step, commit;
+  // Null: that form was not captured (it runs eagerly).
+  std::unique_ptr<at::cuda::CUDAGraph> step, commit, merged;
 };
 
 namespace {
@@ -31,7 +32,8 @@ SdarStepGraph::SdarStepGraph(const SdarModel& model, KvCache* cache) : model_(mo
 
 SdarStepGraph::~SdarStepGraph() = default;
 
-Expected<std::unique_ptr<SdarStepGraph>> SdarStepGraph::Create(const SdarModel& model, KvCache* cache) {
+Expected<std::unique_ptr<SdarStepGraph>> SdarStepGraph::Create(const SdarModel& model, KvCache* cache,
+                                                               const SdarStepGraphOptions& options) {
   const SdarConfig& c = model.config();
   if (cache == nullptr) return Status(StatusCode::kInvalidArgument, "SdarStepGraph: no KV cache");
   if (static_cast<int64_t>(cache->k_.size()) != c.num_hidden_layers || cache->k_.empty()) {
@@ -46,6 +48,7 @@ Expected<std::unique_ptr<SdarStepGraph>> SdarStepGraph::Create(const SdarModel& 
   std::unique_ptr<SdarStepGraph> g(new SdarStepGraph(model, cache));
   g->batch_ = cache->batch_;
   g->block_ = c.block_size;
+  g->logits_in_graph_ = options.logits_in_graph;
   const auto device = model.options().device;
   try {
     torch::NoGradGuard no_grad;
@@ -59,6 +62,7 @@ Expected<std::unique_ptr<SdarStepGraph>> SdarStepGraph::Create(const SdarModel& 
     }
     g->storage_ = cache->k_[0].data_ptr();
     g->ids_ = torch::full({g->batch_, g->block_}, c.mask_token_id, i64);
+    g->merged_ids_ = torch::full({g->batch_, 2 * g->block_}, c.mask_token_id, i64);
     g->positions_ = torch::arange(start, start + g->block_, i64);
     g->key_positions_ = torch::arange(0, capacity, i64);
     // The eager forward's angles: float32 position x inv_freq, duplicated,
@@ -69,6 +73,7 @@ Expected<std::unique_ptr<SdarStepGraph>> SdarStepGraph::Create(const SdarModel& 
     g->sin_table_ = angles.sin().to(model.options().dtype);
     if (!device.is_cuda()) return g;
 
+    const bool merged = options.merged_step && start + 2 * g->block_ <= capacity;
     // Warm up on a side stream (cuBLAS/cuDNN handles and workspaces are made
     // per stream and may not be created during capture), then capture there.
     // "cuda" without an index means the current device.
@@ -78,16 +83,31 @@ Expected<std::unique_ptr<SdarStepGraph>> SdarStepGraph::Create(const SdarModel& 
     auto stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
     {
       c10::cuda::CUDAStreamGuard stream_guard(stream);
-      g->Run(/*compute_logits=*/true);
-      g->Run(/*compute_logits=*/false);
+      auto step = [&] {
+        auto h = g->Run(Form::kStep);
+        return g->logits_in_graph_ ? model.LmHead(h) : h;
+      };
+      step();
+      if (options.commit) g->Run(Form::kCommit);
+      if (merged) g->Run(Form::kMerged);
       stream.synchronize();
       g->graphs_ = std::make_unique<Graphs>();
-      g->graphs_->step.capture_begin();
-      g->logits_ = g->Run(/*compute_logits=*/true);
-      g->graphs_->step.capture_end();
-      g->graphs_->commit.capture_begin();
-      g->Run(/*compute_logits=*/false);
-      g->graphs_->commit.capture_end();
+      g->graphs_->step = std::make_unique<at::cuda::CUDAGraph>();
+      g->graphs_->step->capture_begin();
+      (g->logits_in_graph_ ? g->logits_ : g->hidden_) = step();
+      g->graphs_->step->capture_end();
+      if (options.commit) {
+        g->graphs_->commit = std::make_unique<at::cuda::CUDAGraph>();
+        g->graphs_->commit->capture_begin();
+        g->Run(Form::kCommit);
+        g->graphs_->commit->capture_end();
+      }
+      if (merged) {
+        g->graphs_->merged = std::make_unique<at::cuda::CUDAGraph>();
+        g->graphs_->merged->capture_begin();
+        g->merged_hidden_ = g->Run(Form::kMerged);
+        g->graphs_->merged->capture_end();
+      }
       stream.synchronize();
     }
     g->captured_ = true;
@@ -97,55 +117,77 @@ Expected<std::unique_ptr<SdarStepGraph>> SdarStepGraph::Create(const SdarModel& 
   return g;
 }
 
-torch::Tensor SdarStepGraph::Run(bool compute_logits) {
+torch::Tensor SdarStepGraph::Run(Form form) {
   const SdarConfig& c = model_.config();
-  auto x = model_.embed_.index_select(0, ids_.reshape({-1})).view({batch_, block_, c.hidden_size});
-  auto cos = cos_table_.index_select(0, positions_), sin = sin_table_.index_select(0, positions_);
-  std::optional<torch::Tensor> mask = BlockCausalMask(positions_, key_positions_, c.block_size);
-  x = model_.RunLayers(x, cos, sin, mask, cache_, /*start=*/0, /*slots=*/positions_, cache_->capacity_);
-  if (!compute_logits) return torch::Tensor();
-  return model_.LmHead(x);
+  const bool merged = form == Form::kMerged;
+  const torch::Tensor& ids = merged ? merged_ids_ : ids_;
+  // kMerged: the finished block at positions_, the next one after it.
+  const torch::Tensor positions = merged ? torch::cat({positions_, positions_ + block_}) : positions_;
+  const int64_t len = ids.size(1);
+  auto x = model_.embed_.index_select(0, ids.reshape({-1})).view({batch_, len, c.hidden_size});
+  auto cos = cos_table_.index_select(0, positions), sin = sin_table_.index_select(0, positions);
+  std::optional<torch::Tensor> mask = BlockCausalMask(positions, key_positions_, c.block_size);
+  x = model_.RunLayers(x, cos, sin, mask, cache_, /*start=*/0, /*slots=*/positions, cache_->capacity_);
+  if (form == Form::kCommit) return torch::Tensor();
+  return merged ? x.narrow(1, block_, block_) : x;
 }
 
-Status SdarStepGraph::CheckCall(const torch::Tensor& ids) const {
+Status SdarStepGraph::CheckCall(const torch::Tensor& ids, const torch::Tensor& rows, int64_t blocks) const {
   if (!ids.defined() || ids.dim() != 2 || ids.size(0) != batch_ || ids.size(1) != block_ ||
       ids.scalar_type() != torch::kLong || ids.device() != ids_.device()) {
     return Status(StatusCode::kInvalidArgument, "SdarStepGraph: ids must be int64 [" + std::to_string(batch_) +
                                                     ", " + std::to_string(block_) + "] on " +
                                                     ids_.device().str());
   }
+  if (rows.defined() && (rows.dim() != 2 || rows.size(0) != batch_ || rows.size(1) < 1 ||
+                         rows.size(1) > block_ || rows.scalar_type() != torch::kLong ||
+                         rows.device() != ids_.device())) {
+    return Status(StatusCode::kInvalidArgument, "SdarStepGraph: rows must be int64 [" + std::to_string(batch_) +
+                                                    ", m] with 1 <= m <= " + std::to_string(block_) + " on " +
+                                                    ids_.device().str());
+  }
   if (cache_->batch_ != batch_ || cache_->k_.empty() || cache_->k_[0].data_ptr() != storage_) {
     return Status(StatusCode::kInvalidArgument,
                   "SdarStepGraph: the KV cache was reallocated (SelectBatch?) since the graph was made");
   }
-  if (cache_->length_ + block_ > cache_->capacity_) {
+  if (cache_->length_ + blocks * block_ > cache_->capacity_) {
     return Status(StatusCode::kInvalidArgument, "SdarStepGraph: the KV cache is full");
   }
   return Status::Ok();
 }
 
-Expected<torch::Tensor> SdarStepGraph::Step(const torch::Tensor& ids) {
-  DICE_RETURN_IF_ERROR(CheckCall(ids));
+Expected<torch::Tensor> SdarStepGraph::Step(const torch::Tensor& ids, const torch::Tensor& rows) {
+  DICE_RETURN_IF_ERROR(CheckCall(ids, rows, /*blocks=*/1));
   try {
     torch::NoGradGuard no_grad;
     ids_.copy_(ids);
-    if (!captured_) return Run(/*compute_logits=*/true);
-    graphs_->step.replay();
-    return logits_;
+    if (captured_ && logits_in_graph_) {
+      graphs_->step->replay();
+      if (!rows.defined()) return logits_;
+      return logits_.gather(1, rows.unsqueeze(-1).expand({batch_, rows.size(1), logits_.size(-1)}));
+    }
+    torch::Tensor hidden;
+    if (captured_) {
+      graphs_->step->replay();
+      hidden = hidden_;
+    } else {
+      hidden = Run(Form::kStep);
+    }
+    return model_.LmHead(hidden, rows);
   } catch (const c10::Error& e) {
     return Internal("step", e);
   }
 }
 
 Status SdarStepGraph::Commit(const torch::Tensor& ids) {
-  DICE_RETURN_IF_ERROR(CheckCall(ids));
+  DICE_RETURN_IF_ERROR(CheckCall(ids, torch::Tensor(), /*blocks=*/1));
   try {
     torch::NoGradGuard no_grad;
     ids_.copy_(ids);
-    if (captured_) {
-      graphs_->commit.replay();
+    if (captured_ && graphs_->commit) {
+      graphs_->commit->replay();
     } else {
-      Run(/*compute_logits=*/false);
+      Run(Form::kCommit);
     }
     positions_.add_(block_);
     cache_->length_ += block_;
@@ -153,6 +195,29 @@ Status SdarStepGraph::Commit(const torch::Tensor& ids) {
     return Internal("commit", e);
   }
   return Status::Ok();
+}
+
+Expected<torch::Tensor> SdarStepGraph::MergedStep(const torch::Tensor& committed, const torch::Tensor& ids,
+                                                  const torch::Tensor& rows) {
+  DICE_RETURN_IF_ERROR(CheckCall(committed, torch::Tensor(), /*blocks=*/2));
+  DICE_RETURN_IF_ERROR(CheckCall(ids, rows, /*blocks=*/2));
+  try {
+    torch::NoGradGuard no_grad;
+    merged_ids_.narrow(1, 0, block_).copy_(committed);
+    merged_ids_.narrow(1, block_, block_).copy_(ids);
+    torch::Tensor hidden;
+    if (captured_ && graphs_->merged) {
+      graphs_->merged->replay();
+      hidden = merged_hidden_;
+    } else {
+      hidden = Run(Form::kMerged);
+    }
+    positions_.add_(block_);
+    cache_->length_ += block_;
+    return model_.LmHead(hidden, rows);
+  } catch (const c10::Error& e) {
+    return Internal("merged step", e);
+  }
 }
 
 }  // namespace dice::generator

@@ -25,8 +25,27 @@
 //      min(S, n) steps, so a block is complete after at most min(S, n) steps
 //      (static: exactly min(S, n); static with S = block_size reveals one
 //      token a step).
-//   3. A complete block is committed: one more forward writes its keys and
-//      values into the cache.
+//   3. A complete block is committed: its keys and values are written into
+//      the cache. With DecodeOptions::merge_commit (default) this rides on
+//      the next block's first denoising step: that forward runs over
+//      [complete block ; next block] under the block-causal mask, so the
+//      complete block's rows attend to exactly the keys a separate commit
+//      forward would give them (the prefix and their own block) and the
+//      next block's rows see the prefix, the complete block and themselves
+//      (the same keys as after a separate commit). A block then costs
+//      its denoising steps only (4 forwards at 4 steps, not 5); the last
+//      block is never committed (nothing reads it). merge_commit = false is
+//      the separate commit forward of earlier versions. Greedy tokens are
+//      the same either way (to floating-point rounding of the attention
+//      and GEMM kernels, which see other shapes; tested equal in f32).
+//      With DecodeOptions::masked_logits_only (default) the LM head runs
+//      only on the positions still masked at a step (the ones remasking
+//      ranks; static: the same count in every row; dynamic: the largest
+//      count over the batch, shorter rows padded with revealed positions
+//      that are never chosen). Greedy tokens are unchanged; a sampled decode
+//      (temperature > 0) draws fewer random numbers a step, so its tokens
+//      differ from masked_logits_only = false for the same seed (the same
+//      distribution).
 //   4. A sample stops after a block that contains an EOS id (its output ends
 //      before the first EOS) or once max_new_tokens tokens are generated
 //      (output cut to max_new_tokens); finished samples leave the batch.
@@ -34,14 +53,15 @@
 //
 // Host/device synchronisation (matters on a GPU): one read-back per block
 // (its tokens and reveal steps together, for the EOS check and the trace)
-// and, for dynamic remasking only, one per denoising step (whether masks
-// remain); static steps queue without waiting (the static schedule's k is
+// and, for dynamic remasking only, one per denoising step after the first
+// (how many masks remain); static steps queue without waiting (the static schedule's k is
 // known on the host). With DecodeOptions::profile, Decode also synchronises
 // at every phase boundary to time it (slower; for measurement only).
 //
 // CUDA graphs (DecodeOptions::cuda_graphs; `dice generate` and `dice tune`
 // turn it on for a CUDA model): after the
-// prefill, the per-step block forward and the commit forward run through an
+// prefill, the per-step block forward and the commit forward (or the merged
+// commit + first step) run through an
 // SdarStepGraph (sdar_step_graph.h): captured once per batch size (again
 // when finished samples leave the batch) and replayed, in the fixed-shape
 // form (whole-cache attention under the block-causal mask). Tokens equal
@@ -90,9 +110,9 @@ struct DecodeProfile {
   double sampling_s = 0;       ///< mask-logit fill, draw (softmax/argmax/sampling), ranking and reveal
   double readback_s = 0;       ///< block tokens to the host, EOS check, trace, progress callback
   double batch_select_s = 0;   ///< dropping finished samples from the cache and block
-  double commit_s = 0;         ///< commit forwards
-  int64_t step_forwards = 0;   ///< denoising-step forwards timed
-  int64_t commits = 0;         ///< commit forwards timed
+  double commit_s = 0;         ///< separate commit forwards (merge_commit: none; merged ones are step forwards)
+  int64_t step_forwards = 0;   ///< denoising-step forwards timed (merged commit + step ones included)
+  int64_t commits = 0;         ///< separate commit forwards timed
   int64_t captures = 0;        ///< graph captures
 };
 
@@ -121,6 +141,14 @@ struct DecodeOptions {
   /// Time the phases of decoding into DecodeResult::profile (synchronises
   /// the device at every phase boundary: slower, for measurement).
   bool profile = false;
+  /// Commit each complete block in the next block's first denoising step
+  /// (one forward over both blocks) instead of a forward of its own (header
+  /// step 3; issue 19 item 3). false: the separate commit forward.
+  bool merge_commit = true;
+  /// Run the LM head only on the positions still masked at each denoising
+  /// step (header step 3). false: on the whole block. Greedy tokens are the
+  /// same; sampled tokens differ for one seed (fewer draws a step).
+  bool masked_logits_only = true;
 };
 
 /// What one Decode produced.
@@ -142,7 +170,13 @@ struct DecodeResult {
   /// Denoising steps each block took, in order (the largest over the batch).
   std::vector<int64_t> steps_per_block;
   int64_t denoising_steps = 0;  ///< sum of steps_per_block
-  int64_t forward_passes = 0;   ///< prefill + denoising steps + commits
+  int64_t forward_passes = 0;   ///< prefill + denoising steps + separate commits
+  /// Forwards that only committed a block (merge_commit = false: one per
+  /// block that another block follows; merge_commit: 0).
+  int64_t commit_forwards = 0;
+  /// Blocks committed inside the next block's first denoising step
+  /// (merge_commit; those forwards count as denoising steps).
+  int64_t merged_commits = 0;
   double seconds = 0;           ///< wall time of Decode
   /// Per-phase times; all zero unless DecodeOptions::profile was set.
   DecodeProfile profile;

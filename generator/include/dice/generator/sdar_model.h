@@ -201,8 +201,16 @@ class SdarModel {
   Status CheckForward(const torch::Tensor& ids, const KvCache* cache, bool commit, bool check_ids,
                       bool check_context = true) const;
   torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
-  torch::Tensor ForwardImpl(const torch::Tensor& ids, KvCache* cache, bool commit, bool compute_logits,
-                            const torch::Tensor& positions = {}, const torch::Tensor& mask = {}) const;
+  // Forward's body (checks done). The first `commit_len` of the L new tokens
+  // become committed (cache length += commit_len; a multiple of block_size,
+  // 0 = none): the decoder's merged commit passes [finished block ; next
+  // block] with commit_len = block_size. `logit_rows` (int64 [B, m], values
+  // in [0, L)), when defined, limits the LM head to those rows: the result
+  // is then float32 [B, m, vocab_size], row j the logits of new token
+  // logit_rows[b][j]. `positions`/`mask`: ForwardPacked's layout.
+  torch::Tensor ForwardImpl(const torch::Tensor& ids, KvCache* cache, int64_t commit_len, bool compute_logits,
+                            const torch::Tensor& logit_rows = {}, const torch::Tensor& positions = {},
+                            const torch::Tensor& mask = {}) const;
 
   // The layer stack over embedded tokens x [B, L, hidden] with RoPE tables
   // cos/sin [L, head_dim] (model dtype) and an optional bool attention mask
@@ -214,8 +222,11 @@ class SdarModel {
   torch::Tensor RunLayers(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
                           const std::optional<torch::Tensor>& mask, KvCache* cache, int64_t start,
                           const torch::Tensor& slots, int64_t key_len) const;
-  // Final RMSNorm + LM head: float32 logits [B, L, vocab_size].
-  torch::Tensor LmHead(const torch::Tensor& x) const;
+  // Final RMSNorm + LM head over hidden states x [B, L, hidden]: float32
+  // logits [B, L, vocab_size]; with `rows` (int64 [B, m], values in [0, L))
+  // only at those rows, [B, m, vocab_size] (the LM head is the largest GEMM
+  // of a batch-1 step: the decoder asks only for the still-masked rows).
+  torch::Tensor LmHead(const torch::Tensor& x, const torch::Tensor& rows = {}) const;
 
   SdarConfig config_;
   SdarModelOptions options_;

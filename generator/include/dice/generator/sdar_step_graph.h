@@ -34,9 +34,24 @@
 // within 1e-4 in float32), not bit for bit.
 //
 // On a CPU the same fixed-shape forward runs eagerly without capture (so
-// its arithmetic is tested without a GPU); on CUDA the step forward (with
-// LM head) and the commit forward (without) are each warmed up once on a
-// side stream, then captured into their own at::cuda::CUDAGraph.
+// its arithmetic is tested without a GPU); on CUDA each form that
+// SdarStepGraphOptions asks for is warmed up once on a side stream, then
+// captured into its own at::cuda::CUDAGraph. The forms:
+//   - step: one block at `positions`, keys/values as scratch; with its LM
+//     head over the whole block (logits_in_graph) or ending at the final
+//     hidden states, the LM head then running after the replay on the rows
+//     the caller asks for (the still-masked ones: issue 19 item 3);
+//   - commit: the block's keys/values become the prefix, no LM head;
+//   - merged step: [finished block ; next block] at `positions` and the
+//     block after, in one forward of 2 x block_size rows: the finished
+//     block is committed and the next block scored (its first denoising
+//     step). Under the block-causal mask the finished block's rows attend
+//     to the same keys as in a separate commit, so the cache holds the same
+//     keys/values and the next block the same logits (to rounding); a block
+//     then costs its denoising steps only (issue 19 item 3: 4 forwards a
+//     block instead of 5 at 4 steps).
+// A form that was not captured still works: it runs the same fixed-shape
+// code eagerly (correct; launched op by op).
 //
 // Ownership and threads: an SdarStepGraph borrows the model and the KvCache
 // it was made for; both must outlive it. The cache's storage must not be
@@ -55,6 +70,22 @@
 
 namespace dice::generator {
 
+/// Which forms SdarStepGraph::Create captures as CUDA graphs (ignored on a
+/// CPU, where nothing is captured). A form not captured runs eagerly.
+/// The defaults are the decoder's separate-commit path (before issue 19).
+struct SdarStepGraphOptions {
+  /// The step graph ends with the LM head over the whole block (Step
+  /// without `rows` returns its static output). false: it ends at the final
+  /// hidden states and the LM head runs after each replay on the rows asked
+  /// for (DecodeOptions::masked_logits_only).
+  bool logits_in_graph = true;
+  /// Capture Commit's forward (DecodeOptions::merge_commit == false).
+  bool commit = true;
+  /// Capture MergedStep's forward (DecodeOptions::merge_commit); skipped
+  /// when the cache has no room for two more blocks (it could never run).
+  bool merged_step = false;
+};
+
 /// The fixed-shape step/commit forward of one (batch, block) shape over one
 /// KvCache, replayed as CUDA graphs on a GPU (see the header comment).
 /// Non-copyable, non-movable; owned through std::unique_ptr.
@@ -62,14 +93,16 @@ class SdarStepGraph {
  public:
   /// Makes the fixed-shape step forward for `cache->batch()` rows of one
   /// block (model block_size tokens) at positions cache->length() ..
-  /// cache->length() + block_size - 1. On CUDA it warms up and captures
-  /// (REQUIRES: no other work is being captured on this device); the
-  /// warm-up forwards write scratch keys/values into the slots of the next
-  /// block only. Zero-fills the cache slots [length, capacity).
+  /// cache->length() + block_size - 1. On CUDA it warms up and captures the
+  /// forms `options` names (REQUIRES: no other work is being captured on
+  /// this device); the warm-up forwards write scratch keys/values into the
+  /// slots of the next one or two blocks only. Zero-fills the cache slots
+  /// [length, capacity).
   /// Errors: kInvalidArgument when cache is null, was not made by this model,
   /// or has no room for another block (length + block_size > capacity);
   /// kInternal when LibTorch or the capture fails (message kept).
-  static Expected<std::unique_ptr<SdarStepGraph>> Create(const SdarModel& model, KvCache* cache);
+  static Expected<std::unique_ptr<SdarStepGraph>> Create(const SdarModel& model, KvCache* cache,
+                                                         const SdarStepGraphOptions& options = {});
 
   ~SdarStepGraph();
   SdarStepGraph(const SdarStepGraph&) = delete;
@@ -78,19 +111,31 @@ class SdarStepGraph {
   /// One denoising step: scores `ids` (int64 [batch, block_size] on the
   /// model's device) at the current block's positions against the cached
   /// prefix, writes their keys/values as scratch (length unchanged) and
-  /// returns float32 logits [batch, block_size, vocab_size]. The returned
+  /// returns float32 logits [batch, block_size, vocab_size], or with `rows`
+  /// (int64 [batch, m] on the device, values in [0, block_size)) only those
+  /// rows' logits [batch, m, vocab_size] (row j = block position
+  /// rows[b][j]). Without `rows` and with logits_in_graph the returned
   /// tensor is the graph's static output buffer: its contents are valid
   /// until the next Step (the caller may modify it in place). No host/device
-  /// synchronisation. Errors: kInvalidArgument for ids of another shape,
-  /// dtype or device, kInvalidArgument when the cache was reallocated or
-  /// is full; kInternal when LibTorch fails.
-  Expected<torch::Tensor> Step(const torch::Tensor& ids);
+  /// synchronisation. Errors: kInvalidArgument for ids or rows of another
+  /// shape, dtype or device, kInvalidArgument when the cache was
+  /// reallocated or is full; kInternal when LibTorch fails.
+  Expected<torch::Tensor> Step(const torch::Tensor& ids, const torch::Tensor& rows = {});
 
   /// Commits `ids` (as Step) as the block at the current positions: its
   /// keys/values become part of the prefix (cache length += block_size) and
   /// the positions advance by one block on the device. No logits, no
   /// synchronisation. Errors: as Step.
   Status Commit(const torch::Tensor& ids);
+
+  /// Commit(committed) and Step(ids, rows) of the block after it in one
+  /// forward over 2 x block_size tokens (see the header comment): the
+  /// cache length grows by block_size, the positions advance by one block,
+  /// and the result is Step's for `ids` (logits at `rows` of the new block,
+  /// or all of its rows; a fresh tensor). Errors: as Step, and
+  /// kInvalidArgument when the cache has no room for the two blocks.
+  Expected<torch::Tensor> MergedStep(const torch::Tensor& committed, const torch::Tensor& ids,
+                                     const torch::Tensor& rows = {});
 
   /// Rows the graph was made for.
   int64_t batch() const { return batch_; }
@@ -99,22 +144,32 @@ class SdarStepGraph {
   bool captured() const { return captured_; }
 
  private:
-  struct Graphs;  // the at::cuda::CUDAGraph pair (sdar_step_graph.cc)
+  struct Graphs;  // the captured at::cuda::CUDAGraphs (sdar_step_graph.cc)
+  enum class Form { kStep, kCommit, kMerged };
   SdarStepGraph(const SdarModel& model, KvCache* cache);
-  // The fixed-shape forward over ids_ at positions_: what is captured.
-  torch::Tensor Run(bool compute_logits);
-  Status CheckCall(const torch::Tensor& ids) const;
+  // The fixed-shape forward of `form` (what is captured): kStep over ids_ at
+  // positions_, kCommit the same without output, kMerged over merged_ids_
+  // at positions_ and the block after. Returns the final hidden states
+  // [batch, block, hidden] of the block being scored (kMerged: the second),
+  // undefined for kCommit.
+  torch::Tensor Run(Form form);
+  // Checks ids (and rows when defined) and that `blocks` more blocks fit.
+  Status CheckCall(const torch::Tensor& ids, const torch::Tensor& rows, int64_t blocks) const;
 
   const SdarModel& model_;
   KvCache* cache_;
   int64_t batch_ = 0, block_ = 0;
   const void* storage_ = nullptr;  // cache K of layer 0 when made: detects reallocation
   torch::Tensor ids_;              // int64 [batch, block]: static input
+  torch::Tensor merged_ids_;       // int64 [batch, 2 * block]: MergedStep's static input
   torch::Tensor positions_;        // int64 [block]: the block's positions, on the device
   torch::Tensor cos_table_, sin_table_;  // [capacity, head_dim], model dtype
   torch::Tensor key_positions_;    // int64 [capacity]: 0 .. capacity-1
-  torch::Tensor logits_;           // float32 [batch, block, vocab]: Step's static output
+  torch::Tensor logits_;           // float32 [batch, block, vocab]: the step graph's output (logits_in_graph)
+  torch::Tensor hidden_;           // [batch, block, hidden]: the step graph's output (otherwise)
+  torch::Tensor merged_hidden_;    // [batch, block, hidden]: the merged graph's output
   bool captured_ = false;
+  bool logits_in_graph_ = true;    // SdarStepGraphOptions::logits_in_graph
   std::unique_ptr<Graphs> graphs_;
 };
 
