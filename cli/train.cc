@@ -5,16 +5,19 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "dice/training/dataset.h"
 #include "dice/training/eval.h"
+#include "dice/training/eval_report.h"
 #include "dice/training/files.h"
 #include "dice/training/model_init.h"
 #include "dice/training/rl.h"
 #include "dice/training/sft.h"
+#include "dice/training/split.h"
 #include "dice/training/sweep.h"
 #include "progress.h"
 
@@ -34,6 +37,9 @@ struct TrainArgs {
   training::RlOptions rl_opts;
   training::EvalOptions eval_opts;
   training::SweepOptions sweep_opts;
+  // compare
+  std::string compare_base, compare_new;
+  training::BootstrapOptions compare_bootstrap;
 };
 
 int ExitFor(const Status& s) {
@@ -114,6 +120,25 @@ int RunInit(const TrainArgs& a) {
   return kExitOk;
 }
 
+// The split sizes of a written dataset, one line per split: examples by
+// kind and the op-chains they cover (split.h).
+void PrintSplitSizes(const training::DatasetReport& r, const training::DatasetOptions& o) {
+  std::printf("dataset: split by op-chain (device kinds) or task hash (corpus items): heldout %.0f%%, validation "
+              "%.0f%%, train the rest\n",
+              o.heldout_percent, o.validation_percent);
+  for (const char* split : {"train", "validation", "heldout"}) {
+    auto kinds = r.split_kinds.count(split) ? r.split_kinds.at(split) : std::map<std::string, int64_t>{};
+    int64_t total = 0;
+    for (const auto& [kind, n] : kinds) total += n;
+    auto n = [&](const char* kind) { return static_cast<long long>(kinds.count(kind) ? kinds.at(kind) : 0); };
+    const int64_t chains = r.split_op_chains.count(split) ? r.split_op_chains.at(split) : 0;
+    std::printf("dataset: split %s: %lld examples (device %lld, device_infill %lld, infill %lld, e2e %lld, task %lld; "
+                "%lld op-chains)\n",
+                split, static_cast<long long>(total), n("device"), n("device_infill"), n("infill"), n("e2e"),
+                n("task"), static_cast<long long>(chains));
+  }
+}
+
 int RunDataset(const TrainArgs& a) {
   auto r = training::BuildDataset(a.data, Log);
   if (!r.ok()) return Fail(r.status());
@@ -134,6 +159,7 @@ int RunDataset(const TrainArgs& a) {
               static_cast<long long>(r->task),
               static_cast<long long>(r->level_counts[0]), static_cast<long long>(r->level_counts[1]),
               static_cast<long long>(r->level_counts[2]), static_cast<long long>(r->heldout));
+  PrintSplitSizes(*r, a.data);
   return kExitOk;
 }
 
@@ -187,8 +213,28 @@ int RunSweep(const TrainArgs& a) {
       return kExitBadInput;
     }
   }
+  auto catalog = training::ReadSweepCatalog(o.catalog_path);
+  if (!catalog.ok()) return Fail(catalog.status());
+  Log("sweep: catalog split by op-chain (dice train dataset's default split): " +
+      training::DescribeCatalogSplit(training::SplitCatalog(*catalog, training::SplitOptions{})));
   auto r = training::RunSweep(o, Log);
   if (!r.ok()) return Fail(r.status());
+  return kExitOk;
+}
+
+// `dice train compare`: a stage against another on the same tasks.
+int RunCompare(const TrainArgs& a) {
+  auto c = training::CompareEvalFiles(a.compare_base, a.compare_new, a.compare_bootstrap);
+  if (!c.ok()) return Fail(c.status());
+  char head[200];
+  std::snprintf(head, sizeof head,
+                "compare: %lld tasks in both (%lld only in --base, %lld only in --new, left out); paired "
+                "bootstrap, %lld draws, %.0f%% intervals, seed %llu",
+                static_cast<long long>(c->tasks), static_cast<long long>(c->base_only),
+                static_cast<long long>(c->new_only), static_cast<long long>(a.compare_bootstrap.resamples),
+                a.compare_bootstrap.confidence * 100, static_cast<unsigned long long>(a.compare_bootstrap.seed));
+  Log(head);
+  for (const auto& line : training::FormatComparison(*c)) Log("compare: " + line);
   return kExitOk;
 }
 
@@ -225,7 +271,12 @@ CLI::App* AddDataset(CLI::App& train, TrainArgs& a) {
   cmd->add_option("--corpus", a.data.corpora, "KernelBench-format JSON/JSONL corpus (repeatable)");
   cmd->add_option("--out", a.data.out_path, "output JSONL")->required();
   cmd->add_option("--min-speedup", a.data.min_speedup, "keep pairs at least this much faster than eager");
-  cmd->add_option("--heldout-percent", a.data.heldout_percent, "share of tasks (by task hash) held out");
+  cmd->add_option("--heldout-percent", a.data.heldout_percent,
+                  "share of split keys (op-chains; corpus items: task hashes) held out")
+      ->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--validation-percent", a.data.validation_percent,
+                  "share of split keys for validation (checkpoint and setting choice)")
+      ->check(CLI::Range(0.0, 100.0));
   cmd->add_flag("--keep-tasks", a.data.keep_tasks, "write answer-less corpus items as stage-2 RL tasks (kind task)");
   cmd->add_option("--verify", a.data.verify, "corpus pairs: judge = re-verify and time each here (KernelBench "
                                              "protocol, dice judge); none = keep unverified; auto = judge on a GPU")
@@ -292,6 +343,13 @@ CLI::App* AddRl(CLI::App& train, TrainArgs& a) {
   cmd->add_option("--stage", r.stage, "infill (stage 1) | e2e (stage 2)");
   cmd->add_option("--inject-known-good", r.inject_path, "JSONL of known-good answers put into each group");
   cmd->add_option("--inject-per-group", r.inject_per_group, "known-good rollouts per group");
+  cmd->add_option("--inject-until", r.inject_until,
+                  "task-earned = inject into a task's groups until the policy's own rollouts earn reward on it; "
+                  "any-earned = until they earn reward on any task; always")
+      ->check(CLI::IsMember({"task-earned", "any-earned", "always"}));
+  cmd->add_option("--inject-earn-threshold", r.inject_earn_threshold,
+                  "own rewarded rollouts that end injection (per task, or in all for any-earned)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->add_option("--templates", r.templates_path, "prompt templates JSON");
   cmd->add_option("--csv", r.csv_path, "per-step CSV (default OUT/rl_log.csv)");
   cmd->add_option("--device", r.device, "cpu | cuda | cuda:N");
@@ -342,8 +400,8 @@ CLI::App* AddEval(CLI::App& train, TrainArgs& a) {
   cmd->add_option("--json", e.out_json, "write the report (per task and mean pass@k) to this file");
   cmd->add_option("--stage", e.stage, "infill (kinds infill, device, device_infill) | e2e (kinds e2e, task)")
       ->check(CLI::IsMember({"infill", "e2e"}));
-  cmd->add_option("--split", e.split, "heldout (default) | train | all")
-      ->check(CLI::IsMember({"heldout", "train", "all"}));
+  cmd->add_option("--split", e.split, "heldout (default) | validation | train | all")
+      ->check(CLI::IsMember({"heldout", "validation", "train", "all"}));
   cmd->add_option("--templates", e.templates_path, "prompt templates JSON");
   cmd->add_option("--device", e.device, "cpu | cuda | cuda:N");
   cmd->add_option("--arch", e.arch, "NVRTC target of the compile reward");
@@ -360,7 +418,9 @@ CLI::App* AddEval(CLI::App& train, TrainArgs& a) {
       ->check(CLI::Range(int64_t{1}, int64_t{256}));
   cmd->add_option("--judge-timeout", e.judge_timeout_s, "limit per judged answer, seconds")
       ->check(CLI::Range(1.0, 86400.0));
-  cmd->add_option("--seed", e.seed, "sampling seed");
+  cmd->add_option("--seed", e.seed, "sampling seed (also seeds the pass@k bootstrap)");
+  cmd->add_option("--bootstrap-resamples", e.bootstrap_resamples, "draws of the 95% pass@k interval over tasks")
+      ->check(CLI::Range(int64_t{1}, int64_t{10000000}));
   cmd->callback([&e] {
     if (e.ks.empty()) e.ks = {1};
   });
@@ -385,6 +445,20 @@ CLI::App* AddSweep(CLI::App& train, TrainArgs& a) {
   return cmd;
 }
 
+// `dice train compare`: paired bootstrap of two eval reports.
+CLI::App* AddCompare(CLI::App& train, TrainArgs& a) {
+  auto* cmd = train.add_subcommand("compare", "a stage against another on the same tasks: pass@k of both and the "
+                                              "paired bootstrap interval of the difference (new - base)");
+  cmd->option_defaults()->always_capture_default();  // --help shows every default
+  cmd->add_option("--base", a.compare_base, "eval report of the earlier stage (dice train eval --json)")->required();
+  cmd->add_option("--new", a.compare_new, "eval report of the later stage, same tasks and k")->required();
+  cmd->add_option("--resamples", a.compare_bootstrap.resamples, "bootstrap draws")
+      ->check(CLI::Range(int64_t{1}, int64_t{10000000}));
+  cmd->add_option("--confidence", a.compare_bootstrap.confidence, "interval level")->check(CLI::Range(0.5, 0.999));
+  cmd->add_option("--seed", a.compare_bootstrap.seed, "bootstrap seed");
+  return cmd;
+}
+
 }  // namespace
 
 void RegisterTrain(CLI::App& app, CommandTable& table) {
@@ -397,6 +471,7 @@ void RegisterTrain(CLI::App& app, CommandTable& table) {
   table.Add(AddRl(*train, *a), [a] { return RunRl(*a); });
   table.Add(AddEval(*train, *a), [a] { return RunEval(*a); });
   table.Add(AddSweep(*train, *a), [a] { return RunSweep(*a); });
+  table.Add(AddCompare(*train, *a), [a] { return RunCompare(*a); });
 }
 
 }  // namespace dice::cli

@@ -125,6 +125,7 @@ TEST_F(TrainingPipeline, DatasetSftRlCheckpointDecode) {
   d.corpora = {Path("corpus.jsonl")};
   d.out_path = Path("cuke.jsonl");
   d.heldout_percent = 0;  // the tiny set is all training data here
+  d.validation_percent = 0;
   std::vector<std::string> dataset_log;
   auto ds = BuildDataset(d, [&](const std::string& l) { dataset_log.push_back(l); });
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
@@ -378,6 +379,7 @@ TEST_F(TrainingPipeline, DatasetJudgesImportedPairsAndFiltersByMeasuredSpeedup) 
   d.corpora = {Path("judge_corpus.jsonl")};
   d.out_path = Path("judged.jsonl");
   d.heldout_percent = 0;
+  d.validation_percent = 0;
   d.verify = "judge";
   d.verify_device = "cpu";
   d.verify_jobs = 3;
@@ -614,6 +616,7 @@ TEST_F(TrainingPipeline, HeldOutTasksAreNeverTrainedOn) {
   d.corpora = {Path("held.json")};
   d.out_path = Path("held.jsonl");
   d.heldout_percent = 100;
+  d.validation_percent = 0;
   auto ds = BuildDataset(d, nullptr);
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
   EXPECT_EQ(ds->heldout, ds->written);

@@ -20,7 +20,8 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/dice-out}
 PHASE=${PHASE:-sft}
 W=${W:-build/train-eval}
-HELDOUT=${HELDOUT:-20}  # percent of tasks (by task hash) held out for eval
+HELDOUT=${HELDOUT:-30}  # percent of split keys (op-chains; corpus items: task hashes) held out for eval
+VALIDATION=${VALIDATION:-20}  # percent of split keys for validation (split.h)
 HIDDEN=${HIDDEN:-512}
 LAYERS=${LAYERS:-8}
 SFT_STEPS=${SFT_STEPS:-400}
@@ -101,7 +102,7 @@ elif [ "$PHASE" = sft ]; then
     --head-dim $((HIDDEN / 8)) --intermediate $((HIDDEN * 3)) --context 8192 --seed 1 | tee "$OUT/init.log"
   sweep_db=(); [ -f "$W/sweep.db" ] && sweep_db=(--cache-db "$W/sweep.db")
   $DICE train dataset --corpus "${CORPUS:-.deps/dice-rl/kernel_infilling_evaluation.json}" "${sweep_db[@]}" --out "$W/cuke.jsonl" --heldout-percent "$HELDOUT" \
-    --verify none | tee "$OUT/dataset.log"
+    --validation-percent "$VALIDATION" --verify none | tee "$OUT/dataset.log"
   grep -E '"kind":"(infill|device|device_infill)"' "$W/cuke.jsonl" > "$W/infill.jsonl"
   grep -E '"kind":"device_infill"' "$W/cuke.jsonl" > "$W/dev_infill.jsonl" ||
     { echo "no device_infill examples (no sweep winners): RL/eval fall back to infill"; cp "$W/infill.jsonl" "$W/dev_infill.jsonl"; }

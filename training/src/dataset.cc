@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <future>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -15,6 +16,7 @@
 #include "dice/runtime/program_judge.h"
 #include "dice/training/files.h"
 #include "dice/training/examples.h"
+#include "dice/training/split.h"
 
 namespace dice::training {
 namespace {
@@ -69,20 +71,14 @@ int64_t ForwardCalls(const std::string& program) {
   return std::max<int64_t>(1, n);
 }
 
-bool InHeldout(const std::string& task_hash, double percent) {
-  // First 8 hex digits as a fraction of 2^32.
-  const double x = static_cast<double>(std::stoul(task_hash.substr(0, 8), nullptr, 16)) / 4294967296.0;
-  return x * 100.0 < percent;
-}
-
-
 // Every option check of BuildDataset. Errors: kInvalidArgument naming the flag.
 Status CheckDatasetOptions(const DatasetOptions& o) {
   auto bad = [](const std::string& m) { return Status(StatusCode::kInvalidArgument, "dice train dataset: " + m); };
   if (o.cache_dbs.empty() && o.corpora.empty()) return bad("give at least one --cache-db or --corpus source");
   if (o.out_path.empty()) return bad("--out is required");
   if (!(o.min_speedup >= 0)) return bad("--min-speedup must be >= 0");
-  if (!(o.heldout_percent >= 0 && o.heldout_percent <= 100)) return bad("--heldout-percent must be in [0, 100]");
+  const Status split = CheckSplitOptions({o.heldout_percent, o.validation_percent});
+  if (!split.ok()) return bad(split.message());
   if (o.verify != "auto" && o.verify != "judge" && o.verify != "none") {
     return bad("--verify must be auto, judge or none, got '" + o.verify + "'");
   }
@@ -221,15 +217,22 @@ class DatasetBuilder {
     judge_options_.timeout_s = o_.verify_timeout_s;
   }
 
-  // Dedupes `e` by kind and answer hash, then stamps its task hash, split
-  // and difficulty and adds it to the output.
+  // Dedupes `e` by kind and answer hash, then stamps its task hash, its
+  // op-chain (a cache winner's group), split and difficulty and adds it to
+  // the output. The split key is the op-chain when there is one, else the
+  // task hash (split.h).
   void Keep(CukeExample e) {
     if (!seen_.insert(e.kind + ":" + e.hash).second) {
       ++r_.duplicates;
       return;
     }
     e.task_hash = NormalisedSourceHash(e.reference);
-    e.split = InHeldout(e.task_hash, o_.heldout_percent) ? "heldout" : "train";
+    if (IsDeviceKind(e.kind) && !e.graph.empty()) {
+      auto graph = ir::Parse(e.graph);
+      if (graph.ok()) e.op_chain = OpChainKey(*graph);
+    }
+    e.split = SplitOfKey(e.op_chain.empty() ? "task:" + e.task_hash : e.op_chain,
+                         SplitOptions{o_.heldout_percent, o_.validation_percent});
     e.difficulty = DifficultyOf(e.level);
     out_.push_back(std::move(e));
   }
@@ -413,10 +416,15 @@ class DatasetBuilder {
   }
 
   // The kept examples as JSONL at out_path (atomically; its directory
-  // made), counted by kind, split and level. Errors: kIoError.
+  // made), counted by kind, split, op-chain and level. Errors: kIoError.
   Status Write() {
     std::string body;
+    std::map<std::string, std::set<std::string>> chains;  // by split
+    for (const char* split : {"train", "validation", "heldout"}) chains[split];
     for (const auto& e : out_) {
+      ++r_.split_kinds[e.split][e.kind];
+      if (!e.op_chain.empty()) chains[e.split].insert(e.op_chain);
+      r_.validation += e.split == "validation";
       body += e.ToJsonLine() + "\n";
       ++r_.written;
       r_.infill += e.kind == "infill";
@@ -427,6 +435,7 @@ class DatasetBuilder {
       r_.heldout += e.split == "heldout";
       r_.level_counts[e.level - 1]++;
     }
+    for (const auto& [split, set] : chains) r_.split_op_chains[split] = static_cast<int64_t>(set.size());
     const size_t slash = o_.out_path.rfind('/');
     if (slash != std::string::npos && slash > 0) DICE_RETURN_IF_ERROR(MakeDirs(o_.out_path.substr(0, slash)));
     return WriteFileAtomic(o_.out_path, body);

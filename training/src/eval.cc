@@ -14,6 +14,7 @@
 #include "dice/generator/prompts.h"
 #include "dice/generator/sdar_model.h"
 #include "dice/generator/tokenizer.h"
+#include "dice/training/eval_report.h"
 #include "dice/training/examples.h"
 #include "dice/training/reward.h"
 #include "trainer_common.h"
@@ -27,8 +28,8 @@ Status CheckOptions(const EvalOptions& o) {
   if (o.model_dir.empty()) return Bad("--model is required");
   if (o.tasks_path.empty()) return Bad("--tasks is required");
   if (o.stage != "infill" && o.stage != "e2e") return Bad("--stage must be infill or e2e, got '" + o.stage + "'");
-  if (o.split != "heldout" && o.split != "train" && o.split != "all") {
-    return Bad("--split must be heldout, train or all, got '" + o.split + "'");
+  if (o.split != "heldout" && o.split != "validation" && o.split != "train" && o.split != "all") {
+    return Bad("--split must be heldout, validation, train or all, got '" + o.split + "'");
   }
   if (o.reward != "auto" && o.reward != "judge" && o.reward != "compile") {
     return Bad("--reward must be auto, judge or compile, got '" + o.reward + "'");
@@ -46,6 +47,7 @@ Status CheckOptions(const EvalOptions& o) {
   if (!(o.temperature >= 0)) return Bad("--temperature must be >= 0");
   if (o.judge_jobs < 1) return Bad("--judge-jobs must be >= 1");
   if (!(o.judge_timeout_s > 0)) return Bad("--judge-timeout must be > 0");
+  if (o.bootstrap_resamples < 1) return Bad("--bootstrap-resamples must be >= 1");
   return Status::Ok();
 }
 
@@ -55,8 +57,18 @@ nlohmann::json ToJson(const EvalOptions& o, const EvalReport& r) {
     tasks.push_back({{"id", t.id}, {"level", t.level}, {"samples", t.samples}, {"passed", t.passed},
                      {"compiled", t.compiled}, {"pass_at_k", t.pass_at_k}, {"first_failure", t.first_failure}});
   }
+  nlohmann::json ci = nlohmann::json::array();
+  for (size_t j = 0; j < r.ks.size() && j < r.pass_at_k_ci.size(); ++j) {
+    ci.push_back({{"k", r.ks[j]}, {"mean", r.pass_at_k_ci[j].estimate}, {"lo", r.pass_at_k_ci[j].lo},
+                  {"hi", r.pass_at_k_ci[j].hi}});
+  }
+  const nlohmann::json bootstrap = {{"method", "percentile bootstrap over tasks"},
+                                    {"resamples", r.bootstrap.resamples},
+                                    {"confidence", r.bootstrap.confidence},
+                                    {"seed", r.bootstrap.seed}};
   return {{"model", o.model_dir}, {"tasks_file", o.tasks_path}, {"stage", o.stage}, {"split", o.split},
           {"metric", r.metric}, {"samples", o.samples}, {"k", r.ks}, {"pass_at_k", r.pass_at_k},
+          {"pass_at_k_ci", ci}, {"bootstrap", bootstrap},
           {"temperature", o.temperature}, {"seed", o.seed}, {"max_new_tokens", o.max_new_tokens},
           {"decoded_tokens", r.decoded_tokens}, {"decode_s", r.decode_s}, {"tokens_per_s", r.tokens_per_s},
           {"seconds", r.seconds}, {"tasks", tasks}};
@@ -159,12 +171,12 @@ Expected<EvalReport> RunEval(const EvalOptions& o, const std::function<void(cons
   }
   report.tokens_per_s = report.decode_s > 0 ? static_cast<double>(report.decoded_tokens) / report.decode_s : 0.0;
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::string summary = "eval: " + std::to_string(report.tasks.size()) + " tasks";
-  for (size_t j = 0; j < o.ks.size(); ++j) {
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), ", pass@%lld %.4f", static_cast<long long>(o.ks[j]), report.pass_at_k[j]);
-    summary += buf;
-  }
+  // Every mean pass@k with its 95% bootstrap interval over tasks (stats.h).
+  report.bootstrap = BootstrapOptions{o.bootstrap_resamples, 0.95, o.seed};
+  auto ci = PassAtKIntervals(report, report.bootstrap);
+  if (!ci.ok()) return ci.status();
+  report.pass_at_k_ci = std::move(*ci);
+  const std::string summary = "eval: " + std::to_string(report.tasks.size()) + " tasks" + FormatPassAtK(report);
   char tail[96];
   std::snprintf(tail, sizeof(tail), "; decode %.1f tokens/s; %.1f s", report.tokens_per_s, report.seconds);
   log(summary + " (" + report.metric + ")" + tail);

@@ -31,6 +31,7 @@ std::string CukeExample::ToJsonLine() const {
     j["suffix"] = suffix;
   }
   if (kind == "device_infill") j["preamble"] = preamble;
+  if (!op_chain.empty()) j["op_chain"] = op_chain;
   if (IsDeviceKind(kind) && !graph.empty()) {
     j["graph"] = graph;
     j["input_specs"] = input_specs;
@@ -107,6 +108,7 @@ Expected<CukeExample> CukeExample::FromJsonLine(const std::string& line, const s
   DICE_RETURN_IF_ERROR(str("input_specs", &e.input_specs, false));
   DICE_RETURN_IF_ERROR(str("launch_plan", &e.launch_plan, false));
   DICE_RETURN_IF_ERROR(str("preamble", &e.preamble, false));
+  DICE_RETURN_IF_ERROR(str("op_chain", &e.op_chain, false));
   if (j.contains("level") && !j["level"].is_null()) {
     if (!j["level"].is_number_integer()) return Corrupt(where, "field \"level\" must be an integer");
     e.level = j["level"].get<int>();

@@ -19,6 +19,7 @@
 #include "dice/training/checkpoint_io.h"
 #include "dice/training/distributed.h"
 #include "dice/training/examples.h"
+#include "dice/training/injection.h"
 #include "dice/training/losses.h"
 #include "dice/training/reward.h"
 #include "trainer_common.h"
@@ -51,6 +52,8 @@ Status CheckOptions(const RlOptions& o) {
   if (o.inject_per_group < 0 || o.inject_per_group >= o.group_size) {
     return Bad("--inject-per-group must be in [0, group size)");
   }
+  if (auto mode = InjectionSchedule::ParseMode(o.inject_until); !mode.ok()) return Bad(mode.status().message());
+  if (o.inject_earn_threshold < 1) return Bad("--inject-earn-threshold must be >= 1");
   if (o.max_new_tokens < 1) return Bad("--max-new-tokens must be >= 1");
   if (o.denoising_steps < 1) return Bad("--denoising-steps must be >= 1");
   if (o.inner_epochs < 1) return Bad("--inner-epochs must be >= 1");
@@ -111,6 +114,9 @@ struct StepRollouts {
   std::vector<double> step_rewards;
   double policy_reward_sum = 0, decode_s = 0;
   int64_t policy_rollouts = 0, decoded_tokens = 0;
+  // Rewarded decoded (not injected) rollouts per task slot of the step, for
+  // the injection schedule; filled like step_rewards.
+  std::vector<double> own_rewarded;
 };
 
 // One chunk of a used rollout's packed trace with its logp_old and
@@ -219,6 +225,7 @@ class RlRun {
     auto known_good = ReadKnownGood(o_.inject_path, *templates_);
     if (!known_good.ok()) return known_good.status();
     known_good_ = std::move(*known_good);
+    injection_.emplace(*InjectionSchedule::ParseMode(o_.inject_until), o_.inject_earn_threshold);
     std::vector<int> levels;
     for (const auto& t : tasks_) levels.push_back(t.level);
     schedule_.emplace(levels, o_.schedule == "adaptive" ? TaskSchedule::Mode::kAdaptive : TaskSchedule::Mode::kOrdered,
@@ -316,12 +323,14 @@ class RlRun {
     sr.level = tasks_[picked.front()].level;
     StepRollouts acc;
     acc.step_rewards.assign(picked.size() * static_cast<size_t>(o_.group_size), 0.0);
+    acc.own_rewarded.assign(picked.size(), 0.0);
     const auto [shard_begin, shard_end] = ShardRange(static_cast<int64_t>(picked.size()), dp_.rank(), world_);
     for (size_t ti = static_cast<size_t>(shard_begin); ti < static_cast<size_t>(shard_end); ++ti) {
       DICE_RETURN_IF_ERROR(RolloutTask(tasks_[picked[ti]], ti, step, &sr, &acc));
     }
     DICE_RETURN_IF_ERROR(SumOverRanks(&sr, &acc));
     schedule_->Report(acc.step_rewards);
+    ReportInjection(picked, acc, step);
     sr.rollouts = static_cast<int64_t>(acc.step_rewards.size());
     for (double r : acc.step_rewards) sr.mean_reward += r / std::max<size_t>(1, acc.step_rewards.size());
     sr.policy_reward = acc.policy_rollouts ? acc.policy_reward_sum / acc.policy_rollouts : 0;
@@ -381,7 +390,7 @@ class RlRun {
   void InjectKnownGood(const CukeExample& task, const std::vector<int32_t>& prompt, int64_t step,
                        std::vector<Rollout>* group) const {
     auto good = known_good_.find(task.id);
-    if (good == known_good_.end()) return;
+    if (good == known_good_.end() || !injection_->ShouldInject(task.id)) return;
     const generator::SdarConfig& cfg = model_->config();
     const int64_t B = cfg.block_size;
     std::vector<int32_t> good_tokens = tokenizer_->Encode(good->second);
@@ -454,6 +463,7 @@ class RlRun {
       if (rewards[i] > 0) ++own_rewarded;
       if ((*scored)[i].compiled) ++own_compiled;
     }
+    acc->own_rewarded[ti] = static_cast<double>(own_rewarded);
     Log("rl: step " + std::to_string(step) + " " + task.id + " (level " + std::to_string(task.level) +
         "): policy rewarded " + std::to_string(own_rewarded) + "/" + std::to_string(own) + ", compiled " +
         std::to_string(own_compiled) + "/" + std::to_string(own));
@@ -468,6 +478,7 @@ class RlRun {
                                 acc->policy_reward_sum, static_cast<double>(acc->policy_rollouts),
                                 static_cast<double>(acc->decoded_tokens), acc->decode_s};
     sums.insert(sums.end(), acc->step_rewards.begin(), acc->step_rewards.end());
+    sums.insert(sums.end(), acc->own_rewarded.begin(), acc->own_rewarded.end());
     auto all_sums = dp_.AllReduceSum(sums);
     if (!all_sums.ok()) return all_sums.status();
     const auto& g = *all_sums;
@@ -479,8 +490,26 @@ class RlRun {
     acc->policy_rollouts = static_cast<int64_t>(g[5]);
     acc->decoded_tokens = static_cast<int64_t>(g[6]);
     acc->decode_s = g[7] / world_;  // ranks decode at the same time
-    acc->step_rewards.assign(g.begin() + 8, g.end());
+    const auto rewards_end = g.begin() + 8 + static_cast<std::ptrdiff_t>(acc->step_rewards.size());
+    acc->step_rewards.assign(g.begin() + 8, rewards_end);
+    acc->own_rewarded.assign(rewards_end, g.end());
     return Status::Ok();
+  }
+
+  // The injection schedule (injection.h) books each task's rewarded own
+  // rollouts of the step (totals over ranks: every rank decides alike) and
+  // says when injection stops.
+  void ReportInjection(const std::vector<size_t>& picked, const StepRollouts& acc, int64_t step) {
+    for (size_t ti = 0; ti < picked.size(); ++ti) {
+      const std::string& id = tasks_[picked[ti]].id;
+      const bool before = injection_->ShouldInject(id);
+      injection_->Report(id, static_cast<int64_t>(acc.own_rewarded[ti]));
+      if (before && !injection_->ShouldInject(id) && !known_good_.empty()) {
+        Log("rl: step " + std::to_string(step) + ": the policy's own rollouts earned reward on " + id +
+            ": known-good injection stops " +
+            (injection_->mode() == InjectionSchedule::Mode::kUntilAnyEarned ? "for every task" : "for this task"));
+      }
+    }
   }
 
   // rl.h step 5: the TraceRL update on the groups that carry an advantage.
@@ -584,6 +613,7 @@ class RlRun {
   std::vector<CukeExample> tasks_;
   std::map<std::string, std::string> known_good_;  // answer by task id
   std::optional<TaskSchedule> schedule_;
+  std::optional<InjectionSchedule> injection_;  // when known-good answers stop (--inject-until)
   std::unique_ptr<DeviceFormJudge> device_judge_;  // kind "device" tasks: Tuner + dice-worker, kept across steps
   RewardOptions reward_options_;                   // borrows device_judge_
   std::vector<torch::Tensor> params_, initial_;

@@ -19,6 +19,7 @@
 #include "dice/training/distributed.h"
 #include "dice/training/examples.h"
 #include "dice/training/losses.h"
+#include "dice/training/split.h"
 #include "trainer_common.h"
 
 namespace dice::training {
@@ -147,7 +148,7 @@ class SftRun {
     for (const auto& s : skipped) Log("skipped malformed line: " + s);
     int64_t heldout = 0, too_long = 0;
     for (const auto& e : *examples) {
-      if (e.split == "heldout") {
+      if (!InSplit(e.split, "train")) {  // held out or validation (split.h)
         ++heldout;
         continue;
       }
@@ -170,7 +171,8 @@ class SftRun {
       data_.push_back(std::move(t));
     }
     Log("sft: " + std::to_string(data_.size()) + " training examples (" + std::to_string(heldout) +
-        " held out, never trained on; " + std::to_string(too_long) + " prompts longer than --max-length; " +
+        " held out or validation, never trained on; " + std::to_string(too_long) +
+        " prompts longer than --max-length; " +
         std::to_string(skipped.size()) + " malformed lines skipped)");
     if (data_.empty()) {
       return Status(StatusCode::kInvalidArgument,

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dice/training/checkpoint_io.h"
+#include "dice/training/split.h"
 
 namespace dice::training {
 
@@ -66,7 +67,7 @@ Expected<std::vector<CukeExample>> ReadStageTasks(const std::string& path, const
   }
   std::vector<CukeExample> tasks;
   for (auto& e : *all) {
-    const bool split_ok = split == "all" || (split == "heldout") == (e.split == "heldout");
+    const bool split_ok = InSplit(e.split, split);
     if (IsStageKind(stage, e.kind) && split_ok) tasks.push_back(std::move(e));
     if (max_tasks > 0 && static_cast<int64_t>(tasks.size()) == max_tasks) break;
   }

@@ -40,14 +40,19 @@
 // for cache winners; torch/F/nn/self.* calls in the reference's forward for
 // corpus items): 1 op -> single_op (level 1), 2..6 -> fused_chain (level 2),
 // more -> network (level 3).
-// Held-out split, fixed before training: a task whose sha256 of the
-// normalised reference, read as a number, falls in the first
-// heldout_percent of the hash space is "heldout" (never trained on; SFT and
-// RL skip it), else "train".
+// Split, fixed before training (split.h): the split key of an example made
+// from a cache winner is its group's op-chain (the sorted multiset of its op
+// names), so every shape and variant of one op-chain lands in one split; a
+// corpus item's key is its task hash (sha256 of the normalised reference).
+// The key's hash puts it in "heldout" (heldout_percent of the hash space:
+// never trained on, only reported), "validation" (the next
+// validation_percent: checkpoints and settings are chosen on it; SFT and RL
+// skip it too) or "train".
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -60,7 +65,8 @@ struct DatasetOptions {
   std::vector<std::string> corpora;    ///< KernelBench-format JSON / JSONL files
   std::string out_path;                ///< JSONL output (examples.h schema)
   double min_speedup = 2.0;
-  double heldout_percent = 10.0;       ///< [0, 100]
+  double heldout_percent = 30.0;       ///< [0, 100]: share of split keys held out (split.h)
+  double validation_percent = 20.0;    ///< [0, 100 - heldout_percent]: share of split keys for validation
   bool keep_tasks = false;             ///< write answer-less corpus items as kind "task" (stage-2 RL tasks)
   std::string verify = "auto";         ///< corpus pairs: "auto" | "judge" | "none" (see above)
   std::string verify_device = "cuda";  ///< judge: "cuda", "cuda:N" or "cpu" (pure-PyTorch programs only)
@@ -80,7 +86,11 @@ struct DatasetReport {
   int64_t below_speedup = 0;      ///< dropped: known speedup < min_speedup
   int64_t not_timed = 0;          ///< kept without a speedup (unverified-here)
   int64_t duplicates = 0;         ///< dropped: same normalised answer
-  int64_t written = 0, infill = 0, e2e = 0, device = 0, device_infill = 0, task = 0, heldout = 0;
+  int64_t written = 0, infill = 0, e2e = 0, device = 0, device_infill = 0, task = 0, heldout = 0, validation = 0;
+  /// Examples per split ("train", "validation", "heldout") and kind.
+  std::map<std::string, std::map<std::string, int64_t>> split_kinds;
+  /// Distinct op-chains per split (examples from cache winners only).
+  std::map<std::string, int64_t> split_op_chains;
   int64_t level_counts[3] = {0, 0, 0};
   bool gpu_present = false;
   std::string verification_note;  ///< what was (not) re-verified here and why
@@ -92,7 +102,7 @@ std::string NormalisedSourceHash(const std::string& source);
 
 /// Builds the dataset. `log` gets human-readable lines (may be null).
 /// Errors: kInvalidArgument for no source, no --out, min_speedup < 0,
-/// heldout_percent outside [0, 100], an unknown verify mode, verify_jobs < 1; kNotFound / kIoError / kCorrupt naming
+/// split percentages that CheckSplitOptions (split.h) refuses, an unknown verify mode, verify_jobs < 1; kNotFound / kIoError / kCorrupt naming
 /// a source that cannot be read or is not JSON/JSONL at all (a malformed
 /// item inside a readable file is counted, not fatal); kIoError for the
 /// output.

@@ -12,7 +12,10 @@
 // Decode throughput (tokens/s, counting every decoded token) is reported;
 // on CUDA the decoder replays its step forward as CUDA graphs. All tasks are
 // decoded first, then scored, several tasks at once (judge_jobs children in
-// all).
+// all). Every mean pass@k carries its 95% percentile bootstrap interval over
+// tasks (stats.h, seeded with the run's seed), in the log line and the JSON;
+// two reports on the same tasks are compared with eval_report.h
+// CompareEvalFiles (a paired bootstrap of the difference).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "dice/core/status.h"
+#include "dice/training/stats.h"
 
 namespace dice::training {
 
@@ -29,7 +33,7 @@ struct EvalOptions {
   std::string tasks_path;       ///< CuKe JSONL
   std::string out_json;         ///< "" = no report file
   std::string stage = "infill"; ///< "infill" (kinds infill, device) | "e2e" (kinds e2e, task)
-  std::string split = "heldout";///< "heldout" | "train" | "all"
+  std::string split = "heldout";///< "heldout" | "validation" | "train" | "all" (split.h)
   std::string templates_path;   ///< prompt templates JSON; "" = built-in
   std::string device = "cpu";
   std::string arch = "sm_90";   ///< NVRTC target (reward compile)
@@ -44,6 +48,7 @@ struct EvalOptions {
   int64_t judge_jobs = 8;
   double judge_timeout_s = 300;
   uint64_t seed = 0;
+  int64_t bootstrap_resamples = 10000;  ///< draws of the pass@k interval (stats.h); seeded with `seed`
 };
 
 /// One task's outcome.
@@ -61,6 +66,8 @@ struct EvalReport {
   std::string metric;             ///< "compiles AND correct (KernelBench protocol on DEV)" or "compiles (NVRTC ARCH)"
   std::vector<int64_t> ks;
   std::vector<double> pass_at_k;  ///< mean over tasks, per k
+  std::vector<Interval> pass_at_k_ci;  ///< per k: the mean and its 95% bootstrap interval over tasks
+  BootstrapOptions bootstrap;          ///< how pass_at_k_ci was drawn
   std::vector<EvalTaskResult> tasks;
   int64_t decoded_tokens = 0;
   double decode_s = 0;            ///< seconds spent decoding (rewarding excluded)

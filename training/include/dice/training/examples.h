@@ -31,7 +31,8 @@ struct CukeExample {
   std::string verified;    ///< "gpu:<name>" | "cache" | "unverified-here"
   std::string hash;        ///< sha256 of the normalised answer source (dedupe key)
   std::string task_hash;   ///< sha256 of the normalised reference (split key)
-  std::string split;       ///< "train" | "heldout"
+  std::string split;       ///< "train" | "validation" | "heldout" (split.h; "" in old datasets = train)
+  std::string op_chain;    ///< device kinds: the group's op-chain (split.h OpChainKey), the split key; "" otherwise
   /// device and device_infill (from a cache winner): the fusion group's ir::Canonical
   /// text, its input specs ("f32[1024,8192];f32[8192]") and the winner's
   /// LaunchPlan JSON; the device-form judge (reward.h) verifies an answer

@@ -14,7 +14,9 @@
 //      traced left to right (token j of a block revealed at step
 //      j * steps / block_size), so a random model's groups still carry an
 //      advantage. An answer whose prompt + tokens would not fit the
-//      model's context is not injected (logged).
+//      model's context is not injected (logged). Injection stops once the
+//      policy earns reward by itself (inject_until, injection.h: by default
+//      per task, after its first own rewarded rollout).
 //   3. Reward per rollout (--reward): "judge" = compiles AND correct: the
 //      answer's program (stage infill: the task's prefix + the answer's code
 //      block + suffix; e2e: the code block, a whole ModelNew program) is run
@@ -84,6 +86,12 @@ struct RlOptions {
   int64_t tasks_per_step = 1;
   int64_t group_size = 16;      ///< G rollouts per task
   int64_t inject_per_group = 1;
+  /// When injection stops (injection.h): "task-earned" (default: a task's
+  /// groups get its answer until the policy's own rollouts earned reward on
+  /// it inject_earn_threshold times), "any-earned" (injection stops
+  /// everywhere at that many own rewards over all tasks) or "always".
+  std::string inject_until = "task-earned";
+  int64_t inject_earn_threshold = 1;
   int64_t max_new_tokens = 256;
   int64_t denoising_steps = 4;
   double confidence_threshold = 0.9;  ///< dynamic low-confidence remasking
