@@ -3,7 +3,7 @@
 // template relu kernel for f32[1024], small enough that launch overhead is
 // all there is:
 //   BareCuLaunchKernel      cuLaunchKernel with a prepared argument array
-//   LoadedKernelLaunch      dice::LoadedKernel::Launch (the runtime's launcher)
+//   LoadedKernelLaunch      dice::runtime::LoadedKernel::Launch (the runtime's launcher)
 //   FusionGroupCacheHit     the dice::FusionGroup TorchScript operation itself
 //                           (node->getOperation(), no interpreter), serving the
 //                           cached winner: key lookup, output allocation, launch
@@ -38,9 +38,9 @@ constexpr int kSyncEvery = 256;
 
 struct Fixture {
   std::string error;
-  const dice::CudaDriver* driver = nullptr;
-  std::unique_ptr<dice::LoadedKernel> kernel;
-  dice::CUfunction_t function = nullptr;
+  const dice::runtime::CudaDriver* driver = nullptr;
+  std::unique_ptr<dice::runtime::LoadedKernel> kernel;
+  dice::runtime::CUfunction_t function = nullptr;
   dice::KernelLaunch launch;
   at::Tensor x, y;
   torch::jit::Module module{"Model"};
@@ -51,7 +51,7 @@ struct Fixture {
 Fixture& Get() {
   static Fixture* f = [] {
     auto* fx = new Fixture();
-    auto drv = dice::CudaDriver::Get();
+    auto drv = dice::runtime::CudaDriver::Get();
     if (!drv.ok() || !torch::cuda::is_available()) {
       fx->error = "no CUDA device: " + drv.status().ToString();
       return fx;
@@ -68,19 +68,19 @@ Fixture& Get() {
     g.ops = {relu};
     g.outputs = {1};
     auto task = dice::Task::Make(g, {dice::ir::TensorSpec::Contiguous(dice::ir::DType::kFloat32, {kN})},
-                                 dice::TargetForDevice(0));
+                                 dice::runtime::TargetForDevice(0));
     dice::generator::TemplateGenerator gen;
     auto cands = gen.Generate(*task, 1);
     if (!cands.ok() || cands->empty()) {
       fx->error = "no template candidate: " + cands.status().ToString();
       return fx;
     }
-    auto compiled = dice::CompileCandidate(cands->front(), task->target.arch);
+    auto compiled = dice::runtime::CompileCandidate(cands->front(), task->target.arch);
     if (!compiled.ok()) {
       fx->error = compiled.status().ToString();
       return fx;
     }
-    auto k = dice::LoadedKernel::Load(compiled->cubin, cands->front().plan, 1, 1);
+    auto k = dice::runtime::LoadedKernel::Load(compiled->cubin, cands->front().plan, 1, 1);
     if (!k.ok()) {
       fx->error = k.status().ToString();
       return fx;
@@ -88,7 +88,7 @@ Fixture& Get() {
     fx->kernel = std::move(*k);
     fx->launch = cands->front().plan.launches.front();
     // The same cubin through the driver alone, for the bare baseline.
-    dice::CUmodule_t mod = nullptr;
+    dice::runtime::CUmodule_t mod = nullptr;
     fx->driver->cuModuleLoadData(&mod, compiled->cubin.data());
     fx->driver->cuModuleGetFunction(&fx->function, mod, fx->launch.kernel.c_str());
 
@@ -128,7 +128,7 @@ void BareCuLaunchKernel(benchmark::State& state) {
   void* in = f.x.data_ptr();
   void* out = f.y.data_ptr();
   void* args[] = {&in, &out};
-  auto stream = reinterpret_cast<dice::CUstream_t>(at::cuda::getCurrentCUDAStream().stream());
+  auto stream = reinterpret_cast<dice::runtime::CUstream_t>(at::cuda::getCurrentCUDAStream().stream());
   int i = 0;
   for (auto _ : state) {
     f.driver->cuLaunchKernel(f.function, f.launch.grid[0], f.launch.grid[1], f.launch.grid[2], f.launch.block[0],

@@ -17,7 +17,7 @@ namespace {
 
 struct JudgeArgs {
   std::string reference, candidate, keep_dir;
-  ProgramJudgeOptions options;
+  runtime::ProgramJudgeOptions options;
 };
 
 // Picks the device the judge runs on from --device. "auto" (the default):
@@ -36,7 +36,7 @@ int ResolveDevice(JudgeArgs& a) {
     }
     ordinal = std::stoi(digits);
   }
-  auto found = QueryDevice(ordinal);
+  auto found = runtime::QueryDevice(ordinal);
   if (found.ok()) {
     if (device == "auto") device = "cuda";
     return kExitOk;
@@ -80,7 +80,7 @@ int RunJudge(JudgeArgs& a) {
     a.options.work_dir = a.keep_dir;
     a.options.keep_files = true;
   }
-  auto v = JudgeProgram(reference, candidate, a.options);
+  auto v = runtime::JudgeProgram(reference, candidate, a.options);
   if (!v.ok()) {
     std::fprintf(stderr, "dice judge: %s\n", v.status().ToString().c_str());
     return 1;

@@ -191,8 +191,8 @@ bool OutputsMatch(const c10::IValue& got, const c10::IValue& want, std::string* 
       return false;
     }
     auto dtype = dice::reference::FromScalarType(w[i].scalar_type());
-    const dice::Tolerance tol = dtype.ok() ? dice::Tolerance::ForDType(*dtype) : dice::Tolerance{1e-4, 1e-4};
-    const dice::CompareResult r = dice::reference::CompareTensors(g[i], w[i], tol);
+    const dice::runtime::Tolerance tol = dtype.ok() ? dice::runtime::Tolerance::ForDType(*dtype) : dice::runtime::Tolerance{1e-4, 1e-4};
+    const dice::runtime::CompareResult r = dice::reference::CompareTensors(g[i], w[i], tol);
     worst = std::max(worst, r.max_abs_err);
     if (!r.ok) {
       *detail = "output " + std::to_string(i) + ": " + r.reason;
@@ -269,7 +269,7 @@ bool MakeGenerators(const GeneratorArgs& g, bool gpu, std::vector<std::shared_pt
 
 int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool require_gpu,
             const GeneratorArgs& generator_args) {
-  auto device = dice::QueryDevice(0);
+  auto device = dice::runtime::QueryDevice(0);
   const bool gpu = device.ok() && torch::cuda::is_available();
   if (!gpu) {
     const std::string why = device.ok() ? "PyTorch sees no CUDA device" : device.status().message();
@@ -329,8 +329,8 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
                 r.speedup > 0 ? (Fixed(r.speedup, 2) + "x").c_str() : "-", r.tried, r.compiled, r.verified,
                 origin.c_str(), r.description.c_str());
     for (const auto& o : r.outcomes) {
-      if (!dice::IsVerified(o.outcome) && o.outcome != dice::Outcome::kCompiled) {
-        std::printf("    %s: %s %s\n", o.origin.c_str(), std::string(dice::OutcomeName(o.outcome)).c_str(),
+      if (!dice::runtime::IsVerified(o.outcome) && o.outcome != dice::runtime::Outcome::kCompiled) {
+        std::printf("    %s: %s %s\n", o.origin.c_str(), std::string(dice::runtime::OutcomeName(o.outcome)).c_str(),
                     o.error.substr(0, 160).c_str());
       }
     }
@@ -366,7 +366,7 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
 }
 
 int CmdRunOrProfile(const ModelArgs& args, bool profile) {
-  const bool gpu = dice::QueryDevice(0).ok() && torch::cuda::is_available();
+  const bool gpu = dice::runtime::QueryDevice(0).ok() && torch::cuda::is_available();
   LoadedModel m;
   std::string error;
   if (!LoadModel(args, gpu, &m, &error) || (!profile && !CheckCache(args.cache_dir, &error))) {

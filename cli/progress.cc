@@ -109,10 +109,10 @@ void ShowCount(ProgressLine& line, const std::string& what, int64_t done, int64_
               FormatDuration(line.elapsed_s()) + ")");
 }
 
-std::string FormatTuneProgress(int group, int groups, const TuneProgress& p) {
+std::string FormatTuneProgress(int group, int groups, const runtime::TuneProgress& p) {
   // Elapsed time first: a narrow terminal cuts the line's end.
   std::string out = "group " + std::to_string(group) + "/" + std::to_string(groups) + " " +
-                    std::string(TunePhaseName(p.phase)) + " (" + FormatDuration(p.elapsed_s) + "): ";
+                    std::string(runtime::TunePhaseName(p.phase)) + " (" + FormatDuration(p.elapsed_s) + "): ";
   if (p.from_cache) {
     out += "cached winner";
     if (p.best_us > 0) out += " (" + Fixed("%.1f", p.best_us) + " µs)";
@@ -125,12 +125,12 @@ std::string FormatTuneProgress(int group, int groups, const TuneProgress& p) {
   return out;
 }
 
-void ShowTuneProgress(ProgressLine& line, const std::string& prefix, int group, int groups, const TuneProgress& p) {
-  const bool milestone = p.phase == TunePhase::kGenerate || p.phase == TunePhase::kCompile ||
-                         p.phase == TunePhase::kMeasure || p.phase == TunePhase::kDone;
+void ShowTuneProgress(ProgressLine& line, const std::string& prefix, int group, int groups, const runtime::TuneProgress& p) {
+  const bool milestone = p.phase == runtime::TunePhase::kGenerate || p.phase == runtime::TunePhase::kCompile ||
+                         p.phase == runtime::TunePhase::kMeasure || p.phase == runtime::TunePhase::kDone;
   if (line.mode() == ProgressLine::Mode::kLines && !milestone) return;
   line.Update(prefix + FormatTuneProgress(group, groups, p));
-  if (p.phase == TunePhase::kDone) line.Finish();
+  if (p.phase == runtime::TunePhase::kDone) line.Finish();
 }
 
 bool StepEta::ParseStep(const std::string& line, int64_t* k, int64_t* n) {

@@ -79,14 +79,14 @@ void ShowCount(ProgressLine& line, const std::string& what, int64_t done, int64_
 /// `groups`, e.g. "group 1/2 compile (0.4 s): 6 candidate(s), 6 compiled,
 /// 0 verified, 0 timed, best - | mul+relu f32[64,64]"; a cached winner:
 /// "group 1/2 done (0.0 s): cached winner (12.5 µs) | ...".
-std::string FormatTuneProgress(int group, int groups, const TuneProgress& p);
+std::string FormatTuneProgress(int group, int groups, const runtime::TuneProgress& p);
 
 /// Shows one Tuner event of fusion group `group` of `groups` on `line` as
 /// `prefix` + FormatTuneProgress: every event in place; in line mode only
 /// those that change what is known (generate, compile, measure, done; lookup,
 /// select and persist are instants). kDone ends the group's in-place line,
 /// so each group's outcome stays on screen.
-void ShowTuneProgress(ProgressLine& line, const std::string& prefix, int group, int groups, const TuneProgress& p);
+void ShowTuneProgress(ProgressLine& line, const std::string& prefix, int group, int groups, const runtime::TuneProgress& p);
 
 /// Adds an estimate of the time left to training progress lines ("sft step
 /// 12/100 loss ...", "rl step 3/10 ..."): the mean time per step since the

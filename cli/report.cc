@@ -129,8 +129,8 @@ line.one{stroke:#333;stroke-dasharray:4 3}
 // A failed outcome: neither compiled, verified nor skipped (compile_error,
 // parse_error, verify_failed, crashed, timeout).
 bool IsFailure(const std::string& outcome) {
-  auto o = ParseOutcome(outcome);
-  return o && !IsVerified(*o) && *o != Outcome::kCompiled && *o != Outcome::kSkipped;
+  auto o = runtime::ParseOutcome(outcome);
+  return o && !runtime::IsVerified(*o) && *o != runtime::Outcome::kCompiled && *o != runtime::Outcome::kSkipped;
 }
 
 void RenderHeader(const json& doc, std::ostringstream& h) {
@@ -284,13 +284,13 @@ int CmdReport(const std::string& source, const std::string& out_path) {
 
 }  // namespace
 
-json GroupJson(const TuneReport& r, bool timed) {
+json GroupJson(const runtime::TuneReport& r, bool timed) {
   json cands = json::array();
-  for (const CandidateOutcome& o : r.outcomes) {
+  for (const runtime::CandidateOutcome& o : r.outcomes) {
     const bool measured = timed && o.time_us > 0;
     cands.push_back({{"origin", o.origin},
                      {"hash", o.hash},
-                     {"outcome", std::string(OutcomeName(o.outcome))},
+                     {"outcome", std::string(runtime::OutcomeName(o.outcome))},
                      {"error", o.error},
                      {"compile_ms", Measured(o.compile_ms, true)},
                      {"time_us", Measured(o.time_us, timed)},
@@ -304,9 +304,9 @@ json GroupJson(const TuneReport& r, bool timed) {
           {"tune_seconds", r.tune_seconds}, {"candidates", std::move(cands)}};
 }
 
-json TuneDocument(const std::string& model, const std::vector<TuneReport>& groups, const EndToEnd& e2e) {
+json TuneDocument(const std::string& model, const std::vector<runtime::TuneReport>& groups, const EndToEnd& e2e) {
   json gs = json::array();
-  for (const TuneReport& r : groups) gs.push_back(GroupJson(r, e2e.timed));
+  for (const runtime::TuneReport& r : groups) gs.push_back(GroupJson(r, e2e.timed));
   auto ratio = [&](double a, double b) { return e2e.timed && a > 0 && b > 0 ? json(a / b) : json(nullptr); };
   return {{"model", model},
           {"gpu", e2e.timed},

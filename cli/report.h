@@ -54,10 +54,10 @@ struct EndToEnd {
 /// false or the value is 0) and one "candidates" row per outcome: origin,
 /// hash, outcome (OutcomeName), error, compile_ms (null when 0), time_us and
 /// speedup = baseline_us / time_us (null when not timed).
-nlohmann::json GroupJson(const TuneReport& report, bool timed);
+nlohmann::json GroupJson(const runtime::TuneReport& report, bool timed);
 
 /// The whole `dice tune --json` document for `model` (see the header comment).
-nlohmann::json TuneDocument(const std::string& model, const std::vector<TuneReport>& groups, const EndToEnd& e2e);
+nlohmann::json TuneDocument(const std::string& model, const std::vector<runtime::TuneReport>& groups, const EndToEnd& e2e);
 
 /// The report document of the kernel cache in `cache_dir`: "source":
 /// "cache", "cache": the database path, one group per winner (newest first;

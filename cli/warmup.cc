@@ -163,7 +163,7 @@ int Warmup(const WarmupCommand& c) {
     if (!store.ok()) return Fail(kExitBadInput, "kernel cache unusable: " + store.status().ToString());
   }
   if (const int rc = CheckModelTakesEverySet(c, sets); rc != kExitOk) return rc;
-  auto device = QueryDevice(0);
+  auto device = runtime::QueryDevice(0);
   const bool gpu = device.ok() && torch::cuda::is_available();
   if (!gpu) {
     const std::string why = device.ok() ? "PyTorch sees no CUDA device" : device.status().message();

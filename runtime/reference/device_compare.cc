@@ -35,7 +35,7 @@ struct ChunkResult {
 };
 
 ChunkResult CompareChunk(const at::Tensor& g_in, const at::Tensor& w_in, const at::Tensor* slack, at::ScalarType ct,
-                         Tolerance tol) {
+                         runtime::Tolerance tol) {
   ChunkResult c;
   const at::Tensor g = g_in.to(ct), w = w_in.to(ct);
   const at::Tensor g_nan = g.isnan(), w_nan = w.isnan();
@@ -61,13 +61,13 @@ ChunkResult CompareChunk(const at::Tensor& g_in, const at::Tensor& w_in, const a
 
 }  // namespace
 
-CompareResult CompareTensors(const at::Tensor& got, const at::Tensor& ref, Tolerance tol, const at::Tensor* slack) {
+runtime::CompareResult CompareTensors(const at::Tensor& got, const at::Tensor& ref, runtime::Tolerance tol, const at::Tensor* slack) {
   return CompareTensorsChunked(got, ref, tol, slack, kChunkElements);
 }
 
-CompareResult CompareTensorsChunked(const at::Tensor& got_in, const at::Tensor& ref_in, Tolerance tol,
+runtime::CompareResult CompareTensorsChunked(const at::Tensor& got_in, const at::Tensor& ref_in, runtime::Tolerance tol,
                                     const at::Tensor* slack, int64_t chunk_elements) {
-  CompareResult r;
+  runtime::CompareResult r;
   chunk_elements = std::max<int64_t>(chunk_elements, 1);
   if (got_in.sizes() != ref_in.sizes()) {
     r.ok = false;

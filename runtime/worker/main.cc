@@ -21,14 +21,14 @@
 
 namespace {
 
-dice::worker::HelloReply MakeHello() {
-  dice::worker::HelloReply h;
+dice::runtime::worker::HelloReply MakeHello() {
+  dice::runtime::worker::HelloReply h;
   h.pid = static_cast<int>(::getpid());
-  h.nvrtc_version = dice::NvrtcVersion();
-  h.torch_version = dice::worker_impl::LinkedTorchVersion();
+  h.nvrtc_version = dice::runtime::NvrtcVersion();
+  h.torch_version = dice::runtime::worker_impl::LinkedTorchVersion();
   const char* dev_env = std::getenv("DICE_DEVICE");
   h.device_ordinal = dev_env ? std::atoi(dev_env) : 0;
-  auto info = dice::QueryDevice(h.device_ordinal);
+  auto info = dice::runtime::QueryDevice(h.device_ordinal);
   if (info.ok()) {
     h.has_device = true;
     h.device = *info;
@@ -43,8 +43,8 @@ dice::worker::HelloReply MakeHello() {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--version") {
-    std::printf("dice-worker protocol %d, torch %s\n", dice::worker::kProtocolVersion,
-                dice::worker_impl::LinkedTorchVersion().c_str());
+    std::printf("dice-worker protocol %d, torch %s\n", dice::runtime::worker::kProtocolVersion,
+                dice::runtime::worker_impl::LinkedTorchVersion().c_str());
     return 0;
   }
   // The protocol owns the original stdout; anything else that prints to
@@ -55,28 +55,28 @@ int main(int argc, char** argv) {
     std::perror("dice-worker: redirecting stdout");
     return 2;
   }
-  auto send = [out_fd](const std::string& payload) { return dice::worker::WriteFrame(out_fd, payload); };
+  auto send = [out_fd](const std::string& payload) { return dice::runtime::worker::WriteFrame(out_fd, payload); };
 
   for (;;) {
-    auto frame = dice::worker::ReadFrame(in_fd, -1);
+    auto frame = dice::runtime::worker::ReadFrame(in_fd, -1);
     if (!frame.ok()) {
       if (frame.status().code() == dice::StatusCode::kCrashed) return 0;  // parent closed the stream
       std::fprintf(stderr, "dice-worker: %s\n", frame.status().ToString().c_str());
       return 2;
     }
-    auto req = dice::worker::DecodeRequest(*frame);
+    auto req = dice::runtime::worker::DecodeRequest(*frame);
     if (!req.ok()) {
       std::fprintf(stderr, "dice-worker: bad request: %s\n", req.status().ToString().c_str());
       return 2;
     }
     switch (req->type) {
-      case dice::worker::RequestType::kHello:
-        if (!send(dice::worker::EncodeHelloReply(MakeHello())).ok()) return 0;
+      case dice::runtime::worker::RequestType::kHello:
+        if (!send(dice::runtime::worker::EncodeHelloReply(MakeHello())).ok()) return 0;
         break;
-      case dice::worker::RequestType::kShutdown:
+      case dice::runtime::worker::RequestType::kShutdown:
         return 0;
-      case dice::worker::RequestType::kTune:
-        if (dice::worker_impl::RunTuneRequest(req->tune, send)) {
+      case dice::runtime::worker::RequestType::kTune:
+        if (dice::runtime::worker_impl::RunTuneRequest(req->tune, send)) {
           // Fatal CUDA error or parent gone: skip destructors that would
           // touch the broken context.
           std::fflush(stderr);

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace dice::worker_impl {
+namespace dice::runtime::worker_impl {
 
 std::vector<bool> PositiveDomainInputs(const ir::Graph& g) {
   const size_t n_in = g.inputs.size();
@@ -59,4 +59,4 @@ TrialResidency PlanResidency(const std::vector<ir::TensorSpec>& inputs, const st
   return r;
 }
 
-}  // namespace dice::worker_impl
+}  // namespace dice::runtime::worker_impl

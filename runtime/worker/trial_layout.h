@@ -11,7 +11,7 @@
 
 #include "dice/core/ir.h"
 
-namespace dice::worker_impl {
+namespace dice::runtime::worker_impl {
 
 /// One flag per graph input: true when its values reach the argument of an
 /// op with a restricted domain (log, sqrt, rsqrt: x > 0; pow, and pow_scalar
@@ -40,4 +40,4 @@ struct TrialResidency {
 TrialResidency PlanResidency(const std::vector<ir::TensorSpec>& inputs, const std::vector<ir::TensorSpec>& outputs,
                              int n_trials, int64_t max_resident_bytes);
 
-}  // namespace dice::worker_impl
+}  // namespace dice::runtime::worker_impl

@@ -16,7 +16,7 @@
 #include "dice/runtime/extension_compiler.h"
 #include "verifier.h"
 
-namespace dice::worker_impl {
+namespace dice::runtime::worker_impl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -202,4 +202,4 @@ bool RunTuneRequest(const worker::TuneRequest& req, const SendFn& send) {
   return exit_now;
 }
 
-}  // namespace dice::worker_impl
+}  // namespace dice::runtime::worker_impl

@@ -18,7 +18,7 @@
 #include "dice/core/status.h"
 #include "dice/runtime/worker_protocol.h"
 
-namespace dice::worker_impl {
+namespace dice::runtime::worker_impl {
 
 /// Sends one encoded event to the parent.
 using SendFn = std::function<Status(const std::string&)>;
@@ -29,4 +29,4 @@ using SendFn = std::function<Status(const std::string&)>;
 /// was sent, or the parent is gone.
 bool RunTuneRequest(const worker::TuneRequest& request, const SendFn& send);
 
-}  // namespace dice::worker_impl
+}  // namespace dice::runtime::worker_impl

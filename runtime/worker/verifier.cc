@@ -27,7 +27,7 @@
 #include "dice/runtime/kernel_launcher.h"
 #include "trial_layout.h"
 
-namespace dice::worker_impl {
+namespace dice::runtime::worker_impl {
 namespace {
 
 constexpr int kWarmupReps = 3;
@@ -670,4 +670,4 @@ void Verifier::ReleaseDeviceMemory() { c10::cuda::CUDACachingAllocator::emptyCac
 
 std::string LinkedTorchVersion() { return TORCH_VERSION; }
 
-}  // namespace dice::worker_impl
+}  // namespace dice::runtime::worker_impl

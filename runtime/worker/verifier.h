@@ -26,7 +26,7 @@
 #include "dice/runtime/extension_compiler.h"
 #include "dice/runtime/worker_protocol.h"
 
-namespace dice::worker_impl {
+namespace dice::runtime::worker_impl {
 
 /// What one request is about, read from it before any GPU work (torch-free).
 struct TaskSetup {
@@ -98,4 +98,4 @@ std::string ClipError(std::string text);
 /// The LibTorch version this worker was built against ("2.11.0"; hello_reply).
 std::string LinkedTorchVersion();
 
-}  // namespace dice::worker_impl
+}  // namespace dice::runtime::worker_impl

@@ -118,7 +118,7 @@ TEST_F(CliTest, UnknownCacheKeyIsBadInput) {
 }
 
 TEST_F(CliTest, TuneWithoutGpuRunsCompileOnlyAndSaysSo) {
-  if (dice::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: the compile-only path does not apply";
+  if (dice::runtime::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: the compile-only path does not apply";
   DiceResult r = RunDice("tune " + model_ + " --input 64x64:f32 --cache " + Cache());
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("no CUDA device present"), std::string::npos) << r.output;

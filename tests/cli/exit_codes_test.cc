@@ -137,7 +137,7 @@ TEST_F(InputExitCodeTest, InputsThatDoNotMatchForwardsSignatureAreCaughtBeforeRu
 class JudgeDeviceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (dice::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: these check the machine without one";
+    if (dice::runtime::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: these check the machine without one";
     std::ofstream(dir_.path() + "/ref.py") << "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
                                               "    def forward(self, x):\n        return torch.relu(x)\n\n"
                                               "def get_inputs():\n    return [torch.randn(16, 16)]\n\n"

@@ -67,7 +67,7 @@ size_t After(const std::string& text, const std::string& needle, size_t from) {
 }
 
 TEST_F(ProgressCliTest, CompileOnlyTunePrintsEachGroupsProgressInOrderBeforeTheTable) {
-  if (dice::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: this checks the compile-only path";
+  if (dice::runtime::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: this checks the compile-only path";
   DiceResult r = RunDice(Tune(""));
   ASSERT_EQ(r.code, 0) << r.output;
   const std::string& out = r.output;
@@ -94,7 +94,7 @@ TEST_F(ProgressCliTest, CompileOnlyTunePrintsEachGroupsProgressInOrderBeforeTheT
 }
 
 TEST_F(ProgressCliTest, LogLevelWarnHidesProgressButNotTheResults) {
-  if (dice::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: this checks the compile-only path";
+  if (dice::runtime::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: this checks the compile-only path";
   DiceResult r = RunDice(Tune(" --log-level warn"));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.output.find("group 1/2"), std::string::npos) << r.output;
@@ -111,7 +111,7 @@ TEST_F(ProgressCliTest, LogLevelWarnHidesProgressButNotTheResults) {
 }
 
 TEST_F(ProgressCliTest, DiceLogLevelOffSilencesDiagnosticsAndTheFlagWins) {
-  if (dice::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: this checks the compile-only path";
+  if (dice::runtime::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: this checks the compile-only path";
   ScopedEnv off("DICE_LOG_LEVEL", "off");
   DiceResult quiet = RunDice(Tune(""));
   ASSERT_EQ(quiet.code, 0) << quiet.output;
@@ -142,7 +142,7 @@ TEST_F(ProgressCliTest, BadDiceLogLevelIsAWarningAndTheCommandRuns) {
 }
 
 TEST_F(ProgressCliTest, WarmupShowsEachSetsGroupsBeforeItsSummary) {
-  if (dice::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: this checks the compile-only path";
+  if (dice::runtime::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: this checks the compile-only path";
   DiceResult r = RunDice("warmup " + model_ + " --input 32x32:f32 --input 16x16:f32 --cache " + dir_.path() +
                          "/cache");
   ASSERT_EQ(r.code, 0) << r.output;

@@ -216,16 +216,16 @@ TEST(ReportHtmlTest, ReadsFieldsOfTheWrongTypeAsMissing) {
 // ------------------------------------------------------------ the document
 
 TEST(ReportJsonTest, CompileOnlyWritesNullForEveryTimeItDidNotMeasure) {
-  TuneReport r;
+  runtime::TuneReport r;
   r.task_key = "k";
   r.description = "relu f32[8]";
-  CandidateOutcome compiled;
+  runtime::CandidateOutcome compiled;
   compiled.origin = "template:a";
-  compiled.outcome = Outcome::kCompiled;
+  compiled.outcome = runtime::Outcome::kCompiled;
   compiled.compile_ms = 12.5;
-  CandidateOutcome broken;
+  runtime::CandidateOutcome broken;
   broken.origin = "template:b";
-  broken.outcome = Outcome::kCompileError;
+  broken.outcome = runtime::Outcome::kCompileError;
   broken.error = "error: <oops>";
   r.outcomes = {compiled, broken};
   EndToEnd e2e;  // timed = false: compile-only
@@ -250,18 +250,18 @@ TEST(ReportJsonTest, CompileOnlyWritesNullForEveryTimeItDidNotMeasure) {
 }
 
 TEST(ReportJsonTest, TimedRunCarriesEachCandidatesSpeedupOverTheBaseline) {
-  TuneReport r;
+  runtime::TuneReport r;
   r.baseline_us = 30;
   r.best_us = 10;
   r.speedup = 3;
   r.winner_origin = "template:w";
-  CandidateOutcome w;
+  runtime::CandidateOutcome w;
   w.origin = "template:w";
-  w.outcome = Outcome::kWinner;
+  w.outcome = runtime::Outcome::kWinner;
   w.time_us = 10;
-  CandidateOutcome failed;
+  runtime::CandidateOutcome failed;
   failed.origin = "template:f";
-  failed.outcome = Outcome::kVerifyFailed;
+  failed.outcome = runtime::Outcome::kVerifyFailed;
   failed.error = "output 0 differs";
   r.outcomes = {w, failed};
   EndToEnd e2e{true, 100, 80, 50, true, "max abs err 0"};
@@ -432,7 +432,7 @@ TEST(ReportBrowserTest, HeadlessChromiumShowsEveryCandidateRowAndTheBars) {
 class CompileOnlyTuneTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: the compile-only path does not apply";
+    if (runtime::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: the compile-only path does not apply";
     dir_ = std::make_unique<ScratchDir>("dice_report_tune");
     model_ = dir_->path() + "/model.pt";
     // Scripted by PyTorch's Python (this file stays free of torch headers).
@@ -531,10 +531,10 @@ TEST(AttemptsTableTest, CompileOnlyRecordsEveryFailedCandidateWithItsCauseAndNoW
   g.outputs = {1};
   auto task = Task::Make(g, {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {4099})}, TargetInfo{});
   ASSERT_TRUE(task.ok()) << task.status().ToString();
-  TuneOptions opt;
+  runtime::TuneOptions opt;
   opt.compile_only = true;
   opt.max_candidates = 2;
-  Tuner tuner(store->get(), {std::make_shared<generator::TemplateGenerator>(), std::make_shared<BrokenGenerator>()}, opt);
+  runtime::Tuner tuner(store->get(), {std::make_shared<generator::TemplateGenerator>(), std::make_shared<BrokenGenerator>()}, opt);
   auto report = tuner.Tune(*task);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   auto attempts = (*store)->ListAttempts(task->Key());

@@ -36,7 +36,7 @@ class WarmupCliTest : public ::testing::Test {
 };
 
 TEST_F(WarmupCliTest, WarmsEveryShapeSetOfItsShardWithProgress) {
-  if (dice::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: this checks the compile-only path";
+  if (dice::runtime::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: this checks the compile-only path";
   const std::string sets = " --input 32x64:f32,64:f32 --input 16x128:f32,128:f32 --input 8x256:f32,256:f32";
   DiceResult all = RunDice("warmup " + model_ + sets + " --cache " + dir_ + "/cache");
   ASSERT_EQ(all.code, 0) << all.output;

@@ -89,9 +89,9 @@ const std::vector<Case>& Cases() {
 }
 
 TEST(TemplatesGpu, TargetForDeviceCarriesTheDeviceFacts) {
-  auto dev = QueryDevice(0);
+  auto dev = runtime::QueryDevice(0);
   if (!dev.ok()) GTEST_SKIP() << "no GPU: " << dev.status().ToString();
-  const TargetInfo t = TargetForDevice(0);
+  const TargetInfo t = runtime::TargetForDevice(0);
   std::printf("%s %s: %d SMs, L2 %lld B, smem %d B/SM %d B/block (opt-in), %d threads/SM, clusters %d\n",
               t.gpu_name.c_str(), t.arch.c_str(), t.sm_count, static_cast<long long>(t.l2_bytes),
               t.smem_per_sm_bytes, t.smem_per_block_optin_bytes, t.max_threads_per_sm, t.cluster_launch);
@@ -118,13 +118,13 @@ TEST(TemplatesGpu, TargetForDeviceCarriesTheDeviceFacts) {
 }
 
 TEST(TemplatesGpu, EveryTemplateCandidatePassesTheVerifier) {
-  auto dev = QueryDevice(0);
+  auto dev = runtime::QueryDevice(0);
   if (!dev.ok()) GTEST_SKIP() << "no GPU: " << dev.status().ToString();
-  const TargetInfo target = TargetForDevice(0);
-  TuneOptions options;
+  const TargetInfo target = runtime::TargetForDevice(0);
+  runtime::TuneOptions options;
   options.max_candidates = 8;
   options.budget_s = 120;
-  Tuner tuner(nullptr, {std::make_shared<TemplateGenerator>()}, options);
+  runtime::Tuner tuner(nullptr, {std::make_shared<TemplateGenerator>()}, options);
   for (const Case& c : Cases()) {
     SCOPED_TRACE(c.name);
     auto graph = ir::Parse(c.ir);
@@ -138,7 +138,7 @@ TEST(TemplatesGpu, EveryTemplateCandidatePassesTheVerifier) {
     EXPECT_GT(report->baseline_us, 0);
     EXPECT_GE(report->verified, 1);
     for (const auto& o : report->outcomes) {
-      EXPECT_TRUE(IsVerified(o.outcome))
+      EXPECT_TRUE(runtime::IsVerified(o.outcome))
           << o.origin << ": " << o.outcome << " " << o.error;
     }
     std::printf("[templates-gpu] %-22s baseline %9.2f us  best %9.2f us  speedup %5.2fx  %d/%d/%d  %s\n", c.name,

@@ -50,7 +50,7 @@ std::vector<Candidate> ExpectCompiles(const Task& task, int compile_n = 8, size_
     }
     if (static_cast<int>(to_compile.size()) < compile_n) to_compile.push_back(c);
   }
-  auto results = CompileAll(to_compile, "sm_90", 2);
+  auto results = runtime::CompileAll(to_compile, "sm_90", 2);
   for (size_t i = 0; i < results.size(); ++i) {
     EXPECT_TRUE(results[i].ok()) << task.Describe() << " " << to_compile[i].origin << ": "
                                  << results[i].status().ToString() << "\n"
@@ -234,7 +234,7 @@ std::vector<Candidate> GenerateAll(const Task& t) {
   auto cands = gen.Generate(t, 16);
   EXPECT_TRUE(cands.ok()) << cands.status().ToString();
   if (!cands.ok()) return {};
-  auto results = CompileAll(*cands, "sm_90", 2);
+  auto results = runtime::CompileAll(*cands, "sm_90", 2);
   for (size_t i = 0; i < results.size(); ++i)
     EXPECT_TRUE(results[i].ok()) << (*cands)[i].origin << ": " << results[i].status().ToString() << "\n"
                                  << (*cands)[i].source;
@@ -493,12 +493,12 @@ Candidate TinyCandidate(const std::string& body, const std::string& kernel) {
   return c;
 }
 
-TEST(Compiler, ReportsNvrtcVersion) { EXPECT_GE(NvrtcVersion(), 11000); }
+TEST(Compiler, ReportsNvrtcVersion) { EXPECT_GE(runtime::NvrtcVersion(), 11000); }
 
 TEST(Compiler, RejectsMalformedArch) {
   auto c = TinyCandidate("extern \"C\" __global__ void k(float* p) { p[0] = 1.0f; }", "k");
   for (const char* arch : {"90", "sm_", "sm_9x", "compute_90"}) {
-    auto r = CompileCandidate(c, arch);
+    auto r = runtime::CompileCandidate(c, arch);
     ASSERT_FALSE(r.ok()) << arch;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << arch;
   }
@@ -506,7 +506,7 @@ TEST(Compiler, RejectsMalformedArch) {
 
 TEST(Compiler, ReturnsLogOnSyntaxError) {
   auto c = TinyCandidate("extern \"C\" __global__ void k(float* p) { p[0] = undefined_name; }", "k");
-  auto r = CompileCandidate(c, "sm_90");
+  auto r = runtime::CompileCandidate(c, "sm_90");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kCompileError);
   EXPECT_NE(r.status().message().find("undefined_name"), std::string::npos) << r.status().message();
@@ -514,7 +514,7 @@ TEST(Compiler, ReturnsLogOnSyntaxError) {
 
 TEST(Compiler, RejectsPlanNamingAbsentKernel) {
   auto c = TinyCandidate("extern \"C\" __global__ void k(float* p) { p[0] = 1.0f; }", "k2");
-  auto r = CompileCandidate(c, "sm_90");
+  auto r = runtime::CompileCandidate(c, "sm_90");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("k2"), std::string::npos);
 }
@@ -523,20 +523,20 @@ TEST(Compiler, CompilesHalfHeadersAndExtraFlags) {
   auto c = TinyCandidate(
       "#include <cuda_fp16.h>\nextern \"C\" __global__ void kh(__half* p) { p[0] = __float2half_rn(VALUE); }", "kh");
   c.extra_flags = {"-DVALUE=2.0f"};
-  auto r = CompileCandidate(c, "sm_90");
+  auto r = runtime::CompileCandidate(c, "sm_90");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->cubin.rfind("\x7f" "ELF", 0), 0u);
   EXPECT_GT(r->compile_ms, 0.0);
   Candidate ext = c;
   ext.form = CandidateForm::kExtension;
-  EXPECT_EQ(CompileCandidate(ext, "sm_90").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(runtime::CompileCandidate(ext, "sm_90").status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(Compiler, CompileAllKeepsOrder) {
   std::vector<Candidate> cs = {TinyCandidate("extern \"C\" __global__ void a(float* p) { p[0] = 1.0f; }", "a"),
                                TinyCandidate("extern \"C\" __global__ void b(float* p) { p[0] = oops; }", "b"),
                                TinyCandidate("extern \"C\" __global__ void c(float* p) { p[0] = 3.0f; }", "c")};
-  auto rs = CompileAll(cs, "sm_90", 3);
+  auto rs = runtime::CompileAll(cs, "sm_90", 3);
   ASSERT_EQ(rs.size(), 3u);
   EXPECT_TRUE(rs[0].ok());
   EXPECT_FALSE(rs[1].ok());

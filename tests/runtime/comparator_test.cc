@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 using ir::DType;
@@ -322,4 +322,4 @@ TEST(CompareBuffersTest, ReadsUnalignedBuffers) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::runtime

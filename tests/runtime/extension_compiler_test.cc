@@ -23,7 +23,7 @@
 #include "extension_sources.h"
 #include "relu_graph.h"
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 using runtime_test::BrokenReluExtension;
@@ -153,4 +153,4 @@ TEST(ExtensionCompilerTest, CompileOnlyTunerBuildsExtensionCandidatesAndRecordsP
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::runtime

@@ -20,7 +20,7 @@
 #include "extension_sources.h"
 #include "relu_graph.h"
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 TEST(ExtensionGpuTest, KnownGoodExtensionIsVerifiedAndTimedWrongOnesAreRejected) {
@@ -58,4 +58,4 @@ TEST(ExtensionGpuTest, KnownGoodExtensionIsVerifiedAndTimedWrongOnesAreRejected)
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::runtime

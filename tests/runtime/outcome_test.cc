@@ -10,7 +10,7 @@
 #include "dice/runtime/outcome.h"
 #include "dice/runtime/tuner.h"
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 const std::vector<std::pair<Outcome, std::string>>& PersistedNames() {
@@ -59,4 +59,4 @@ TEST(OutcomeTest, CandidateOutcomeStartsSkippedAndPrintsItsStableName) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::runtime

@@ -9,7 +9,7 @@
 #include "dice/runtime/cuda_driver.h"
 #include "dice/runtime/program_judge.h"
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 constexpr const char* kReference = R"(import torch
@@ -87,4 +87,4 @@ TEST(ProgramJudgeGpuTest, WrongKernelIsCompiledAndRejected) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::runtime

@@ -13,7 +13,7 @@
 #include "dice/runtime/process.h"
 #include "dice/runtime/program_judge.h"
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 // KernelBench-format reference: y = relu(x) * 2 on a [64, 128] input.
@@ -203,4 +203,4 @@ TEST(ProgramJudgeTest, KeepFilesLeavesTheLogAndMissingScriptIsNotFound) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::runtime

@@ -16,7 +16,7 @@
 #include "dice/core/task.h"
 #include "dice/runtime/tuner.h"
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 constexpr int kN = 1 << 24;
@@ -125,4 +125,4 @@ TEST(ReverifyGpu, CorrectPulledKernelIsRetimedHereAndStoredVerifiedOrDropped) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::runtime

@@ -15,7 +15,7 @@
 #include "dice/core/task.h"
 #include "dice/runtime/tuner.h"
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 Task ReluTask() {
@@ -81,4 +81,4 @@ TEST(TunerCache, PulledWinnerIsNeverServedUnverifiedAndNeedsAGpuToBeChecked) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::runtime

@@ -5,7 +5,7 @@
 
 #include "dice/runtime/select_winner.h"
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 Measurement Verified(double time_us, bool reduced_precision = false) {
@@ -81,4 +81,4 @@ TEST(SelectWinnerTest, EmptyMeasurementsSelectNothing) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::runtime

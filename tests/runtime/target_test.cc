@@ -5,7 +5,7 @@
 #include "dice/runtime/compiler.h"
 #include "dice/runtime/cuda_driver.h"
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 TEST(TargetTest, MatchesTheDeviceOrFallsBackToCompileOnlyTarget) {
@@ -25,4 +25,4 @@ TEST(TargetTest, MatchesTheDeviceOrFallsBackToCompileOnlyTarget) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::runtime

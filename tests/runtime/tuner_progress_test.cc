@@ -11,7 +11,7 @@
 #include "dice/generator/templates.h"
 #include "dice/runtime/tuner.h"
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 Task ReluTask() {
@@ -68,4 +68,4 @@ TEST(TunerProgress, PhaseNamesAreStable) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::runtime

@@ -24,7 +24,7 @@
 #include "dice/core/task.h"
 #include "dice/runtime/tuner.h"
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 constexpr int kN = 4099;  // not a multiple of any block size: tails matter
@@ -232,4 +232,4 @@ TEST(LoadedKernelGpu, RejectsPlanNamingAKernelMissingFromTheCubin) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::runtime

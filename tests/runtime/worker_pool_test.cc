@@ -27,7 +27,7 @@
 #include "dice/runtime/worker_pool.h"
 #include "dice/runtime/worker_protocol.h"
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -415,4 +415,4 @@ TEST(Tuner, RejectsCapturedInputsOfWrongSize) {
 }
 
 }  // namespace
-}  // namespace dice
+}  // namespace dice::runtime

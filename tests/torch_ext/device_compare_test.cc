@@ -14,15 +14,15 @@
 namespace dice::reference {
 namespace {
 
-CompareResult Host(const at::Tensor& got, const at::Tensor& ref, Tolerance tol) {
+runtime::CompareResult Host(const at::Tensor& got, const at::Tensor& ref, runtime::Tolerance tol) {
   auto g = got.contiguous(), r = ref.contiguous();
-  return CompareBuffers(g.data_ptr(), r.data_ptr(), g.numel(), *FromScalarType(g.scalar_type()),
+  return runtime::CompareBuffers(g.data_ptr(), r.data_ptr(), g.numel(), *FromScalarType(g.scalar_type()),
                         *FromScalarType(r.scalar_type()), tol);
 }
 
-void ExpectSameVerdict(const at::Tensor& got, const at::Tensor& ref, Tolerance tol) {
-  const CompareResult d = CompareTensors(got, ref, tol);
-  const CompareResult h = Host(got, ref, tol);
+void ExpectSameVerdict(const at::Tensor& got, const at::Tensor& ref, runtime::Tolerance tol) {
+  const runtime::CompareResult d = CompareTensors(got, ref, tol);
+  const runtime::CompareResult h = Host(got, ref, tol);
   EXPECT_EQ(d.ok, h.ok) << "device: " << d.reason << "\nhost: " << h.reason;
   EXPECT_EQ(d.num_bad, h.num_bad);
   EXPECT_EQ(d.first_bad_index, h.first_bad_index);
@@ -31,7 +31,7 @@ void ExpectSameVerdict(const at::Tensor& got, const at::Tensor& ref, Tolerance t
 TEST(DeviceCompareTest, AgreesWithHostComparatorOnRandomPerturbations) {
   at::manual_seed(7);
   for (auto dtype : {at::kFloat, at::kHalf, at::kBFloat16}) {
-    const Tolerance tol = Tolerance::ForDType(*FromScalarType(dtype));
+    const runtime::Tolerance tol = runtime::Tolerance::ForDType(*FromScalarType(dtype));
     at::Tensor ref = at::randn({64, 129}).to(dtype);
     // Errors around the tolerance boundary: some pass, some fail.
     at::Tensor noise = at::randn({64, 129}) * (tol.atol * 3);
@@ -45,13 +45,13 @@ TEST(DeviceCompareTest, RejectsUnwrittenPoisonedTailAndNamesFirstElement) {
   at::Tensor ref = at::randn({1000});
   at::Tensor got = ref.clone();
   got.slice(0, 990).fill_(std::numeric_limits<float>::quiet_NaN());
-  const CompareResult d = CompareTensors(got, ref, Tolerance::ForDType(ir::DType::kFloat32));
+  const runtime::CompareResult d = CompareTensors(got, ref, runtime::Tolerance::ForDType(ir::DType::kFloat32));
   EXPECT_FALSE(d.ok);
   EXPECT_EQ(d.num_bad, 10);
   EXPECT_EQ(d.first_bad_index, 990);
   EXPECT_NE(d.reason.find("element 990"), std::string::npos) << d.reason;
   EXPECT_NE(d.reason.find("unwritten or NaN"), std::string::npos) << d.reason;
-  ExpectSameVerdict(got, ref, Tolerance::ForDType(ir::DType::kFloat32));
+  ExpectSameVerdict(got, ref, runtime::Tolerance::ForDType(ir::DType::kFloat32));
 }
 
 TEST(DeviceCompareTest, NanAndInfMustMatchPlacementAndSign) {
@@ -61,7 +61,7 @@ TEST(DeviceCompareTest, NanAndInfMustMatchPlacementAndSign) {
   for (int i = 0; i < 5; ++i) {
     at::Tensor got = ref.clone();
     got[i] = (i == 1) ? 0.0f : (i == 2 ? -inf : (i == 3 ? inf : nan));
-    const CompareResult d = CompareTensors(got, ref, {1e-4, 1e-4});
+    const runtime::CompareResult d = CompareTensors(got, ref, {1e-4, 1e-4});
     EXPECT_FALSE(d.ok) << i;
     EXPECT_EQ(d.first_bad_index, i);
     ExpectSameVerdict(got, ref, {1e-4, 1e-4});
@@ -86,12 +86,12 @@ TEST(DeviceCompareTest, SlackAdmitsAnswersAsAccurateAsPyTorchAndNothingWorse) {
   at::Tensor ref = x.sum();
   at::Tensor ref64 = x.to(at::kDouble).sum();
   at::Tensor exact = ref64.to(at::kFloat);
-  const Tolerance tight{1e-12, 1e-12};
+  const runtime::Tolerance tight{1e-12, 1e-12};
   ASSERT_NE(exact.item<float>(), ref.item<float>()) << "seed gives no rounding difference; pick another";
   EXPECT_FALSE(CompareTensors(exact, ref, tight).ok);
   const at::Tensor slack = ReferenceErrorSlack(ref, ref64);
   EXPECT_TRUE(CompareTensors(exact, ref, tight, &slack).ok);
-  EXPECT_FALSE(CompareTensors(ref + 1.0, ref, Tolerance::ForDType(ir::DType::kFloat32), &slack).ok);
+  EXPECT_FALSE(CompareTensors(ref + 1.0, ref, runtime::Tolerance::ForDType(ir::DType::kFloat32), &slack).ok);
 }
 }  // namespace
 }  // namespace dice::reference
@@ -104,11 +104,11 @@ TEST(DeviceCompareTest, ChunkedComparisonGivesTheSameResultForAnyChunkSize) {
   at::Tensor got = ref + at::randn({37, 41}) * 3e-4;  // some elements fail, some pass
   got[5][7] = std::numeric_limits<float>::quiet_NaN();
   const at::Tensor slack = at::rand({37, 41}) * 1e-4;
-  const Tolerance tol = Tolerance::ForDType(ir::DType::kFloat32);
-  const CompareResult whole = CompareTensors(got, ref, tol, &slack);
+  const runtime::Tolerance tol = runtime::Tolerance::ForDType(ir::DType::kFloat32);
+  const runtime::CompareResult whole = CompareTensors(got, ref, tol, &slack);
   ASSERT_FALSE(whole.ok);
   for (int64_t chunk : {1, 7, 64, 1000, 1 << 20}) {
-    const CompareResult c = CompareTensorsChunked(got, ref, tol, &slack, chunk);
+    const runtime::CompareResult c = CompareTensorsChunked(got, ref, tol, &slack, chunk);
     EXPECT_EQ(c.ok, whole.ok) << chunk;
     EXPECT_EQ(c.num_bad, whole.num_bad) << chunk;
     EXPECT_EQ(c.first_bad_index, whole.first_bad_index) << chunk;

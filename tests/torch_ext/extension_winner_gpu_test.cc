@@ -59,7 +59,7 @@ TEST(ExtensionWinnerGpu, CachedExtensionWinnerIsServedOnASecondRun) {
   ASSERT_TRUE(tuned.ok()) << tuned.status().ToString();
   ASSERT_EQ(tuned->size(), 1u);
   std::string outcomes;
-  for (const auto& o : (*tuned)[0].outcomes) outcomes += o.origin + ": " + std::string(OutcomeName(o.outcome)) + " " + o.error + "\n";
+  for (const auto& o : (*tuned)[0].outcomes) outcomes += o.origin + ": " + std::string(runtime::OutcomeName(o.outcome)) + " " + o.error + "\n";
   ASSERT_EQ((*tuned)[0].winner_origin, "ext:relu") << outcomes;
   EXPECT_GT((*tuned)[0].best_us, 0);
 

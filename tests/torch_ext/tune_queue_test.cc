@@ -12,9 +12,9 @@
 namespace dice::torch_ext {
 namespace {
 
-CandidateOutcome MakeOutcome(const std::string& origin, Outcome kind, double time_us = 0,
+runtime::CandidateOutcome MakeOutcome(const std::string& origin, runtime::Outcome kind, double time_us = 0,
                          const std::string& error = "") {
-  CandidateOutcome o;
+  runtime::CandidateOutcome o;
   o.origin = origin;
   o.outcome = kind;
   o.time_us = time_us;
@@ -23,25 +23,25 @@ CandidateOutcome MakeOutcome(const std::string& origin, Outcome kind, double tim
 }
 
 TEST(NoWinnerTextTest, NamesCountsBaselineAndTheFastestVerifiedCandidate) {
-  TuneReport rep;
+  runtime::TuneReport rep;
   rep.tried = 3;
   rep.compiled = 3;
   rep.verified = 2;
   rep.baseline_us = 11400.0;
-  rep.outcomes = {MakeOutcome("template:a", Outcome::kSlower, 11900.0),
-                  MakeOutcome("template:b", Outcome::kSlower, 11350.2),
-                  MakeOutcome("template:c", Outcome::kCompiled)};
+  rep.outcomes = {MakeOutcome("template:a", runtime::Outcome::kSlower, 11900.0),
+                  MakeOutcome("template:b", runtime::Outcome::kSlower, 11350.2),
+                  MakeOutcome("template:c", runtime::Outcome::kCompiled)};
   EXPECT_EQ(NoWinnerText(rep, 0.05),
             "no winner (tuned: 3 tried, 3 compiled, 2 verified; baseline 11400.0 µs, best template:b 11350.2 µs, "
             "needs < 0.95x of it)");
 }
 
 TEST(NoWinnerTextTest, NamesTheFirstFailureWithTheFirstLineOfItsError) {
-  TuneReport rep;
+  runtime::TuneReport rep;
   rep.tried = 2;
-  rep.outcomes = {MakeOutcome("template:ok", Outcome::kVerified, 5.0),
-                  MakeOutcome("dice:sample1", Outcome::kCompileError, 0, "error: expected ';'\nline 2\nline 3"),
-                  MakeOutcome("dice:sample2", Outcome::kVerifyFailed, 0, "max abs error 3.0")};
+  rep.outcomes = {MakeOutcome("template:ok", runtime::Outcome::kVerified, 5.0),
+                  MakeOutcome("dice:sample1", runtime::Outcome::kCompileError, 0, "error: expected ';'\nline 2\nline 3"),
+                  MakeOutcome("dice:sample2", runtime::Outcome::kVerifyFailed, 0, "max abs error 3.0")};
   const std::string text = NoWinnerText(rep, 0.05);
   EXPECT_NE(text.find("; first failure dice:sample1: compile_error (error: expected ';'))"), std::string::npos)
       << text;
@@ -50,17 +50,17 @@ TEST(NoWinnerTextTest, NamesTheFirstFailureWithTheFirstLineOfItsError) {
 }
 
 TEST(NoWinnerTextTest, CutsALongErrorAt200Characters) {
-  TuneReport rep;
-  rep.outcomes = {MakeOutcome("dice:long", Outcome::kCrashed, 0, std::string(500, 'x'))};
+  runtime::TuneReport rep;
+  rep.outcomes = {MakeOutcome("dice:long", runtime::Outcome::kCrashed, 0, std::string(500, 'x'))};
   const std::string text = NoWinnerText(rep, 0.05);
   EXPECT_NE(text.find("(" + std::string(200, 'x') + "...)"), std::string::npos) << text;
   EXPECT_EQ(text.find(std::string(201, 'x')), std::string::npos) << text;
 }
 
 TEST(NoWinnerTextTest, SkippedCandidatesCountAsFailuresAndNoBaselineIsLeftOut) {
-  TuneReport rep;
+  runtime::TuneReport rep;
   rep.tried = 1;
-  rep.outcomes = {MakeOutcome("template:x", Outcome::kSkipped, 0, "precision policy")};
+  rep.outcomes = {MakeOutcome("template:x", runtime::Outcome::kSkipped, 0, "precision policy")};
   EXPECT_EQ(NoWinnerText(rep, 0.05),
             "no winner (tuned: 1 tried, 0 compiled, 0 verified; first failure template:x: skipped (precision policy))");
 }

@@ -23,7 +23,7 @@ std::string Answer(const std::string& body) {
 }
 
 TEST(DeviceFormRewardGpu, RightWrongBrokenAndMissingAnswersGetTheVerifiersVerdict) {
-  if (!QueryDevice(0).ok()) GTEST_SKIP() << "no GPU: " << QueryDevice(0).status().ToString();
+  if (!runtime::QueryDevice(0).ok()) GTEST_SKIP() << "no GPU: " << runtime::QueryDevice(0).status().ToString();
   CukeExample task;
   task.id = "cache:relu4099";
   task.kind = "device";

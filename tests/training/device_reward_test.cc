@@ -216,7 +216,7 @@ TEST(TrainingReward, JudgedDeviceTasksNeedTheJudgeAndItsFields) {
   ASSERT_FALSE(bad_plan.ok());
   EXPECT_NE(bad_plan.status().message().find("launch_plan"), std::string::npos) << bad_plan.status().ToString();
 
-  if (QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: device_reward_gpu_test.cc covers the verdicts";
+  if (runtime::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: device_reward_gpu_test.cc covers the verdicts";
   task.launch_plan = R"({"launches":[{"kernel":"relu_k","grid":[17,1,1],"block":[256,1,1],"smem":0}],"workspace":0})";
   auto no_gpu = RewardAnswers(task, answers, o);
   ASSERT_FALSE(no_gpu.ok());

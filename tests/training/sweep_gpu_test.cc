@@ -21,7 +21,7 @@ namespace dice::training {
 namespace {
 
 TEST(TrainingSweepGpu, SweepWinnersBecomeDeviceExamplesTheJudgeAccepts) {
-  if (!QueryDevice(0).ok()) GTEST_SKIP() << "no GPU: " << QueryDevice(0).status().ToString();
+  if (!runtime::QueryDevice(0).ok()) GTEST_SKIP() << "no GPU: " << runtime::QueryDevice(0).status().ToString();
   char tmpl[] = "/tmp/dice_sweepgpu_XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;

@@ -71,7 +71,7 @@ TEST(TrainingSweep, AnUnopenableCacheIsBadInputNamingThePath) {
 }
 
 TEST(TrainingSweep, WithoutAGpuEveryCandidateIsCompiledAndNothingStored) {
-  if (QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: sweep_gpu_test.cc covers the tuned sweep";
+  if (runtime::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: sweep_gpu_test.cc covers the tuned sweep";
   const std::string dir = TempDir();
   SweepOptions o;
   o.catalog_path = std::string(DICE_SOURCE_DIR) + "/training/sweeps/templates.json";
@@ -117,7 +117,7 @@ TEST(TrainingSweep, EveryCatalogTemplateKernelHasInfillSpans) {
   generator::TemplateGenerator templates;
   size_t kernels = 0;
   for (const auto& e : *catalog) {
-    auto task = Task::Make(e.graph, e.shapes.front(), TargetForDevice(0));
+    auto task = Task::Make(e.graph, e.shapes.front(), runtime::TargetForDevice(0));
     ASSERT_TRUE(task.ok()) << e.name << ": " << task.status().ToString();
     auto candidates = templates.Generate(*task, 2);
     ASSERT_TRUE(candidates.ok()) << e.name << ": " << candidates.status().ToString();

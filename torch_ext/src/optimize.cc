@@ -72,13 +72,13 @@ TargetInfo CurrentTarget(int ordinal) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(ordinal);
   if (it != cache.end()) return it->second;
-  TargetInfo t = TargetForDevice(ordinal);
+  TargetInfo t = runtime::TargetForDevice(ordinal);
   cache[ordinal] = t;
   return t;
 }
 
-Expected<TuneReport> TuneCapturedCall(const CapturedCall& call, const Options& options,
-                                      const TuneProgressCallback& on_progress) {
+Expected<runtime::TuneReport> TuneCapturedCall(const CapturedCall& call, const Options& options,
+                                      const runtime::TuneProgressCallback& on_progress) {
   SetRuntimeOptions(options);
   auto task = Task::Make(call.graph, call.inputs, CurrentTarget(options.tune.device));
   if (!task.ok()) return task.status();
@@ -155,7 +155,7 @@ Expected<OptimizeReport> optimize(torch::jit::Module& module, const Options& opt
   return report;
 }
 
-Expected<std::vector<TuneReport>> TuneGroups(torch::jit::Module& module, const std::vector<c10::IValue>& inputs,
+Expected<std::vector<runtime::TuneReport>> TuneGroups(torch::jit::Module& module, const std::vector<c10::IValue>& inputs,
                                              const Options& options, const GroupTuneProgressCallback& on_progress) {
   EnsureRegistered();
   // Run once in observe mode with capture on: every group records its inputs.
@@ -181,12 +181,12 @@ Expected<std::vector<TuneReport>> TuneGroups(torch::jit::Module& module, const s
     for (const auto& s : call.inputs) sig += ";" + s.ToString();
     if (seen.insert(sig).second) distinct.push_back(&call);
   }
-  std::vector<TuneReport> reports;
+  std::vector<runtime::TuneReport> reports;
   for (size_t i = 0; i < distinct.size(); ++i) {
     const CapturedCall& call = *distinct[i];
-    TuneProgressCallback group_progress;
+    runtime::TuneProgressCallback group_progress;
     if (on_progress) {
-      group_progress = [&, i](const TuneProgress& p) {
+      group_progress = [&, i](const runtime::TuneProgress& p) {
         on_progress(GroupTuneProgress{static_cast<int>(i) + 1, static_cast<int>(distinct.size()), call.group_id, p});
       };
     }
@@ -197,7 +197,7 @@ Expected<std::vector<TuneReport>> TuneGroups(torch::jit::Module& module, const s
         SetRuntimeOptions(options);
         return rep.status();
       }
-      TuneReport failed;
+      runtime::TuneReport failed;
       failed.description = "group " + std::to_string(call.group_id) + ": " + rep.status().ToString();
       reports.push_back(std::move(failed));
       continue;

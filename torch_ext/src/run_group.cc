@@ -60,14 +60,14 @@ std::string DTypeText(at::ScalarType st) {
 }
 
 // Host copies of the inputs (contiguous bytes); empty when together they
-// exceed the worker's cap (worker::kMaxCapturedBytes, 2 GiB): then the
+// exceed the worker's cap (runtime::worker::kMaxCapturedBytes, 2 GiB): then the
 // verifier uses random trials only and nothing multi-GB is copied.
 std::vector<std::string> HostBytes(const torch::jit::Stack& stack, size_t n_in) {
   std::vector<std::string> out;
   const size_t base = stack.size() - n_in;
   uint64_t total = 0;
   for (size_t i = 0; i < n_in; ++i) total += static_cast<uint64_t>(stack[base + i].toTensor().nbytes());
-  if (total > worker::kMaxCapturedBytes) return out;
+  if (total > runtime::worker::kMaxCapturedBytes) return out;
   for (size_t i = 0; i < n_in; ++i) {
     at::Tensor c = stack[base + i].toTensor().contiguous().cpu();
     out.emplace_back(static_cast<const char*>(c.data_ptr()), c.nbytes());
@@ -83,8 +83,8 @@ struct SigEntry {
   std::unique_ptr<Task> task;  // null when the specs did not make a task
   std::atomic<int> state{kUnknown};
   std::string failure;
-  std::shared_ptr<LoadedKernel> kernel;
-  ExtensionEntryFn extension = nullptr;  // an extension-form winner (the kernel is then null)
+  std::shared_ptr<runtime::LoadedKernel> kernel;
+  runtime::ExtensionEntryFn extension = nullptr;  // an extension-form winner (the kernel is then null)
   std::vector<std::vector<int64_t>> out_shapes;
   std::vector<at::ScalarType> out_dtypes;
 
@@ -112,7 +112,7 @@ struct SigEntry {
 
   // A background tune's result: the next call resolves again when it stored
   // a winner.
-  void TuneFinished(const Expected<TuneReport>& rep) {
+  void TuneFinished(const Expected<runtime::TuneReport>& rep) {
     if (!rep.ok()) {
       Fail("tuning failed: " + rep.status().message());
       return;
@@ -398,7 +398,7 @@ class GroupOp {
   int Queue(const std::shared_ptr<SigEntry>& e, const torch::jit::Stack& stack) {
     int expected = SigEntry::kNoWinner;
     if (!e->state.compare_exchange_strong(expected, SigEntry::kPending)) return e->state.load();
-    EnqueueTune(*e->task, HostBytes(stack, n_in_), [e](const Expected<TuneReport>& rep) { e->TuneFinished(rep); });
+    EnqueueTune(*e->task, HostBytes(stack, n_in_), [e](const Expected<runtime::TuneReport>& rep) { e->TuneFinished(rep); });
     return SigEntry::kPending;
   }
 

@@ -29,7 +29,7 @@ namespace dice::torch_ext {
 struct RuntimeSettings {
   Mode mode = Mode::kObserve;
   std::string cache_dir;      ///< "" = cache::DefaultCacheDir()
-  TuneOptions tune;
+  runtime::TuneOptions tune;
   bool freeze = true;
   int min_nontrivial_ops = 1;
 };

@@ -23,9 +23,9 @@ struct TuneJob {
 
 struct TunerState {
   std::mutex tune_mu;  // one Tune at a time; guards the fields up to `generators`
-  std::unique_ptr<Tuner> tuner;
+  std::unique_ptr<runtime::Tuner> tuner;
   std::shared_ptr<cache::Store> tuner_store;  // the store `tuner` reads and writes
-  TuneOptions tuner_options;                  // the options `tuner` was built with
+  runtime::TuneOptions tuner_options;                  // the options `tuner` was built with
   std::vector<std::shared_ptr<KernelGenerator>> generators;  // empty = TemplateGenerator only
 
   std::mutex queue_mu;  // guards queue, worker_started
@@ -67,8 +67,8 @@ void TunerThreadMain() {
 
 }  // namespace
 
-Expected<TuneReport> TuneNow(const Task& task, const std::vector<std::string>* captured,
-                             const TuneProgressCallback& on_progress) {
+Expected<runtime::TuneReport> TuneNow(const Task& task, const std::vector<std::string>* captured,
+                             const runtime::TuneProgressCallback& on_progress) {
   TunerState& t = T();
   std::lock_guard<std::mutex> tune_lock(t.tune_mu);
   std::shared_ptr<cache::Store> store;
@@ -83,11 +83,11 @@ Expected<TuneReport> TuneNow(const Task& task, const std::vector<std::string>* c
   // new tuner is built; the old store stays open until its tuner is gone.
   // (It used to be freed under the old tuner: a segfault in
   // Store::GetWinner on the H200.)
-  const TuneOptions options = GetRuntimeSettings().tune;
+  const runtime::TuneOptions options = GetRuntimeSettings().tune;
   if (!t.tuner || t.tuner_store != store || t.tuner_options != options) {
     std::vector<std::shared_ptr<KernelGenerator>> gens = t.generators;
     if (gens.empty()) gens.push_back(std::make_shared<generator::TemplateGenerator>());
-    t.tuner = std::make_unique<Tuner>(store.get(), std::move(gens), options);
+    t.tuner = std::make_unique<runtime::Tuner>(store.get(), std::move(gens), options);
     t.tuner_store = store;
     t.tuner_options = options;
   }
@@ -117,16 +117,16 @@ void SetTunerGenerators(std::vector<std::shared_ptr<KernelGenerator>> generators
   t.tuner.reset();  // the next tune builds a Tuner with them
 }
 
-std::string NoWinnerText(const TuneReport& rep, double margin) {
+std::string NoWinnerText(const runtime::TuneReport& rep, double margin) {
   char buf[160];
   std::snprintf(buf, sizeof(buf), "no winner (tuned: %d tried, %d compiled, %d verified", rep.tried, rep.compiled,
                 rep.verified);
   std::string out = buf;
-  const CandidateOutcome* best = nullptr;
-  const CandidateOutcome* failed = nullptr;
+  const runtime::CandidateOutcome* best = nullptr;
+  const runtime::CandidateOutcome* failed = nullptr;
   for (const auto& o : rep.outcomes) {
     if (o.time_us > 0 && (best == nullptr || o.time_us < best->time_us)) best = &o;
-    if (failed == nullptr && !IsVerified(o.outcome) && o.outcome != Outcome::kCompiled) failed = &o;
+    if (failed == nullptr && !runtime::IsVerified(o.outcome) && o.outcome != runtime::Outcome::kCompiled) failed = &o;
   }
   if (rep.baseline_us > 0) {
     std::snprintf(buf, sizeof(buf), "; baseline %.1f µs", rep.baseline_us);
@@ -139,7 +139,7 @@ std::string NoWinnerText(const TuneReport& rep, double margin) {
     out += b2;
   }
   if (failed != nullptr) {
-    out += "; first failure " + failed->origin + ": " + std::string(OutcomeName(failed->outcome));
+    out += "; first failure " + failed->origin + ": " + std::string(runtime::OutcomeName(failed->outcome));
     if (!failed->error.empty()) {
       // The cause (a compile log or verifier message can run to kilobytes).
       constexpr size_t kMaxError = 200;

@@ -27,11 +27,11 @@ namespace dice::torch_ext {
 /// copies of real inputs to verify with, or null; `on_progress`: the Tune's
 /// progress events, called on this thread while the tuner is held).
 /// Errors: as Tuner::Tune, or the cache store's open errors.
-Expected<TuneReport> TuneNow(const Task& task, const std::vector<std::string>* captured,
-                             const TuneProgressCallback& on_progress = {});
+Expected<runtime::TuneReport> TuneNow(const Task& task, const std::vector<std::string>* captured,
+                             const runtime::TuneProgressCallback& on_progress = {});
 
 /// Called on the tuner thread with the result of one queued tune.
-using TuneDone = std::function<void(const Expected<TuneReport>& report)>;
+using TuneDone = std::function<void(const Expected<runtime::TuneReport>& report)>;
 
 /// Queues `task` for the background tuner thread (starting it on first
 /// use); `captured` as TuneNow's (empty = none). The thread logs one line
@@ -49,7 +49,7 @@ void SetTunerGenerators(std::vector<std::shared_ptr<KernelGenerator>> generators
 /// (tuned: 6 tried, 6 compiled, 6 verified; baseline 11400.0 µs, best
 /// template:row/tile32x8/reg 11350.2 µs, needs < 0.95x of it)". `margin`
 /// as TuneOptions::margin.
-std::string NoWinnerText(const TuneReport& report, double margin);
+std::string NoWinnerText(const runtime::TuneReport& report, double margin);
 
 /// Returns the framework allocator's cached, unused device blocks to the
 /// driver, so the tuning worker (another process) can use that memory; live

@@ -96,7 +96,7 @@ Expected<std::string> TuneOnMiss(const WinnerRequest& req) {
 // An extension-form winner: the shared object is written to a private
 // temporary file, dlopen'ed and its entry point kept; the library stays
 // loaded for the process's lifetime.
-Expected<ExtensionEntryFn> LoadExtension(const cache::WinnerRecord& rec) {
+Expected<runtime::ExtensionEntryFn> LoadExtension(const cache::WinnerRecord& rec) {
   auto fail = [](const std::string& why) { return Status(StatusCode::kCompileError, "extension load failed: " + why); };
   const char* tmp = std::getenv("TMPDIR");
   std::string path = std::string(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp") + "/dice-winner-XXXXXX.so";
@@ -116,18 +116,18 @@ Expected<ExtensionEntryFn> LoadExtension(const cache::WinnerRecord& rec) {
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   ::unlink(path.c_str());
   if (handle == nullptr) return fail(std::string("dlopen: ") + ::dlerror());
-  auto fn = reinterpret_cast<ExtensionEntryFn>(::dlsym(handle, kExtensionEntryName));
-  if (fn == nullptr) return fail(std::string("no ") + kExtensionEntryName + " in the cached library");
+  auto fn = reinterpret_cast<runtime::ExtensionEntryFn>(::dlsym(handle, runtime::kExtensionEntryName));
+  if (fn == nullptr) return fail(std::string("no ") + runtime::kExtensionEntryName + " in the cached library");
   return fn;
 }
 
 // A device-form winner: its cubin loaded into the current CUDA context.
-Expected<std::shared_ptr<LoadedKernel>> LoadDeviceKernel(const WinnerRequest& req, const cache::WinnerRecord& rec) {
+Expected<std::shared_ptr<runtime::LoadedKernel>> LoadDeviceKernel(const WinnerRequest& req, const cache::WinnerRecord& rec) {
   auto plan = LaunchPlan::FromJson(rec.launch_plan_json);
   if (!plan.ok()) return Status(plan.status().code(), "bad launch plan: " + plan.status().message());
-  auto k = LoadedKernel::Load(rec.cubin, *plan, req.num_inputs, req.num_outputs);
+  auto k = runtime::LoadedKernel::Load(rec.cubin, *plan, req.num_inputs, req.num_outputs);
   if (!k.ok()) return Status(k.status().code(), "kernel load failed: " + k.status().message());
-  return std::shared_ptr<LoadedKernel>(std::move(k).value());
+  return std::shared_ptr<runtime::LoadedKernel>(std::move(k).value());
 }
 
 Expected<LoadedWinner> Load(const WinnerRequest& req, const cache::WinnerRecord& rec) {

@@ -32,8 +32,8 @@ namespace dice::torch_ext {
 /// entry point; neither when there is no winner (why in `no_winner`).
 struct LoadedWinner {
   CandidateForm form = CandidateForm::kDevice;
-  std::shared_ptr<LoadedKernel> kernel;  ///< device form
-  ExtensionEntryFn extension = nullptr;  ///< extension form (kernel is then null)
+  std::shared_ptr<runtime::LoadedKernel> kernel;  ///< device form
+  runtime::ExtensionEntryFn extension = nullptr;  ///< extension form (kernel is then null)
   std::string no_winner;                 ///< "" or NoWinnerText of a tune that found none
 
   /// True when a winner was loaded.

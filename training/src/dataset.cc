@@ -153,7 +153,7 @@ struct Pending {
   CukeExample e2e;
   std::optional<CukeExample> infill;
   std::string infill_program;  // prefix + middle + suffix when it differs from the e2e program
-  std::optional<ProgramVerdict> e2e_verdict, infill_verdict;
+  std::optional<runtime::ProgramVerdict> e2e_verdict, infill_verdict;
   bool task = false;  // an answer-less task (keep_tasks): nothing to verify, kept as is
 };
 
@@ -200,7 +200,7 @@ class DatasetBuilder {
   // Whether corpus pairs are judged here (verify, and a GPU for "auto"),
   // and the report's note that says so.
   void DecideVerification() {
-    r_.gpu_present = QueryDevice(0).ok();
+    r_.gpu_present = runtime::QueryDevice(0).ok();
     judge_ = o_.verify == "judge" || (o_.verify == "auto" && r_.gpu_present);
     if (judge_) {
       r_.verification_note = "imported pairs are re-verified and timed here: KernelBench protocol on " +
@@ -364,7 +364,7 @@ class DatasetBuilder {
     struct Job {
       size_t index;
       bool infill;
-      std::future<Expected<ProgramVerdict>> verdict;
+      std::future<Expected<runtime::ProgramVerdict>> verdict;
     };
     std::vector<std::pair<size_t, bool>> work;
     for (size_t i = 0; i < pending_.size(); ++i) {
@@ -379,7 +379,7 @@ class DatasetBuilder {
         const auto [i, infill] = work[w];
         const std::string& program = infill ? pending_[i].infill_program : pending_[i].e2e.program;
         running.push_back({i, infill, std::async(std::launch::async, [this, i = i, program_ptr = &program] {
-                             return JudgeProgram(pending_[i].e2e.reference, *program_ptr, judge_options_);
+                             return runtime::JudgeProgram(pending_[i].e2e.reference, *program_ptr, judge_options_);
                            })});
       }
       for (auto& job : running) {
@@ -395,7 +395,7 @@ class DatasetBuilder {
 
   // The verdict (when judged: a failure is dropped, a pass gets the measured
   // speedup), the speedup filter, then Keep.
-  void Admit(CukeExample e, const std::optional<ProgramVerdict>& v) {
+  void Admit(CukeExample e, const std::optional<runtime::ProgramVerdict>& v) {
     if (judge_) {
       if (!v->correct) {
         ++r_.failed_verification;
@@ -445,7 +445,7 @@ class DatasetBuilder {
   const std::function<void(const std::string&)>& log_fn_;
   DatasetReport r_;
   bool judge_ = false;  // corpus pairs are judged here
-  ProgramJudgeOptions judge_options_;
+  runtime::ProgramJudgeOptions judge_options_;
   std::vector<Pending> pending_;  // corpus items in source order
   std::vector<CukeExample> out_;  // kept, in output order
   std::set<std::string> seen_;    // kind:hash of every kept example

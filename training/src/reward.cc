@@ -24,7 +24,7 @@ struct DeviceFormJudge::Impl {
   double candidate_timeout_s = 20;
   std::mutex mu;
   std::shared_ptr<generator::FixedGenerator> generator = std::make_shared<generator::FixedGenerator>(std::vector<Candidate>{}, "answers");
-  std::unique_ptr<Tuner> tuner;  // created at the first Judge (its worker starts then)
+  std::unique_ptr<runtime::Tuner> tuner;  // created at the first Judge (its worker starts then)
 };
 
 DeviceFormJudge::DeviceFormJudge(const std::string& device, double candidate_timeout_s)
@@ -50,9 +50,9 @@ Expected<std::vector<AnswerReward>> DeviceFormJudge::Judge(const CukeExample& ta
   if (!specs.ok()) return bad(specs.status().message());
   auto plan = LaunchPlan::FromJson(task.launch_plan);
   if (!plan.ok()) return bad("launch_plan: " + plan.status().message());
-  auto device = QueryDevice(impl_->ordinal);
+  auto device = runtime::QueryDevice(impl_->ordinal);
   if (!device.ok()) return device.status().WithContext("device-form judge");
-  auto t = Task::Make(*graph, *specs, TargetForDevice(impl_->ordinal));
+  auto t = Task::Make(*graph, *specs, runtime::TargetForDevice(impl_->ordinal));
   if (!t.ok()) return bad(t.status().message());
 
   std::vector<AnswerReward> out(codes.size());
@@ -71,17 +71,17 @@ Expected<std::vector<AnswerReward>> DeviceFormJudge::Judge(const CukeExample& ta
   if (candidates.empty()) return out;
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (!impl_->tuner) {
-    TuneOptions o;
+    runtime::TuneOptions o;
     o.max_candidates = 1 << 20;
     o.budget_s = 1e9;  // every answer is judged; each is bounded by candidate_timeout_s
     o.candidate_timeout_s = impl_->candidate_timeout_s;
     o.device = impl_->ordinal;
-    impl_->tuner = std::make_unique<Tuner>(nullptr, std::vector<std::shared_ptr<KernelGenerator>>{impl_->generator}, o);
+    impl_->tuner = std::make_unique<runtime::Tuner>(nullptr, std::vector<std::shared_ptr<KernelGenerator>>{impl_->generator}, o);
   }
   impl_->generator->SetCandidates(std::move(candidates));
   auto report = impl_->tuner->Tune(*t);
   if (!report.ok()) return report.status().WithContext("device-form judge: task " + task.id);
-  std::map<std::string, const CandidateOutcome*> by_hash;  // the same code twice is tuned once
+  std::map<std::string, const runtime::CandidateOutcome*> by_hash;  // the same code twice is tuned once
   for (const auto& o : report->outcomes) by_hash.emplace(o.hash, &o);
   for (size_t i = 0; i < codes.size(); ++i) {
     if (codes[i].empty()) continue;
@@ -90,14 +90,14 @@ Expected<std::vector<AnswerReward>> DeviceFormJudge::Judge(const CukeExample& ta
       out[i].why = "not judged (no outcome from the tuner)";
       continue;
     }
-    const CandidateOutcome& o = *it->second;
-    out[i].compiled = o.outcome != Outcome::kCompileError && o.outcome != Outcome::kParseError &&
-                      o.outcome != Outcome::kSkipped;
-    out[i].correct = IsVerified(o.outcome);
+    const runtime::CandidateOutcome& o = *it->second;
+    out[i].compiled = o.outcome != runtime::Outcome::kCompileError && o.outcome != runtime::Outcome::kParseError &&
+                      o.outcome != runtime::Outcome::kSkipped;
+    out[i].correct = runtime::IsVerified(o.outcome);
     if (out[i].correct) {
       out[i].speedup = o.time_us > 0 ? report->baseline_us / o.time_us : 0.0;
     } else {
-      out[i].why = std::string(OutcomeName(o.outcome)) + (o.error.empty() ? "" : ": " + o.error);
+      out[i].why = std::string(runtime::OutcomeName(o.outcome)) + (o.error.empty() ? "" : ": " + o.error);
     }
   }
   return out;
@@ -151,7 +151,7 @@ Expected<std::vector<AnswerReward>> RewardAnswers(const CukeExample& task, const
     for (int64_t i = 0; i < n; ++i) {
       if (codes[i].empty()) continue;
       auto cand = DeviceFormCandidate(AnswerSource(task, codes[i]), "reward:" + task.id + ":" + std::to_string(i));
-      auto compiled = cand.ok() ? CompileCandidate(*cand, o.arch) : Expected<CompileResult>(cand.status());
+      auto compiled = cand.ok() ? runtime::CompileCandidate(*cand, o.arch) : Expected<runtime::CompileResult>(cand.status());
       if (compiled.ok()) {
         out[i].compiled = true;
         out[i].reward = 1.0;
@@ -180,13 +180,13 @@ Expected<std::vector<AnswerReward>> RewardAnswers(const CukeExample& task, const
   // Each judged program is a child process (a load_inline build): judge_jobs at once.
   const int64_t jobs = std::max<int64_t>(1, o.judge_jobs);
   for (int64_t first = 0; first < n; first += jobs) {
-    std::vector<std::pair<int64_t, std::future<Expected<ProgramVerdict>>>> running;
+    std::vector<std::pair<int64_t, std::future<Expected<runtime::ProgramVerdict>>>> running;
     for (int64_t i = first; i < std::min(n, first + jobs); ++i) {
       if (codes[i].empty()) continue;
       running.emplace_back(i, std::async(std::launch::async, [&, i] {
                              const std::string program =
                                  o.stage == "infill" ? task.prefix + codes[i] + task.suffix : codes[i];
-                             return JudgeProgram(task.reference, program, o.judge_options);
+                             return runtime::JudgeProgram(task.reference, program, o.judge_options);
                            }));
     }
     for (auto& [i, f] : running) {

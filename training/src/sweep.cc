@@ -85,20 +85,20 @@ Expected<SweepReport> RunSweep(const SweepOptions& o, const std::function<void(c
   if (!store.ok()) return store.status().WithContext("--cache-db " + o.cache_db);
 
   SweepReport report;
-  auto device = QueryDevice(o.device);
+  auto device = runtime::QueryDevice(o.device);
   report.compile_only = o.compile_only || !device.ok();
   if (!report.compile_only) report.gpu = device->name;
   log(report.compile_only ? "sweep: compile-only (" +
                                 (o.compile_only ? std::string("--compile-only") : device.status().message()) +
                                 "): candidates are generated and compiled with NVRTC, nothing is stored"
                           : "sweep: tuning on " + report.gpu + " into " + o.cache_db);
-  TuneOptions to;
+  runtime::TuneOptions to;
   to.max_candidates = o.max_candidates;
   to.budget_s = o.budget_s;
   to.compile_only = report.compile_only;
   to.device = o.device;
-  Tuner tuner(store->get(), {std::make_shared<generator::TemplateGenerator>()}, to);
-  const TargetInfo target = TargetForDevice(o.device);
+  runtime::Tuner tuner(store->get(), {std::make_shared<generator::TemplateGenerator>()}, to);
+  const TargetInfo target = runtime::TargetForDevice(o.device);
   for (const auto& e : *catalog) {
     if (!only.empty() && !only.count(e.name)) continue;
     for (const auto& specs : e.shapes) {

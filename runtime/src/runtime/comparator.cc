@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 uint32_t FloatBits(float f) {
@@ -241,4 +241,4 @@ double LoadElement(const void* data, int64_t index, ir::DType dtype) {
   return std::nan("");
 }
 
-}  // namespace dice
+}  // namespace dice::runtime

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <thread>
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 #ifndef DICE_CUDA_INCLUDE_DIR
@@ -145,4 +145,4 @@ std::vector<Expected<CompileResult>> CompileAll(const std::vector<Candidate>& ca
   return results;
 }
 
-}  // namespace dice
+}  // namespace dice::runtime

@@ -17,7 +17,7 @@
 #include <mutex>
 #include <string>
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 // From cuda.h (CUdevice_attribute / CUresult).
@@ -194,4 +194,4 @@ TargetInfo TargetForDevice(int ordinal) {
   return t;
 }
 
-}  // namespace dice
+}  // namespace dice::runtime

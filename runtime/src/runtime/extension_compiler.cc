@@ -16,7 +16,7 @@
 #include "dice/runtime/process.h"
 #include "text_files.h"
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 using text_files::IsFile;
@@ -249,4 +249,4 @@ Expected<std::unique_ptr<ExtensionBuild>> CompileExtension(const Candidate& cand
   return build;
 }
 
-}  // namespace dice
+}  // namespace dice::runtime

@@ -4,7 +4,7 @@
 
 #include <string>
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 constexpr CUresult_t kCudaSuccess = 0;
@@ -116,4 +116,4 @@ Status LoadedKernel::Launch(void* const* ptrs, void* workspace, void* stream) co
   return Status::Ok();
 }
 
-}  // namespace dice
+}  // namespace dice::runtime

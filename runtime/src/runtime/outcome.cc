@@ -5,7 +5,7 @@
 #include <array>
 #include <utility>
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 constexpr std::array<std::pair<Outcome, std::string_view>, 10> kNames = {{
@@ -46,4 +46,4 @@ bool IsCompiled(Outcome outcome) {
          outcome == Outcome::kCrashed || outcome == Outcome::kTimeout;
 }
 
-}  // namespace dice
+}  // namespace dice::runtime

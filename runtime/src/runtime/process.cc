@@ -15,7 +15,7 @@
 
 extern char** environ;
 
-namespace dice {
+namespace dice::runtime {
 
 std::string ProcessResult::Describe(double timeout_s) const {
   if (timed_out) {
@@ -103,4 +103,4 @@ Expected<ProcessResult> RunProcess(const std::vector<std::string>& argv, const P
   return result;
 }
 
-}  // namespace dice
+}  // namespace dice::runtime

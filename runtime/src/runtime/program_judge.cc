@@ -25,7 +25,7 @@
 #define DICE_KB_JUDGE_INSTALLED ""
 #endif
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 // The last `max_lines` lines of `text`, for a crash report.
@@ -168,4 +168,4 @@ Expected<ProgramVerdict> JudgeProgram(const std::string& reference_source, const
   return v;
 }
 
-}  // namespace dice
+}  // namespace dice::runtime

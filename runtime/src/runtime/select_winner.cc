@@ -1,7 +1,7 @@
 // select_winner.cc — SelectWinner (select_winner.h).
 #include "dice/runtime/select_winner.h"
 
-namespace dice {
+namespace dice::runtime {
 
 Selection SelectWinner(double baseline_us, const std::vector<Measurement>& measured, const SelectionPolicy& policy) {
   Selection s;
@@ -28,4 +28,4 @@ Selection SelectWinner(double baseline_us, const std::vector<Measurement>& measu
   return s;
 }
 
-}  // namespace dice
+}  // namespace dice::runtime

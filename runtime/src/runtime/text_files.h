@@ -12,7 +12,7 @@
 
 #include "dice/core/status.h"
 
-namespace dice::text_files {
+namespace dice::runtime::text_files {
 
 /// True when `path` exists and is a regular file.
 inline bool IsFile(const std::string& path) {
@@ -38,4 +38,4 @@ inline std::string ReadText(const std::string& path) {
   return ss.str();
 }
 
-}  // namespace dice::text_files
+}  // namespace dice::runtime::text_files

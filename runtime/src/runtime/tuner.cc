@@ -30,7 +30,7 @@
 #define DICE_VERSION_STRING "0.1.0"
 #endif
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 // Stores one candidate's outcome in the cache's attempt log (best effort:
@@ -632,4 +632,4 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
   return report;
 }
 
-}  // namespace dice
+}  // namespace dice::runtime

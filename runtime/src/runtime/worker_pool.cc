@@ -21,7 +21,7 @@
 
 extern char** environ;
 
-namespace dice {
+namespace dice::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -461,4 +461,4 @@ Expected<WorkerTuneResult> WorkerPool::Tune(const worker::TuneRequest& request, 
   return out;
 }
 
-}  // namespace dice
+}  // namespace dice::runtime

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>
 
-namespace dice::worker {
+namespace dice::runtime::worker {
 namespace {
 
 using json = nlohmann::json;
@@ -317,4 +317,4 @@ Expected<Event> DecodeEvent(std::string_view payload) {
   return ev;
 }
 
-}  // namespace dice::worker
+}  // namespace dice::runtime::worker

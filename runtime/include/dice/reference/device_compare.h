@@ -25,14 +25,14 @@ namespace dice::reference {
 /// and reason format as CompareBuffers; a shape mismatch is reported as a
 /// failure naming both shapes. Flat indices follow row-major order of the
 /// logical shape.
-CompareResult CompareTensors(const at::Tensor& got, const at::Tensor& ref, Tolerance tol,
+runtime::CompareResult CompareTensors(const at::Tensor& got, const at::Tensor& ref, runtime::Tolerance tol,
                              const at::Tensor* slack = nullptr);
 
 /// CompareTensors working through `chunk_elements` elements at a time
 /// (CompareTensors uses 2^27): temporaries stay bounded (~10 bytes per
 /// chunk element) however large the outputs; the verdict and every field of
 /// the result are the same for any chunk size.
-CompareResult CompareTensorsChunked(const at::Tensor& got, const at::Tensor& ref, Tolerance tol,
+runtime::CompareResult CompareTensorsChunked(const at::Tensor& got, const at::Tensor& ref, runtime::Tolerance tol,
                                     const at::Tensor* slack, int64_t chunk_elements);
 
 /// The slack for CompareTensors: 2 * |ref - ref64| as float32, zero where either is not finite.

@@ -24,7 +24,7 @@
 
 #include "dice/core/ir.h"
 
-namespace dice {
+namespace dice::runtime {
 
 /// Per-element error limits: an element passes when
 /// |got - ref| <= atol + rtol * |ref|.
@@ -94,4 +94,4 @@ uint16_t FloatToBFloat16Bits(float value);
 /// REQUIRES: data holds at least index + 1 elements.
 double LoadElement(const void* data, int64_t index, ir::DType dtype);
 
-}  // namespace dice
+}  // namespace dice::runtime

@@ -11,7 +11,7 @@
 #include "dice/core/candidate.h"
 #include "dice/core/status.h"
 
-namespace dice {
+namespace dice::runtime {
 
 struct CompileResult {
   std::string cubin;     ///< ELF bytes for the requested arch
@@ -35,4 +35,4 @@ Expected<CompileResult> CompileCandidate(const Candidate& candidate, const std::
 std::vector<Expected<CompileResult>> CompileAll(const std::vector<Candidate>& candidates,
                                                 const std::string& arch, int threads = 0);
 
-}  // namespace dice
+}  // namespace dice::runtime

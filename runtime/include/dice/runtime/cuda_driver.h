@@ -14,7 +14,7 @@
 #include "dice/core/status.h"
 #include "dice/core/task.h"
 
-namespace dice {
+namespace dice::runtime {
 
 // Opaque driver handles (ABI-compatible with cuda.h's typedefs).
 using CUresult_t = int;
@@ -81,4 +81,4 @@ Expected<DeviceInfo> QueryDevice(int ordinal);
 /// after the first call).
 TargetInfo TargetForDevice(int ordinal);
 
-}  // namespace dice
+}  // namespace dice::runtime

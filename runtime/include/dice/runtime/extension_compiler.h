@@ -32,7 +32,7 @@
 #include "dice/core/candidate.h"
 #include "dice/core/status.h"
 
-namespace dice {
+namespace dice::runtime {
 
 /// Name of the C entry point every compiled extension exports.
 inline constexpr const char* kExtensionEntryName = "dice_ext_forward";
@@ -102,4 +102,4 @@ Expected<std::unique_ptr<ExtensionBuild>> CompileExtension(const Candidate& cand
 /// entry point for `num_inputs` inputs (exposed for tests and debugging).
 std::string ExtensionTranslationUnit(const Candidate& candidate, int num_inputs);
 
-}  // namespace dice
+}  // namespace dice::runtime

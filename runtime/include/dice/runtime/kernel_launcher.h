@@ -18,7 +18,7 @@
 #include "dice/runtime/cuda_driver.h"
 #include "dice/core/status.h"
 
-namespace dice {
+namespace dice::runtime {
 
 class LoadedKernel {
  public:
@@ -51,4 +51,4 @@ class LoadedKernel {
   int num_args_ = 0;
 };
 
-}  // namespace dice
+}  // namespace dice::runtime

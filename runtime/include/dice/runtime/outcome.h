@@ -12,7 +12,7 @@
 #include <ostream>
 #include <string_view>
 
-namespace dice {
+namespace dice::runtime {
 
 /// One candidate's outcome. Who sets which:
 ///   kCompiled      compile-only run: NVRTC / nvcc accepted it (never verified)
@@ -59,4 +59,4 @@ bool IsCompiled(Outcome outcome);
 /// Writes OutcomeName(outcome) (test failure messages, logs).
 inline std::ostream& operator<<(std::ostream& os, Outcome outcome) { return os << OutcomeName(outcome); }
 
-}  // namespace dice
+}  // namespace dice::runtime

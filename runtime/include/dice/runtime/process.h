@@ -13,7 +13,7 @@
 
 #include "dice/core/status.h"
 
-namespace dice {
+namespace dice::runtime {
 
 /// How RunProcess runs a child.
 struct ProcessOptions {
@@ -49,4 +49,4 @@ struct ProcessResult {
 /// opened, posix_spawnp fails — e.g. the program does not exist — or waitpid fails).
 Expected<ProcessResult> RunProcess(const std::vector<std::string>& argv, const ProcessOptions& options);
 
-}  // namespace dice
+}  // namespace dice::runtime

@@ -17,7 +17,7 @@
 
 #include "dice/core/status.h"
 
-namespace dice {
+namespace dice::runtime {
 
 /// How JudgeProgram runs the judge.
 struct ProgramJudgeOptions {
@@ -68,4 +68,4 @@ Expected<ProgramVerdict> JudgeProgram(const std::string& reference_source, const
 /// ProgramJudgeOptions::judge_script), or kNotFound naming the places looked at.
 Expected<std::string> ResolveJudgeScript(const std::string& configured);
 
-}  // namespace dice
+}  // namespace dice::runtime

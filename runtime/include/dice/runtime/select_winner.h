@@ -11,7 +11,7 @@
 
 #include "dice/runtime/outcome.h"
 
-namespace dice {
+namespace dice::runtime {
 
 /// One candidate as it was measured.
 struct Measurement {
@@ -42,4 +42,4 @@ struct Selection {
 /// baseline is known); every other outcome is returned unchanged.
 Selection SelectWinner(double baseline_us, const std::vector<Measurement>& measured, const SelectionPolicy& policy);
 
-}  // namespace dice
+}  // namespace dice::runtime

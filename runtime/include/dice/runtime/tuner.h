@@ -32,7 +32,7 @@
 #include "dice/core/task.h"
 #include "dice/runtime/outcome.h"
 
-namespace dice {
+namespace dice::runtime {
 
 struct TuneOptions {
   int max_candidates = 16;      ///< per generator
@@ -147,4 +147,4 @@ class Tuner {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace dice
+}  // namespace dice::runtime

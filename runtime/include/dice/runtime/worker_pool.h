@@ -25,7 +25,7 @@
 #include "dice/core/status.h"
 #include "dice/runtime/worker_protocol.h"
 
-namespace dice {
+namespace dice::runtime {
 
 /// The dice-worker binary to run: `explicit_path` when non-empty, else
 /// $DICE_WORKER, else the build tree's dice-worker (when it exists), else an
@@ -143,4 +143,4 @@ class WorkerPool {
   int live_ = 0;  // workers spawned and not yet discarded (idle + in use)
 };
 
-}  // namespace dice
+}  // namespace dice::runtime

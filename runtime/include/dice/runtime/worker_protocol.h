@@ -39,7 +39,7 @@
 #include "dice/core/base64.h"
 #include "dice/core/status.h"
 
-namespace dice::worker {
+namespace dice::runtime::worker {
 
 /// Bumped when a message changes incompatibly; hello_reply carries it.
 inline constexpr int kProtocolVersion = 1;
@@ -153,4 +153,4 @@ Expected<Event> DecodeEvent(std::string_view payload);
 using dice::Base64Decode;
 using dice::Base64Encode;
 
-}  // namespace dice::worker
+}  // namespace dice::runtime::worker

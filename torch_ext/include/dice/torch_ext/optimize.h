@@ -49,7 +49,7 @@ namespace dice::torch_ext {
 struct Options {
   Mode mode = Mode::kObserve;
   std::string cache_dir;          ///< "" = cache::DefaultCacheDir()
-  TuneOptions tune;               ///< used in tune / tune-sync modes and by TuneGroups
+  runtime::TuneOptions tune;               ///< used in tune / tune-sync modes and by TuneGroups
   bool freeze = true;             ///< freeze the module (eval mode; parameters become constants)
   std::vector<c10::IValue> example_inputs;  ///< forward() arguments (without self) used to observe types
   int min_nontrivial_ops = 1;     ///< a group needs at least this many non-cast ops
@@ -129,8 +129,8 @@ TargetInfo CurrentTarget(int ordinal);
 /// `options` first. `on_progress` (optional) hears the Tune's phases
 /// (tuner.h TuneProgress) on this thread. Errors: as Tuner::Tune,
 /// kInvalidArgument when the specs do not match the graph, cache open errors.
-Expected<TuneReport> TuneCapturedCall(const CapturedCall& call, const Options& options,
-                                      const TuneProgressCallback& on_progress = {});
+Expected<runtime::TuneReport> TuneCapturedCall(const CapturedCall& call, const Options& options,
+                                      const runtime::TuneProgressCallback& on_progress = {});
 
 /// One progress event of TuneGroups: the Tuner's event (tune) for the
 /// `group`-th of `groups` distinct group tasks (1-based, in first-call order).
@@ -138,7 +138,7 @@ struct GroupTuneProgress {
   int group = 0;
   int groups = 0;
   int group_id = 0;   ///< the fusion group's process-wide id (GroupInfo::id)
-  TuneProgress tune;  ///< tune.description is valid only during the callback
+  runtime::TuneProgress tune;  ///< tune.description is valid only during the callback
 };
 
 /// Called by TuneGroups on its caller's thread; must not start another tune.
@@ -153,7 +153,7 @@ using GroupTuneProgressCallback = std::function<void(const GroupTuneProgress&)>;
 /// Tuner events, tagged "group i of N" (`dice tune` prints them).
 /// Errors: kInvalidArgument when running fails,
 /// kIoError/kCorrupt when the cache cannot be opened.
-Expected<std::vector<TuneReport>> TuneGroups(torch::jit::Module& module, const std::vector<c10::IValue>& inputs,
+Expected<std::vector<runtime::TuneReport>> TuneGroups(torch::jit::Module& module, const std::vector<c10::IValue>& inputs,
                                              const Options& options,
                                              const GroupTuneProgressCallback& on_progress = {});
 

@@ -72,7 +72,7 @@ class DeviceFormJudge {
 struct RewardOptions {
   std::string stage = "infill";  ///< "infill" | "e2e": how the judged program is put together
   bool judge = false;            ///< true: compiles AND correct (JudgeProgram); false: NVRTC compile only
-  ProgramJudgeOptions judge_options;  ///< device, timeout, seed of the judge
+  runtime::ProgramJudgeOptions judge_options;  ///< device, timeout, seed of the judge
   int64_t judge_jobs = 8;        ///< judged answers at once (each a child process)
   std::string arch = "sm_90";    ///< NVRTC target (compile mode)
   double speedup_bonus = 0.0;    ///< judge: added bonus * log2(speedup) when correct; 0 = off
