@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 
 namespace dice {
+inline namespace core {
 
 std::string Base64Encode(std::string_view bytes) {
   if (bytes.empty()) return std::string();
@@ -34,4 +35,5 @@ Expected<std::string> Base64Decode(std::string_view text) {
   return out;
 }
 
+}  // namespace core
 }  // namespace dice

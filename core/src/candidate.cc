@@ -6,6 +6,7 @@
 #include "dice/core/ir.h"
 
 namespace dice {
+inline namespace core {
 
 std::string LaunchPlan::ToJson() const {
   nlohmann::json j;
@@ -93,4 +94,5 @@ std::string Candidate::Hash() const {
   return ir::Sha256Hex(text);
 }
 
+}  // namespace core
 }  // namespace dice

@@ -13,7 +13,9 @@
 #include <limits>
 #include <sstream>
 
-namespace dice::ir {
+namespace dice {
+inline namespace core {
+namespace ir {
 
 // ---------------------------------------------------------------- dtypes ----
 
@@ -654,4 +656,6 @@ std::string Summary(const Graph& graph) {
   return out.empty() ? "identity" : out;
 }
 
-}  // namespace dice::ir
+}  // namespace ir
+}  // namespace core
+}  // namespace dice

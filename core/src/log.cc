@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 namespace dice {
+inline namespace core {
 namespace {
 
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
@@ -75,4 +76,5 @@ Status InitLogLevelFromEnv() {
   return Status::Ok();
 }
 
+}  // namespace core
 }  // namespace dice

@@ -11,7 +11,9 @@
 
 #include "dice/core/ir.h"
 
-namespace dice::ir {
+namespace dice {
+inline namespace core {
+namespace ir {
 
 namespace {
 
@@ -271,4 +273,6 @@ std::string RenderReferenceProgram(const Graph& graph, const std::vector<TensorS
   return out;
 }
 
-}  // namespace dice::ir
+}  // namespace ir
+}  // namespace core
+}  // namespace dice

@@ -1,6 +1,7 @@
 #include "dice/core/status.h"
 
 namespace dice {
+inline namespace core {
 
 const char* StatusCodeName(StatusCode code) {
   switch (code) {
@@ -31,4 +32,5 @@ Status Status::WithContext(const std::string& context) const {
   return Status(code_, context + ": " + message_);
 }
 
+}  // namespace core
 }  // namespace dice

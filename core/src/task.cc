@@ -2,6 +2,7 @@
 #include "dice/core/task.h"
 
 namespace dice {
+inline namespace core {
 
 Expected<Task> Task::Make(ir::Graph graph, std::vector<ir::TensorSpec> inputs, TargetInfo target) {
   auto outputs = ir::InferOutputSpecs(graph, inputs);
@@ -43,4 +44,5 @@ std::string Task::Describe() const {
   return out;
 }
 
+}  // namespace core
 }  // namespace dice

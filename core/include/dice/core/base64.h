@@ -11,6 +11,7 @@
 #include "dice/core/status.h"
 
 namespace dice {
+inline namespace core {
 
 /// Padded base64 of `bytes` ("" for no bytes).
 std::string Base64Encode(std::string_view bytes);
@@ -20,4 +21,5 @@ std::string Base64Encode(std::string_view bytes);
 /// Errors: kCorrupt naming what is malformed.
 Expected<std::string> Base64Decode(std::string_view text);
 
+}  // namespace core
 }  // namespace dice

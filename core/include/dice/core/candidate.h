@@ -24,6 +24,7 @@
 #include "dice/core/status.h"
 
 namespace dice {
+inline namespace core {
 
 /// One kernel launch of a plan.
 struct KernelLaunch {
@@ -76,4 +77,5 @@ struct Candidate {
   std::string Hash() const;
 };
 
+}  // namespace core
 }  // namespace dice

@@ -18,6 +18,7 @@
 #include "dice/core/task.h"
 
 namespace dice {
+inline namespace core {
 
 /// A generated output that did not become a candidate (e.g. a DICE sample
 /// with no code block, or no dice_forward).
@@ -41,4 +42,5 @@ class KernelGenerator {
   virtual std::vector<GenerationFailure> TakeFailures() { return {}; }
 };
 
+}  // namespace core
 }  // namespace dice

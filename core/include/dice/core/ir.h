@@ -25,7 +25,9 @@
 
 #include "dice/core/status.h"
 
-namespace dice::ir {
+namespace dice {
+inline namespace core {
+namespace ir {
 
 /// Element types the runtime generates kernels for. Anything else (int,
 /// bool, float64, ...) is unsupported and makes a group fall back.
@@ -209,4 +211,6 @@ std::string RenderReferenceProgram(const Graph& graph, const std::vector<TensorS
 /// candidate hashes and content hashes.
 std::string Sha256Hex(std::string_view bytes);
 
-}  // namespace dice::ir
+}  // namespace ir
+}  // namespace core
+}  // namespace dice

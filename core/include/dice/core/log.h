@@ -16,6 +16,7 @@
 #include "dice/core/status.h"
 
 namespace dice {
+inline namespace core {
 
 /// Severity, lowest first; kOff silences everything.
 enum class LogLevel { kTrace = 0, kDebug, kInfo, kWarn, kError, kOff };
@@ -45,4 +46,5 @@ bool LogEnabled(LogLevel level);
 /// "DICE_LOG_LEVEL" (the level is then left as it was).
 Status InitLogLevelFromEnv();
 
+}  // namespace core
 }  // namespace dice

@@ -13,6 +13,7 @@
 #include <variant>
 
 namespace dice {
+inline namespace core {
 
 /// What went wrong, coarse enough for a caller to branch on.
 enum class StatusCode {
@@ -85,6 +86,7 @@ class Expected {
   std::variant<T, Status> v_;
 };
 
+}  // namespace core
 }  // namespace dice
 
 /// Propagates a non-Ok Status out of the enclosing function.

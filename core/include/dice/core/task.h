@@ -17,6 +17,7 @@
 #include "dice/core/ir.h"
 
 namespace dice {
+inline namespace core {
 
 /// Bumped whenever the kernel calling convention or launch-plan format
 /// changes, so stale cache entries stop matching.
@@ -74,4 +75,5 @@ struct Task {
   std::string Describe() const;
 };
 
+}  // namespace core
 }  // namespace dice
