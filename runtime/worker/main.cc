@@ -15,6 +15,7 @@
 
 #include "dice/runtime/compiler.h"
 #include "dice/runtime/cuda_driver.h"
+#include "dice/runtime/device_binding.h"
 #include "dice/runtime/worker_protocol.h"
 #include "tune_session.h"
 #include "verifier.h"
@@ -28,6 +29,20 @@ dice::runtime::worker::HelloReply MakeHello() {
   h.torch_version = dice::runtime::worker_impl::LinkedTorchVersion();
   const char* dev_env = std::getenv("DICE_DEVICE");
   h.device_ordinal = dev_env ? std::atoi(dev_env) : 0;
+  // Bound by UUID (device_binding.h): the ordinal is where that UUID is here.
+  const char* uuid = std::getenv(dice::runtime::kWorkerDeviceUuidEnv);
+  if (uuid != nullptr && uuid[0] != '\0') {
+    auto table = dice::runtime::QueryDeviceTable();
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    auto ordinal = table.ok() ? dice::runtime::FindDeviceByUuid(*table, uuid, visible ? visible : "")
+                              : dice::Expected<int>(table.status());
+    if (!ordinal.ok()) {
+      h.has_device = false;
+      h.no_device_reason = ordinal.status().ToString();
+      return h;
+    }
+    h.device_ordinal = *ordinal;
+  }
   auto info = dice::runtime::QueryDevice(h.device_ordinal);
   if (info.ok()) {
     h.has_device = true;

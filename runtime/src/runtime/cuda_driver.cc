@@ -10,6 +10,8 @@
 // The few enum values needed are copied from cuda.h with their names.
 #include "dice/runtime/cuda_driver.h"
 
+#include "dice/runtime/device_binding.h"
+
 #include "dice/runtime/compiler.h"
 
 #include <dlfcn.h>
@@ -78,6 +80,9 @@ LoadState* Load() {
   Resolve(lib, "cuLaunchKernel", &d.cuLaunchKernel, &missing);
   Resolve(lib, "cuGetErrorName", &d.cuGetErrorName, &missing);
   Resolve(lib, "cuGetErrorString", &d.cuGetErrorString, &missing);
+  // Optional (worker binding by UUID, device_binding.h): _v2 since CUDA 11.4.
+  std::string no_uuid;
+  if (!Resolve(lib, "cuDeviceGetUuid_v2", &d.cuDeviceGetUuid, &no_uuid)) Resolve(lib, "cuDeviceGetUuid", &d.cuDeviceGetUuid, &no_uuid);
   if (!missing.empty()) {
     state->status = Status(StatusCode::kNoDevice,
                            "libcuda.so.1 is too old or not an NVIDIA driver: missing " + missing);
@@ -167,6 +172,8 @@ Expected<DeviceInfo> QueryDevice(int ordinal) {
   int cluster = 0;
   info.cluster_launch = d.cuDeviceGetAttribute(&cluster, kAttrClusterLaunch, dev) == kCudaSuccess && cluster != 0;
   info.arch = "sm_" + std::to_string(major * 10 + minor);
+  unsigned char uuid[16];
+  if (d.cuDeviceGetUuid != nullptr && d.cuDeviceGetUuid(uuid, dev) == kCudaSuccess) info.uuid = FormatGpuUuid(uuid);
 
   int version = 0;
   rc = d.cuDriverGetVersion(&version);

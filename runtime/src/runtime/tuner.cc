@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -21,10 +22,12 @@
 #include <spdlog/spdlog.h>
 
 #include "dice/runtime/compiler.h"
+#include "dice/runtime/device_binding.h"
 #include "dice/runtime/extension_compiler.h"
 #include "dice/runtime/select_winner.h"
 #include "dice/runtime/worker_pool.h"
 #include "dice/runtime/worker_protocol.h"
+#include "tune_claim.h"
 
 #ifndef DICE_VERSION_STRING
 #define DICE_VERSION_STRING "0.1.0"
@@ -285,6 +288,23 @@ class ProgressSink {
   Clock::time_point start_;
 };
 
+// A verified cached winner, served as is: nothing generated, nothing compiled.
+void ServeCached(const cache::WinnerRecord& w, Clock::time_point start, const ProgressSink& progress,
+                 TuneReport* report) {
+  report->from_cache = true;
+  report->winner_origin = w.origin;
+  report->baseline_us = w.baseline_us;
+  report->best_us = w.best_us;
+  report->speedup = w.speedup;
+  report->tune_seconds = SecondsSince(start);
+  TuneProgress served;
+  served.best_us = w.best_us;
+  progress.Send(TunePhase::kDone, served);
+}
+
+// Tuners of one process are told apart in claims by a sequence number.
+std::atomic<int> g_tuner_seq{0};
+
 }  // namespace
 
 std::string_view TunePhaseName(TunePhase phase) {
@@ -306,6 +326,28 @@ struct Tuner::Impl {
   TuneOptions options;
   std::unique_ptr<WorkerPool> pool;
   std::optional<worker::HelloReply> hello;
+  cache::ClaimOwner owner;       // this Tuner as a claim owner (tuning_claim.h)
+  int worker_ordinal = -1;       // options.device inside the bound worker (-1: not bound, use options.device)
+  std::string bound_uuid;        // the GPU the worker is bound to ("" = not bound)
+
+  // Binds the pool's workers to options.device by UUID (device_binding.h).
+  // No driver (a CPU-only machine): unbound, the worker says so in its hello.
+  // A driver without UUIDs: unbound, by ordinal. Errors: the ordinal is not
+  // a device of this process.
+  Status BindDevice(WorkerPoolOptions* po) {
+    auto table = QueryDeviceTable();
+    if (!table.ok()) return Status::Ok();
+    auto b = BindWorkerToDevice(*table, options.device);
+    if (!b.ok() && b.status().code() == StatusCode::kInvalidArgument) {
+      spdlog::warn("dice: {}; the worker uses CUDA device {} by ordinal", b.status().message(), options.device);
+      return Status::Ok();
+    }
+    if (!b.ok()) return b.status().WithContext("binding the tuning worker");
+    po->env = b->env;
+    worker_ordinal = b->worker_ordinal;
+    bound_uuid = b->device.uuid;
+    return Status::Ok();
+  }
 
   bool persists() const { return store != nullptr && !options.compile_only; }
 
@@ -317,6 +359,7 @@ struct Tuner::Impl {
       po.size = 1;
       // The setup phase includes the nvcc builds of extension-form candidates.
       po.startup_timeout_s = std::max(po.startup_timeout_s, 120 + 2 * options.extension_compile_timeout_s);
+      DICE_RETURN_IF_ERROR(BindDevice(&po));
       pool = std::make_unique<WorkerPool>(po);
     }
     auto h = pool->Hello();
@@ -327,6 +370,10 @@ struct Tuner::Impl {
                                                " (mismatched build?)");
     }
     if (!h->has_device) return Status(StatusCode::kNoDevice, "dice-worker found no GPU: " + h->no_device_reason);
+    if (!bound_uuid.empty() && h->device.uuid != bound_uuid) {
+      return Status(StatusCode::kInternal, "dice-worker runs on " + h->device.uuid + ", not on " + bound_uuid +
+                                               " (CUDA device " + std::to_string(options.device) + ")");
+    }
     hello = *h;
     return *hello;
   }
@@ -469,7 +516,7 @@ struct Tuner::Impl {
     req.graph_canonical = ir::Canonical(task.graph);
     req.inputs = task.inputs;
     req.arch = task.target.arch;
-    req.device = options.device;
+    req.device = worker_ordinal >= 0 ? worker_ordinal : options.device;
     req.trials = std::max(options.trials, 1);
     req.allow_reduced_precision = options.allow_reduced_precision;
     req.measure_baseline = true;
@@ -545,6 +592,8 @@ Tuner::Tuner(cache::Store* store, std::vector<std::shared_ptr<KernelGenerator>> 
   impl_->store = store;
   impl_->generators = std::move(generators);
   impl_->options = std::move(options);
+  impl_->owner = cache::ThisProcessOwner("tuner " + std::to_string(g_tuner_seq.fetch_add(1) + 1) + ", device " +
+                                         std::to_string(impl_->options.device));
 }
 
 Tuner::~Tuner() = default;
@@ -563,21 +612,32 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
   auto cached = impl_->LookupCache(report.task_key);
   if (!cached.ok()) return cached.status();
   progress.Send(TunePhase::kLookupCache);
-  std::optional<cache::WinnerRecord> pulled;
   if (cached->has_value() && (**cached).verified) {
-    // A cached winner is served as is: nothing generated, nothing compiled.
-    const cache::WinnerRecord& w = **cached;
-    report.from_cache = true;
-    report.winner_origin = w.origin;
-    report.baseline_us = w.baseline_us;
-    report.best_us = w.best_us;
-    report.speedup = w.speedup;
-    report.tune_seconds = SecondsSince(start);
-    TuneProgress served;
-    served.best_us = w.best_us;
-    progress.Send(TunePhase::kDone, served);
+    ServeCached(**cached, start, progress, &report);
     return report;
   }
+  // Claim: of the processes sharing the cache, one tunes the key; the others
+  // are told who (claimed_by). A winner stored between the lookup and the
+  // claim is served. Released when `claim` goes: after Persist, or on error.
+  TuneClaim claim;
+  if (impl_->persists() && opt.claim_ttl_s > 0) {
+    auto c = TuneClaim::Take(impl_->store, report.task_key, impl_->owner, opt.claim_ttl_s);
+    if (!c.ok()) return c.status();
+    if (!c->held()) {
+      report.claimed_by = c->holder();
+      report.tune_seconds = SecondsSince(start);
+      progress.Send(TunePhase::kDone);
+      return report;
+    }
+    claim = std::move(*c);
+    cached = impl_->LookupCache(report.task_key);
+    if (!cached.ok()) return cached.status();
+    if (cached->has_value() && (**cached).verified) {
+      ServeCached(**cached, start, progress, &report);
+      return report;
+    }
+  }
+  std::optional<cache::WinnerRecord> pulled;
   if (cached->has_value()) pulled = std::move(**cached);
 
   std::optional<worker::HelloReply> device;
@@ -585,6 +645,7 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
     auto h = impl_->CheckDevice(task, report.description);
     if (!h.ok()) return h.status();
     device = std::move(*h);
+    report.worker_device_uuid = device->device.uuid;
   }
 
   auto generated = impl_->Generate(task, report.task_key, pulled, start);

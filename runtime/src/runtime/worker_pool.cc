@@ -84,7 +84,8 @@ std::string ResolveWorkerPath(const std::string& explicit_path) {
 // ---------------------------------------------------------------- WorkerProcess
 
 Expected<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(const std::string& path,
-                                                              const std::vector<std::string>& args) {
+                                                              const std::vector<std::string>& args,
+                                                              const std::vector<std::string>& env) {
   if (!IsExecutableFile(path)) {
     return Status(StatusCode::kNotFound, "dice-worker binary '" + path +
                                              "' does not exist or is not executable (set TuneOptions.worker_path "
@@ -131,8 +132,22 @@ Expected<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(const std::string&
   for (auto& a : argv_store) argv.push_back(a.data());
   argv.push_back(nullptr);
 
+  // This process's environment with `env` replacing variables by name.
+  std::vector<std::string> env_store;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const std::string name = kv.substr(0, kv.find('=') + 1);
+    bool replaced = false;
+    for (const auto& o : env) replaced = replaced || o.compare(0, name.size(), name) == 0;
+    if (!replaced) env_store.push_back(kv);
+  }
+  env_store.insert(env_store.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (auto& kv : env_store) envp.push_back(kv.data());
+  envp.push_back(nullptr);
+
   pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, path.c_str(), &actions, &attr, argv.data(), environ);
+  int rc = ::posix_spawn(&pid, path.c_str(), &actions, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   ::close(sv[1]);
@@ -269,7 +284,7 @@ Expected<std::unique_ptr<WorkerProcess>> WorkerPool::Acquire() {
     }
     ++live_;  // reserve a slot, spawn outside the lock
   }
-  auto w = WorkerProcess::Spawn(path_, options_.args);
+  auto w = WorkerProcess::Spawn(path_, options_.args, options_.env);
   if (!w.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     --live_;

@@ -234,6 +234,7 @@ std::string EncodeHelloReply(const HelloReply& r) {
             {"driver_major", r.device.driver_major},
             {"sm_count", r.device.sm_count},
             {"max_smem_per_block_optin", r.device.max_smem_per_block_optin},
+            {"uuid", r.device.uuid},
             {"nvrtc_version", r.nvrtc_version},
             {"torch_version", r.torch_version},
             {"pid", r.pid}};
@@ -279,6 +280,7 @@ Expected<Event> DecodeEvent(std::string_view payload) {
       h.device.driver_major = j.value("driver_major", 0);
       h.device.sm_count = j.value("sm_count", 0);
       h.device.max_smem_per_block_optin = j.value("max_smem_per_block_optin", 0);
+      h.device.uuid = j.value("uuid", std::string());
       h.nvrtc_version = j.value("nvrtc_version", 0);
       h.torch_version = j.value("torch_version", std::string());
       h.pid = j.value("pid", 0);

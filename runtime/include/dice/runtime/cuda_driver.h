@@ -45,6 +45,8 @@ struct CudaDriver {
                                unsigned, CUstream_t, void**, void**);
   CUresult_t (*cuGetErrorName)(CUresult_t, const char**);
   CUresult_t (*cuGetErrorString)(CUresult_t, const char**);
+  /// cuDeviceGetUuid_v2 (else cuDeviceGetUuid): 16 bytes; null on a driver without either.
+  CUresult_t (*cuDeviceGetUuid)(unsigned char*, CUdevice_t);
 
   /// The process-wide driver, loaded and cuInit'ed on first use.
   /// Errors: kNoDevice (no libcuda, cuInit failed, zero devices).
@@ -67,6 +69,7 @@ struct DeviceInfo {
   int l2_bytes = 0;                  ///< L2 cache, bytes
   int max_threads_per_sm = 0;        ///< resident threads per multiprocessor
   bool cluster_launch = false;       ///< thread-block cluster launch supported
+  std::string uuid;                  ///< "GPU-8c6f3a9e-..." (device_binding.h FormatGpuUuid); "" without cuDeviceGetUuid
 };
 /// Errors: kNoDevice, kCudaError (naming the call or attribute that failed).
 /// A driver without CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH reports no clusters.

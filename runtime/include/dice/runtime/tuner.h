@@ -48,16 +48,25 @@ struct TuneOptions {
   /// A worker's setup phase (which includes these builds) may take up to
   /// 120 s + 2x this before it counts as hung.
   double extension_compile_timeout_s = 300;
+  /// > 0: before tuning a key, claim it in the cache for this many seconds
+  /// (dice/cache/tuning_claim.h); when another process holds a live claim,
+  /// Tune tunes nothing and says who in TuneReport::claimed_by. 0: no claim
+  /// (every caller tunes what it misses). DefaultClaimTtl gives a length.
+  double claim_ttl_s = 0;
 };
+
+/// The claim length that covers one tune with these options, seconds:
+/// budget_s + 180 (worker start-up) + 2 * extension_compile_timeout_s.
+inline double DefaultClaimTtl(const TuneOptions& o) { return o.budget_s + 180 + 2 * o.extension_compile_timeout_s; }
 
 /// Field-by-field equality (every field above: extend it with a new one).
 /// The torch extension rebuilds its process-wide Tuner when the options of
 /// a tune differ from those it was built with.
 inline bool operator==(const TuneOptions& a, const TuneOptions& b) {
   return std::tie(a.max_candidates, a.budget_s, a.margin, a.trials, a.candidate_timeout_s, a.allow_reduced_precision,
-                  a.compile_only, a.worker_path, a.device, a.extension_compile_timeout_s) ==
+                  a.compile_only, a.worker_path, a.device, a.extension_compile_timeout_s, a.claim_ttl_s) ==
          std::tie(b.max_candidates, b.budget_s, b.margin, b.trials, b.candidate_timeout_s, b.allow_reduced_precision,
-                  b.compile_only, b.worker_path, b.device, b.extension_compile_timeout_s);
+                  b.compile_only, b.worker_path, b.device, b.extension_compile_timeout_s, b.claim_ttl_s);
 }
 inline bool operator!=(const TuneOptions& a, const TuneOptions& b) { return !(a == b); }
 
@@ -85,6 +94,13 @@ struct TuneReport {
   bool from_cache = false;     ///< the winner was already cached; nothing compiled
   double tune_seconds = 0;
   std::vector<CandidateOutcome> outcomes;
+  /// Non-empty: another process holds the key's tuning claim
+  /// (TuneOptions::claim_ttl_s), so nothing was tuned; who ("pid 12 on host
+  /// h (tuner 1, device 0), claimed for 900 s"). Look again later.
+  std::string claimed_by;
+  /// The UUID of the GPU the worker measured on ("GPU-..."; "" when no
+  /// worker ran or the driver has no cuDeviceGetUuid).
+  std::string worker_device_uuid;
 };
 
 /// How far one Tune has got; the phases of the header comment, in order.
@@ -139,6 +155,11 @@ class Tuner {
   /// row removed, so it is never served.
   /// `on_progress` (optional) is told of each phase as it ends (TunePhase
   /// says which, in which order); it costs nothing when empty.
+  /// The worker runs on CUDA device options.device of this process, bound
+  /// to it by UUID (device_binding.h). With options.claim_ttl_s > 0 the key
+  /// is claimed in the cache before anything is generated (a report with
+  /// claimed_by set and nothing tuned when another process holds it) and
+  /// released when the result is stored or the Tune fails.
   Expected<TuneReport> Tune(const Task& task, const std::vector<std::string>* captured_inputs = nullptr,
                             const TuneProgressCallback& on_progress = {});
 

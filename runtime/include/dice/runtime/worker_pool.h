@@ -43,8 +43,12 @@ class WorkerProcess {
   /// Errors: kNotFound when `path` does not exist or is not executable (the
   /// message names the path and how to set it); kIoError when socketpair or
   /// posix_spawn fails.
+  /// `env`: "NAME=value" entries that replace this process's variables of
+  /// the same name in the child's environment (the rest is inherited), e.g.
+  /// a device binding's CUDA_VISIBLE_DEVICES (device_binding.h).
   static Expected<std::unique_ptr<WorkerProcess>> Spawn(const std::string& path,
-                                                        const std::vector<std::string>& args);
+                                                        const std::vector<std::string>& args,
+                                                        const std::vector<std::string>& env = {});
   /// Kills (SIGKILL) and reaps the process if it is still alive.
   ~WorkerProcess();
   WorkerProcess(const WorkerProcess&) = delete;
@@ -88,6 +92,7 @@ class WorkerProcess {
 struct WorkerPoolOptions {
   std::string worker_path;            ///< "" = ResolveWorkerPath("")
   std::vector<std::string> args;      ///< extra argv for the worker
+  std::vector<std::string> env;       ///< "NAME=value" overrides of the worker's environment (device binding)
   int size = 1;                       ///< most workers alive at once
   double startup_timeout_s = 120;     ///< hello reply / setup phase (torch + CUDA init, compiles, reference), seconds
 };
