@@ -34,6 +34,23 @@ RuntimeSettings ToSettings(const Options& o) {
   return s;
 }
 
+// torch.jit.freeze as a fallible step: PyTorch's own freezing passes can
+// assert on models they do not handle (seen: frozen_conv_folding.cpp on a
+// Conv2d -> subtract -> Mish model). Errors: kInternal naming the pass and
+// PyTorch's first message line; the module is left as it was.
+Expected<torch::jit::Module> FreezeOrExplain(const torch::jit::Module& module) {
+  const char* inject = std::getenv("DICE_INJECT_CAPTURE_FAILURE");
+  try {
+    if (inject != nullptr && std::string(inject) == "freeze")
+      throw std::runtime_error("injected failure (DICE_INJECT_CAPTURE_FAILURE=freeze)");
+    return torch::jit::freeze_module(module);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));
+    return Status(StatusCode::kInternal, "torch.jit.freeze failed: " + what);
+  }
+}
+
 }  // namespace
 
 Expected<Options> Options::FromEnv() {
@@ -91,27 +108,6 @@ void EnsureRegistered() {
   static const c10::Symbol sym = FusionGroupSymbol();
   (void)sym;
 }
-
-namespace {
-
-// torch.jit.freeze as a fallible step: PyTorch's own freezing passes can
-// assert on models they do not handle (seen: frozen_conv_folding.cpp on a
-// Conv2d -> subtract -> Mish model). Errors: kInternal naming the pass and
-// PyTorch's first message line; the module is left as it was.
-Expected<torch::jit::Module> FreezeOrExplain(const torch::jit::Module& module) {
-  const char* inject = std::getenv("DICE_INJECT_CAPTURE_FAILURE");
-  try {
-    if (inject != nullptr && std::string(inject) == "freeze")
-      throw std::runtime_error("injected failure (DICE_INJECT_CAPTURE_FAILURE=freeze)");
-    return torch::jit::freeze_module(module);
-  } catch (const std::exception& e) {
-    std::string what = e.what();
-    what = what.substr(0, what.find('\n'));
-    return Status(StatusCode::kInternal, "torch.jit.freeze failed: " + what);
-  }
-}
-
-}  // namespace
 
 Expected<OptimizeReport> optimize(torch::jit::Module& module, const Options& options) {
   EnsureRegistered();
