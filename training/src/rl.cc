@@ -132,10 +132,10 @@ struct Piece {
 // step (rollouts -> rewards -> totals over ranks -> TraceRL update -> log
 // and checkpoint). Only rank 0 prints progress, writes the CSV and
 // checkpoints.
-class RlRun {
+class RlRun : private TrainerRank<RlReport> {
  public:
   RlRun(const RlOptions& o, DataParallel& dp, const std::function<void(const std::string&)>& log_fn)
-      : o_(o), dp_(dp), log_fn_(log_fn), world_(dp.world_size()) {}
+      : TrainerRank("rl", dp, log_fn), o_(o) {}
 
   // Errors: see RunRl (rl.h).
   Expected<RlReport> Run() {
@@ -149,42 +149,24 @@ class RlRun {
           std::to_string(o_.tasks_per_step) + " tasks" +
           (o_.tasks_per_step < world_ ? " (fewer tasks than ranks: some ranks idle)" : ""));
     }
-    try {
+    DICE_RETURN_IF_ERROR(CatchTorchErrors([&]() -> Status {
       for (int64_t step = first_step_ + 1; step <= o_.steps; ++step) DICE_RETURN_IF_ERROR(Step(step));
       torch::NoGradGuard no_grad;
       double sq = 0;
       for (size_t i = 0; i < params_.size(); ++i) sq += (params_[i].detach() - initial_[i]).pow(2).sum().item<double>();
       report_.parameter_change = std::sqrt(sq);
-    } catch (const c10::Error& e) {
-      return Status(StatusCode::kInternal,
-                    std::string("dice train rl: ") + e.what_without_backtrace() + LastCheckpointNote());
-    }
-    report_.parameter_digest = ParameterDigest(params_);
-    DICE_RETURN_IF_ERROR(dp_.Finish());
-    return report_;
+      return Status::Ok();
+    }));
+    return FinishRun();
   }
 
  private:
-  void Log(const std::string& line) const {
-    if (log_fn_ && dp_.is_root()) log_fn_(line);
-  }
-
-  // "; last checkpoint <dir>" once one is written, for error messages.
-  std::string LastCheckpointNote() const {
-    return report_.checkpoint.empty() ? "" : "; last checkpoint " + report_.checkpoint;
-  }
-
   // The device (cuda: this rank's GPU), the tokenizer, the policy (the start
   // model or a resumed run's last checkpoint), the frozen KL reference and
   // the stop ids. Errors: those of the loaders; kInvalidArgument when
   // resume_dir holds another architecture.
   Status LoadModels() {
-    auto device = ParseRankDevice(o_.device, dp_.local_rank(), world_);
-    if (!device.ok()) return device.status();
-    device_ = *device;
-    auto tokenizer = generator::Tokenizer::Load(o_.model_dir);
-    if (!tokenizer.ok()) return tokenizer.status();
-    tokenizer_.emplace(std::move(*tokenizer));
+    DICE_RETURN_IF_ERROR(LoadDeviceAndTokenizer(o_.device, o_.model_dir));
     generator::SdarModelOptions mo;
     mo.device = device_;
     auto model = generator::SdarModel::Load(o_.resume_dir.empty() ? o_.model_dir : o_.resume_dir, mo);
@@ -259,14 +241,7 @@ class RlRun {
   // kInvalidArgument when the resumed step is not before `steps`.
   Status PrepareOptimizer() {
     auto weights = model_->NamedWeights();
-    if (world_ > 1 && device_.is_cuda()) {
-      try {
-        Log(dp_.UseNccl(device_) ? "rl: gradients all-reduced with NCCL"
-                                 : "rl: this build has no NCCL: gradients all-reduced through the TCPStore (host)");
-      } catch (const std::exception& e) {
-        return Status(StatusCode::kCudaError, std::string("dice train rl: starting NCCL: ") + e.what());
-      }
-    }
+    DICE_RETURN_IF_ERROR(StartNccl(device_));
     {
       // Policy and reference start from rank 0's weights on every rank.
       std::vector<torch::Tensor> all;
@@ -299,19 +274,12 @@ class RlRun {
   }
 
   // Rank 0: the output directory and the CSV (appended to on resume; a new
-  // file gets the header). Errors: kIoError.
+  // file gets the header). Errors: those of TrainerRank::OpenCsv.
   Status OpenCsv() {
-    if (!dp_.is_root()) return Status::Ok();
-    const std::string csv_path = o_.csv_path.empty() ? o_.out_dir + "/rl_log.csv" : o_.csv_path;
-    DICE_RETURN_IF_ERROR(MakeDirs(o_.out_dir));
-    csv_.open(csv_path, first_step_ > 0 ? std::ios::app : std::ios::trunc);
-    if (!csv_) return Status(StatusCode::kIoError, "cannot write " + csv_path);
-    csv_.seekp(0, std::ios::end);
-    if (csv_.tellp() == std::streampos(0)) {
-      csv_ << "step,level,mean_reward,policy_reward,rollouts,injected,compiled,groups_used,groups_dropped,"
-              "scored_tokens,loss,rollout_tokens_per_s,seconds\n";
-    }
-    return Status::Ok();
+    return TrainerRank::OpenCsv(o_.csv_path.empty() ? o_.out_dir + "/rl_log.csv" : o_.csv_path, o_.out_dir,
+                                first_step_ > 0,
+                                "step,level,mean_reward,policy_reward,rollouts,injected,compiled,groups_used,"
+                                "groups_dropped,scored_tokens,loss,rollout_tokens_per_s,seconds\n");
   }
 
   // One RL step (rl.h steps 1-5), then its CSV row, log line and checkpoint.
@@ -600,11 +568,6 @@ class RlRun {
   }
 
   const RlOptions& o_;
-  DataParallel& dp_;
-  const std::function<void(const std::string&)>& log_fn_;
-  const int world_;
-  torch::Device device_{torch::kCPU};
-  std::optional<generator::Tokenizer> tokenizer_;
   std::optional<generator::SdarModel> model_;      // the policy
   std::optional<generator::SdarModel> reference_;  // frozen KL reference
   int64_t eos_ = 0;                     // EndOfTurnId: ends an injected answer
@@ -616,24 +579,15 @@ class RlRun {
   std::optional<InjectionSchedule> injection_;  // when known-good answers stop (--inject-until)
   std::unique_ptr<DeviceFormJudge> device_judge_;  // kind "device" tasks: Tuner + dice-worker, kept across steps
   RewardOptions reward_options_;                   // borrows device_judge_
-  std::vector<torch::Tensor> params_, initial_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::vector<torch::Tensor> initial_;  // the policy's weights at the start (params_ is the policy)
   int64_t first_step_ = 0;
-  std::ofstream csv_;
-  RlReport report_;
 };
-
-Expected<RlReport> RunRlRank(const RlOptions& o, DataParallel& dp,
-                             const std::function<void(const std::string&)>& log_fn) {
-  return RlRun(o, dp, log_fn).Run();
-}
 
 }  // namespace
 
 Expected<RlReport> RunRl(const RlOptions& o, const std::function<void(const std::string&)>& log_fn) {
   DICE_RETURN_IF_ERROR(CheckOptions(o));
-  return RunOnThisRank<RlReport>(o.dist_timeout_s, o.collective_timeout_s,
-                                  [&](DataParallel& dp) { return RunRlRank(o, dp, log_fn); });
+  return RunOnThisRank<RlReport, RlRun>(o, log_fn);
 }
 
 }  // namespace dice::training

@@ -72,13 +72,11 @@ struct SftBatch {
 // and tokenise the training examples, set up the optimizer and the CSV,
 // then TrainStep() until `steps`. Only rank 0 prints progress, writes the
 // CSV and checkpoints.
-class SftRun {
+class SftRun : private TrainerRank<SftReport> {
  public:
   SftRun(const SftOptions& o, DataParallel& dp, const std::function<void(const std::string&)>& log_fn)
-      : o_(o),
-        dp_(dp),
-        log_fn_(log_fn),
-        world_(dp.world_size()),
+      : TrainerRank("sft", dp, log_fn),
+        o_(o),
         // Resume: weights from the resume checkpoint; config/tokenizer from there too.
         load_dir_(o.resume_dir.empty() ? o.model_dir : o.resume_dir) {}
 
@@ -89,38 +87,20 @@ class SftRun {
     DICE_RETURN_IF_ERROR(PrepareOptimizer());
     DICE_RETURN_IF_ERROR(OpenCsv());
     t0_ = std::chrono::steady_clock::now();
-    try {
+    DICE_RETURN_IF_ERROR(CatchTorchErrors([&]() -> Status {
       while (step_ < o_.steps) DICE_RETURN_IF_ERROR(TrainStep());
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
       report_.tokens_per_s = elapsed > 0 ? tokens_total_ / elapsed : 0;
-    } catch (const c10::Error& e) {
-      return Status(StatusCode::kInternal,
-                    std::string("dice train sft: ") + e.what_without_backtrace() + LastCheckpointNote());
-    }
-    report_.parameter_digest = ParameterDigest(params_);
-    DICE_RETURN_IF_ERROR(dp_.Finish());
-    return report_;
+      return Status::Ok();
+    }));
+    return FinishRun();
   }
 
  private:
-  void Log(const std::string& line) const {
-    if (log_fn_ && dp_.is_root()) log_fn_(line);
-  }
-
-  // "; last checkpoint <dir>" once one is written, for error messages.
-  std::string LastCheckpointNote() const {
-    return report_.checkpoint.empty() ? "" : "; last checkpoint " + report_.checkpoint;
-  }
-
   // The device (cuda: this rank's GPU), the tokenizer, the float32 master
   // weights and the end-of-turn id. Errors: those of the loaders.
   Status LoadModel() {
-    auto device = ParseRankDevice(o_.device, dp_.local_rank(), world_);
-    if (!device.ok()) return device.status();
-    device_ = *device;
-    auto tokenizer = generator::Tokenizer::Load(load_dir_);
-    if (!tokenizer.ok()) return tokenizer.status();
-    tokenizer_.emplace(std::move(*tokenizer));
+    DICE_RETURN_IF_ERROR(LoadDeviceAndTokenizer(o_.device, load_dir_));
     generator::SdarModelOptions mo;
     mo.device = device_;
     mo.dtype = torch::kFloat32;  // master weights
@@ -189,14 +169,7 @@ class SftRun {
   Status PrepareOptimizer() {
     auto weights = model_->NamedWeights();
     for (auto& [name, t] : weights) params_.push_back(t.requires_grad_(true));
-    if (world_ > 1 && device_.is_cuda()) {
-      try {
-        Log(dp_.UseNccl(device_) ? "sft: gradients all-reduced with NCCL"
-                                 : "sft: this build has no NCCL: gradients all-reduced through the TCPStore (host)");
-      } catch (const std::exception& e) {
-        return Status(StatusCode::kCudaError, std::string("dice train sft: starting NCCL: ") + e.what());
-      }
-    }
+    DICE_RETURN_IF_ERROR(StartNccl(device_));
     // Every rank starts from rank 0's weights (they loaded the same files; this
     // makes it so even if the files changed between the ranks' reads).
     DICE_RETURN_IF_ERROR(dp_.Broadcast(params_));
@@ -217,15 +190,10 @@ class SftRun {
   }
 
   // Rank 0: the output directory and the CSV (appended to on resume).
-  // Errors: kIoError.
+  // Errors: those of TrainerRank::OpenCsv.
   Status OpenCsv() {
-    if (!dp_.is_root()) return Status::Ok();
-    const std::string csv_path = o_.csv_path.empty() ? o_.out_dir + "/sft_log.csv" : o_.csv_path;
-    DICE_RETURN_IF_ERROR(MakeDirs(o_.out_dir));
-    csv_.open(csv_path, step_ > 0 ? std::ios::app : std::ios::trunc);
-    if (!csv_) return Status(StatusCode::kIoError, "cannot write " + csv_path);
-    if (step_ == 0) csv_ << "step,loss,lr,tokens,tokens_per_s,elapsed_s\n";
-    return Status::Ok();
+    return TrainerRank::OpenCsv(o_.csv_path.empty() ? o_.out_dir + "/sft_log.csv" : o_.csv_path, o_.out_dir, step_ > 0,
+                                "step,loss,lr,tokens,tokens_per_s,elapsed_s\n");
   }
 
   // One optimiser step: the scheduled lr, grad_accum micro-batches, the
@@ -363,35 +331,20 @@ class SftRun {
   }
 
   const SftOptions& o_;
-  DataParallel& dp_;
-  const std::function<void(const std::string&)>& log_fn_;
-  const int64_t world_;
   const std::string load_dir_;  // the model's weights, config and tokenizer
-  torch::Device device_{torch::kCPU};
-  std::optional<generator::Tokenizer> tokenizer_;
   std::optional<generator::SdarModel> model_;
   int64_t eos_ = 0;  // EndOfTurnId: ends every answer, pads every batch
   std::vector<Tokenised> data_;
-  std::vector<torch::Tensor> params_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t step_ = 0;  // optimiser steps done
-  std::ofstream csv_;
   std::chrono::steady_clock::time_point t0_;
   int64_t tokens_total_ = 0;
-  SftReport report_;
 };
-
-Expected<SftReport> RunSftRank(const SftOptions& o, DataParallel& dp,
-                               const std::function<void(const std::string&)>& log_fn) {
-  return SftRun(o, dp, log_fn).Run();
-}
 
 }  // namespace
 
 Expected<SftReport> RunSft(const SftOptions& o, const std::function<void(const std::string&)>& log_fn) {
   DICE_RETURN_IF_ERROR(CheckOptions(o));
-  return RunOnThisRank<SftReport>(o.dist_timeout_s, o.collective_timeout_s,
-                                   [&](DataParallel& dp) { return RunSftRank(o, dp, log_fn); });
+  return RunOnThisRank<SftReport, SftRun>(o, log_fn);
 }
 
 }  // namespace dice::training

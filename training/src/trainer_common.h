@@ -5,8 +5,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <fstream>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dice/generator/checkpoint.h"
@@ -16,6 +21,7 @@
 #include "dice/core/status.h"
 #include "dice/training/distributed.h"
 #include "dice/training/examples.h"
+#include "dice/training/files.h"
 
 namespace dice::training {
 
@@ -91,19 +97,117 @@ Status SaveTrainerState(const std::string& out_dir, const std::string& kind, int
 /// optimizer state does not fit (message from LibTorch).
 Expected<int64_t> LoadTrainerState(const std::string& dir, const std::string& kind, torch::optim::Optimizer* optimizer);
 
-/// Runs one trainer on this process's rank: joins the data-parallel group of
-/// the torchrun environment (DataParallel::Join with the two timeouts, in
-/// seconds), calls `run_rank`, and stamps the report's rank and world_size.
-/// When a rank fails in a multi-rank run it aborts the group, so the other
-/// ranks stop at their next collective with "rank r of N: <cause>", and
-/// returns that message (same status code). Errors: those of Join and of
-/// `run_rank`. `Report` needs int fields `rank` and `world_size`.
+/// What the two trainers' rank runs (SftRun in sft.cc, RlRun in rl.cc)
+/// share: the data-parallel group, rank-0 logging, the report with its last
+/// checkpoint, this rank's device, the tokenizer, the trained parameters,
+/// the AdamW optimizer, the per-step CSV,
+/// and how LibTorch errors and NCCL start-up become a Status.
+/// `kind` is "sft" or "rl": messages read "dice train <kind>: ...". `Report`
+/// needs a string field `checkpoint` (the last checkpoint directory written,
+/// "" before the first) and a string field `parameter_digest`.
 template <class Report>
-Expected<Report> RunOnThisRank(int64_t dist_timeout_s, int64_t collective_timeout_s,
-                               const std::function<Expected<Report>(DataParallel&)>& run_rank) {
-  auto dp = DataParallel::Join(std::chrono::seconds(dist_timeout_s), std::chrono::seconds(collective_timeout_s));
+class TrainerRank {
+ protected:
+  TrainerRank(std::string kind, DataParallel& dp, const std::function<void(const std::string&)>& log_fn)
+      : kind_(std::move(kind)), dp_(dp), log_fn_(log_fn), world_(dp.world_size()) {}
+
+  /// Passes `line` to the log callback, on rank 0 only.
+  void Log(const std::string& line) const {
+    if (log_fn_ && dp_.is_root()) log_fn_(line);
+  }
+
+  /// "; last checkpoint <dir>" once one is written, else "": for error messages.
+  std::string LastCheckpointNote() const {
+    return report_.checkpoint.empty() ? "" : "; last checkpoint " + report_.checkpoint;
+  }
+
+  /// Runs `body` (a callable returning Status); a LibTorch error it throws
+  /// (c10::Error) becomes kInternal "dice train <kind>: <what>; last checkpoint <dir>".
+  template <class Body>
+  Status CatchTorchErrors(Body&& body) const {
+    try {
+      return body();
+    } catch (const c10::Error& e) {
+      return Status(StatusCode::kInternal,
+                    "dice train " + kind_ + ": " + e.what_without_backtrace() + LastCheckpointNote());
+    }
+  }
+
+  /// With several ranks on a CUDA `device`: gradients are all-reduced with
+  /// NCCL when this build has it, else through the TCPStore (logged either
+  /// way); nothing otherwise. Errors: kCudaError "dice train <kind>:
+  /// starting NCCL: <what>".
+  Status StartNccl(const torch::Device& device) {
+    if (world_ <= 1 || !device.is_cuda()) return Status::Ok();
+    try {
+      Log(dp_.UseNccl(device) ? kind_ + ": gradients all-reduced with NCCL"
+                              : kind_ + ": this build has no NCCL: gradients all-reduced through the TCPStore (host)");
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kCudaError, "dice train " + kind_ + ": starting NCCL: " + e.what());
+    }
+    return Status::Ok();
+  }
+
+  /// Sets `device_` from `device` (ParseRankDevice: a bare "cuda" is this
+  /// rank's GPU) and loads `tokenizer_` from `tokenizer_dir`. Errors: those
+  /// of ParseRankDevice and Tokenizer::Load.
+  Status LoadDeviceAndTokenizer(const std::string& device, const std::string& tokenizer_dir) {
+    auto parsed = ParseRankDevice(device, dp_.local_rank(), world_);
+    if (!parsed.ok()) return parsed.status();
+    device_ = *parsed;
+    auto tokenizer = generator::Tokenizer::Load(tokenizer_dir);
+    if (!tokenizer.ok()) return tokenizer.status();
+    tokenizer_.emplace(std::move(*tokenizer));
+    return Status::Ok();
+  }
+
+  /// Rank 0 only (nothing on the others): creates `out_dir` and opens
+  /// `csv_` at `csv_path`, appended to when `append` (a resumed run), else
+  /// truncated; a file that is still empty gets `header` (one line, with
+  /// its newline). Errors: those of MakeDirs; kIoError "cannot write <path>".
+  Status OpenCsv(const std::string& csv_path, const std::string& out_dir, bool append, const char* header) {
+    if (!dp_.is_root()) return Status::Ok();
+    DICE_RETURN_IF_ERROR(MakeDirs(out_dir));
+    csv_.open(csv_path, append ? std::ios::app : std::ios::trunc);
+    if (!csv_) return Status(StatusCode::kIoError, "cannot write " + csv_path);
+    csv_.seekp(0, std::ios::end);
+    if (csv_.tellp() == std::streampos(0)) csv_ << header;
+    return Status::Ok();
+  }
+
+  /// The end of a successful run: the digest of `params_` in the report,
+  /// then DataParallel::Finish. Errors: those of Finish.
+  Expected<Report> FinishRun() {
+    report_.parameter_digest = ParameterDigest(params_);
+    DICE_RETURN_IF_ERROR(dp_.Finish());
+    return report_;
+  }
+
+  const std::string kind_;
+  DataParallel& dp_;
+  const std::function<void(const std::string&)>& log_fn_;
+  const int world_;  // ranks in the run
+  torch::Device device_{torch::kCPU};
+  std::optional<generator::Tokenizer> tokenizer_;
+  std::vector<torch::Tensor> params_;  // the trained weights (requires_grad)
+  std::unique_ptr<torch::optim::AdamW> optimizer_;  // over params_
+  std::ofstream csv_;                  // rank 0: one row per step (OpenCsv)
+  Report report_;
+};
+
+/// Runs one trainer on this process's rank: joins the data-parallel group of
+/// the torchrun environment (DataParallel::Join with `o.dist_timeout_s` and
+/// `o.collective_timeout_s`, in seconds), runs `RankRun(o, group,
+/// log_fn).Run()` (a TrainerRank<Report>), and stamps the report's rank and
+/// world_size. When a rank fails in a multi-rank run it aborts the group, so
+/// the other ranks stop at their next collective with "rank r of N:
+/// <cause>", and returns that message (same status code). Errors: those of
+/// Join and of Run(). `Report` needs int fields `rank` and `world_size`.
+template <class Report, class RankRun, class Options>
+Expected<Report> RunOnThisRank(const Options& o, const std::function<void(const std::string&)>& log_fn) {
+  auto dp = DataParallel::Join(std::chrono::seconds(o.dist_timeout_s), std::chrono::seconds(o.collective_timeout_s));
   if (!dp.ok()) return dp.status();
-  auto report = run_rank(**dp);
+  Expected<Report> report = RankRun(o, **dp, log_fn).Run();
   if (!report.ok()) {
     if ((*dp)->world_size() == 1) return report.status();
     const std::string where = "rank " + std::to_string((*dp)->rank()) + " of " + std::to_string((*dp)->world_size());
