@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -149,6 +150,12 @@ TEST(TrainingSplit, ADatasetOfTheCatalogsWinnersKeepsOpChainsApartWithPower) {
     ++count[e.split + "/" + e.kind];
   }
   for (const auto& [chain, splits] : splits_of_chain) EXPECT_EQ(splits.size(), 1u) << chain << " is in several splits";
+  std::printf("every catalog task a winner: %lld examples; heldout device %lld device_infill %lld, validation device %lld "
+              "device_infill %lld, train device %lld device_infill %lld\n",
+              static_cast<long long>(examples->size()), static_cast<long long>(count["heldout/device"]),
+              static_cast<long long>(count["heldout/device_infill"]), static_cast<long long>(count["validation/device"]),
+              static_cast<long long>(count["validation/device_infill"]), static_cast<long long>(count["train/device"]),
+              static_cast<long long>(count["train/device_infill"]));
   EXPECT_GE(count["heldout/device"], 40);
   EXPECT_GE(count["heldout/device_infill"], 60);
   EXPECT_GE(count["validation/device"], 20);

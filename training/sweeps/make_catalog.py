@@ -92,10 +92,12 @@ def entry(name, ir, shape_sets):
 
 
 # Elementwise shapes: 2-D, large enough that eager's extra kernels cost
-# memory traffic rather than launch latency.
-EW2 = [(4096, 4096), (8192, 2048), (2048, 8192), (16384, 1024), (8192, 4096)]
+# memory traffic rather than launch latency, each of its own element count
+# (an elementwise kernel without a broadcast depends on the count only, so
+# two shapes of one count would give one kernel, deduplicated by the dataset).
+EW2 = [(4096, 4096), (8192, 3072), (3000, 5000), (16384, 1000), (8192, 4096)]
 EW2_SMALL = [(4096, 4096), (1024, 3000)]
-EW4 = [(16, 64, 64, 64), (32, 128, 32, 32)]
+EW4 = [(16, 64, 64, 64), (32, 128, 28, 28)]
 # Row shapes: [rows, cols], reduced over the last dim unless said otherwise.
 ROWS = [(4096, 4096), (8192, 1024), (1024, 8192), (16384, 512), (2048, 16384)]
 
