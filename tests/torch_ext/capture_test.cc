@@ -158,6 +158,36 @@ TEST_F(CaptureTest, FreezeFailureCapturesUnfrozenWithAWarningNamingThePass) {
   EXPECT_TRUE(frozen->warnings.empty());
 }
 
+// Issue 18 item 6: an exception in a capture pass after freezing (inlining,
+// type observation, the fusion pass) never fails optimize(): the model is
+// left unchanged, with a warning naming the pass, and still runs as before.
+TEST_F(CaptureTest, CapturePassFailureLeavesTheModelUnchangedWithAWarningNamingThePass) {
+  auto original = Compile(kMlpLike);
+  std::vector<c10::IValue> in = {torch::randn({16, 32}), torch::randn({16, 32}), torch::randn({32, 24})};
+  for (const char* pass : {"inline", "observe", "fusion"}) {
+    auto m = original.clone();
+    Options opt;
+    opt.mode = Mode::kObserve;
+    opt.example_inputs = in;
+    setenv("DICE_INJECT_CAPTURE_FAILURE", pass, 1);
+    auto rep = optimize(m, opt);
+    unsetenv("DICE_INJECT_CAPTURE_FAILURE");
+    ASSERT_TRUE(rep.ok()) << pass << ": " << rep.status().ToString();
+    EXPECT_TRUE(rep->frozen) << pass;
+    EXPECT_TRUE(rep->groups.empty()) << pass;
+    ASSERT_EQ(rep->warnings.size(), 1u) << pass;
+    EXPECT_NE(rep->warnings[0].find(std::string("capture pass '") + pass + "' failed"), std::string::npos)
+        << rep->warnings[0];
+    EXPECT_NE(rep->warnings[0].find("injected failure"), std::string::npos) << rep->warnings[0];
+    EXPECT_NE(rep->warnings[0].find("left unchanged"), std::string::npos) << rep->warnings[0];
+    // No dice::FusionGroup in the graph that runs; the outputs equal the original's.
+    EXPECT_EQ(m.get_method("forward").graph()->toString().find("dice::FusionGroup"), std::string::npos) << pass;
+    torch::NoGradGuard no_grad;
+    std::vector<c10::IValue> run = {torch::randn({16, 32}), torch::randn({16, 32}), torch::randn({32, 24})};
+    EXPECT_TRUE(torch::allclose(m.forward(run).toTensor(), original.forward(run).toTensor())) << pass;
+  }
+}
+
 TEST_F(CaptureTest, CacheModeOnCpuFallsBackWithNoGpuReason) {
   auto m = Compile(kMlpLike);
   std::vector<c10::IValue> in = {torch::randn({4, 8}), torch::randn({4, 8}), torch::randn({8, 6})};

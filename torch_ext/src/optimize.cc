@@ -51,6 +51,47 @@ Expected<torch::jit::Module> FreezeOrExplain(const torch::jit::Module& module) {
   }
 }
 
+// Throws when DICE_INJECT_CAPTURE_FAILURE names `pass` ("inline",
+// "observe", "fusion"): tests of the capture fallback.
+void InjectCaptureFailure(const char* pass) {
+  const char* inject = std::getenv("DICE_INJECT_CAPTURE_FAILURE");
+  if (inject != nullptr && std::string(inject) == pass)
+    throw std::runtime_error(std::string("injected failure (DICE_INJECT_CAPTURE_FAILURE=") + pass + ")");
+}
+
+// The capture passes after freezing, on `module`'s forward graph: inlining,
+// type observation on the example inputs, the fusion pass. `pass` names the
+// one running (for the caller's warning when one throws).
+// Errors: ObserveTypes' (the example run fails); a GetRegisteredGroup error.
+Status RunCapturePasses(torch::jit::Module& module, const Options& options, OptimizeReport* report,
+                        const char** pass) {
+  auto graph = module.get_method("forward").graph();
+  *pass = "inline";
+  InjectCaptureFailure(*pass);
+  torch::jit::Inline(*graph);
+  if (!options.example_inputs.empty()) {
+    *pass = "observe";
+    InjectCaptureFailure(*pass);
+    std::vector<c10::IValue> inputs;
+    inputs.push_back(module._ivalue());
+    inputs.insert(inputs.end(), options.example_inputs.begin(), options.example_inputs.end());
+    DICE_RETURN_IF_ERROR(ObserveTypes(graph, inputs));
+  }
+  // Mode off: report what would fuse, leave the module's graph untouched.
+  *pass = "fusion";
+  InjectCaptureFailure(*pass);
+  auto target = options.mode == Mode::kOff ? graph->copy() : graph;
+  FusionPassResult res = FuseDiceGroups(target, options.min_nontrivial_ops);
+  for (int id : res.group_ids) {
+    auto g = GetRegisteredGroup(id);
+    if (!g.ok()) return g.status();
+    report->groups.push_back({id, std::move(g).value()});
+  }
+  report->left_out = std::move(res.left_out);
+  report->graph = target->toString();
+  return Status::Ok();
+}
+
 }  // namespace
 
 Expected<Options> Options::FromEnv() {
@@ -126,24 +167,23 @@ Expected<OptimizeReport> optimize(torch::jit::Module& module, const Options& opt
                                   "; the module is captured unfrozen (no constant folding)");
       }
     }
-    auto graph = module.get_method("forward").graph();
-    torch::jit::Inline(*graph);
-    if (!options.example_inputs.empty()) {
-      std::vector<c10::IValue> inputs;
-      inputs.push_back(module._ivalue());
-      inputs.insert(inputs.end(), options.example_inputs.begin(), options.example_inputs.end());
-      DICE_RETURN_IF_ERROR(ObserveTypes(graph, inputs));
+    // A capture pass that throws (PyTorch's or dice's) leaves the model as
+    // PyTorch runs it: the module goes back to its state before the passes
+    // (clone() shares the data, copies the graphs) and no group is reported.
+    torch::jit::Module before_passes = module.clone();
+    const char* pass = "inline";
+    try {
+      DICE_RETURN_IF_ERROR(RunCapturePasses(module, options, &report, &pass));
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      what = what.substr(0, what.find('\n'));
+      module = std::move(before_passes);
+      report.groups.clear();
+      report.left_out.clear();
+      report.graph.clear();
+      report.warnings.push_back(std::string("capture pass '") + pass + "' failed: " + what +
+                                "; the model is left unchanged (PyTorch runs all of it)");
     }
-    // Mode off: report what would fuse, leave the module's graph untouched.
-    auto target = options.mode == Mode::kOff ? graph->copy() : graph;
-    FusionPassResult res = FuseDiceGroups(target, options.min_nontrivial_ops);
-    for (int id : res.group_ids) {
-      auto g = GetRegisteredGroup(id);
-      if (!g.ok()) return g.status();
-      report.groups.push_back({id, std::move(g).value()});
-    }
-    report.left_out = std::move(res.left_out);
-    report.graph = target->toString();
   } catch (const std::exception& e) {
     return Status(StatusCode::kInternal, std::string("TorchScript pass failed: ") + e.what());
   }

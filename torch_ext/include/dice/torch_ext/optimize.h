@@ -100,12 +100,16 @@ struct OptimizeReport {
 /// A failure inside torch.jit.freeze (PyTorch's own passes, e.g. its
 /// conv folding asserting on a model) never fails the call: the module is
 /// captured unfrozen, report.frozen is false and report.warnings names the
-/// pass and the cause. DICE_INJECT_CAPTURE_FAILURE=freeze makes freezing fail
-/// (tests of that fallback).
+/// pass and the cause. Neither does an exception in a later capture pass
+/// (inlining, type observation, the fusion pass): the module is left as it
+/// was before that pass (frozen when freezing worked), report.groups is
+/// empty and report.warnings says "capture pass '<name>' failed: <cause>".
+/// DICE_INJECT_CAPTURE_FAILURE=freeze|inline|observe|fusion makes that step
+/// fail (tests of these fallbacks).
 /// REQUIRES: when options.freeze is false, forward has not been run yet (its
 /// graph executor would keep the old graph).
 /// Errors: kInvalidArgument when the module has no forward or the example run
-/// fails; kInternal for a PyTorch error during the passes (message included).
+/// fails; kInternal for a PyTorch error outside the capture passes.
 Expected<OptimizeReport> optimize(torch::jit::Module& module, const Options& options);
 
 /// Makes sure the dice::FusionGroup operator and the DICE_MODE pass are
