@@ -28,6 +28,7 @@ reasons), with the message. The last line printed is the summary:
       --dice /tmp/dice-snapshot/dice.sh --out bench/results/.../capture_sweep_cpu.jsonl
   python3 bench/capture_sweep.py --rerun-errors FILE.jsonl ...   # only the tasks that failed in FILE
   python3 bench/capture_sweep.py --explain FILE.jsonl --models M --out /dev/null   # reasons of unchanged tasks
+  python3 bench/capture_sweep.py --table FILE.jsonl --out /dev/null   # counts per level, markdown
 
 An unchanged task with no fusion group gets its reason from `dice profile`
 (the ops left with PyTorch and why), also kept as "left_with_pytorch".
@@ -190,6 +191,22 @@ def explain_unchanged(rec, args, env):
     return rec
 
 
+def markdown_table(records):
+    """| level | tasks | ok | unchanged | errors | rows, then the errors by message."""
+    rows = ["| level | tasks | ok (tuned / compiled) | unchanged, with reason | errors | capture warnings |",
+            "|---|---:|---:|---:|---:|---:|"]
+    for level in sorted({r["task"].split("/")[0] for r in records}):
+        rs = [r for r in records if r["task"].startswith(level + "/")]
+        ok = sum(r["outcome"] in ("tuned", "compiled") for r in rs)
+        rows.append(f"| {level} | {len(rs)} | {ok} | {sum(r['outcome'] == 'unchanged' for r in rs)} | "
+                    f"{sum(r['outcome'] == 'error' for r in rs)} | {sum(bool(r.get('warnings')) for r in rs)} |")
+    errors = [r for r in records if r["outcome"] == "error"]
+    if errors:
+        rows.append("")
+        rows += [f"- {r['task']}: {r['reason'][:200]}" for r in errors]
+    return "\n".join(rows)
+
+
 def summary(records):
     ok = sum(r["outcome"] in ("tuned", "compiled") for r in records)
     unchanged = sum(r["outcome"] == "unchanged" for r in records)
@@ -213,9 +230,15 @@ def main(argv):
     p.add_argument("--reps", type=int, default=3, help="dice tune --reps (end-to-end timing repetitions)")
     p.add_argument("--explain", default="", help="a JSONL this script wrote: add the ops left with PyTorch "
                                                   "(dice profile) to its unchanged tasks, in place (--models as when run)")
+    p.add_argument("--table", default="", help="a JSONL this script wrote: print its counts per level as markdown")
     p.add_argument("--skip-done", action="store_true", help="skip tasks already recorded in --out")
     args = p.parse_args(argv)
 
+    if args.table:  # markdown counts per level (docs/PERF.md)
+        with open(args.table, encoding="utf-8") as f:
+            records = [json.loads(l) for l in f if l.strip()]
+        print(markdown_table(records))
+        return 0
     if args.explain:  # fill in the reasons of unchanged tasks in an existing file, in place
         with open(args.explain, encoding="utf-8") as f:
             records = [json.loads(l) for l in f if l.strip()]
