@@ -65,6 +65,19 @@ TEST(SdarGpuTest, Bfloat16ForwardOnCudaStaysCloseToReference) {
   EXPECT_LT(err, 0.05 * scale);
 }
 
+// The decode options of one greedy case of the reference fixture
+// (max_new_tokens, remasking, steps, threshold; no EOS) for `samples` rows.
+DecodeOptions FixtureOptions(const nlohmann::json& c, int64_t samples = 1) {
+  DecodeOptions o;
+  o.max_new_tokens = c["max_new_tokens"].get<int64_t>();
+  o.remasking = *ParseRemasking(c["remasking"].get<std::string>());
+  o.denoising_steps = c["steps"].get<int64_t>();
+  o.confidence_threshold = c["threshold"].get<double>();
+  o.num_samples = samples;
+  o.eos_ids = {};
+  return o;
+}
+
 TEST(SdarGpuTest, GreedyDecodingOnCudaMatchesReferenceLoop) {
   DICE_REQUIRE_CUDA();
   ASSERT_FALSE(SdarReferenceDir().empty());
@@ -73,12 +86,7 @@ TEST(SdarGpuTest, GreedyDecodingOnCudaMatchesReferenceLoop) {
   const SdarModel& m = *loaded;
   int exact = 0, cases = 0;
   for (const auto& c : SdarReferenceJson()["decode"]) {
-    DecodeOptions o;
-    o.max_new_tokens = c["max_new_tokens"].get<int64_t>();
-    o.remasking = *ParseRemasking(c["remasking"].get<std::string>());
-    o.denoising_steps = c["steps"].get<int64_t>();
-    o.confidence_threshold = c["threshold"].get<double>();
-    o.eos_ids = {};
+    DecodeOptions o = FixtureOptions(c);
     auto r = Decode(m, c["prompt"].get<std::vector<int32_t>>(), o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     const auto want = c["tokens"].get<std::vector<int32_t>>();
@@ -157,13 +165,7 @@ TEST(SdarGpuTest, GreedyDecodingWithCudaGraphsEqualsWithout) {
   int cases = 0;
   for (const auto& c : SdarReferenceJson()["decode"]) {
     for (int64_t samples : {1, 4}) {
-      DecodeOptions o;
-      o.max_new_tokens = c["max_new_tokens"].get<int64_t>();
-      o.remasking = *ParseRemasking(c["remasking"].get<std::string>());
-      o.denoising_steps = c["steps"].get<int64_t>();
-      o.confidence_threshold = c["threshold"].get<double>();
-      o.num_samples = samples;
-      o.eos_ids = {};
+      DecodeOptions o = FixtureOptions(c, samples);
       const auto prompt = c["prompt"].get<std::vector<int32_t>>();
       auto off = Decode(m, prompt, o);
       o.cuda_graphs = true;
@@ -212,13 +214,7 @@ TEST(SdarGpuTest, MergedCommitAndMaskedLogitsKeepTheGreedyTokensOnCuda) {
   for (const auto& c : SdarReferenceJson()["decode"]) {
     for (int64_t samples : {1, 4}) {
       for (bool graphs : {false, true}) {
-        DecodeOptions o;
-        o.max_new_tokens = c["max_new_tokens"].get<int64_t>();
-        o.remasking = *ParseRemasking(c["remasking"].get<std::string>());
-        o.denoising_steps = c["steps"].get<int64_t>();
-        o.confidence_threshold = c["threshold"].get<double>();
-        o.num_samples = samples;
-        o.eos_ids = {};
+        DecodeOptions o = FixtureOptions(c, samples);
         o.cuda_graphs = graphs;
         o.merge_commit = false;
         o.masked_logits_only = false;
