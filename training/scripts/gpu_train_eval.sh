@@ -73,6 +73,11 @@ eval_model() {  # $1 model dir, $2 name
   fi
   local max_new=$MAX_NEW; [ "$EVAL_TASKS" = dev_infill ] && max_new=$RL_MAX_NEW
   run_eval "$1" "$W/$EVAL_TASKS.jsonl" heldout "$max_new" "eval_$2" 3
+  # A later stage against the SFT model on the same held-out tasks: the
+  # paired bootstrap interval of the difference (dice train compare).
+  if [ "$2" != sft ] && [ -f "$OUT/eval_sft.json" ]; then
+    $DICE train compare --base "$OUT/eval_sft.json" --new "$OUT/eval_$2.json" 2>&1 | tee "$OUT/compare_sft_$2.log" || true
+  fi
   # The RL run's own (training) tasks too, when RL_TASK_LIMIT chose them:
   # what RL changed on the tasks it was rewarded on, beside the held-out pass@k.
   if [ -f "$W/rl_tasks.jsonl" ]; then run_eval "$1" "$W/rl_tasks.jsonl" train "$RL_MAX_NEW" "eval_$2_rltasks" 1; fi
