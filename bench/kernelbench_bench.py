@@ -7,10 +7,14 @@ For each task file (KernelBench format: Model, get_inputs, get_init_inputs):
   3. load the traced (and frozen) model in THIS process with libdice_torch_ext loaded and
      DICE_MODE=cache (the registered TorchScript pass forms fusion groups and
      serves the cached winners), check its outputs against eager within the
-     per-dtype tolerance, and time it with the same timer.
+     per-dtype tolerance, and time it with the same timer;
+  4. time the same frozen file loaded while the pass is off (DICE_MODE=off: no
+     dice group in its graph) beside them: what capture alone (freezing,
+     conv-batchnorm folding) gives. capture_speedup = eager_us / captured_us,
+     winners_speedup = captured_us / dice_us; their product is speedup_vs_eager.
 All times: CUDA events, warm-up, L2 flushed (256 MB write) before each
 repetition, median of --reps, in µs. The variants are timed side by side:
-each repetition runs eager, torch.compile, (max-autotune,) dice once each in
+each repetition runs eager, torch.compile, (max-autotune,) captured, dice once each in
 a rotating order, so clock and thermal drift hit every column alike. One JSON line per task goes to --out;
 bench/report.py turns the lines into the docs/PERF.md table.
 
@@ -118,6 +122,35 @@ def group_stats():
         return []
 
 
+def dice_groups_in_last_graph():
+    """dice::FusionGroup nodes in the graph TorchScript executed last."""
+    return str(torch.jit.last_executed_optimized_graph()).count("dice::FusionGroup")
+
+
+def load_captured(pt, inputs):
+    """The frozen TorchScript file as capture alone leaves it: loaded and run
+    (the profiling executor optimizes it on these first calls) while the
+    registered dice pass is off (DICE_MODE=off), so its graph holds no dice
+    group; DICE_MODE is back to "cache" on return."""
+    os.environ["DICE_MODE"] = "off"
+    try:
+        cap = torch.jit.load(pt).cuda().eval()
+        for _ in range(3):
+            cap(*inputs)
+    finally:
+        os.environ["DICE_MODE"] = "cache"
+    return cap
+
+
+def attribution(eager_us, captured_us, dice_us):
+    """capture_speedup = eager / captured (freezing, folding: capture alone),
+    winners_speedup = captured / dice (what the served winners added on top);
+    None for a time not measured."""
+    ok = lambda v: isinstance(v, (int, float)) and v > 0
+    return {"capture_speedup": eager_us / captured_us if ok(eager_us) and ok(captured_us) else None,
+            "winners_speedup": captured_us / dice_us if ok(captured_us) and ok(dice_us) else None}
+
+
 def match_against_float64(model, inputs, got, want, strict_detail):
     """Second opinion when `got` misses eager's output by more than the
     per-dtype tolerance: long float32 reductions (a sum over 8192 products)
@@ -195,6 +228,7 @@ def run_task(path, args):
             tune = json.load(f)
         rec["groups"] = tune["groups"]
         rec["dice_before_us"], rec["dice_after_us"] = tune["before_us"], tune["after_us"]
+        rec["dice_captured_us"] = tune.get("captured_us")  # dice tune's own capture-alone time
     except (OSError, ValueError, KeyError) as e:
         rec.setdefault("error", f"no tune report: {e}")
     # The tuned model served from the cache, in this process, same timer.
@@ -213,13 +247,21 @@ def run_task(path, args):
         rec["correct"], rec["correct_detail"] = ok, detail
         del out
         ref = None
-        fns = {"eager": lambda: model(*inputs), "compile": lambda: compiled(*inputs), "dice": lambda: dm(*inputs)}
+        cap = load_captured(pt, inputs)
+        fns = {"eager": lambda: model(*inputs), "compile": lambda: compiled(*inputs), "captured": lambda: cap(*inputs),
+               "dice": lambda: dm(*inputs)}
         if ma is not None:
             fns["max_autotune"] = lambda: ma(*inputs)
         us = bench_interleaved(fns, args.reps)
         rec["eager_us"], rec["compile_us"], rec["dice_us"] = us["eager"], us["compile"], us["dice"]
         if ma is not None:
             rec["max_autotune_us"] = us["max_autotune"]
+        # Still no dice group in the captured model's graph (a re-optimisation
+        # while DICE_MODE=cache would have run the pass): else it is no
+        # capture-alone time.
+        cap(*inputs)
+        rec["captured_dice_groups"] = dice_groups_in_last_graph()
+        rec["captured_us"] = us["captured"] if rec["captured_dice_groups"] == 0 else None
     # What the served model did per fusion group during this task: hits
     # (winner kernel ran) and fallbacks with their reasons.
     rec["serving"] = []
@@ -230,11 +272,12 @@ def run_task(path, args):
             reasons = {r: n - old.get("fallback_reasons", {}).get(r, 0) for r, n in g["fallback_reasons"].items()}
             rec["serving"].append({"group": g["summary"], "calls": calls, "hits": g["hits"] - old.get("hits", 0),
                                    "fallback_reasons": {r: n for r, n in reasons.items() if n}})
-    del compiled, ma, dm
+    del compiled, ma, dm, cap
     torch.cuda.empty_cache()
     os.environ["DICE_MODE"] = "off"
     rec["speedup_vs_eager"] = rec["eager_us"] / rec["dice_us"]
     rec["speedup_vs_compile"] = rec["compile_us"] / rec["dice_us"]
+    rec.update(attribution(rec["eager_us"], rec["captured_us"], rec["dice_us"]))
     return rec
 
 

@@ -15,7 +15,9 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,7 @@
 #include "dice/reference/reference_executor.h"
 #include "dice/runtime/cuda_driver.h"
 #include "dice/torch_ext/optimize.h"
+#include "attribution.h"
 #include "model_inputs.h"
 #include "progress.h"
 #include "report.h"
@@ -123,16 +126,82 @@ double TimeForward(torch::jit::Module& module, const std::vector<c10::IValue>& i
   return us[us.size() / 2];
 }
 
-/// Median µs of the captured (frozen, fused) module with every fusion group
-/// on its PyTorch fallback (mode off): what capture alone gives, the middle
-/// time of the report's attribution. Restores `options` afterwards.
-double TimeWithoutWinners(LoadedModel& m, const dice::torch_ext::Options& options, int reps) {
+std::string Fixed(double v, int digits = 1) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+/// µs of one module.forward(inputs), GPU work synchronised.
+double TimeOnce(LoadedModel& m) {
+  const auto t0 = std::chrono::steady_clock::now();
+  m.module.forward(m.inputs);
+  Sync(m.on_gpu);
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// The end-to-end times of `dice tune` (attribution.h), median µs; 0 = not timed.
+struct SideBySide {
+  double original_us = 0;
+  double captured_us = 0;
+  double optimized_us = 0;
+};
+
+/// Times `original`, `captured` (when given: a GPU run) and `tuned` side by
+/// side, round-robin (RoundRobinMedians: 3 warm-up calls each, then `reps`
+/// rounds). The tuned module runs with `options` (mode cache: its groups
+/// serve the winners), the other two with mode off, so that no dice group
+/// the graph executor's pass may have formed in them (DICE_MODE set) serves
+/// a winner. Leaves the runtime options at `options`.
+SideBySide TimeSideBySide(LoadedModel& original, LoadedModel* captured, LoadedModel& tuned,
+                          const dice::torch_ext::Options& options, int reps) {
+  torch::NoGradGuard no_grad;
   dice::torch_ext::Options off = options;
   off.mode = dice::torch_ext::Mode::kOff;
-  dice::torch_ext::SetRuntimeOptions(off);
-  const double us = TimeForward(m.module, m.inputs, m.on_gpu, reps);
+  std::vector<LoadedModel*> models = {&original};
+  if (captured != nullptr) models.push_back(captured);
+  models.push_back(&tuned);
+  const std::vector<double> us = RoundRobinMedians(models.size(), reps, /*warmup=*/3, [&](size_t v) {
+    dice::torch_ext::SetRuntimeOptions(models[v] == &tuned ? options : off);
+    return TimeOnce(*models[v]);
+  });
   dice::torch_ext::SetRuntimeOptions(options);
-  return us;
+  return {us.front(), captured != nullptr ? us[1] : 0.0, us.back()};
+}
+
+/// Calls per forward of each task key, from the group statistics of the one
+/// forward run since ResetGroupStats (CallsPerTask, attribution.h).
+std::map<std::string, int64_t> CallsPerForward() {
+  std::vector<GroupCalls> groups;
+  for (const auto& s : dice::torch_ext::GetGroupStats()) groups.push_back({s.task_keys, s.calls});
+  return CallsPerTask(groups);
+}
+
+/// The per-group result table of `dice tune`: times, speedup, what the winner
+/// saved (µs per forward; "/call" when the calls per forward are not known),
+/// candidate counts, winner, and each failed candidate's cause.
+void PrintGroupTable(const std::vector<dice::runtime::TuneReport>& reports,
+                     const std::map<std::string, int64_t>& calls_per_forward) {
+  std::printf("\n%10s %10s %8s %13s %14s  %-34s %s\n", "base µs", "best µs", "speedup", "saved µs/fwd",
+              "tried/comp/ver", "winner", "group (ops inputs)");
+  for (const auto& r : reports) {
+    const std::string origin = r.winner_origin.empty() ? "-" : r.winner_origin + (r.from_cache ? " (cached)" : "");
+    auto calls = calls_per_forward.find(r.task_key);
+    const WinnerSaving saved = SavedByWinner(
+        r.baseline_us, r.best_us, calls == calls_per_forward.end() ? std::nullopt : std::optional<int64_t>(calls->second));
+    const std::string saved_text =
+        !saved.saved_us ? "-" : Fixed(*saved.saved_us) + (saved.calls_per_forward ? "" : "/call");
+    std::printf("%10s %10s %8s %12s %6d/%3d/%3d  %-34s %s\n", r.baseline_us > 0 ? Fixed(r.baseline_us).c_str() : "-",
+                r.best_us > 0 ? Fixed(r.best_us).c_str() : "-",
+                r.speedup > 0 ? (Fixed(r.speedup, 2) + "x").c_str() : "-", saved_text.c_str(), r.tried, r.compiled,
+                r.verified, origin.c_str(), r.description.c_str());
+    for (const auto& o : r.outcomes) {
+      if (!dice::runtime::IsVerified(o.outcome) && o.outcome != dice::runtime::Outcome::kCompiled) {
+        std::printf("    %s: %s %s\n", o.origin.c_str(), std::string(dice::runtime::OutcomeName(o.outcome)).c_str(),
+                    o.error.substr(0, 160).c_str());
+      }
+    }
+  }
 }
 
 /// Writes the report document (report.h) to --json (invalid UTF-8 in
@@ -222,10 +291,18 @@ dice::torch_ext::Options BaseOptions(const ModelArgs& args, const std::vector<c1
   return o;
 }
 
-std::string Fixed(double v, int digits = 1) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-  return buf;
+/// Loads the model again on the GPU and captures it as optimize() does
+/// (frozen unless freezing fails, inlined) in mode off, which leaves its graph
+/// without dice groups: the "captured" model of the attribution
+/// (attribution.h). Leaves the runtime mode off. Errors (in `error`): those
+/// of LoadModel, and optimize()'s.
+bool LoadCaptured(const ModelArgs& args, LoadedModel* out, std::string* error) {
+  if (!LoadModel(args, /*want_gpu=*/true, out, error)) return false;
+  dice::torch_ext::Options off = BaseOptions(args, out->inputs);
+  off.mode = dice::torch_ext::Mode::kOff;
+  auto report = dice::torch_ext::optimize(out->module, off);
+  if (!report.ok()) *error = "capturing the model for its capture-alone time: " + report.status().ToString();
+  return report.ok();
 }
 
 /// Which generators `dice tune` asks (--generator, --model, --samples).
@@ -287,7 +364,6 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
     return Fail(kExitBadInput, error);
   }
   c10::IValue reference;
-  double before_us = 0;
   {
     torch::NoGradGuard no_grad;
     try {
@@ -295,8 +371,12 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
     } catch (const std::exception& e) {
       return Fail(kExitBadInput, ModelRunError(args, e));
     }
-    before_us = TimeForward(eager.module, eager.inputs, gpu, args.reps);
   }
+  // Capture alone (GPU runs, where it is timed): a third copy, frozen and
+  // inlined as the tuned one but optimize()d in mode off, which leaves its
+  // graph without dice groups. Before the tuned optimize(): it sets the mode.
+  LoadedModel captured;
+  if (gpu && !LoadCaptured(args, &captured, &error)) return Fail(kExitFailure, error);
 
   std::vector<std::shared_ptr<dice::KernelGenerator>> generators;
   if (!MakeGenerators(generator_args, gpu, &generators, &error)) return Fail(kExitBadInput, error);
@@ -320,45 +400,32 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   progress.Finish();
   if (!tuned_reports.ok()) return Fail(kExitFailure, tuned_reports.status().ToString());
 
-  std::printf("\n%10s %10s %8s %14s  %-34s %s\n", "base µs", "best µs", "speedup", "tried/comp/ver", "winner",
-              "group (ops inputs)");
-  for (const auto& r : *tuned_reports) {
-    const std::string origin = r.winner_origin.empty() ? "-" : r.winner_origin + (r.from_cache ? " (cached)" : "");
-    std::printf("%10s %10s %8s %6d/%3d/%3d  %-34s %s\n", r.baseline_us > 0 ? Fixed(r.baseline_us).c_str() : "-",
-                r.best_us > 0 ? Fixed(r.best_us).c_str() : "-",
-                r.speedup > 0 ? (Fixed(r.speedup, 2) + "x").c_str() : "-", r.tried, r.compiled, r.verified,
-                origin.c_str(), r.description.c_str());
-    for (const auto& o : r.outcomes) {
-      if (!dice::runtime::IsVerified(o.outcome) && o.outcome != dice::runtime::Outcome::kCompiled) {
-        std::printf("    %s: %s %s\n", o.origin.c_str(), std::string(dice::runtime::OutcomeName(o.outcome)).c_str(),
-                    o.error.substr(0, 160).c_str());
-      }
-    }
-  }
-
-  // End to end: the optimized module serves cached winners (mode cache);
-  // first the same module with every group on its fallback (capture alone).
-  const double captured_us = gpu ? TimeWithoutWinners(tuned, options, args.reps) : 0;
+  // End to end: one forward of the optimized module serving the cached
+  // winners (mode cache) checks its outputs and counts each group's calls;
+  // then original, captured and optimized are timed side by side.
   dice::torch_ext::ResetGroupStats();
   c10::IValue got;
   {
     torch::NoGradGuard no_grad;
     got = tuned.module.forward(tuned.inputs);
   }
+  const std::map<std::string, int64_t> calls = CallsPerForward();
+  PrintGroupTable(*tuned_reports, calls);
   std::string detail;
   const bool match = OutputsMatch(got, reference, &detail);
-  const double after_us = TimeForward(tuned.module, tuned.inputs, gpu, args.reps);
+  const SideBySide t = TimeSideBySide(eager, gpu ? &captured : nullptr, tuned, options, args.reps);
   if (gpu) {
-    std::printf("\nend to end: before %.1f µs, after %.1f µs (%.2fx): capture alone %.2fx (%.1f µs with every group "
-                "on its fallback), winners %.2fx; outputs %s eager (%s)\n", before_us, after_us,
-                after_us > 0 ? before_us / after_us : 0.0, captured_us > 0 ? before_us / captured_us : 0.0, captured_us,
-                after_us > 0 ? captured_us / after_us : 0.0, match ? "match" : "DIFFER FROM", detail.c_str());
+    std::printf("\nend to end (median of %d, round-robin): original %.1f µs, captured %.1f µs (frozen graph, no dice "
+                "group), optimized %.1f µs; outputs %s eager (%s)\n", args.reps, t.original_us, t.captured_us,
+                t.optimized_us, match ? "match" : "DIFFER FROM", detail.c_str());
   } else {
     std::printf("\nend to end (CPU, every group on its fallback; not a speedup measurement): before %.1f µs, "
-                "after %.1f µs; outputs %s eager (%s)\n", before_us, after_us, match ? "match" : "DIFFER FROM",
+                "after %.1f µs; outputs %s eager (%s)\n", t.original_us, t.optimized_us, match ? "match" : "DIFFER FROM",
                 detail.c_str());
   }
-  const EndToEnd e2e{gpu, before_us, captured_us, after_us, match, detail};
+  const Attribution attribution = gpu ? Attribute(t.original_us, t.captured_us, t.optimized_us) : Attribution{};
+  std::printf("%s\n", AttributionLine(attribution, report->frozen).c_str());
+  const EndToEnd e2e{gpu, t.original_us, t.captured_us, t.optimized_us, match, detail, report->frozen, calls};
   if (!WriteTuneOutputs(args, TuneDocument(args.model_path, *tuned_reports, e2e), &error)) {
     return Fail(kExitFailure, error);
   }

@@ -17,6 +17,7 @@
 
 #include "dice/cache/store.h"
 #include "dice/core/ir.h"
+#include "attribution.h"
 #include "dice/runtime/outcome.h"
 
 namespace dice::cli {
@@ -160,7 +161,7 @@ void RenderEndToEnd(const json& doc, std::ostringstream& h) {
   const auto before = NumberAt(doc, "before_us"), captured = NumberAt(doc, "captured_us"),
              after = NumberAt(doc, "after_us");
   h << "<h2>End to end</h2>\n<table id=\"end-to-end\"><thead><tr><th>eager (before)</th>"
-    << "<th>captured, no winners</th><th>captured + winners (after)</th><th>capture alone</th><th>winners</th>"
+    << "<th>captured (frozen, no dice group)</th><th>captured + winners (after)</th><th>capture alone</th><th>winners</th>"
     << "<th>total</th><th>outputs</th></tr></thead>\n<tbody><tr><td class=\"n\">" << Us(before)
     << "</td><td class=\"n\">" << Us(captured) << "</td><td class=\"n\">" << Us(after) << "</td><td class=\"n\">"
     << Times(Ratio(before, captured)) << "</td><td class=\"n\">" << Times(Ratio(captured, after))
@@ -168,9 +169,12 @@ void RenderEndToEnd(const json& doc, std::ostringstream& h) {
     << (BoolAt(doc, "outputs_match") ? "match eager" : "DIFFER FROM eager");
   const std::string detail = TextAt(doc, "match_detail");
   if (!detail.empty()) h << " (" << HtmlEscape(detail) << ")";
-  h << "</td></tr></tbody></table>\n<p class=\"note\">Capture alone is what freezing and folding gave with every "
-       "group on its PyTorch fallback (before / captured); winners is what the tuned kernels added on top "
-       "(captured / after).";
+  h << "</td></tr></tbody></table>\n<p class=\"note\">Capture alone is what freezing and folding gave: the "
+       "frozen graph with no dice group (before / captured); winners is what the served winners added on top "
+       "(captured / after); total = capture alone \u00d7 winners. The three are timed side by side, round-robin.";
+  if (doc.is_object() && doc.contains("frozen") && doc["frozen"].is_boolean() && !doc["frozen"].get<bool>()) {
+    h << " The model was captured unfrozen (freezing failed or was off): capture alone folded nothing.";
+  }
   if (!before) h << " Not measured: compile-only runs time nothing.";
   h << "</p>\n";
 }
@@ -233,7 +237,13 @@ void RenderGroup(const json& g, int group, std::ostringstream& h) {
   h << "<section class=\"group\" id=\"group-" << group << "\">\n<h2>Group " << group << ": "
     << HtmlEscape(ValidUtf8(TextAt(g, "description"))) << "</h2>\n<p class=\"summary\">baseline <b>"
     << Us(NumberAt(g, "baseline_us")) << "</b> \u00b7 best <b>" << Us(NumberAt(g, "best_us"))
-    << "</b> \u00b7 speedup <b>" << Times(NumberAt(g, "speedup")) << "</b> \u00b7 winner <b class=\"winner\">"
+    << "</b> \u00b7 speedup <b>" << Times(NumberAt(g, "speedup")) << "</b>";
+  if (auto saved = NumberAt(g, "saved_us")) {
+    h << " \u00b7 saved <b class=\"saved\">" << Us(saved)
+      << (TextAt(g, "saved_per") == "forward" ? " per forward" : " per call") << "</b>";
+    if (auto calls = NumberAt(g, "calls_per_forward")) h << " (" << Format("%.0f", *calls) << " call(s))";
+  }
+  h << " \u00b7 winner <b class=\"winner\">"
     << (winner.empty() ? std::string("none") : HtmlEscape(ValidUtf8(winner))) << "</b>"
     << (BoolAt(g, "from_cache") ? " (cached)" : "");
   if (NumberAt(g, "tried") && !BoolAt(g, "from_cache")) {
@@ -284,7 +294,7 @@ int CmdReport(const std::string& source, const std::string& out_path) {
 
 }  // namespace
 
-json GroupJson(const runtime::TuneReport& r, bool timed) {
+json GroupJson(const runtime::TuneReport& r, bool timed, std::optional<int64_t> calls_per_forward) {
   json cands = json::array();
   for (const runtime::CandidateOutcome& o : r.outcomes) {
     const bool measured = timed && o.time_us > 0;
@@ -296,27 +306,37 @@ json GroupJson(const runtime::TuneReport& r, bool timed) {
                      {"time_us", Measured(o.time_us, timed)},
                      {"speedup", measured && r.baseline_us > 0 ? json(r.baseline_us / o.time_us) : json(nullptr)}});
   }
+  const WinnerSaving saved = timed ? SavedByWinner(r.baseline_us, r.best_us, calls_per_forward) : WinnerSaving{};
   return {{"task_key", r.task_key},       {"description", r.description},
           {"baseline_us", Measured(r.baseline_us, timed)}, {"best_us", Measured(r.best_us, timed)},
           {"speedup", Measured(r.speedup, timed)},         {"winner", r.winner_origin},
           {"from_cache", r.from_cache},   {"tried", r.tried},
           {"compiled", r.compiled},       {"verified", r.verified},
+          {"calls_per_forward", calls_per_forward ? json(*calls_per_forward) : json(nullptr)},
+          {"saved_us", saved.saved_us ? json(*saved.saved_us) : json(nullptr)},
+          {"saved_per", !saved.saved_us ? json(nullptr) : json(saved.calls_per_forward ? "forward" : "call")},
           {"tune_seconds", r.tune_seconds}, {"candidates", std::move(cands)}};
 }
 
 json TuneDocument(const std::string& model, const std::vector<runtime::TuneReport>& groups, const EndToEnd& e2e) {
   json gs = json::array();
-  for (const runtime::TuneReport& r : groups) gs.push_back(GroupJson(r, e2e.timed));
-  auto ratio = [&](double a, double b) { return e2e.timed && a > 0 && b > 0 ? json(a / b) : json(nullptr); };
+  for (const runtime::TuneReport& r : groups) {
+    auto calls = e2e.calls_per_forward.find(r.task_key);
+    gs.push_back(GroupJson(r, e2e.timed,
+                           calls == e2e.calls_per_forward.end() ? std::nullopt : std::optional<int64_t>(calls->second)));
+  }
+  const Attribution a = e2e.timed ? Attribute(e2e.before_us, e2e.captured_us, e2e.after_us) : Attribution{};
+  auto number = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
   return {{"model", model},
           {"gpu", e2e.timed},
           {"compile_only", !e2e.timed},
+          {"frozen", e2e.frozen},
           {"before_us", Measured(e2e.before_us, e2e.timed)},
           {"captured_us", Measured(e2e.captured_us, e2e.timed)},
           {"after_us", Measured(e2e.after_us, e2e.timed)},
-          {"capture_speedup", ratio(e2e.before_us, e2e.captured_us)},
-          {"winners_speedup", ratio(e2e.captured_us, e2e.after_us)},
-          {"speedup", ratio(e2e.before_us, e2e.after_us)},
+          {"capture_speedup", number(a.capture)},
+          {"winners_speedup", number(a.winners)},
+          {"speedup", number(a.total)},
           {"outputs_match", e2e.outputs_match},
           {"match_detail", e2e.match_detail},
           {"groups", std::move(gs)}};

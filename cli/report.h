@@ -6,17 +6,22 @@
 // inline SVG bar plot, no script and nothing fetched from the network). The
 // document (docs/CLI.md "The tuning report"):
 //
-//   {"model": "m.pt", "gpu": true, "compile_only": false,
-//    "before_us": 812.0,      eager model, median µs
-//    "captured_us": 640.5,    captured (frozen, fused) model, every group on its PyTorch fallback
-//    "after_us": 402.1,       captured model serving the winners
-//    "capture_speedup": 1.27, "winners_speedup": 1.59, "speedup": 2.02,
+//   {"model": "m.pt", "gpu": true, "compile_only": false, "frozen": true,
+//    "before_us": 812.0,      original model as loaded ("eager"), median µs
+//    "captured_us": 640.5,    captured model: frozen, inlined, no dice group in its graph
+//    "after_us": 402.1,       captured model with its fusion groups serving the winners
+//    "capture_speedup": 1.27, "winners_speedup": 1.59, "speedup": 2.02,   (attribution.h)
 //    "outputs_match": true, "match_detail": "max abs err 1e-06",
 //    "groups": [{"task_key", "description", "baseline_us", "best_us", "speedup",
-//                "winner", "from_cache", "tried", "compiled", "verified", "tune_seconds",
+//                "winner", "from_cache", "tried", "compiled", "verified",
+//                "calls_per_forward", "saved_us", "saved_per", "tune_seconds",
 //                "candidates": [{"origin", "hash", "outcome", "error",
 //                                "compile_ms", "time_us", "speedup"}]}]}
 //
+// The three end-to-end times are timed side by side, round-robin.
+// saved_us = (baseline_us - best_us) × calls_per_forward ("saved_per":
+// "forward"), or per call ("call", calls_per_forward null) when the calls
+// of one forward are not known.
 // A time or speedup that was not measured (compile-only: no GPU; a
 // candidate never timed; a group without a winner) is null, never 0. The
 // report of a cache directory has "source": "cache" and one group per
@@ -28,6 +33,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,22 +47,29 @@
 
 namespace dice::cli {
 
-/// What `dice tune` measured end to end (median µs over --reps runs).
+/// What `dice tune` measured end to end (median µs over --reps rounds,
+/// round-robin; attribution.h).
 struct EndToEnd {
   bool timed = false;        ///< a GPU run; false: compile-only, the times below are not written
-  double before_us = 0;      ///< the eager model
-  double captured_us = 0;    ///< the captured (frozen, fused) model with every group on its fallback
-  double after_us = 0;       ///< the captured model serving the winners
+  double before_us = 0;      ///< the original model as loaded ("eager")
+  double captured_us = 0;    ///< the captured model: frozen, inlined, no dice group in its graph
+  double after_us = 0;       ///< the captured model with its groups serving the winners
   bool outputs_match = false;
   std::string match_detail;  ///< "max abs err 3e-07" or why the outputs differ
+  bool frozen = true;        ///< torch.jit.freeze succeeded (OptimizeReport::frozen)
+  /// Calls of one forward per task key (CallsPerTask); a key missing: not known.
+  std::map<std::string, int64_t> calls_per_forward;
 };
 
 /// One fusion group's entry of the report document: the TuneReport's
 /// fields (baseline_us, best_us, speedup in µs and x; null when `timed` is
-/// false or the value is 0) and one "candidates" row per outcome: origin,
-/// hash, outcome (OutcomeName), error, compile_ms (null when 0), time_us and
-/// speedup = baseline_us / time_us (null when not timed).
-nlohmann::json GroupJson(const runtime::TuneReport& report, bool timed);
+/// false or the value is 0), what its winner saved (calls_per_forward, or
+/// null when not known; saved_us and saved_per of SavedByWinner, null
+/// without a winner or when not timed) and one "candidates" row per outcome:
+/// origin, hash, outcome (OutcomeName), error, compile_ms (null when 0),
+/// time_us and speedup = baseline_us / time_us (null when not timed).
+nlohmann::json GroupJson(const runtime::TuneReport& report, bool timed,
+                         std::optional<int64_t> calls_per_forward = std::nullopt);
 
 /// The whole `dice tune --json` document for `model` (see the header comment).
 nlohmann::json TuneDocument(const std::string& model, const std::vector<runtime::TuneReport>& groups, const EndToEnd& e2e);
@@ -76,7 +91,7 @@ using cache::HtmlEscape;
 /// The report page of `doc` (the schema above): a header (model, GPU or
 /// compile-only), "End to end" (before / captured / after µs and the
 /// attribution: capture alone = before/captured, winners = captured/after,
-/// total = before/after), an SVG bar plot of each group's speedup (one
+/// total = before/after; a note when the model was captured unfrozen), an SVG bar plot of each group's speedup (one
 /// <rect class="bar"> per group with a speedup, a line at 1x), and per
 /// group a table with one row per candidate (origin, outcome, error, compile
 /// ms, µs, speedup) and the winner. Every string of `doc` is HTML-escaped; a

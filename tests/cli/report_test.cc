@@ -264,7 +264,7 @@ TEST(ReportJsonTest, TimedRunCarriesEachCandidatesSpeedupOverTheBaseline) {
   failed.outcome = runtime::Outcome::kVerifyFailed;
   failed.error = "output 0 differs";
   r.outcomes = {w, failed};
-  EndToEnd e2e{true, 100, 80, 50, true, "max abs err 0"};
+  EndToEnd e2e{true, 100, 80, 50, true, "max abs err 0", true, {}};
   const json doc = TuneDocument("m.pt", {r}, e2e);
   EXPECT_DOUBLE_EQ(doc["capture_speedup"].get<double>(), 1.25);
   EXPECT_DOUBLE_EQ(doc["winners_speedup"].get<double>(), 1.6);
@@ -276,6 +276,45 @@ TEST(ReportJsonTest, TimedRunCarriesEachCandidatesSpeedupOverTheBaseline) {
   EXPECT_TRUE(c[1]["speedup"].is_null());
   EXPECT_EQ(c[1]["error"], "output 0 differs");
   EXPECT_EQ(doc["groups"][0]["winner"], "template:w");
+}
+
+TEST(ReportJsonTest, CreditsEachWinnerWithWhatItSavedPerForwardOrPerCall) {
+  runtime::TuneReport repeated;  // a block that runs three times per forward
+  repeated.task_key = "k3";
+  repeated.baseline_us = 30;
+  repeated.best_us = 10;
+  repeated.speedup = 3;
+  repeated.winner_origin = "template:w";
+  runtime::TuneReport unknown = repeated;  // calls of one forward not known
+  unknown.task_key = "k?";
+  runtime::TuneReport no_winner;
+  no_winner.task_key = "k0";
+  no_winner.baseline_us = 30;
+  EndToEnd e2e{true, 100, 80, 50, true, "max abs err 0", true, {}};
+  e2e.frozen = false;
+  e2e.calls_per_forward = {{"k3", 3}, {"k0", 1}};
+  const json doc = TuneDocument("m.pt", {repeated, unknown, no_winner}, e2e);
+  EXPECT_EQ(doc["frozen"], false);
+  const json& g = doc["groups"];
+  EXPECT_EQ(g[0]["calls_per_forward"], 3);
+  EXPECT_DOUBLE_EQ(g[0]["saved_us"].get<double>(), 60.0);
+  EXPECT_EQ(g[0]["saved_per"], "forward");
+  EXPECT_TRUE(g[1]["calls_per_forward"].is_null());
+  EXPECT_DOUBLE_EQ(g[1]["saved_us"].get<double>(), 20.0);
+  EXPECT_EQ(g[1]["saved_per"], "call");
+  EXPECT_EQ(g[2]["calls_per_forward"], 1);
+  EXPECT_TRUE(g[2]["saved_us"].is_null());
+  EXPECT_TRUE(g[2]["saved_per"].is_null());
+  const std::string html = RenderReportHtml(doc);
+  const std::string group1 = Element(html, "<section class=\"group\" id=\"group-1\">", "</section>");
+  EXPECT_NE(group1.find("saved <b class=\"saved\">60.0 \u00b5s per forward</b> (3 call(s))"), std::string::npos)
+      << group1;
+  const std::string group2 = Element(html, "<section class=\"group\" id=\"group-2\">", "</section>");
+  EXPECT_NE(group2.find("saved <b class=\"saved\">20.0 \u00b5s per call</b>"), std::string::npos) << group2;
+  EXPECT_NE(html.find("captured unfrozen"), std::string::npos);
+  // Compile-only: nothing saved is claimed.
+  e2e.timed = false;
+  for (const json& cg : TuneDocument("m.pt", {repeated}, e2e)["groups"]) EXPECT_TRUE(cg["saved_us"].is_null()) << cg;
 }
 
 // ------------------------------------------------------------ dice report
@@ -457,13 +496,23 @@ TEST_F(CompileOnlyTuneTest, JsonWritesNullForUnmeasuredTimesAndThePageSaysCompil
   const json doc = json::parse(ReadText(json_path));
   EXPECT_EQ(doc["gpu"], false);
   EXPECT_EQ(doc["compile_only"], true);
-  for (const char* k : {"before_us", "captured_us", "after_us", "speedup"}) {
+  for (const char* k : {"before_us", "captured_us", "after_us", "capture_speedup", "winners_speedup", "speedup"}) {
+    ASSERT_TRUE(doc.contains(k)) << k;
     EXPECT_TRUE(doc[k].is_null()) << k << " = " << doc[k];
   }
+  EXPECT_EQ(doc["frozen"], true);
+  // The human output says the attribution was not measured, in its one line.
+  EXPECT_NE(r.output.find("capture alone (freeze, folding): not measured; dice winners: not measured; total not "
+                          "measured"),
+            std::string::npos)
+      << r.output;
   ASSERT_FALSE(doc["groups"].empty()) << doc.dump(2);
   size_t failed = 0;
   for (const json& g : doc["groups"]) {
-    for (const char* k : {"baseline_us", "best_us", "speedup"}) EXPECT_TRUE(g[k].is_null()) << k << " = " << g[k];
+    for (const char* k : {"baseline_us", "best_us", "speedup", "saved_us", "saved_per"}) {
+      ASSERT_TRUE(g.contains(k)) << k;
+      EXPECT_TRUE(g[k].is_null()) << k << " = " << g[k];
+    }
     ASSERT_FALSE(g["candidates"].empty()) << g.dump(2);
     for (const json& c : g["candidates"]) {
       EXPECT_TRUE(c["time_us"].is_null()) << c.dump();
