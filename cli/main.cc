@@ -13,7 +13,7 @@
 //   dice cache    push|pull URL, export|import FILE, gc, stats           (cli/cache_share.h)
 //   dice tokenize --model DIR < text                                     (cli/tokenize.h)
 //   dice generate --model DIR --task task.py [--mode e2e|infill] [-n N] [--seed S]   (cli/generate.h)
-//   dice train    init | dataset | sft | rl | eval | sweep ...           (cli/train.h)
+//   dice train    init | dataset | sft | rl | eval | compare | sweep ... (cli/train.h)
 //   dice judge    --reference ref.py --candidate new.py [--device auto|cpu|cuda[:N]]  (cli/judge.h)
 //
 // Each command registers itself from its own file (cli/command.h says how);
