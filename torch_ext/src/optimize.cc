@@ -138,9 +138,11 @@ TargetInfo CurrentTarget(int ordinal) {
 Expected<runtime::TuneReport> TuneCapturedCall(const CapturedCall& call, const Options& options,
                                       const runtime::TuneProgressCallback& on_progress) {
   SetRuntimeOptions(options);
-  auto task = Task::Make(call.graph, call.inputs, CurrentTarget(options.tune.device));
+  // Tuned on the GPU the call's inputs were on (the worker is bound there).
+  const int device = call.device >= 0 ? call.device : options.tune.device;
+  auto task = Task::Make(call.graph, call.inputs, CurrentTarget(device));
   if (!task.ok()) return task.status();
-  return TuneNow(*task, call.input_bytes.empty() ? nullptr : &call.input_bytes, on_progress);
+  return TuneNow(*task, call.input_bytes.empty() ? nullptr : &call.input_bytes, on_progress, device);
 }
 
 void EnsureRegistered() {

@@ -75,9 +75,11 @@ std::vector<std::string> HostBytes(const torch::jit::Stack& stack, size_t n_in) 
   return out;
 }
 
-// One input signature of one op instance: precomputed task key and kernel.
+// One input signature of one op instance on one device: precomputed task
+// key and the kernel loaded into that device's context.
 struct SigEntry {
   enum State : int { kUnknown = 0, kNoWinner, kPending, kLoaded, kFailed };
+  int device = -1;  // CUDA device of the inputs (a model moved to another device gets new entries)
   std::vector<int64_t> signature;
   std::string key;
   std::unique_ptr<Task> task;  // null when the specs did not make a task
@@ -307,14 +309,18 @@ class GroupOp {
     call.graph = graph_;
     call.inputs = std::move(specs);
     call.input_bytes = HostBytes(stack, n_in_);
+    const at::Tensor& first = stack[base].toTensor();
+    call.device = first.is_cuda() ? first.device().index() : -1;
     AddCapturedCall(std::move(call));
   }
 
   // The signature entry for these inputs (created on first sight).
   std::shared_ptr<SigEntry> Entry(const torch::jit::Stack& stack) {
     size_t base = stack.size() - n_in_;
+    const int device = stack[base].toTensor().device().index();
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& e : entries_) {
+      if (e->device != device) continue;
       size_t k = 0;
       bool same = true;
       for (size_t i = 0; i < n_in_ && same; ++i) {
@@ -345,6 +351,7 @@ class GroupOp {
       specs.push_back(*reference::SpecOf(t));
     }
     int device = stack[base].toTensor().device().index();
+    e->device = device;
     auto task = Task::Make(graph_, specs, CurrentTarget(device < 0 ? 0 : device));
     if (!task.ok()) {
       e->Fail("task: " + task.status().message());
@@ -389,6 +396,7 @@ class GroupOp {
     req.key = e.key;
     req.num_inputs = static_cast<int>(n_in_);
     req.num_outputs = static_cast<int>(n_out_);
+    req.device = e.device;
     req.tune_on_miss = mode == Mode::kTuneSync;
     req.captured_inputs = [&] { return HostBytes(stack, n_in_); };
     return e.Apply(ResolveWinner(req));
@@ -398,7 +406,8 @@ class GroupOp {
   int Queue(const std::shared_ptr<SigEntry>& e, const torch::jit::Stack& stack) {
     int expected = SigEntry::kNoWinner;
     if (!e->state.compare_exchange_strong(expected, SigEntry::kPending)) return e->state.load();
-    EnqueueTune(*e->task, HostBytes(stack, n_in_), [e](const Expected<runtime::TuneReport>& rep) { e->TuneFinished(rep); });
+    EnqueueTune(*e->task, HostBytes(stack, n_in_), [e](const Expected<runtime::TuneReport>& rep) { e->TuneFinished(rep); },
+                e->device);
     return SigEntry::kPending;
   }
 

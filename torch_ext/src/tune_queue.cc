@@ -1,9 +1,12 @@
-// The process's tuner and background tune queue (tune_queue.h).
+// The process's tuners (one per device) and background tune queue (tune_queue.h).
 #include "tune_queue.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -15,22 +18,31 @@
 namespace dice::torch_ext {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+// How often a job whose key another process has claimed looks again.
+constexpr std::chrono::milliseconds kClaimPoll{1000};
+
 struct TuneJob {
   Task task;
   std::vector<std::string> captured;
   TuneDone done;
+  int device = -1;
+  Clock::time_point not_before{};  // a job waiting on another process's claim
+  bool told_waiting = false;       // its "being tuned by" line was logged
 };
 
 struct TunerState {
   std::mutex tune_mu;  // one Tune at a time; guards the fields up to `generators`
-  std::unique_ptr<runtime::Tuner> tuner;
-  std::shared_ptr<cache::Store> tuner_store;  // the store `tuner` reads and writes
-  runtime::TuneOptions tuner_options;                  // the options `tuner` was built with
+  std::map<int, std::unique_ptr<runtime::Tuner>> tuners;  // by CUDA device; each binds its worker there
+  std::shared_ptr<cache::Store> tuner_store;  // the store the tuners read and write
+  runtime::TuneOptions tuner_options;         // the options they were built with (before the device and claim)
   std::vector<std::shared_ptr<KernelGenerator>> generators;  // empty = TemplateGenerator only
 
-  std::mutex queue_mu;  // guards queue, worker_started
+  std::mutex queue_mu;  // guards queue, waiting, worker_started
   std::condition_variable queue_cv;
   std::deque<TuneJob> queue;
+  std::deque<TuneJob> waiting;  // jobs whose key another process tunes, by not_before
   bool worker_started = false;
 };
 
@@ -39,19 +51,65 @@ TunerState& T() {
   return *t;
 }
 
+// DICE_CLAIM_TTL_S (seconds, 0 = no claims) or DefaultClaimTtl.
+double ClaimTtl(const runtime::TuneOptions& o) {
+  if (o.claim_ttl_s > 0) return o.claim_ttl_s;
+  const char* env = std::getenv("DICE_CLAIM_TTL_S");
+  if (env != nullptr && env[0] != '\0') {
+    char* end = nullptr;
+    const double v = std::strtod(env, &end);
+    if (end != env && *end == '\0' && v >= 0) return v;
+    std::fprintf(stderr, "dice: warning: DICE_CLAIM_TTL_S='%s' is not a number of seconds; using the default\n", env);
+  }
+  return runtime::DefaultClaimTtl(o);
+}
+
+// The next job to run: the oldest queued one, else the first waiting one
+// whose time has come. Blocks until there is one. REQUIRES: lock on queue_mu.
+TuneJob NextJob(TunerState& t, std::unique_lock<std::mutex>& lock) {
+  for (;;) {
+    if (!t.queue.empty()) {
+      TuneJob job = std::move(t.queue.front());
+      t.queue.pop_front();
+      return job;
+    }
+    if (t.waiting.empty()) {
+      t.queue_cv.wait(lock);
+      continue;
+    }
+    if (t.waiting.front().not_before <= Clock::now()) {
+      TuneJob job = std::move(t.waiting.front());
+      t.waiting.pop_front();
+      return job;
+    }
+    t.queue_cv.wait_until(lock, t.waiting.front().not_before);
+  }
+}
+
 void TunerThreadMain() {
   TunerState& t = T();
   for (;;) {
     TuneJob job;
     {
       std::unique_lock<std::mutex> lock(t.queue_mu);
-      t.queue_cv.wait(lock, [&] { return !t.queue.empty(); });
-      job = std::move(t.queue.front());
-      t.queue.pop_front();
+      job = NextJob(t, lock);
     }
-    auto rep = TuneNow(job.task, job.captured.empty() ? nullptr : &job.captured);
+    auto rep = TuneNow(job.task, job.captured.empty() ? nullptr : &job.captured, {}, job.device);
     // Torch TUs cannot include spdlog (LibTorch ships its own fmt): plain
     // stderr, filtered by the process's log level (dice/core/log.h).
+    if (rep.ok() && !rep->claimed_by.empty()) {
+      // Another process tunes this key: the fallback keeps running; look
+      // again later (its winner is then served from the cache).
+      if (!job.told_waiting && LogEnabled(LogLevel::kInfo)) {
+        std::fprintf(stderr, "dice: %s is being tuned by %s; the fallback runs until its winner is stored\n",
+                     rep->description.c_str(), rep->claimed_by.c_str());
+      }
+      job.told_waiting = true;
+      job.not_before = Clock::now() + kClaimPoll;
+      std::lock_guard<std::mutex> lock(t.queue_mu);
+      t.waiting.push_back(std::move(job));
+      continue;
+    }
     if (!rep.ok()) {
       if (LogEnabled(LogLevel::kWarn)) {
         std::fprintf(stderr, "dice: tuning %s failed: %s\n", job.task.Describe().c_str(),
@@ -68,7 +126,7 @@ void TunerThreadMain() {
 }  // namespace
 
 Expected<runtime::TuneReport> TuneNow(const Task& task, const std::vector<std::string>* captured,
-                             const runtime::TuneProgressCallback& on_progress) {
+                                      const runtime::TuneProgressCallback& on_progress, int device) {
   TunerState& t = T();
   std::lock_guard<std::mutex> tune_lock(t.tune_mu);
   std::shared_ptr<cache::Store> store;
@@ -77,36 +135,51 @@ Expected<runtime::TuneReport> TuneNow(const Task& task, const std::vector<std::s
     if (!locked.ok()) return locked.status();
     store = locked->store;
   }
-  // A tuner writes to the store of the cache dir it was built under, with
-  // the tune options of that time. When either has changed since (a second
-  // optimize() in this process with another cache_dir or other options), a
-  // new tuner is built; the old store stays open until its tuner is gone.
-  // (It used to be freed under the old tuner: a segfault in
-  // Store::GetWinner on the H200.)
+  // The tuners write to the store of the cache dir they were built under,
+  // with the tune options of that time. When either has changed since (a
+  // second optimize() in this process with another cache_dir or other
+  // options), new tuners are built; the old store stays open until its
+  // tuners are gone. (It used to be freed under the old tuner: a segfault
+  // in Store::GetWinner on the H200.)
   const runtime::TuneOptions options = GetRuntimeSettings().tune;
-  if (!t.tuner || t.tuner_store != store || t.tuner_options != options) {
-    std::vector<std::shared_ptr<KernelGenerator>> gens = t.generators;
-    if (gens.empty()) gens.push_back(std::make_shared<generator::TemplateGenerator>());
-    t.tuner = std::make_unique<runtime::Tuner>(store.get(), std::move(gens), options);
+  if (t.tuner_store != store || t.tuner_options != options) {
+    t.tuners.clear();
     t.tuner_store = store;
     t.tuner_options = options;
+  }
+  // One tuner per device: its worker is bound to that GPU (by UUID), never
+  // to cuda:0 by default; claims tell the processes sharing the cache apart.
+  if (device < 0) device = options.device;
+  std::unique_ptr<runtime::Tuner>& tuner = t.tuners[device];
+  if (!tuner) {
+    std::vector<std::shared_ptr<KernelGenerator>> gens = t.generators;
+    if (gens.empty()) gens.push_back(std::make_shared<generator::TemplateGenerator>());
+    runtime::TuneOptions on_device = options;
+    on_device.device = device;
+    on_device.claim_ttl_s = ClaimTtl(options);
+    tuner = std::make_unique<runtime::Tuner>(store.get(), std::move(gens), on_device);
   }
   // The tuning worker is another process: blocks this process's caching
   // allocator keeps for reuse are invisible to it. On a model that fills the
   // GPU (a 7 GB activation, an Inductor workspace) the worker's reference run
   // then fails with CUDA out of memory and every candidate is skipped.
   ReleaseFrameworkCachedMemory();
-  return t.tuner->Tune(task, captured, on_progress);
+  return tuner->Tune(task, captured, on_progress);
 }
 
-void EnqueueTune(Task task, std::vector<std::string> captured, TuneDone done) {
+void EnqueueTune(Task task, std::vector<std::string> captured, TuneDone done, int device) {
   TunerState& t = T();
   std::lock_guard<std::mutex> lock(t.queue_mu);
   if (!t.worker_started) {
     std::thread(TunerThreadMain).detach();
     t.worker_started = true;
   }
-  t.queue.push_back(TuneJob{std::move(task), std::move(captured), std::move(done)});
+  TuneJob job;
+  job.task = std::move(task);
+  job.captured = std::move(captured);
+  job.done = std::move(done);
+  job.device = device;
+  t.queue.push_back(std::move(job));
   t.queue_cv.notify_one();
 }
 
@@ -114,9 +187,8 @@ void SetTunerGenerators(std::vector<std::shared_ptr<KernelGenerator>> generators
   TunerState& t = T();
   std::lock_guard<std::mutex> tune_lock(t.tune_mu);
   t.generators = std::move(generators);
-  t.tuner.reset();  // the next tune builds a Tuner with them
+  t.tuners.clear();  // the next tune builds tuners with them
 }
-
 std::string NoWinnerText(const runtime::TuneReport& rep, double margin) {
   char buf[160];
   std::snprintf(buf, sizeof(buf), "no winner (tuned: %d tried, %d compiled, %d verified", rep.tried, rep.compiled,

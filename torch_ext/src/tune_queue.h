@@ -1,11 +1,18 @@
 // Private: the process's tuner and its background queue.
 //
-// One Tuner per process tunes one task at a time (TuneNow blocks while
-// another tune runs). It is built for the cache store of the current cache
-// dir and the current tune options (runtime_state.h) and rebuilt when either
-// changes or SetTunerGenerators replaces its generators. Tune mode hands
-// tasks to EnqueueTune: one detached thread, started on first use, tunes them
-// in order and reports each result to the job's callback. No torch types;
+// One Tuner per CUDA device of the process (its worker bound to that GPU by
+// UUID, runtime/device_binding.h); one task is tuned at a time (TuneNow
+// blocks while another tune runs). The tuners are built for the cache store
+// of the current cache dir and the current tune options (runtime_state.h)
+// and rebuilt when either changes or SetTunerGenerators replaces their
+// generators. They claim each key in the cache before tuning it
+// (dice/cache/tuning_claim.h; DICE_CLAIM_TTL_S seconds, 0 = off, default
+// runtime::DefaultClaimTtl), so of the processes sharing a cache dir one
+// tunes a key. Tune mode hands tasks to EnqueueTune: one detached thread,
+// started on first use, tunes them in order and reports each result to the
+// job's callback; a job whose key another process has claimed waits (the
+// fallback runs) and is tried again about once a second until that winner
+// is stored, or the claim is released or expires. No torch types;
 // before each tune the framework's cached, unused device memory is handed
 // back (ReleaseFrameworkCachedMemory, defined by the op library's torch
 // part). Thread-safe.
@@ -26,18 +33,23 @@ namespace dice::torch_ext {
 /// Tunes `task` with the process's tuner (Tuner::Tune; `captured`: host
 /// copies of real inputs to verify with, or null; `on_progress`: the Tune's
 /// progress events, called on this thread while the tuner is held).
+/// `device`: the CUDA device of the task's tensors, where the worker runs
+/// (-1: the settings' tune.device). A report with claimed_by set means
+/// another process tunes the key now; nothing was tuned.
 /// Errors: as Tuner::Tune, or the cache store's open errors.
 Expected<runtime::TuneReport> TuneNow(const Task& task, const std::vector<std::string>* captured,
-                             const runtime::TuneProgressCallback& on_progress = {});
+                                      const runtime::TuneProgressCallback& on_progress = {}, int device = -1);
 
 /// Called on the tuner thread with the result of one queued tune.
 using TuneDone = std::function<void(const Expected<runtime::TuneReport>& report)>;
 
 /// Queues `task` for the background tuner thread (starting it on first
 /// use); `captured` as TuneNow's (empty = none). The thread logs one line
-/// per task on stderr (a failure at log level warn, a result at info:
-/// dice/core/log.h) and then calls `done`.
-void EnqueueTune(Task task, std::vector<std::string> captured, TuneDone done);
+/// per task on stderr (a failure at log level warn, a result or a wait on
+/// another process's claim at info: dice/core/log.h) and then calls `done`
+/// (once, with the final result: never with a claimed_by report). `device`
+/// as TuneNow's.
+void EnqueueTune(Task task, std::vector<std::string> captured, TuneDone done, int device = -1);
 
 /// The generators the tuner asks, in order (empty = TemplateGenerator
 /// alone). Takes effect for the next tune (waits for a running one).
@@ -53,7 +65,8 @@ std::string NoWinnerText(const runtime::TuneReport& report, double margin);
 
 /// Returns the framework allocator's cached, unused device blocks to the
 /// driver, so the tuning worker (another process) can use that memory; live
-/// tensors stay. Defined in run_group.cc (it needs c10).
+/// tensors stay. Covers every device of the process (the allocator's
+/// emptyCache), so the device about to be tuned on is always included. Defined in run_group.cc (it needs c10).
 void ReleaseFrameworkCachedMemory();
 
 }  // namespace dice::torch_ext

@@ -9,7 +9,10 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <chrono>
 #include <optional>
+#include <thread>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -19,25 +22,45 @@
 namespace dice::torch_ext {
 namespace {
 
-// Winners this process has loaded, by task key (extension libraries are
-// never unloaded; device kernels live while an op or this table holds them).
+// Winners this process has loaded, by task key and device: a cubin loaded
+// into one device's context cannot be launched on another's (extension
+// libraries are never unloaded; device kernels live while an op or this
+// table holds them).
 class LoadedWinners {
  public:
-  std::optional<LoadedWinner> Find(const std::string& key) {
+  std::optional<LoadedWinner> Find(const std::string& key, int device) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = by_key_.find(key);
+    auto it = by_key_.find({key, device});
     if (it == by_key_.end()) return std::nullopt;
     return it->second;
   }
-  void Keep(const std::string& key, const LoadedWinner& winner) {
+  void Keep(const std::string& key, int device, const LoadedWinner& winner) {
     std::lock_guard<std::mutex> lock(mu_);
-    by_key_[key] = winner;
+    by_key_[{key, device}] = winner;
   }
 
  private:
   std::mutex mu_;
-  std::map<std::string, LoadedWinner> by_key_;
+  std::map<std::pair<std::string, int>, LoadedWinner> by_key_;
 };
+
+// How often tune-sync looks again while another process holds the key's claim.
+constexpr std::chrono::milliseconds kClaimPoll{1000};
+
+// TuneNow, waiting while another process tunes the task (tune-sync blocks
+// until tuned): each look serves its winner once stored, or claims the key
+// once the claim is released or expired.
+Expected<runtime::TuneReport> TuneWaitingForClaims(const WinnerRequest& req, const std::vector<std::string>* bytes) {
+  bool told = false;
+  for (;;) {
+    auto rep = TuneNow(*req.task, bytes, {}, req.device);
+    if (!rep.ok() || rep->claimed_by.empty()) return rep;
+    if (!told) std::fprintf(stderr, "dice: %s is being tuned by %s; waiting for its winner\n", rep->description.c_str(),
+                            rep->claimed_by.c_str());
+    told = true;
+    std::this_thread::sleep_for(kClaimPoll);
+  }
+}
 
 LoadedWinners& Loaded() {
   static LoadedWinners* w = new LoadedWinners;  // leaked like the rest of the process state
@@ -63,7 +86,7 @@ Expected<cache::WinnerRecord> Reverify(const WinnerRequest& req, const cache::Wi
   const std::string from = "kernel from " + rec.pulled_from + " not served: ";
   if (GetRuntimeSettings().tune.compile_only)
     return Status(StatusCode::kNoDevice, from + "re-verification needs a GPU (compile-only run)");
-  auto rep = TuneNow(*req.task, nullptr);
+  auto rep = TuneWaitingForClaims(req, nullptr);
   if (!rep.ok()) return Status(rep.status().code(), from + "re-verification needs a GPU: " + rep.status().message());
   if (rep->winner_origin.empty()) return Status(StatusCode::kVerifyFailed, from + "it failed re-verification on this GPU");
   auto locked = LockStore();
@@ -85,7 +108,7 @@ void RecordHit(const std::string& key) {
 Expected<std::string> TuneOnMiss(const WinnerRequest& req) {
   std::vector<std::string> bytes;
   if (req.captured_inputs) bytes = req.captured_inputs();
-  auto rep = TuneNow(*req.task, bytes.empty() ? nullptr : &bytes);
+  auto rep = TuneWaitingForClaims(req, bytes.empty() ? nullptr : &bytes);
   if (!rep.ok()) return Status(rep.status().code(), "tuning failed: " + rep.status().message());
   if (!rep->winner_origin.empty()) return std::string();
   std::string why = NoWinnerText(*rep, GetRuntimeSettings().tune.margin);
@@ -152,7 +175,7 @@ Expected<LoadedWinner> Load(const WinnerRequest& req, const cache::WinnerRecord&
       return Status(StatusCode::kUnsupported,
                     "library-backed winner " + rec.origin + " cannot be served by this build");
   }
-  Loaded().Keep(req.key, w);
+  Loaded().Keep(req.key, req.device, w);
   return w;
 }
 
@@ -177,7 +200,7 @@ Expected<CandidateForm> WinnerForm(const cache::WinnerRecord& record) {
 Expected<LoadedWinner> ResolveWinner(const WinnerRequest& req) {
   LoadedWinner none;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    if (auto w = Loaded().Find(req.key)) return *w;
+    if (auto w = Loaded().Find(req.key, req.device)) return *w;
     std::shared_ptr<cache::Store> local;  // kept alive for the remote lookup below
     auto found = ReadLocal(req.key, &local);
     if (!found.ok()) return found.status();

@@ -9,8 +9,9 @@
 // the stored winner's form (WinnerForm): a device-form cubin is loaded with
 // the CUDA driver, an extension-form shared object is dlopen'ed (and stays
 // loaded for the process's lifetime). Loaded winners are shared by task key
-// across op instances. No torch types: the caller makes the task's device
-// current (a device-form cubin loads into the current context). Thread-safe;
+// and device across op instances: one key (the GPU model's) is loaded once
+// into each device's context. No torch types: the caller makes the task's
+// device current (a device-form cubin loads into the current context). Thread-safe;
 // not on the cache-hit path (an op resolves once per input signature).
 #pragma once
 
@@ -46,7 +47,8 @@ struct WinnerRequest {
   std::string key;             ///< task->Key()
   int num_inputs = 0;          ///< tensor arguments of the kernel, in order (then the outputs)
   int num_outputs = 0;
-  bool tune_on_miss = false;   ///< tune-sync: tune before the second look
+  int device = -1;             ///< CUDA device of the inputs (current at the call); -1 = the settings' tune.device
+  bool tune_on_miss = false;   ///< tune-sync: tune before the second look (waits while another process tunes it)
   /// Host copies of the call's inputs for the tuner's verification (empty:
   /// random trials only); called only when tuning on a miss.
   std::function<std::vector<std::string>()> captured_inputs;

@@ -35,6 +35,7 @@ struct CapturedCall {
   ir::Graph graph;
   std::vector<ir::TensorSpec> inputs;     ///< specs of the call's inputs
   std::vector<std::string> input_bytes;   ///< host copies, contiguous, TensorSpec::nbytes each
+  int device = -1;                        ///< CUDA device of the inputs (-1: CPU); where the call is tuned
 };
 
 }  // namespace dice::torch_ext
