@@ -21,7 +21,7 @@ nvidia-smi -L | tee "$OUT/gpus.txt"
 echo "== 1. build + tests"
 JOBS=${JOBS:-32} bash scripts/setup.sh > "$OUT/build.log" 2>&1 || { tail -60 "$OUT/build.log"; fail "build"; }
 source scripts/deps_env.sh
-(cd build && ctest --output-on-failure --timeout 300 -R 'MultiDeviceGpu|TuningClaim|DeviceBinding|WorkerBinding' \
+(cd build && ctest --output-on-failure --timeout 300 -R 'MultiDeviceGpu|TuningClaim|TunerClaim|DeviceBinding|WorkerBinding' \
    2>&1 | tee "$OUT/ctest_multi.log" | grep -E "Passed|Failed|Skipped|tests passed|tests failed" | tail -30)
 grep -q "100% tests passed" "$OUT/ctest_multi.log" || fail "ctest (2-GPU, claim and binding tests)"
 grep -E "MultiDeviceGpu.*Skipped" "$OUT/ctest_multi.log" && fail "the 2-GPU tests skipped"
