@@ -85,7 +85,9 @@ TEST(SdarGpuTest, GreedyDecodingOnCudaMatchesReferenceLoop) {
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   const SdarModel& m = *loaded;
   int exact = 0, cases = 0;
-  for (const auto& c : SdarReferenceJson()["decode"]) {
+  const nlohmann::json fixture = SdarReferenceJson();  // held: a range-for over a temporary's ["decode"] dangles
+  ASSERT_GE(fixture["decode"].size(), 9u);
+  for (const auto& c : fixture["decode"]) {
     DecodeOptions o = FixtureOptions(c);
     auto r = Decode(m, c["prompt"].get<std::vector<int32_t>>(), o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -163,7 +165,9 @@ TEST(SdarGpuTest, GreedyDecodingWithCudaGraphsEqualsWithout) {
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   const SdarModel& m = *loaded;
   int cases = 0;
-  for (const auto& c : SdarReferenceJson()["decode"]) {
+  const nlohmann::json fixture = SdarReferenceJson();  // held: a range-for over a temporary's ["decode"] dangles
+  ASSERT_GE(fixture["decode"].size(), 9u);
+  for (const auto& c : fixture["decode"]) {
     for (int64_t samples : {1, 4}) {
       DecodeOptions o = FixtureOptions(c, samples);
       const auto prompt = c["prompt"].get<std::vector<int32_t>>();
@@ -211,7 +215,9 @@ TEST(SdarGpuTest, MergedCommitAndMaskedLogitsKeepTheGreedyTokensOnCuda) {
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   const SdarModel& m = *loaded;
   int cases = 0;
-  for (const auto& c : SdarReferenceJson()["decode"]) {
+  const nlohmann::json fixture = SdarReferenceJson();  // held: a range-for over a temporary's ["decode"] dangles
+  ASSERT_GE(fixture["decode"].size(), 9u);
+  for (const auto& c : fixture["decode"]) {
     for (int64_t samples : {1, 4}) {
       for (bool graphs : {false, true}) {
         DecodeOptions o = FixtureOptions(c, samples);
