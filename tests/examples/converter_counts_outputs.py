@@ -4,13 +4,11 @@ not only its inputs and parameters (--budget-mb). level1/7 (a 32768x64 @ 64x3276
 16 MiB in, 4 GiB out) was left at full size and `dice tune` ran past the
 capture sweep's 300 s timeout (bench/capture_sweep.py, issue 18 item 6).
 Exits non-zero with the reason when the sizes are not scaled."""
-import json
-import os
-import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from converter_check import convert
+
 TASK = '''import torch
 import torch.nn as nn
 
@@ -35,19 +33,10 @@ def get_init_inputs():
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        level = os.path.join(tmp, "level1")
-        os.makedirs(level)
-        task = os.path.join(level, "7_SmallK.py")
-        with open(task, "w") as f:
-            f.write(TASK)
-        out = os.path.join(tmp, "models")
-        r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "make_kernelbench_models.py"), task,
-                            "--out", out, "--small", "--max-output-mb", "8"], capture_output=True, text=True)
-        if r.returncode != 0:
-            print(r.stdout + r.stderr)
+        meta = convert(tmp, "level1", "7_SmallK", TASK, "--max-output-mb", "8")
+        if meta is None:
             print("FAIL: the converter did not convert the task")
             return 1
-        meta = json.load(open(os.path.join(out, "level1_7_SmallK", "meta.json")))
         # 2 MiB in, 64 MiB out at full size: halved twice, 4 MiB out.
         if meta["inputs"] != ["1024x16:f32", "16x1024:f32"] or meta["outputs"] != ["1024x1024:f32"]:
             print(f"FAIL: the output was not counted in the budget: {meta['inputs']} -> {meta['outputs']}")

@@ -11,15 +11,14 @@ old converter refusing the number ("get_inputs() returned a non-tensor
 input") and `dice tune` refusing i64/b8 --input specs, which it cannot fill
 with meaningful data (a random target is out of range). Exits non-zero with
 the reason otherwise."""
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from converter_check import convert
+
 TASK = '''import torch
 import torch.nn as nn
 
@@ -43,20 +42,11 @@ def get_init_inputs():
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        level = os.path.join(tmp, "level1")
-        os.makedirs(level)
-        task = os.path.join(level, "5_Scalar.py")
-        with open(task, "w") as f:
-            f.write(TASK)
-        out = os.path.join(tmp, "models")
-        r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "make_kernelbench_models.py"), task,
-                            "--out", out, "--small"], capture_output=True, text=True)
-        if r.returncode != 0:
-            print(r.stdout + r.stderr)
+        meta = convert(tmp, "level1", "5_Scalar", TASK)
+        if meta is None:
             print("FAIL: the converter did not convert a task with a number argument")
             return 1
-        d = os.path.join(out, "level1_5_Scalar")
-        meta = json.load(open(os.path.join(d, "meta.json")))
+        d = os.path.join(tmp, "models", "level1_5_Scalar")
         if meta["inputs"] != ["64x32:f32", "64x32:f32"] or meta.get("constants") != {"1": 3.5} or \
                 meta.get("fixed_inputs") != {"3": "64x32:i64", "4": "64x32:b8"}:
             print(f"FAIL: inputs {meta['inputs']}, constants {meta.get('constants')}, fixed {meta.get('fixed_inputs')}")

@@ -3,13 +3,11 @@
 level (a fresh user's README command 1 died on level2/76_Gemm_Add_ReLU,
 whose ``bias_shape = (out_features,)`` kept the full size). Exits non-zero
 with the reason when the converter fails or the shapes do not follow."""
-import json
-import os
-import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from converter_check import convert
+
 TASK = '''import torch
 import torch.nn as nn
 
@@ -37,19 +35,10 @@ def get_init_inputs():
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        level = os.path.join(tmp, "level2")
-        os.makedirs(level)
-        task = os.path.join(level, "76_Gemm_Add_ReLU.py")
-        with open(task, "w") as f:
-            f.write(TASK)
-        out = os.path.join(tmp, "models")
-        r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "make_kernelbench_models.py"), task,
-                            "--out", out, "--small"], capture_output=True, text=True)
-        if r.returncode != 0:
-            print(r.stdout + r.stderr)
+        meta = convert(tmp, "level2", "76_Gemm_Add_ReLU", TASK)
+        if meta is None:
             print("FAIL: the converter did not convert the task")
             return 1
-        meta = json.load(open(os.path.join(out, "level2_76_Gemm_Add_ReLU", "meta.json")))
         scaled = {k: v[1] for k, v in meta["scaled"].items()}
         want_in = f"{scaled['batch_size']}x{scaled['in_features']}:f32"
         want_out = f"{scaled['batch_size']}x{scaled['out_features']}:f32"

@@ -9,13 +9,10 @@ sweep (bench/capture_sweep.py, issue 18 item 6) found level-3 networks the
 old converter refused ("cannot scale the task below ..."). Exits non-zero
 with the reason when a task is not converted or its shapes are not the
 expected ones."""
-import json
-import os
-import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from converter_check import convert
 
 LIST_TASK = '''import torch
 import torch.nn as nn
@@ -93,38 +90,23 @@ def get_init_inputs():
 '''
 
 
-def convert(tmp, name, source, *flags):
-    level = os.path.join(tmp, "level3")
-    os.makedirs(level, exist_ok=True)
-    task = os.path.join(level, name + ".py")
-    with open(task, "w") as f:
-        f.write(source)
-    out = os.path.join(tmp, "models")
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "make_kernelbench_models.py"), task,
-                        "--out", out, "--small", *flags], capture_output=True, text=True)
-    if r.returncode != 0:
-        print(r.stdout + r.stderr)
-        return None
-    with open(os.path.join(out, "level3_" + name, "meta.json")) as f:
-        return json.load(f)
-
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        meta = convert(tmp, "2_ListMLP", LIST_TASK, "--budget-mb", "16")  # 64 MiB of parameters at full size
+        meta = convert(tmp, "level3", "2_ListMLP", LIST_TASK, "--budget-mb", "16")  # 64 MiB of parameters at full size
         scaled = meta and meta["scaled"]
         if meta is None or scaled.get("hidden_layer_sizes[0]", [0, 4096])[1] >= 4096 or \
                 scaled.get("hidden_layer_sizes[1]", [0, 4096])[1] >= 4096:
             print(f"FAIL: the list's sizes were not halved: {scaled}")
             return 1
-        meta = convert(tmp, "5_Fixed", FIXED_TASK, "--budget-mb", "8", "--max-param-mb", "64")
+        meta = convert(tmp, "level3", "5_Fixed", FIXED_TASK, "--budget-mb", "8", "--max-param-mb", "64")
         if meta is None or meta["inputs"] != ["16x1024:f32"] or meta["outputs"] != ["16x10:f32"]:
             print(f"FAIL: the fixed-size network was not converted at its smallest batch: {meta and meta['inputs']}")
             return 1
-        if convert(tmp, "5_Fixed", FIXED_TASK, "--budget-mb", "8", "--max-param-mb", "8") is not None:
+        if convert(tmp, "level3", "5_Fixed", FIXED_TASK, "--budget-mb", "8", "--max-param-mb", "8") is not None:
             print("FAIL: parameters over --max-param-mb were accepted")
             return 1
-        meta = convert(tmp, "29_Item", ITEM_TASK, "--budget-mb", "8", "--max-param-mb", "64")
+        meta = convert(tmp, "level3", "29_Item", ITEM_TASK, "--budget-mb", "8", "--max-param-mb", "64")
         if meta is None or meta["inputs"] != ["8x1024:f32"]:
             print(f"FAIL: a model built with .item() was not converted at the sizes it runs at: {meta and meta['inputs']}")
             return 1

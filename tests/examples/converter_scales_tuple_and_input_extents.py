@@ -7,13 +7,10 @@ sweep (bench/capture_sweep.py, issue 18 item 6) found KernelBench tasks
 the old converter refused ("cannot scale the task below ..."). Exits non-zero
 with the reason when a task is not converted or its shapes are not the
 expected ones."""
-import json
-import os
-import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from converter_check import convert
 
 # Sizes only in a tuple assignment: height and width must be halved.
 TUPLE_TASK = '''import torch
@@ -66,29 +63,14 @@ def get_init_inputs():
 '''
 
 
-def convert(tmp, name, source, budget_mb):
-    level = os.path.join(tmp, "level2")
-    os.makedirs(level, exist_ok=True)
-    task = os.path.join(level, name + ".py")
-    with open(task, "w") as f:
-        f.write(source)
-    out = os.path.join(tmp, "models")
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "make_kernelbench_models.py"), task,
-                        "--out", out, "--small", "--budget-mb", str(budget_mb)], capture_output=True, text=True)
-    if r.returncode != 0:
-        print(r.stdout + r.stderr)
-        return None
-    with open(os.path.join(out, "level2_" + name, "meta.json")) as f:
-        return json.load(f)
-
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        meta = convert(tmp, "1_Tuple", TUPLE_TASK, 17)  # 64 MiB in at full size, 16 MiB halved once
+        meta = convert(tmp, "level2", "1_Tuple", TUPLE_TASK, "--budget-mb", "17")  # 64 MiB in at full size, 16 MiB halved once
         if meta is None or meta["inputs"] != ["16x4x16x64x64:f32"]:
             print(f"FAIL: tuple-assigned height/width were not halved: {meta and meta['inputs']}")
             return 1
-        meta = convert(tmp, "2_Tied", TIED_TASK, 5)  # 8 MiB in at full size; batch 16 fits
+        meta = convert(tmp, "level2", "2_Tied", TIED_TASK, "--budget-mb", "5")  # 8 MiB in at full size; batch 16 fits
         if meta is None or meta["inputs"] != ["16x4x16x32x32:f32"] or meta["outputs"] != ["16x4x16x32x64:f32"]:
             print(f"FAIL: the tied task was not scaled by its batch alone: {meta and (meta['inputs'], meta['scaled'])}")
             return 1
