@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cache_test_support.h"
 #include "dice/cache/store.h"
 #include "dice/core/ir.h"
 
@@ -17,6 +18,7 @@ namespace dice::cache {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::RawSql;
 
 std::string Key(int n) {
   std::string k(64, '0');
@@ -67,38 +69,9 @@ std::vector<std::string> Keys(const WinnerPage& page) {
   return keys;
 }
 
-// Runs `sql` on a connection of its own; returns the first column of the first row.
-std::string RawSql(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  sqlite3_busy_timeout(db, 10000);
-  sqlite3_stmt* stmt = nullptr;
-  std::string out;
-  EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
-  if (stmt != nullptr && sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0) != nullptr) {
-    out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
-  }
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-  return out;
-}
-
-class PageTest : public ::testing::Test {
+class PageTest : public testing::StoreInTempDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "dice-page-test-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/kernels.db";
-    auto s = Store::Open(path_);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    store_ = std::move(*s);
-  }
-  void TearDown() override {
-    store_.reset();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  PageTest() : StoreInTempDirTest("page-test") {}
   // Six entries: 0..5 (5 newest); 1 and 4 on sm_80; 2 unverified; 3 a sigmoid.
   void PutSix() {
     ASSERT_TRUE(*store_->PutWinner(MakeRecord(0, 1.5, 4, "sm_90", true)));
@@ -113,8 +86,6 @@ class PageTest : public ::testing::Test {
     EXPECT_TRUE(page.ok()) << page.status().ToString();
     return page.ok() ? *page : WinnerPage{};
   }
-  std::string dir_, path_;
-  std::unique_ptr<Store> store_;
 };
 
 TEST_F(PageTest, PagesNewestFirstWithTheTotalAndWithoutPayload) {
@@ -194,7 +165,7 @@ TEST_F(PageTest, OrdersBySpeedupAndByHitsWithFilters) {
 
 TEST_F(PageTest, CheckContentMarksATamperedRowAndNothingElse) {
   PutSix();
-  RawSql(path_, "UPDATE winners SET cubin = X'00' WHERE task_key = '" + Key(3) + "'");
+  RawSql(db_path_, "UPDATE winners SET cubin = X'00' WHERE task_key = '" + Key(3) + "'");
   WinnerQuery q;
   q.check_content = true;
   WinnerPage page = Page(q);
@@ -232,8 +203,8 @@ TEST_F(PageTest, CountOnlyAndBadQueries) {
 }
 
 TEST_F(PageTest, NewCacheHasThePageIndexes) {
-  EXPECT_EQ(RawSql(path_, "PRAGMA user_version"), std::to_string(kSchemaVersion));
-  EXPECT_EQ(RawSql(path_, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN"
+  EXPECT_EQ(RawSql(db_path_, "PRAGMA user_version"), std::to_string(kSchemaVersion));
+  EXPECT_EQ(RawSql(db_path_, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN"
                           " ('winners_newest', 'winners_arch_newest', 'winners_speedup', 'winners_hits')"),
             "4");
 }

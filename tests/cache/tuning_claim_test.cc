@@ -2,7 +2,6 @@
 // of N processes sharing one cache, one tunes a key and the others wait.
 #include "dice/cache/tuning_claim.h"
 
-#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,12 +14,13 @@
 
 #include <gtest/gtest.h>
 
+#include "cache_test_support.h"
 #include "dice/cache/store.h"
 
 namespace dice::cache {
 namespace {
 
-namespace fs = std::filesystem;
+using testing::RawSql;
 
 ClaimOwner Owner(int64_t pid, const std::string& token) {
   ClaimOwner o;
@@ -48,40 +48,9 @@ WinnerRecord Winner(const std::string& key, const std::string& origin) {
   return r;
 }
 
-std::string RawSql(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  sqlite3_busy_timeout(db, 10000);
-  sqlite3_stmt* stmt = nullptr;
-  std::string out;
-  int rc = sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr);
-  EXPECT_EQ(rc, SQLITE_OK) << sqlite3_errmsg(db);
-  if (rc == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0) != nullptr) {
-    out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
-  }
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-  return out;
-}
-
-class TuningClaimTest : public ::testing::Test {
+class TuningClaimTest : public testing::StoreInTempDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "dice-claim-test-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    db_path_ = DatabasePath(dir_);
-    auto s = Store::Open(db_path_);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    store_ = std::move(s).value();
-  }
-  void TearDown() override {
-    store_.reset();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string dir_, db_path_;
-  std::unique_ptr<Store> store_;
+  TuningClaimTest() : StoreInTempDirTest("claim-test") {}
 };
 
 TEST_F(TuningClaimTest, OfTwoClaimersOnlyTheFirstGetsTheKey) {
