@@ -15,6 +15,7 @@
 #include "dice/cache/store.h"
 #include "dice/reference/reference_executor.h"
 #include "dice/runtime/cuda_driver.h"
+#include "dice/runtime/local_device.h"
 #include "dice/core/ir.h"
 #include "dice/core/log.h"
 #include "dice/torch_ext/optimize.h"
@@ -163,7 +164,10 @@ int Warmup(const WarmupCommand& c) {
     if (!store.ok()) return Fail(kExitBadInput, "kernel cache unusable: " + store.status().ToString());
   }
   if (const int rc = CheckModelTakesEverySet(c, sets); rc != kExitOk) return rc;
-  auto device = runtime::QueryDevice(0);
+  // Under torchrun / Slurm each rank warms up on its own GPU (cuda:LOCAL_RANK).
+  auto local = runtime::LocalDeviceFromEnv(static_cast<int>(torch::cuda::device_count()));
+  if (!local.ok()) return Fail(kExitBadInput, local.status().message());
+  auto device = runtime::QueryDevice(local->ordinal);
   const bool gpu = device.ok() && torch::cuda::is_available();
   if (!gpu) {
     const std::string why = device.ok() ? "PyTorch sees no CUDA device" : device.status().message();
@@ -171,14 +175,16 @@ int Warmup(const WarmupCommand& c) {
     Notice(LogLevel::kWarn, "dice: no CUDA device present (%s); warming up compile-only: candidates are generated "
            "and compiled by NVRTC for sm_90; nothing is verified, timed or cached as a winner.", why.c_str());
   } else {
-    Notice(LogLevel::kInfo, "dice: warming up on %s (%s)", device->name.c_str(), device->arch.c_str());
+    Notice(LogLevel::kInfo, "dice: warming up on cuda:%d, %s (%s)%s", local->ordinal, device->name.c_str(),
+           device->arch.c_str(), local->source.empty() ? "" : (" from " + local->source).c_str());
   }
   int mine = 0;
   for (size_t k = 0; k < sets.size(); ++k) mine += static_cast<int>(k % static_cast<size_t>(shards)) == shard;
   Notice(LogLevel::kInfo, "dice: %zu shape set(s), shard %d/%d takes %d%s", sets.size(), shard, shards, mine,
          from.source.empty() ? "" : (" (shard from " + from.source + ")").c_str());
 
-  const c10::Device dev = gpu ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  const c10::Device dev = gpu ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local->ordinal))
+                              : c10::Device(c10::kCPU);
   const auto start = std::chrono::steady_clock::now();
   int done = 0, groups = 0, winners = 0, cached = 0, failed = 0;
   for (size_t k = 0; k < sets.size(); ++k) {

@@ -6,8 +6,9 @@
 #   2. torchrun --nproc-per-node 2: DICE_MODE=tune into one fresh cache, then
 #      DICE_MODE=cache: every group served (hits, no fallback) on both ranks;
 #   3. dice warmup sharded over the 2 ranks (RANK/WORLD_SIZE) into one cache,
-#      each rank on its own GPU (CUDA_VISIBLE_DEVICES=LOCAL_RANK: the worker
-#      binding by UUID under a remapped numbering).
+#      each rank on its own GPU. `dice warmup` picks cuda:LOCAL_RANK itself
+#      (runtime/local_device.h); the CUDA_VISIBLE_DEVICES=LOCAL_RANK below
+#      also checks the worker binding by UUID under a remapped numbering.
 # Exits non-zero on the first failed step; the summary is the last lines.
 #   bash scripts/gpu_multi_check.sh
 set -uo pipefail
