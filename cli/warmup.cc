@@ -52,14 +52,6 @@ struct Shard {
   std::string source;  ///< "--shard", "RANK/WORLD_SIZE (torchrun)", "SLURM_PROCID/SLURM_NTASKS (Slurm)" or "" (default 0/1)
 };
 
-// A non-negative decimal of at most 9 digits.
-bool ParseCount(const char* text, int* out) {
-  const std::string t = text;
-  if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos) return false;
-  *out = std::stoi(t);
-  return true;
-}
-
 // The shard from a launcher's environment when --shard is absent: torchrun's
 // RANK/WORLD_SIZE first (under Slurm, torchrun's global rank is the one that
 // counts), then Slurm's SLURM_PROCID/SLURM_NTASKS, else 0/1. Errors
@@ -82,11 +74,11 @@ Expected<Shard> ShardFromEnv() {
     }
     Shard s;
     s.source = pair;
-    if (!ParseCount(rank, &s.index)) {
+    if (!runtime::ParseLauncherInt(rank, &s.index)) {
       return Status(StatusCode::kInvalidArgument,
                     std::string(rank_var) + "='" + rank + "' is not a non-negative integer (shard index, " + pair + ")");
     }
-    if (!ParseCount(size, &s.count) || s.count < 1) {
+    if (!runtime::ParseLauncherInt(size, &s.count) || s.count < 1) {
       return Status(StatusCode::kInvalidArgument,
                     std::string(size_var) + "='" + size + "' is not a positive integer (shard count, " + pair + ")");
     }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "dice/core/status.h"
 
@@ -18,6 +19,10 @@ struct LocalDevice {
   int ordinal = 0;     ///< CUDA ordinal in this process
   std::string source;  ///< "LOCAL_RANK=1 (torchrun)", "SLURM_LOCALID=0 (Slurm)" or "" (default 0)
 };
+
+/// Reads a launcher variable's value (a rank, a count): a non-negative
+/// decimal of 1 to 9 digits. Returns false, leaving `out` alone, otherwise.
+bool ParseLauncherInt(std::string_view text, int* out);
 
 /// LOCAL_RANK (torchrun) if set, else SLURM_LOCALID (Slurm), else 0; taken
 /// modulo `device_count` when there are more local ranks than devices (the
