@@ -278,8 +278,9 @@ def _compile_with_dice(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         return compiled
     store = decisions.DecisionStore(opts["cache_dir"])
     mode = opts["mode"]
-    measure_now = mode in ("tune", "tune-sync") and _can_measure(example_inputs) and is_static(example_inputs)
-    fx_key = decisions.fx_graph_key(gm, example_inputs) if is_static(example_inputs) else None
+    static = is_static(example_inputs)
+    measure_now = mode in ("tune", "tune-sync") and _can_measure(example_inputs) and static
+    fx_key = decisions.fx_graph_key(gm, example_inputs) if static else None
     if mode == "cache" and fx_key:
         g = store.get(fx_key, "inductor")
         if g is not None and g.get("choice") == decisions.INDUCTOR:
@@ -332,9 +333,8 @@ def _compile_with_dice(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         report.groups = []
         log.info("dice: no region for dice in this graph; served by inductor alone")
         if fx_key and undecided == [] and mode != "observe":
-            regions = [[r.key, r.summary, decided[r.key].choice] for r in state.regions]
-            store.put_many([(fx_key, {"choice": decisions.INDUCTOR, "source": "regions", "regions": regions})],
-                           "inductor")
+            entry = decisions.fx_graph_entry(decisions.INDUCTOR, "regions", state.regions, decided)
+            store.put_many([(fx_key, entry)], "inductor")
         return pipeline.plain_inductor(gm, example_inputs)
     if not measure_now:
         for r in undecided:

@@ -91,6 +91,16 @@ def fx_graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str
     return "fx:" + h.hexdigest()[:24]
 
 
+def fx_graph_entry(choice: str, source: str, regions: Sequence[Any], decided: dict[str, "RegionDecision"],
+                   dice_us: float | None = None, base_us: float | None = None) -> dict[str, Any]:
+    """What is stored under a ``fx_graph_key``: the graph's choice ("dice",
+    "inductor" or "undecided"), its source, the guard's µs, and [key,
+    summary, choice] of each region in ``regions`` (objects with .key and
+    .summary) that ``decided`` holds, which ``cache`` mode shows in the report."""
+    return {"choice": choice, "source": source, "dice_us": dice_us, "base_us": base_us,
+            "regions": [[r.key, r.summary, decided[r.key].choice] for r in regions if r.key in decided]}
+
+
 def median_us(samples: Sequence[float]) -> float:
     """Median of timing samples (µs).
     Raises:

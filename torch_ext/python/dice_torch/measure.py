@@ -271,10 +271,9 @@ class TunedGraph:
             # earlier tune stored, so cache mode never serves a stale choice.
             final = {"measured", "no winner", "cache"}
             good = all(self._decided[r.key].source in final for r in self._regions if r.key in self._decided)
-            regions = [[r.key, r.summary, self._decided[r.key].choice] for r in self._regions if r.key in self._decided]
-            self._store.put_many([(self._fx_key, {"choice": g.choice if good else "undecided", "source": g.source,
-                                                  "dice_us": g.dice_us, "base_us": g.base_us,
-                                                  "regions": regions})], self._baseline)
+            entry = decisions.fx_graph_entry(g.choice if good else "undecided", g.source, self._regions,
+                                             self._decided, g.dice_us, g.base_us)
+            self._store.put_many([(self._fx_key, entry)], self._baseline)
         log.info("dice: graph served by %s (guard: %s%s)", "dice + inductor" if g.choice == decisions.DICE
                  else "inductor alone", g.source, f", {g.dice_us:.1f} vs {g.base_us:.1f} µs"
                  if g.dice_us is not None and g.base_us is not None else "")
