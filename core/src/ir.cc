@@ -171,6 +171,7 @@ const OpInfo kOpTable[] = {
     {OpKind::kLogSoftmax, "log_softmax", OpCategory::kNormalization, 1, 1, 0},
     {OpKind::kLayerNorm, "layer_norm", OpCategory::kNormalization, 1, 3, 1},
     {OpKind::kGroupNorm, "group_norm", OpCategory::kNormalization, 1, 3, 1},
+    {OpKind::kLinear, "linear", OpCategory::kContraction, 2, 3, 0},
 };
 constexpr size_t kNumOps = sizeof(kOpTable) / sizeof(kOpTable[0]);
 }  // namespace
@@ -327,6 +328,20 @@ Expected<std::vector<ValueType>> InferTypes(const Graph& graph) {
         out = {x.dtype, x.rank, false};
         break;
       }
+      case OpCategory::kContraction: {  // linear
+        const ValueType& x = types[op.args[0]];
+        if (op.ivalue != 0) return OpError(i, op, "takes no integer attribute");
+        for (size_t k = 0; k < op.args.size(); ++k) {
+          const ValueType& t = types[op.args[k]];
+          if (t.is_scalar_constant) return OpError(i, op, "operands must be tensors");
+          if (t.dtype != x.dtype) return OpError(i, op, "operands must share one dtype");
+        }
+        if (x.rank < 1) return OpError(i, op, "input must have rank >= 1 ([..., K])");
+        if (types[op.args[1]].rank != 2) return OpError(i, op, "weight must be rank 2 [N, K]");
+        if (op.args.size() > 2 && types[op.args[2]].rank != 1) return OpError(i, op, "bias must be rank 1 [N]");
+        out = {x.dtype, x.rank, false};
+        break;
+      }
     }
     types.push_back(out);
   }
@@ -426,6 +441,19 @@ Expected<std::vector<std::vector<int64_t>>> InferShapes(const Graph& graph, cons
             if (shapes[op.args[k]] != std::vector<int64_t>{x[1]}) return OpError(i, op, "weight/bias must be [C]");
           }
         }
+        break;
+      }
+      case OpCategory::kContraction: {  // linear: [..., K] x [N, K]^T (+ [N]) -> [..., N]
+        const auto& x = shapes[op.args[0]];
+        const auto& w = shapes[op.args[1]];
+        if (x.back() != w[1]) {
+          return OpError(i, op, "input's last dim " + std::to_string(x.back()) + " != weight's K " + std::to_string(w[1]));
+        }
+        if (op.args.size() > 2 && shapes[op.args[2]] != std::vector<int64_t>{w[0]}) {
+          return OpError(i, op, "bias shape [" + JoinInts(shapes[op.args[2]]) + "] != [N] = [" + std::to_string(w[0]) + "]");
+        }
+        out = x;
+        out.back() = w[0];
         break;
       }
     }

@@ -149,6 +149,8 @@ std::string OpExpression(const Op& op, const std::vector<std::string>& a, int a_
     case OpKind::kGroupNorm:
       return "F.group_norm(" + a[0] + ", " + std::to_string(op.ivalue) + ", " + (a.size() > 1 ? a[1] : "None") +
              ", " + (a.size() > 2 ? a[2] : "None") + ", " + PyFloat(s[0]) + ")";
+    case OpKind::kLinear:
+      return "F.linear(" + a[0] + ", " + a[1] + (a.size() > 2 ? ", " + a[2] : std::string()) + ")";
   }
   return "None";
 }

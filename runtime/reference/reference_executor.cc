@@ -210,6 +210,12 @@ Expected<Value> EvalOp(const ir::Op& op, const std::vector<Value>& values, const
     case ir::OpCategory::kBinary: r = Binary(op, *args[0], *args[1]); break;
     case ir::OpCategory::kReduction: r = Reduce(op, args[0]->tensor); break;
     case ir::OpCategory::kNormalization: r = Normalize(op, args); break;
+    case ir::OpCategory::kContraction: {  // linear (F.linear; upcast operands are float64 already)
+      std::optional<at::Tensor> bias;
+      if (args.size() > 2) bias = args[2]->tensor;
+      r = at::linear(args[0]->tensor, args[1]->tensor, bias);
+      break;
+    }
     case ir::OpCategory::kConstant: break;
   }
   if (!r.ok()) return r.status();

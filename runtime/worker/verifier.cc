@@ -131,16 +131,21 @@ Status FillReference(const Session& ss, Trial* t) {
   // Reduction outputs (much smaller than the largest input): summation order
   // alone moves them, so PyTorch's own error against float64 widens the limit
   // (CompareTensors' slack). Outputs as large as an input get none.
+  // A contraction (GEMM) sums K products into every output, so all of its
+  // outputs get the same float64 second opinion (issue 18 item 4).
   int64_t max_in = 0;
   for (const auto& in : t->inputs) max_in = std::max<int64_t>(max_in, in.numel());
+  bool contraction = false;
+  for (const auto& op : ss.graph.ops) contraction = contraction || ir::GetOpInfo(op.kind).category == ir::OpCategory::kContraction;
+  auto needs_slack = [&](const at::Tensor& r) { return contraction || r.numel() * 8 <= max_in; };
   bool any_reduced = false;
-  for (const auto& r : t->refs) any_reduced = any_reduced || r.numel() * 8 <= max_in;
+  for (const auto& r : t->refs) any_reduced = any_reduced || needs_slack(r);
   t->slack.assign(t->refs.size(), at::Tensor());
   if (any_reduced) {
     auto ref64 = reference::Run(ss.graph, t->inputs, /*upcast=*/true);
     if (!ref64.ok()) return ref64.status().WithContext("float64 reference executor (" + t->label + ")");
     for (size_t k = 0; k < t->refs.size(); ++k) {
-      if (t->refs[k].numel() * 8 <= max_in) t->slack[k] = reference::ReferenceErrorSlack(t->refs[k], (*ref64)[k]);
+      if (needs_slack(t->refs[k])) t->slack[k] = reference::ReferenceErrorSlack(t->refs[k], (*ref64)[k]);
     }
   }
   TakeFingerprints(t);

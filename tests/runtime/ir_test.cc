@@ -108,6 +108,54 @@ TEST(IrTest, InfersBroadcastAndReductionShapes) {
   EXPECT_EQ((*shapes)[6], (std::vector<int64_t>{64, 1}));
 }
 
+// x:[..., K], w:[N, K], b:[N] -> relu(linear(x, w, b)) (issue 18: GEMM + epilogue).
+Graph LinearRelu() {
+  Graph g;
+  g.inputs = {{DType::kFloat32, 3}, {DType::kFloat32, 2}, {DType::kFloat32, 1}};
+  Op lin; lin.kind = OpKind::kLinear; lin.args = {0, 1, 2};
+  Op relu; relu.kind = OpKind::kRelu; relu.args = {3};
+  g.ops = {lin, relu};
+  g.outputs = {4};
+  return g;
+}
+
+TEST(IrTest, LinearInfersLeadingDimsTimesOutFeatures) {
+  auto shapes = InferShapes(LinearRelu(), {TensorSpec::Contiguous(DType::kFloat32, {4, 16, 64}),
+                                           TensorSpec::Contiguous(DType::kFloat32, {32, 64}),
+                                           TensorSpec::Contiguous(DType::kFloat32, {32})});
+  ASSERT_TRUE(shapes.ok()) << shapes.status().ToString();
+  EXPECT_EQ((*shapes)[3], (std::vector<int64_t>{4, 16, 32}));
+  EXPECT_EQ((*shapes)[4], (std::vector<int64_t>{4, 16, 32}));
+  auto parsed = Parse(Canonical(LinearRelu()));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(*parsed, LinearRelu());
+  EXPECT_NE(Canonical(LinearRelu()).find("%3 = linear(%0, %1, %2)"), std::string::npos) << Canonical(LinearRelu());
+  EXPECT_EQ(GetOpInfo(OpKind::kLinear).category, OpCategory::kContraction);
+}
+
+TEST(IrTest, LinearRejectsMismatchedKBiasAndRanks) {
+  auto k = InferShapes(LinearRelu(), {TensorSpec::Contiguous(DType::kFloat32, {4, 16, 64}),
+                                      TensorSpec::Contiguous(DType::kFloat32, {32, 60}),
+                                      TensorSpec::Contiguous(DType::kFloat32, {32})});
+  ASSERT_FALSE(k.ok());
+  EXPECT_NE(k.status().message().find("weight's K 60"), std::string::npos) << k.status().message();
+  auto bias = InferShapes(LinearRelu(), {TensorSpec::Contiguous(DType::kFloat32, {4, 16, 64}),
+                                         TensorSpec::Contiguous(DType::kFloat32, {32, 64}),
+                                         TensorSpec::Contiguous(DType::kFloat32, {31})});
+  ASSERT_FALSE(bias.ok());
+  EXPECT_NE(bias.status().message().find("bias shape [31]"), std::string::npos) << bias.status().message();
+  Graph rank = LinearRelu();
+  rank.inputs[1].rank = 3;
+  auto types = InferTypes(rank);
+  ASSERT_FALSE(types.ok());
+  EXPECT_NE(types.status().message().find("weight must be rank 2"), std::string::npos) << types.status().message();
+  Graph mixed = LinearRelu();
+  mixed.inputs[1].dtype = DType::kBFloat16;
+  auto mixed_types = InferTypes(mixed);
+  ASSERT_FALSE(mixed_types.ok());
+  EXPECT_NE(mixed_types.status().message().find("one dtype"), std::string::npos) << mixed_types.status().message();
+}
+
 TEST(IrTest, RejectsShapesThatDoNotBroadcast) {
   auto shapes = InferShapes(BiasGeluSum(), {TensorSpec::Contiguous(DType::kFloat32, {64, 128}),
                                             TensorSpec::Contiguous(DType::kFloat32, {100})});

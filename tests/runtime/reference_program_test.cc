@@ -83,6 +83,19 @@ TEST(ReferenceProgramTest, InlinesConstantsAsRoundTrippingPythonFloats) {
   ExpectContains(p, "torch.randn(8, 3, dtype=torch.float16, device=\"cuda\")");
 }
 
+TEST(ReferenceProgramTest, SpellsLinearWithTorchFunctional) {
+  Graph g;
+  g.inputs = {{DType::kFloat32, 2}, {DType::kFloat32, 2}, {DType::kFloat32, 1}};
+  g.ops = {MakeOp(OpKind::kLinear, {0, 1, 2}), MakeOp(OpKind::kLinear, {3, 1})};
+  g.outputs = {4};
+  const std::string p = RenderReferenceProgram(g, {TensorSpec::Contiguous(DType::kFloat32, {8, 16}),
+                                                   TensorSpec::Contiguous(DType::kFloat32, {16, 16}),
+                                                   TensorSpec::Contiguous(DType::kFloat32, {16})},
+                                               "cpu");
+  ExpectContains(p, "        v3 = F.linear(x0, x1, x2)\n");
+  ExpectContains(p, "        v4 = F.linear(v3, x1)\n");
+}
+
 TEST(ReferenceProgramTest, SpellsNormalisationsWithTorchFunctional) {
   Graph g;
   g.inputs = {{DType::kFloat32, 3}, {DType::kFloat32, 1}, {DType::kFloat32, 1}};

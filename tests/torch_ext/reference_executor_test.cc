@@ -289,6 +289,21 @@ TEST_F(ReferenceExecutorTest, SoftmaxAndLogSoftmaxOverOneDim) {
   ExpectSame(RunOne(lsm, {x}), x - x.logsumexp({0}, true));
 }
 
+TEST_F(ReferenceExecutorTest, LinearIsXTimesWeightTransposedPlusBiasAndUpcasts) {
+  at::Tensor x = Randn({2, 3, 8});
+  at::Tensor w = Randn({5, 8});
+  at::Tensor b = Randn({5});
+  ir::Graph with_bias = MakeGraph({{DType::kFloat32, 3}, {DType::kFloat32, 2}, {DType::kFloat32, 1}},
+                                  {MakeOp(OpKind::kLinear, {0, 1, 2})});
+  ExpectSame(RunOne(with_bias, {x, w, b}), at::matmul(x, w.t()) + b);
+  ir::Graph no_bias = MakeGraph({{DType::kFloat32, 3}, {DType::kFloat32, 2}}, {MakeOp(OpKind::kLinear, {0, 1})});
+  ExpectSame(RunOne(no_bias, {x, w}), at::matmul(x, w.t()));
+  at::Tensor up = RunOne(with_bias, {x, w, b}, /*upcast=*/true);
+  ASSERT_TRUE(up.defined());
+  EXPECT_EQ(up.scalar_type(), at::kDouble);
+  EXPECT_TRUE(at::allclose(up, at::matmul(x.to(at::kDouble), w.to(at::kDouble).t()) + b.to(at::kDouble), 1e-12, 1e-12));
+}
+
 TEST_F(ReferenceExecutorTest, LayerNormWithAndWithoutAffine) {
   at::Tensor x = Randn({3, 4, 8});
   at::Tensor w = Randn({4, 8});

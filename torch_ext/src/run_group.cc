@@ -539,6 +539,14 @@ Expected<std::vector<c10::SymDimVector>> SymbolicShapes(const ir::Graph& graph, 
         }
         break;
       }
+      case ir::OpCategory::kContraction: {  // linear: [..., K] x [N, K] -> [..., N]
+        out = shapes[o.args[0]];
+        if (out.empty() || shapes[o.args[1]].size() != 2) {
+          return Status(StatusCode::kInvalidArgument, "op " + std::to_string(i) + " (linear): needs x [..., K] and weight [N, K]");
+        }
+        out.back() = shapes[o.args[1]][0];
+        break;
+      }
     }
     shapes.push_back(std::move(out));
   }

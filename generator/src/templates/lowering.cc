@@ -332,6 +332,9 @@ Status Lowerer::LowerOp(size_t i) {
     case OpCategory::kConstant: return Status::Ok();  // free
     case OpCategory::kReduction: return LowerReduction(op, v);
     case OpCategory::kNormalization: return LowerNormalization(op, v);
+    case OpCategory::kContraction:
+      return Status(StatusCode::kUnsupported, std::string(info.name) +
+                                                  ": a contraction has no elementwise/row template (the gemm family serves it)");
     case OpCategory::kUnary:
     case OpCategory::kBinary: break;
   }

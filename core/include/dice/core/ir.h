@@ -96,10 +96,14 @@ enum class OpKind : uint8_t {
   kLogSoftmax,  ///< dims = {dim}
   kLayerNorm,   ///< ivalue: number of trailing dims normalised; scalars: eps; args x[, weight[, bias]]
   kGroupNorm,   ///< ivalue: groups; scalars: eps; args x[, weight[, bias]] (x is [N, C, *])
+  // contractions
+  kLinear,      ///< F.linear: args x [..., K], weight [N, K][, bias [N]] -> [..., N]; one dtype; no attributes
 };
 
 /// Broad category of an op, used by passes and code generators.
-enum class OpCategory : uint8_t { kConstant, kUnary, kBinary, kReduction, kNormalization };
+/// kContraction (kLinear) sums products over an input dim; the elementwise
+/// and row templates refuse it and the gemm family serves it (issue 18).
+enum class OpCategory : uint8_t { kConstant, kUnary, kBinary, kReduction, kNormalization, kContraction };
 
 /// Static facts about an OpKind: name in the canonical text ("add"), the
 /// torch spelling used by RenderReferenceProgram, arity and category.
