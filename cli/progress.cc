@@ -118,8 +118,13 @@ std::string FormatTuneProgress(int group, int groups, const runtime::TuneProgres
     if (p.best_us > 0) out += " (" + Fixed("%.1f", p.best_us) + " µs)";
   } else {
     out += std::to_string(p.generated) + " candidate(s), " + std::to_string(p.compiled) + " compiled, " +
-           std::to_string(p.verified) + " verified, " + std::to_string(p.timed) + " timed, best " +
-           (p.best_us > 0 ? Fixed("%.1f", p.best_us) + " µs" : std::string("-"));
+           std::to_string(p.verified) + " verified, " + std::to_string(p.timed) + " timed, ";
+    // While the worker measures: how many have their result (any outcome).
+    if (p.phase == runtime::TunePhase::kMeasure) {
+      out += std::to_string(p.finished) + "/" + std::to_string(p.generated) + " finished, ";
+    }
+    out += "best " + (p.best_us > 0 ? Fixed("%.1f", p.best_us) + " µs" : std::string("-"));
+    if (p.baseline_us > 0) out += " vs baseline " + Fixed("%.1f", p.baseline_us) + " µs";
   }
   if (!p.description.empty()) out += " | " + std::string(p.description);
   return out;

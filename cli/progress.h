@@ -77,14 +77,18 @@ void ShowCount(ProgressLine& line, const std::string& what, int64_t done, int64_
 
 /// The progress text of one Tuner event for fusion group `group` of
 /// `groups`, e.g. "group 1/2 compile (0.4 s): 6 candidate(s), 6 compiled,
-/// 0 verified, 0 timed, best - | mul+relu f32[64,64]"; a cached winner:
-/// "group 1/2 done (0.0 s): cached winner (12.5 µs) | ...".
+/// 0 verified, 0 timed, best - | mul+relu f32[64,64]"; while the worker
+/// measures, how many have a result and, once known, the baseline:
+/// "group 1/2 measure (3.1 s): 6 candidate(s), 6 compiled, 2 verified,
+/// 2 timed, 3/6 finished, best 4.2 µs vs baseline 10.0 µs | ..."; a cached
+/// winner: "group 1/2 done (0.0 s): cached winner (12.5 µs) | ...".
 std::string FormatTuneProgress(int group, int groups, const runtime::TuneProgress& p);
 
 /// Shows one Tuner event of fusion group `group` of `groups` on `line` as
 /// `prefix` + FormatTuneProgress: every event in place; in line mode only
-/// those that change what is known (generate, compile, measure, done; lookup,
-/// select and persist are instants). kDone ends the group's in-place line,
+/// those that change what is known (generate, compile, measure - one per
+/// compile batch, baseline and candidate result -, done; lookup, select and
+/// persist are instants). kDone ends the group's in-place line,
 /// so each group's outcome stays on screen.
 void ShowTuneProgress(ProgressLine& line, const std::string& prefix, int group, int groups, const runtime::TuneProgress& p);
 

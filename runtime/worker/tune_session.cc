@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -54,7 +55,7 @@ Expected<TaskSetup> Setup(const worker::TuneRequest& req) {
 }
 
 // What the compile phase produced: what runs, and a compile_error result
-// for each candidate that did not compile (sent, then cleared, per form).
+// for each candidate that did not compile (sent, then cleared, per batch).
 struct Compiled {
   std::vector<Runnable> runnable;               ///< device form first, then extension form (request order within each)
   std::vector<worker::CandidateResult> failed;  ///< kCompileError, not yet sent
@@ -68,9 +69,15 @@ void AddFailure(const worker::TuneItem& item, const Status& st, Compiled* out) {
   out->failed.push_back(std::move(r));
 }
 
-// Device form: NVRTC, all in parallel.
-void CompileDevice(const std::vector<const worker::TuneItem*>& items, const worker::TuneRequest& req,
-                   Compiled* out) {
+// Called after each compile batch with the runnables it added (the tail of
+// out->runnable from `first`); true when the parent is gone.
+using BatchDone = std::function<bool(size_t first)>;
+
+// Device form: NVRTC, all in parallel (one batch).
+bool CompileDevice(const std::vector<const worker::TuneItem*>& items, const worker::TuneRequest& req,
+                   Compiled* out, const BatchDone& batch_done) {
+  if (items.empty()) return false;
+  const size_t first_runnable = out->runnable.size();
   std::vector<Candidate> sources;
   for (const auto* item : items) sources.push_back(item->candidate);
   std::vector<Expected<CompileResult>> cubins = CompileAll(sources, req.arch);
@@ -84,43 +91,54 @@ void CompileDevice(const std::vector<const worker::TuneItem*>& items, const work
     r.device = std::move(*cubins[i]);
     out->runnable.push_back(std::move(r));
   }
+  return batch_done(first_runnable);
 }
 
 // Extension form: nvcc, several at a time (each takes tens of seconds and
-// ~1-2 GB of memory).
-void CompileExtensions(const std::vector<const worker::TuneItem*>& items, const worker::TuneRequest& req,
-                       Compiled* out) {
+// ~1-2 GB of memory); each such batch is reported when it is built.
+bool CompileExtensions(const std::vector<const worker::TuneItem*>& items, const worker::TuneRequest& req,
+                       Compiled* out, const BatchDone& batch_done) {
   ExtensionCompileOptions eo;
   eo.timeout_s = req.extension_compile_timeout_s;
   const int n_in = static_cast<int>(req.inputs.size());
   const size_t parallel = std::max<size_t>(1, std::min<size_t>(8, std::thread::hardware_concurrency() / 2));
-  std::vector<std::optional<Expected<std::unique_ptr<ExtensionBuild>>>> builds(items.size());
   for (size_t first = 0; first < items.size(); first += parallel) {
+    const size_t end = std::min(items.size(), first + parallel);
+    std::vector<std::optional<Expected<std::unique_ptr<ExtensionBuild>>>> builds(end - first);
     std::vector<std::thread> threads;
-    for (size_t i = first; i < std::min(items.size(), first + parallel); ++i) {
-      threads.emplace_back([&, i] { builds[i].emplace(CompileExtension(items[i]->candidate, req.arch, n_in, eo)); });
+    for (size_t i = first; i < end; ++i) {
+      threads.emplace_back(
+          [&, i] { builds[i - first].emplace(CompileExtension(items[i]->candidate, req.arch, n_in, eo)); });
     }
     for (auto& t : threads) t.join();
-  }
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (!builds[i]->ok()) {
-      AddFailure(*items[i], builds[i]->status(), out);
-      continue;
+    const size_t first_runnable = out->runnable.size();
+    for (size_t i = first; i < end; ++i) {
+      auto& build = *builds[i - first];
+      if (!build.ok()) {
+        AddFailure(*items[i], build.status(), out);
+        continue;
+      }
+      Runnable r;
+      r.item = items[i];
+      r.extension = std::move(*build);
+      out->runnable.push_back(std::move(r));
     }
-    Runnable r;
-    r.item = items[i];
-    r.extension = std::move(**builds[i]);
-    out->runnable.push_back(std::move(r));
+    if (batch_done(first_runnable)) return true;
   }
+  return false;
 }
 
-// Sends the compile errors collected so far; true when the parent is gone.
-bool SendFailures(const SendFn& send, Compiled* c) {
+// Sends the compile errors collected so far and, when the request asks for
+// progress, the ids of the runnables from `first`; true when the parent is gone.
+bool SendBatch(const SendFn& send, const worker::TuneRequest& req, size_t first, Compiled* c) {
   for (const auto& r : c->failed) {
     if (Emit(send, worker::EncodeResult(r))) return true;
   }
   c->failed.clear();
-  return false;
+  if (!req.progress) return false;
+  std::vector<int> ids;
+  for (size_t i = first; i < c->runnable.size(); ++i) ids.push_back(c->runnable[i].item->id);
+  return Emit(send, worker::EncodeProgress(ids));
 }
 
 // The compile phase. The items already obey the precision policy (the Tuner
@@ -131,10 +149,8 @@ bool CompileCandidates(const worker::TuneRequest& req, const SendFn& send, Compi
   for (const auto& item : req.items) {
     (item.candidate.form == CandidateForm::kExtension ? extension : device).push_back(&item);
   }
-  CompileDevice(device, req, out);
-  if (SendFailures(send, out)) return true;
-  CompileExtensions(extension, req, out);
-  return SendFailures(send, out);
+  const BatchDone batch_done = [&](size_t first) { return SendBatch(send, req, first, out); };
+  return CompileDevice(device, req, out, batch_done) || CompileExtensions(extension, req, out, batch_done);
 }
 
 // What a request does after a phase.

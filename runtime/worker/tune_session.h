@@ -3,8 +3,10 @@
 //
 // RunTuneRequest runs the request's phases in order: Setup (CUDA driver, the
 // device must be the task's arch, the graph and its output specs), compile
-// (device form with NVRTC in parallel, then extension form with nvcc; a
-// compile_error result for each failure), trials and baseline (verifier.h),
+// (device form with NVRTC in parallel, then extension form with nvcc in
+// batches; after each batch a compile_error result for each failure and,
+// when the request asks for progress, a "progress" event naming the items
+// that compiled), trials and baseline (verifier.h),
 // then one loop over the runnable candidates (device form first): within
 // the budget, announce ("begin"), verify and time (Verifier::Evaluate),
 // guard the shared trial data, report. The items must already obey the

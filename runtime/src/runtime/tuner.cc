@@ -28,6 +28,7 @@
 #include "dice/runtime/worker_pool.h"
 #include "dice/runtime/worker_protocol.h"
 #include "tune_claim.h"
+#include "tune_progress.h"
 
 #ifndef DICE_VERSION_STRING
 #define DICE_VERSION_STRING "0.1.0"
@@ -250,44 +251,6 @@ cache::WinnerRecord MakeWinnerRecord(const Task& task, const Candidate& c, std::
   return w;
 }
 
-// Compiled / verified / timed counts of `outcomes` and the fastest verified
-// median time (progress events; the report counts its own in ApplySelection).
-TuneProgress CountOutcomes(const std::vector<CandidateOutcome>& outcomes) {
-  TuneProgress p;
-  for (const CandidateOutcome& o : outcomes) {
-    if (IsCompiled(o.outcome)) ++p.compiled;
-    if (o.time_us > 0) ++p.timed;
-    if (IsVerified(o.outcome)) {
-      ++p.verified;
-      if (o.time_us > 0 && (p.best_us <= 0 || o.time_us < p.best_us)) p.best_us = o.time_us;
-    }
-  }
-  return p;
-}
-
-// Sends one Tune's progress events; fills in what every event carries (the
-// phase, the candidate count so far, elapsed time, from_cache, description).
-// A no-op without a callback.
-class ProgressSink {
- public:
-  ProgressSink(const TuneProgressCallback& callback, const TuneReport& report, Clock::time_point start)
-      : callback_(callback), report_(report), start_(start) {}
-  void Send(TunePhase phase, TuneProgress counts = {}) const {
-    if (!callback_) return;
-    counts.phase = phase;
-    counts.generated = report_.tried;
-    counts.elapsed_s = SecondsSince(start_);
-    counts.from_cache = report_.from_cache;
-    counts.description = report_.description;
-    callback_(counts);
-  }
-
- private:
-  const TuneProgressCallback& callback_;
-  const TuneReport& report_;
-  Clock::time_point start_;
-};
-
 // A verified cached winner, served as is: nothing generated, nothing compiled.
 void ServeCached(const cache::WinnerRecord& w, Clock::time_point start, const ProgressSink& progress,
                  TuneReport* report) {
@@ -306,19 +269,6 @@ void ServeCached(const cache::WinnerRecord& w, Clock::time_point start, const Pr
 std::atomic<int> g_tuner_seq{0};
 
 }  // namespace
-
-std::string_view TunePhaseName(TunePhase phase) {
-  switch (phase) {
-    case TunePhase::kLookupCache: return "lookup";
-    case TunePhase::kGenerate: return "generate";
-    case TunePhase::kCompile: return "compile";
-    case TunePhase::kMeasure: return "measure";
-    case TunePhase::kSelectWinner: return "select";
-    case TunePhase::kPersist: return "persist";
-    case TunePhase::kDone: return "done";
-  }
-  return "unknown";
-}
 
 struct Tuner::Impl {
   cache::Store* store = nullptr;
@@ -498,8 +448,10 @@ struct Tuner::Impl {
 
   // RunInWorker: one tune request to the worker pool (compile, verify, time,
   // baseline); captured real inputs travel through a size-capped file.
+  // `on_progress` hears the pool's live counts (worker_pool.h).
   Expected<Measured> RunInWorker(const Task& task, const std::vector<Candidate>& candidates,
-                                 const std::vector<std::string>* captured_inputs, Clock::time_point start) {
+                                 const std::vector<std::string>* captured_inputs, Clock::time_point start,
+                                 const WorkerProgressCallback& on_progress) {
     CapturedFile captured;
     if (captured_inputs != nullptr) {
       uint64_t total = 0;
@@ -530,7 +482,7 @@ struct Tuner::Impl {
     const double budget_left = std::max(options.budget_s - SecondsSince(start), 0.0);
     req.budget_s = budget_left;
     req.extension_compile_timeout_s = options.extension_compile_timeout_s;
-    auto run = pool->Tune(req, options.candidate_timeout_s, budget_left);
+    auto run = pool->Tune(req, options.candidate_timeout_s, budget_left, on_progress);
     if (!run.ok()) return run.status();
     // The worker that served this call may have been replaced; its facts stay.
     Measured m;
@@ -672,13 +624,20 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
     });
   } else if (!candidates.empty()) {
     progress.Send(TunePhase::kMeasure);
-    auto run = impl_->RunInWorker(task, candidates, captured_inputs, start);
+    WorkerProgressCallback live;  // per compile batch, baseline and result while the worker works
+    if (progress.active()) {
+      live = [&progress](const WorkerTuneProgress& w) { progress.Send(TunePhase::kMeasure, FromWorkerProgress(w)); };
+    }
+    auto run = impl_->RunInWorker(task, candidates, captured_inputs, start, live);
     if (!run.ok()) {
       impl_->RecordAttempts(report);  // the generators' failures are attempts all the same
       return run.status();
     }
     measured = std::move(*run);
-    progress.Send(TunePhase::kMeasure, CountOutcomes(measured.outcomes));
+    TuneProgress answered = CountOutcomes(measured.outcomes);
+    answered.finished = static_cast<int>(candidates.size());
+    answered.baseline_us = measured.baseline_us;
+    progress.Send(TunePhase::kMeasure, answered);
   }
 
   const Selection selection = SelectWinner(measured.baseline_us, Measurements(candidates, measured),

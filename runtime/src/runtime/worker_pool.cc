@@ -329,150 +329,237 @@ Expected<worker::HelloReply> WorkerPool::Hello() {
   return ev->hello;
 }
 
+namespace {
+
+// One WorkerPool::Tune call's ledger: each item's result so far, what is
+// known to have compiled, and the counts its progress callback hears.
+class TuneLedger {
+ public:
+  TuneLedger(const worker::TuneRequest& request, const WorkerProgressCallback& on_progress)
+      : request_(request), on_progress_(on_progress), results_(request.items.size()),
+        done_(request.items.size(), false), compiled_(request.items.size(), false),
+        remaining_(request.items.size()) {
+    for (size_t i = 0; i < request.items.size(); ++i) {
+      pos_[request.items[i].id] = i;
+      results_[i].id = request.items[i].id;
+    }
+  }
+
+  size_t remaining() const { return remaining_; }
+
+  // Records `r` as item `id`'s result; the first one stays, unknown ids are ignored.
+  void SetResult(int id, worker::CandidateResult r) {
+    auto it = pos_.find(id);
+    if (it == pos_.end() || done_[it->second]) return;
+    const size_t i = it->second;
+    r.id = id;
+    if (IsCompiled(r.outcome)) compiled_[i] = true;
+    results_[i] = std::move(r);
+    done_[i] = true;
+    --remaining_;
+  }
+
+  // A "progress" event: these items compiled (a resubmitted item may be named again).
+  void MarkCompiled(const std::vector<int>& ids) {
+    for (int id : ids) {
+      auto it = pos_.find(id);
+      if (it != pos_.end()) compiled_[it->second] = true;
+    }
+  }
+
+  // Every item without a result gets `outcome` with `error`.
+  void FinishRest(Outcome outcome, const std::string& error) {
+    for (size_t i = 0; i < results_.size(); ++i) {
+      if (done_[i]) continue;
+      worker::CandidateResult r;
+      r.outcome = outcome;
+      r.error = error;
+      SetResult(request_.items[i].id, std::move(r));
+    }
+  }
+
+  // The request's items still without a result, in request order.
+  std::vector<worker::TuneItem> OpenItems() const {
+    std::vector<worker::TuneItem> open;
+    for (size_t i = 0; i < results_.size(); ++i) {
+      if (!done_[i]) open.push_back(request_.items[i]);
+    }
+    return open;
+  }
+
+  // Tells the callback (if any) the counts so far.
+  void Notify(double baseline_us) const {
+    if (!on_progress_) return;
+    WorkerTuneProgress p;
+    p.total = static_cast<int>(results_.size());
+    p.baseline_us = baseline_us;
+    for (size_t i = 0; i < results_.size(); ++i) {
+      p.compiled += compiled_[i] ? 1 : 0;
+      if (!done_[i]) continue;
+      const worker::CandidateResult& r = results_[i];
+      ++p.finished;
+      if (r.time_us > 0) ++p.timed;
+      if (!IsVerified(r.outcome)) continue;
+      ++p.verified;
+      if (r.time_us > 0 && (p.best_us <= 0 || r.time_us < p.best_us)) p.best_us = r.time_us;
+    }
+    on_progress_(p);
+  }
+
+  std::vector<worker::CandidateResult> TakeResults() { return std::move(results_); }
+
+ private:
+  const worker::TuneRequest& request_;
+  const WorkerProgressCallback& on_progress_;
+  std::unordered_map<int, size_t> pos_;  // item id -> index
+  std::vector<worker::CandidateResult> results_;
+  std::vector<bool> done_, compiled_;
+  size_t remaining_;
+};
+
+// The baseline of one Tune call, measured by the first worker that gets to it.
+struct Baseline {
+  bool known = false;
+  double us = 0;
+  std::string error;
+};
+
+// How one worker's conversation about a batch ended.
+struct BatchEnd {
+  bool done = false;        // "done" arrived
+  bool lost = false;        // the worker died, hung, sent garbage, or a fatal result
+  bool fatal_seen = false;  // a fatal result: the worker exits by itself
+  Status lost_status;
+  int in_flight = -1;       // announced ("begin") and without a result when lost
+};
+
+// Sends `req` to `w` and reads its events into `ledger` and `baseline` until
+// "done" or the worker is lost. A candidate in flight gets
+// `candidate_timeout_s` seconds, everything else `setup_timeout_s`.
+BatchEnd ConverseBatch(WorkerProcess& w, const worker::TuneRequest& req, double candidate_timeout_s,
+                       double setup_timeout_s, TuneLedger& ledger, Baseline& baseline) {
+  BatchEnd end;
+  Status st = w.Send(worker::EncodeTuneRequest(req));
+  if (!st.ok()) {
+    end.lost = true;
+    end.lost_status = st;
+    return end;
+  }
+  while (!end.lost && !end.done) {
+    auto frame = w.Receive(end.in_flight >= 0 ? candidate_timeout_s : setup_timeout_s);
+    auto ev = frame.ok() ? worker::DecodeEvent(*frame) : Expected<worker::Event>(frame.status());
+    if (!ev.ok()) {
+      if (frame.ok()) w.Kill();  // garbage: the stream can no longer be trusted
+      end.lost = true;
+      end.lost_status = ev.status();
+      break;
+    }
+    switch (ev->type) {
+      case worker::EventType::kBegin:
+        end.in_flight = ev->id;
+        break;
+      case worker::EventType::kResult:
+        ledger.SetResult(ev->result.id, ev->result);
+        if (end.in_flight == ev->result.id) end.in_flight = -1;
+        if (ev->result.fatal) {
+          // The worker's CUDA context is gone; it exits by itself.
+          end.fatal_seen = true;
+          end.lost = true;
+          end.lost_status = Status(StatusCode::kCrashed, "worker exited after a fatal CUDA error");
+          w.Kill();
+        }
+        ledger.Notify(baseline.us);
+        break;
+      case worker::EventType::kProgress:
+        ledger.MarkCompiled(ev->compiled_ids);
+        ledger.Notify(baseline.us);
+        break;
+      case worker::EventType::kBaseline:
+        baseline.known = true;
+        baseline.us = ev->baseline_us;
+        baseline.error = ev->error;
+        ledger.Notify(baseline.us);
+        break;
+      case worker::EventType::kDone:
+        end.done = true;
+        if (!ev->error.empty()) ledger.FinishRest(Outcome::kSkipped, "worker: " + ev->error);
+        break;
+      case worker::EventType::kHelloReply:
+        break;  // not expected here; harmless
+    }
+  }
+  return end;
+}
+
+// After a lost worker: the candidate in flight timed out or crashed; a loss
+// outside any candidate (startup, compiles, reference, baseline) twice in a
+// row ends the call.
+void RecordLoss(const BatchEnd& end, double candidate_timeout_s, int* setup_failures, TuneLedger& ledger) {
+  if (end.in_flight >= 0) {
+    worker::CandidateResult r;
+    if (end.lost_status.code() == StatusCode::kTimeout) {
+      r.outcome = Outcome::kTimeout;
+      r.error = "candidate exceeded the " + std::to_string(candidate_timeout_s) +
+                " s timeout (hang or endless loop); " + end.lost_status.message();
+    } else {
+      r.outcome = Outcome::kCrashed;
+      r.error = "the worker died while running this candidate: " + end.lost_status.message();
+    }
+    ledger.SetResult(end.in_flight, std::move(r));
+  } else if (!end.fatal_seen && ++*setup_failures >= 2) {
+    ledger.FinishRest(end.lost_status.code() == StatusCode::kTimeout ? Outcome::kTimeout : Outcome::kCrashed,
+                      "the worker failed before running candidates: " + end.lost_status.ToString());
+  }
+}
+
+}  // namespace
+
 Expected<WorkerTuneResult> WorkerPool::Tune(const worker::TuneRequest& request, double candidate_timeout_s,
-                                            double budget_s) {
+                                            double budget_s, const WorkerProgressCallback& on_progress) {
   const auto start = Clock::now();
   WorkerTuneResult out;
-  const size_t n = request.items.size();
-  std::unordered_map<int, size_t> pos;
-  out.results.resize(n);
-  std::vector<bool> done(n, false);
-  for (size_t i = 0; i < n; ++i) {
-    pos[request.items[i].id] = i;
-    out.results[i].id = request.items[i].id;
-  }
-  size_t remaining = n;
-  auto set_result = [&](size_t i, worker::CandidateResult r) {
-    if (done[i]) return;
-    r.id = request.items[i].id;
-    out.results[i] = std::move(r);
-    done[i] = true;
-    --remaining;
-  };
-  auto finish_rest = [&](Outcome outcome, const std::string& error) {
-    for (size_t i = 0; i < n; ++i) {
-      if (!done[i]) {
-        worker::CandidateResult r;
-        r.outcome = outcome;
-        r.error = error;
-        set_result(i, std::move(r));
-      }
-    }
-  };
-
-  bool baseline_known = !request.measure_baseline;
-  double baseline_us = request.known_baseline_us;
+  TuneLedger ledger(request, on_progress);
+  Baseline baseline;
+  baseline.known = !request.measure_baseline;
+  baseline.us = request.known_baseline_us;
   int setup_failures = 0;
 
-  while (remaining > 0) {
+  while (ledger.remaining() > 0) {
     const double elapsed = SecondsSince(start);
     if (elapsed >= budget_s) {
-      finish_rest(Outcome::kSkipped, "tuning budget exhausted");
+      ledger.FinishRest(Outcome::kSkipped, "tuning budget exhausted");
       break;
     }
     auto acquired = Acquire();
     if (!acquired.ok()) {
       if (acquired.status().code() == StatusCode::kNotFound) return acquired.status();
-      finish_rest(Outcome::kCrashed, "could not start a worker: " + acquired.status().ToString());
+      ledger.FinishRest(Outcome::kCrashed, "could not start a worker: " + acquired.status().ToString());
       break;
     }
     std::unique_ptr<WorkerProcess> w = std::move(*acquired);
 
     worker::TuneRequest req = request;
-    req.items.clear();
-    for (size_t i = 0; i < n; ++i) {
-      if (!done[i]) req.items.push_back(request.items[i]);
-    }
-    req.measure_baseline = request.measure_baseline && !baseline_known;
-    req.known_baseline_us = baseline_us;
+    req.items = ledger.OpenItems();
+    req.measure_baseline = request.measure_baseline && !baseline.known;
+    req.known_baseline_us = baseline.us;
     req.budget_s = budget_s - elapsed;
+    req.progress = request.progress || static_cast<bool>(on_progress);
 
-    int in_flight = -1;
-    bool batch_done = false;
-    bool lost = false;
-    bool fatal_seen = false;
-    Status lost_status;
-    Status st = w->Send(worker::EncodeTuneRequest(req));
-    if (!st.ok()) {
-      lost = true;
-      lost_status = st;
-    }
-    while (!lost && !batch_done) {
-      const double timeout = in_flight >= 0 ? candidate_timeout_s : options_.startup_timeout_s;
-      auto frame = w->Receive(timeout);
-      if (!frame.ok()) {
-        lost = true;
-        lost_status = frame.status();
-        break;
-      }
-      auto ev = worker::DecodeEvent(*frame);
-      if (!ev.ok()) {
-        w->Kill();
-        lost = true;
-        lost_status = ev.status();
-        break;
-      }
-      switch (ev->type) {
-        case worker::EventType::kBegin:
-          in_flight = ev->id;
-          break;
-        case worker::EventType::kResult: {
-          auto it = pos.find(ev->result.id);
-          if (it != pos.end()) set_result(it->second, ev->result);
-          if (in_flight == ev->result.id) in_flight = -1;
-          if (ev->result.fatal) {
-            // The worker's CUDA context is gone; it exits by itself.
-            fatal_seen = true;
-            lost = true;
-            lost_status = Status(StatusCode::kCrashed, "worker exited after a fatal CUDA error");
-            w->Kill();
-          }
-          break;
-        }
-        case worker::EventType::kBaseline:
-          baseline_known = true;
-          baseline_us = ev->baseline_us;
-          out.baseline_error = ev->error;
-          break;
-        case worker::EventType::kDone:
-          batch_done = true;
-          if (!ev->error.empty()) finish_rest(Outcome::kSkipped, "worker: " + ev->error);
-          break;
-        case worker::EventType::kHelloReply:
-          break;  // not expected here; harmless
-      }
-    }
-
-    if (lost) {
+    const BatchEnd end =
+        ConverseBatch(*w, req, candidate_timeout_s, options_.startup_timeout_s, ledger, baseline);
+    if (end.lost) {
       ++out.respawns;
-      if (in_flight >= 0) {
-        auto it = pos.find(in_flight);
-        if (it != pos.end()) {
-          worker::CandidateResult r;
-          if (lost_status.code() == StatusCode::kTimeout) {
-            r.outcome = Outcome::kTimeout;
-            r.error = "candidate exceeded the " + std::to_string(candidate_timeout_s) +
-                      " s timeout (hang or endless loop); " + lost_status.message();
-          } else {
-            r.outcome = Outcome::kCrashed;
-            r.error = "the worker died while running this candidate: " + lost_status.message();
-          }
-          set_result(it->second, std::move(r));
-        }
-      } else if (!fatal_seen) {
-        // Lost outside any candidate (startup, compiles, reference, baseline).
-        if (++setup_failures >= 2) {
-          finish_rest(lost_status.code() == StatusCode::kTimeout ? Outcome::kTimeout : Outcome::kCrashed,
-                      "the worker failed before running candidates: " + lost_status.ToString());
-        }
-      }
-    } else if (batch_done && remaining > 0) {
-      finish_rest(Outcome::kSkipped, "the worker finished the batch without a result for this candidate");
+      RecordLoss(end, candidate_timeout_s, &setup_failures, ledger);
+      if (end.in_flight >= 0) ledger.Notify(baseline.us);
+    } else if (end.done && ledger.remaining() > 0) {
+      ledger.FinishRest(Outcome::kSkipped, "the worker finished the batch without a result for this candidate");
     }
     Release(std::move(w));
-    if (batch_done) break;
+    if (end.done) break;
   }
-  out.baseline_us = baseline_us;
+  out.results = ledger.TakeResults();
+  out.baseline_us = baseline.us;
+  out.baseline_error = baseline.error;
   return out;
 }
 

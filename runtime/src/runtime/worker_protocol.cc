@@ -181,6 +181,7 @@ std::string EncodeTuneRequest(const TuneRequest& r) {
             {"captured_path", r.captured_path},
             {"captured_bytes", r.captured_bytes},
             {"extension_compile_timeout_s", r.extension_compile_timeout_s}};
+  if (r.progress) j["progress"] = true;  // absent otherwise: the request reads as before
   return j.dump();
 }
 
@@ -215,6 +216,7 @@ Expected<Request> DecodeRequest(std::string_view payload) {
     t.captured_path = j.value("captured_path", std::string());
     t.captured_bytes = j.value("captured_bytes", uint64_t{0});
     t.extension_compile_timeout_s = j.value("extension_compile_timeout_s", 300.0);
+    t.progress = j.value("progress", false);
   } catch (const std::exception& e) {
     return Status(StatusCode::kCorrupt, std::string("tune request: ") + e.what());
   }
@@ -259,6 +261,10 @@ std::string EncodeBaseline(double baseline_us, const std::string& error) {
 
 std::string EncodeDone(const std::string& error) {
   return json{{"type", "done"}, {"error", error}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string EncodeProgress(const std::vector<int>& compiled_ids) {
+  return json{{"type", "progress"}, {"compiled", compiled_ids}}.dump();
 }
 
 Expected<Event> DecodeEvent(std::string_view payload) {
@@ -310,6 +316,9 @@ Expected<Event> DecodeEvent(std::string_view payload) {
     } else if (type == "done") {
       ev.type = EventType::kDone;
       ev.error = j.value("error", std::string());
+    } else if (type == "progress") {
+      ev.type = EventType::kProgress;
+      ev.compiled_ids = j.value("compiled", std::vector<int>());
     } else {
       return Status(StatusCode::kCorrupt, "unknown worker event type '" + type + "'");
     }

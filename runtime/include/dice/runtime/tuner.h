@@ -107,9 +107,10 @@ struct TuneReport {
 /// A Tune reports kLookupCache, then either kDone (a verified cached
 /// winner) or kGenerate, kCompile (compile-only: after the NVRTC batch and
 /// after each nvcc build) or kMeasure (when the worker is handed the batch,
-/// counts 0, and when it answers), kSelectWinner, kPersist, kDone (a
-/// pulled entry that cannot be read: kGenerate, kDone). A Tune that fails
-/// reports no kDone.
+/// counts 0; while it works, after each compile batch, the baseline and
+/// each candidate's result; and when it has answered for all),
+/// kSelectWinner, kPersist, kDone (a pulled entry that cannot be read:
+/// kGenerate, kDone). A Tune that fails reports no kDone.
 enum class TunePhase { kLookupCache, kGenerate, kCompile, kMeasure, kSelectWinner, kPersist, kDone };
 
 /// "lookup", "generate", "compile", "measure", "select", "persist", "done"
@@ -124,6 +125,8 @@ struct TuneProgress {
   int verified = 0;         ///< verified against the reference executor (IsVerified)
   int timed = 0;            ///< with a measured median time
   double best_us = 0;       ///< fastest verified candidate so far, median µs (0 = none); a cached winner's
+  double baseline_us = 0;   ///< PyTorch on the same subgraph, median µs, once measured (0 = not yet / compile-only)
+  int finished = 0;         ///< kMeasure on: candidates the worker has a final result for (any outcome)
   double elapsed_s = 0;     ///< wall time since Tune began, seconds
   bool from_cache = false;  ///< a verified cached winner is served; nothing is generated
   std::string_view description;  ///< Task::Describe; valid only during the callback

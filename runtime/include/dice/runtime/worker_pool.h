@@ -17,6 +17,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -109,6 +110,23 @@ struct WorkerTuneResult {
   int respawns = 0;            ///< workers lost (crash/timeout) during this call
 };
 
+/// How far one WorkerPool::Tune call has got, counted over the request's
+/// items (across respawned workers).
+struct WorkerTuneProgress {
+  int total = 0;           ///< items in the request
+  int compiled = 0;        ///< known to have compiled: named by a "progress" event, or a result past compiling (IsCompiled)
+  int finished = 0;        ///< with a final result (any outcome)
+  int verified = 0;        ///< verified (IsVerified)
+  int timed = 0;           ///< with a median time
+  double best_us = 0;      ///< fastest verified median so far, µs (0 = none)
+  double baseline_us = 0;  ///< reference executor median, µs (0 = not measured yet)
+};
+
+/// Called on the thread running WorkerPool::Tune after each worker event
+/// that changes a count (a compile batch, a result, the baseline, a lost
+/// in-flight candidate). It must not call back into the pool.
+using WorkerProgressCallback = std::function<void(const WorkerTuneProgress&)>;
+
 class WorkerPool {
  public:
   explicit WorkerPool(WorkerPoolOptions options);
@@ -130,9 +148,13 @@ class WorkerPool {
   /// "begin"; the setup phase (spawn, compiles, reference, baseline) gets
   /// startup_timeout_s. Stops at `budget_s` seconds (remaining candidates
   /// "skipped", error "tuning budget exhausted").
+  /// `on_progress` (optional): told of each count change (WorkerTuneProgress);
+  /// with it the request asks the worker for "progress" events (a worker
+  /// that sends none is counted from its results alone).
   /// Errors: kNotFound when the worker binary is missing; everything that
   /// happens to candidates is in the result.
-  Expected<WorkerTuneResult> Tune(const worker::TuneRequest& request, double candidate_timeout_s, double budget_s);
+  Expected<WorkerTuneResult> Tune(const worker::TuneRequest& request, double candidate_timeout_s, double budget_s,
+                                  const WorkerProgressCallback& on_progress = {});
 
   const WorkerPoolOptions& options() const { return options_; }
 

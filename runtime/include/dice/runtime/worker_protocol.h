@@ -21,6 +21,12 @@
 // with fatal=true means the worker's CUDA context is unusable (e.g. an
 // illegal address) and the worker exits right after sending it.
 //
+// "progress" is sent only when the tune request has "progress": true (after
+// the NVRTC batch and after each batch of nvcc builds, naming the items that
+// compiled): a parent that does not ask never sees one, and a worker that
+// does not know the field ignores it and sends none, so either side may be
+// the older build. The parent counts verified / timed / best from "result".
+//
 // Captured real inputs travel in a file (normally under /dev/shm) holding
 // each task input's bytes back to back (contiguous, TensorSpec::nbytes each),
 // capped at kMaxCapturedBytes; cubins travel base64-encoded in the JSON.
@@ -101,6 +107,7 @@ struct TuneRequest {
   std::string captured_path;             ///< file of captured input bytes, "" = none
   uint64_t captured_bytes = 0;           ///< its size, bytes
   double extension_compile_timeout_s = 300;  ///< nvcc limit per extension-form candidate, seconds
+  bool progress = false;                 ///< the worker sends "progress" events (compile batches)
 };
 
 /// Outcome of one candidate as the worker saw it. `outcome` is one of
@@ -123,7 +130,7 @@ struct Request {
   TuneRequest tune;  ///< when type == kTune
 };
 
-enum class EventType { kHelloReply, kBegin, kResult, kBaseline, kDone };
+enum class EventType { kHelloReply, kBegin, kResult, kBaseline, kDone, kProgress };
 struct Event {
   EventType type = EventType::kDone;
   HelloReply hello;         ///< kHelloReply
@@ -131,6 +138,7 @@ struct Event {
   CandidateResult result;   ///< kResult
   double baseline_us = 0;   ///< kBaseline: reference executor median, µs
   std::string error;        ///< kBaseline / kDone: why the batch could not run ("" = fine)
+  std::vector<int> compiled_ids;  ///< kProgress: items that compiled in the batch just built
 };
 
 // ---------------------------------------------------------------- codecs
@@ -146,6 +154,10 @@ std::string EncodeBegin(int id);
 std::string EncodeResult(const CandidateResult& result);
 std::string EncodeBaseline(double baseline_us, const std::string& error);
 std::string EncodeDone(const std::string& error);
+/// A "progress" event: `compiled_ids` (item ids) compiled in the batch just
+/// built (NVRTC for device form, nvcc for a batch of extension form). Sent
+/// only when TuneRequest::progress is set.
+std::string EncodeProgress(const std::vector<int>& compiled_ids);
 /// Errors: kCorrupt naming the missing/invalid field.
 Expected<Event> DecodeEvent(std::string_view payload);
 
