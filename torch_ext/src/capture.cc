@@ -8,7 +8,6 @@
 #include <unordered_map>
 
 #include <torch/csrc/jit/ir/ir.h>
-#include <torch/csrc/jit/runtime/interpreter.h>
 
 #include "dice/reference/reference_executor.h"
 
@@ -394,6 +393,19 @@ Expected<int32_t> GroupNorm(Ctx& c) {
   return c.b.Emit(ir::OpKind::kGroupNorm, args, {eps}, {}, false, groups->toInt());
 }
 
+// linear(input, weight, bias=None) (F.linear): x [..., K], weight [N, K],
+// bias [N]; frozen weights are tensor constants, lifted to group inputs.
+Expected<int32_t> Linear(Ctx& c) {
+  DICE_ASSIGN(x, c.Tensor(c.Named("input")));
+  DICE_ASSIGN(w, c.Tensor(c.Named("weight")));
+  std::vector<int32_t> args{x, w};
+  if (!IsNoneConst(c.Named("bias"))) {
+    DICE_ASSIGN(bias, c.Tensor(c.Named("bias")));
+    args.push_back(bias);
+  }
+  return c.b.Emit(ir::OpKind::kLinear, std::move(args));
+}
+
 // to(dtype) / type_as: casts among f32/f16/bf16 on the same device.
 Expected<int32_t> Cast(Ctx& c) {
   DICE_ASSIGN(x, c.Tensor(c.node->input(0)));
@@ -533,6 +545,7 @@ const std::unordered_map<c10::Symbol, Handler>& Handlers() {
       {aten::group_norm, GroupNorm},
       {aten::to, Cast},
       {aten::type_as, Cast},
+      {aten::linear, Linear},
   };
   return *table;
 }
@@ -576,22 +589,28 @@ Status TranslateNode(const Node* node, Builder& b) {
   return Status::Ok();
 }
 
-}  // namespace
-
-std::string UnsupportedReason(const Node* node) {
-  if (Handlers().count(node->kind()) == 0) return "not a fusible op";
-  // Translate alone: tensor operands become inputs with their observed types.
-  Builder b;
+// Translates `node` alone into `b`: its tensor operands (0-d constants aside)
+// become inputs 0, 1, ... in operand order, with their observed types.
+Status TranslateAlone(const Node* node, Builder& b) {
   size_t index = 0;
   for (const Value* in : node->inputs()) {
     if (IsTensor(in) && !b.Has(in) && !ZeroDimConst(in)) {
       auto t = TypeOf(in, index);
-      if (!t.ok()) return t.status().message();
+      if (!t.ok()) return Status(StatusCode::kUnsupported, std::string(node->kind().toQualString()) + ": " +
+                                                               t.status().message());
       b.AddInput(in, t->first, t->second);
     }
     ++index;
   }
-  Status st = TranslateNode(node, b);
+  return TranslateNode(node, b);
+}
+
+}  // namespace
+
+std::string UnsupportedReason(const Node* node) {
+  if (Handlers().count(node->kind()) == 0) return "not a fusible op";
+  Builder b;
+  Status st = TranslateAlone(node, b);
   if (!st.ok()) {
     // The message starts with the op name; the reason is what follows.
     const std::string& m = st.message();
@@ -602,6 +621,30 @@ std::string UnsupportedReason(const Node* node) {
   Status v = ir::Validate(b.graph);
   if (!v.ok()) return "IR rejected it: " + v.message();
   return "";
+}
+
+bool IsEpilogueOp(const Node* node) {
+  if (Handlers().count(node->kind()) == 0) return false;
+  Builder b;
+  if (!TranslateAlone(node, b).ok()) return false;
+  const ir::Op* only = nullptr;
+  for (const ir::Op& op : b.graph.ops) {
+    if (op.kind == ir::OpKind::kConstant) continue;
+    if (only != nullptr) return false;  // add with alpha != 1: mul + add
+    only = &op;
+  }
+  if (only == nullptr || only->kind == ir::OpKind::kCast) return false;
+  const ir::OpCategory cat = ir::GetOpInfo(only->kind).category;
+  if (cat != ir::OpCategory::kUnary && cat != ir::OpCategory::kBinary) return false;
+  // Its tensor arguments are the inputs 0, 1, ... in operand order (not rsub's swap, not x + x).
+  const int32_t n_inputs = static_cast<int32_t>(b.graph.inputs.size());
+  int32_t next = 0;
+  for (int32_t arg : only->args) {
+    if (arg >= n_inputs) continue;  // a weak constant
+    if (arg != next) return false;
+    ++next;
+  }
+  return next == n_inputs;
 }
 
 bool IsScalarTensorConstant(const Value* value) { return ZeroDimConst(value).has_value(); }
@@ -637,59 +680,6 @@ Expected<CapturedGroup> CaptureSubgraph(const torch::jit::Graph& subgraph) {
   out.canonical = ir::Canonical(out.graph);
   out.summary = ir::Summary(out.graph);
   return out;
-}
-
-Status ObserveTypes(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs) {
-  auto copy = graph->copy();
-  std::vector<Value*> originals;
-  auto add = [&](Value* orig, Value* twin) {
-    if (orig->type()->kind() != c10::TypeKind::TensorType) return;
-    originals.push_back(orig);
-    copy->registerOutput(twin);
-  };
-  if (graph->inputs().size() != inputs.size())
-    return Status(StatusCode::kInvalidArgument, "graph takes " + std::to_string(graph->inputs().size()) +
-                                                    " inputs (self included), got " + std::to_string(inputs.size()));
-  size_t n_out = graph->outputs().size();
-  for (size_t i = 0; i < graph->inputs().size(); ++i) add(graph->inputs()[i], copy->inputs()[i]);
-  auto it = graph->nodes().begin();
-  auto jt = copy->nodes().begin();
-  for (; it != graph->nodes().end() && jt != copy->nodes().end(); ++it, ++jt) {
-    for (size_t i = 0; i < it->outputs().size(); ++i) add(it->output(i), jt->output(i));
-  }
-  torch::jit::Stack stack(inputs.begin(), inputs.end());
-  try {
-    torch::jit::Code code(copy, "dice_observe_types");
-    torch::jit::InterpreterState state(code);
-    state.run(stack);
-  } catch (const std::exception& e) {
-    return Status(StatusCode::kInvalidArgument, std::string("running the graph on the example inputs failed: ") + e.what());
-  }
-  if (stack.size() != n_out + originals.size())
-    return Status(StatusCode::kInternal, "observe run returned " + std::to_string(stack.size()) + " values");
-  for (size_t i = 0; i < originals.size(); ++i) {
-    const auto& iv = stack[n_out + i];
-    if (iv.isTensor() && iv.toTensor().defined()) originals[i]->setType(c10::TensorType::create(iv.toTensor()));
-  }
-  return Status::Ok();
-}
-
-int AbsorbProfiledTypes(const std::shared_ptr<torch::jit::Graph>& graph) {
-  int removed = 0;
-  for (auto it = graph->nodes().begin(); it != graph->nodes().end();) {
-    Node* n = *it;
-    ++it;
-    if (n->kind() != c10::prim::profile || n->inputs().size() != 1 || n->outputs().size() != 1) continue;
-    if (n->hasAttribute(c10::attr::profiled_type)) {
-      auto ty = n->ty(c10::attr::profiled_type)->cast<c10::TensorType>();
-      Value* in = n->input(0);
-      if (ty && in->type()->kind() == c10::TypeKind::TensorType) in->setType(ty);
-    }
-    n->output()->replaceAllUsesWith(n->input(0));
-    n->destroy();
-    ++removed;
-  }
-  return removed;
 }
 
 }  // namespace dice::torch_ext

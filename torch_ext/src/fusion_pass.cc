@@ -18,8 +18,10 @@
 #include <torch/csrc/jit/passes/pass_manager.h>
 #include <torch/csrc/jit/passes/tensorexpr_fuser.h>
 #include <torch/csrc/jit/passes/utils/subgraph_utils.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/library.h>
 
+#include "dice/reference/reference_executor.h"
 #include "dice/torch_ext/optimize.h"
 #include "fusion_policy.h"
 
@@ -115,6 +117,45 @@ void AddReductionFacts(const Node* n, PolicyNode* out) {
   }
 }
 
+// The shape of `operand` against `output` (fusion_policy.h Extent).
+Extent ExtentOf(const Value* operand, const Value* output) {
+  auto a = operand->type()->cast<c10::TensorType>();
+  auto o = output->type()->cast<c10::TensorType>();
+  if (!a || !o) return Extent::kUnknown;
+  auto as = a->sizes().concrete_sizes();
+  auto os = o->sizes().concrete_sizes();
+  if (!as || !os) return Extent::kUnknown;
+  if (*as == *os) return Extent::kFull;
+  if (os->empty() || as->empty() || as->back() != os->back()) return Extent::kOther;
+  for (size_t d = 0; d + 1 < as->size(); ++d)
+    if ((*as)[d] != 1) return Extent::kOther;
+  return Extent::kRow;
+}
+
+// What the GEMM rule of the policy reads about `n` (fusion_policy.h rule 4).
+void AddEpilogueFacts(const Node* n, const std::unordered_map<const Node*, int>& index, PolicyNode* out) {
+  out->epilogue_op = IsEpilogueOp(n);
+  if (!out->epilogue_op) return;
+  for (const Value* v : n->inputs()) {
+    if (!IsTensorValue(v) || IsScalarTensorConstant(v)) continue;
+    auto it = index.find(v->node());
+    out->epilogue_operands.push_back({it == index.end() ? -1 : it->second, ExtentOf(v, n->output(0))});
+  }
+}
+
+// Why the GEMM gate (DICE_GEMM_GROUPS) keeps the supported `n` out of groups,
+// or "" when it does not (it is no GEMM, or the gate lets it in).
+std::string GemmGateReason(const Node* n, GemmGroups setting) {
+  if (!IsGemmKind(n->kind().toQualString())) return "";
+  if (setting == GemmGroups::kOff) return "not a fusible op";  // as before GEMM groups
+  auto tt = n->output(0)->type()->cast<c10::TensorType>();
+  auto st = tt ? tt->scalarType() : std::nullopt;
+  auto dt = st ? reference::FromScalarType(*st) : Expected<ir::DType>(Status(StatusCode::kUnsupported, "?"));
+  if (dt.ok() && GemmGroupAllowed(setting, *dt)) return "";
+  return std::string(dt.ok() ? ir::DTypeName(*dt) : "unknown-dtype") +
+         " linear: GEMM groups take float32 only (DICE_GEMM_GROUPS=all also takes bf16/f16)";
+}
+
 // The policy's view of a top-level node; `index` maps the nodes before it.
 PolicyNode DescribeNode(const Node* n, bool fusible, const std::unordered_map<const Node*, int>& index) {
   PolicyNode out;
@@ -125,6 +166,9 @@ PolicyNode DescribeNode(const Node* n, bool fusible, const std::unordered_map<co
     if (it != index.end()) out.inputs.push_back(it->second);
   }
   for (const Block* b : n->blocks()) AddBlockReads(b, index, &out.inputs);
+  for (const Value* o : n->outputs())
+    for (const torch::jit::Use& u : o->uses())
+      if (u.user->kind() == c10::prim::Return && u.user->owningBlock() == n->owningBlock()) out.escapes = true;
   if (!fusible) return out;
   if (n->kind() == FusionGroupSymbol()) {
     for (const Node* inner : n->g(c10::attr::Subgraph)->nodes()) {
@@ -138,6 +182,7 @@ PolicyNode DescribeNode(const Node* n, bool fusible, const std::unordered_map<co
     return out;
   }
   AddReductionFacts(n, &out);
+  AddEpilogueFacts(n, index, &out);
   return out;
 }
 
@@ -204,10 +249,12 @@ class Fuser {
     std::vector<PolicyNode> described;
     std::unordered_map<const Node*, int> index;
     bool any_fusible = false;
+    const GemmGroups gemm = GemmGroupsFromEnv();
     for (Node* n : graph_->block()->nodes()) {
       bool fusible = n->kind() == FusionGroupSymbol();  // formed by an earlier run
       if (!fusible) {
         std::string reason = UnsupportedReason(n);
+        if (reason.empty()) reason = GemmGateReason(n, gemm);
         fusible = reason.empty();
         if (!fusible && !IsPlumbing(n)) result.left_out.push_back({n->kind().toQualString(), reason});
       }
@@ -323,6 +370,59 @@ TORCH_LIBRARY_FRAGMENT(dice, m) {
 }
 
 }  // namespace
+
+Status ObserveTypes(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs) {
+  auto copy = graph->copy();
+  std::vector<Value*> originals;
+  auto add = [&](Value* orig, Value* twin) {
+    if (orig->type()->kind() != c10::TypeKind::TensorType) return;
+    originals.push_back(orig);
+    copy->registerOutput(twin);
+  };
+  if (graph->inputs().size() != inputs.size())
+    return Status(StatusCode::kInvalidArgument, "graph takes " + std::to_string(graph->inputs().size()) +
+                                                    " inputs (self included), got " + std::to_string(inputs.size()));
+  size_t n_out = graph->outputs().size();
+  for (size_t i = 0; i < graph->inputs().size(); ++i) add(graph->inputs()[i], copy->inputs()[i]);
+  auto it = graph->nodes().begin();
+  auto jt = copy->nodes().begin();
+  for (; it != graph->nodes().end() && jt != copy->nodes().end(); ++it, ++jt) {
+    for (size_t i = 0; i < it->outputs().size(); ++i) add(it->output(i), jt->output(i));
+  }
+  torch::jit::Stack stack(inputs.begin(), inputs.end());
+  try {
+    torch::jit::Code code(copy, "dice_observe_types");
+    torch::jit::InterpreterState state(code);
+    state.run(stack);
+  } catch (const std::exception& e) {
+    return Status(StatusCode::kInvalidArgument, std::string("running the graph on the example inputs failed: ") + e.what());
+  }
+  if (stack.size() != n_out + originals.size())
+    return Status(StatusCode::kInternal, "observe run returned " + std::to_string(stack.size()) + " values");
+  for (size_t i = 0; i < originals.size(); ++i) {
+    const auto& iv = stack[n_out + i];
+    if (iv.isTensor() && iv.toTensor().defined()) originals[i]->setType(c10::TensorType::create(iv.toTensor()));
+  }
+  return Status::Ok();
+}
+
+int AbsorbProfiledTypes(const std::shared_ptr<torch::jit::Graph>& graph) {
+  int removed = 0;
+  for (auto it = graph->nodes().begin(); it != graph->nodes().end();) {
+    Node* n = *it;
+    ++it;
+    if (n->kind() != c10::prim::profile || n->inputs().size() != 1 || n->outputs().size() != 1) continue;
+    if (n->hasAttribute(c10::attr::profiled_type)) {
+      auto ty = n->ty(c10::attr::profiled_type)->cast<c10::TensorType>();
+      Value* in = n->input(0);
+      if (ty && in->type()->kind() == c10::TypeKind::TensorType) in->setType(ty);
+    }
+    n->output()->replaceAllUsesWith(n->input(0));
+    n->destroy();
+    ++removed;
+  }
+  return removed;
+}
 
 FusionPassResult FuseDiceGroups(const std::shared_ptr<torch::jit::Graph>& graph, int min_nontrivial_ops) {
   return Fuser(graph, min_nontrivial_ops).Run();

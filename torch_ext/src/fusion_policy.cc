@@ -2,6 +2,7 @@
 #include "fusion_policy.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 #include <unordered_set>
 #include <utility>
@@ -108,6 +109,66 @@ class ConvexityCheck {
   unsigned stamp_ = 0;
 };
 
+// A group being grown by ProposeFusionGroups.
+struct Group {
+  std::vector<int> members;
+  std::set<std::string> sigs;  // reduction signatures of the members
+  bool gemm = false;           // rule 4: starts with a GEMM node
+  bool closed = false;         // a GEMM group formed by an earlier run: takes nothing
+  int tail = -1;               // GEMM group: its last node (the one an epilogue reads)
+  bool has_extra = false;      // GEMM group: its one extra tensor is taken
+};
+
+bool HoldsGemm(const PolicyNode& node) {
+  if (IsGemmKind(node.kind)) return true;
+  for (const PolicyNode& p : node.inner)
+    if (HoldsGemm(p)) return true;
+  return false;
+}
+
+// True when `node` may follow `tail`, the last node of an open GEMM group, as
+// its epilogue (rule 4); *adds_extra: it brings the group's extra tensor.
+bool FitsGemmEpilogue(const PolicyNode& node, const PolicyNode& tail, const std::vector<int>& tail_readers,
+                      int tail_index, bool group_has_extra, bool* adds_extra) {
+  *adds_extra = false;
+  if (!node.epilogue_op || !node.inner.empty() || tail.escapes || tail_readers.size() != 1) return false;
+  const std::vector<TensorOperand>& ops = node.epilogue_operands;
+  int at = -1;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    if (ops[k].source != tail_index) continue;
+    if (at >= 0) return false;  // reads the GEMM result twice (y * y)
+    at = static_cast<int>(k);
+  }
+  if (at < 0) return false;
+  if (ops.size() == 1) return true;  // unary, or binary with a scalar
+  if (ops.size() != 2 || group_has_extra || ops[at].extent != Extent::kFull) return false;
+  const Extent other = ops[1 - at].extent;
+  const bool fits = (other == Extent::kRow && (node.kind == "aten::add" || (node.kind == "aten::sub" && at == 0))) ||
+                    (other == Extent::kFull && node.kind == "aten::add");
+  *adds_extra = fits;
+  return fits;
+}
+
+// Rule 4: adds node `i` to the open GEMM group one of its inputs ends, when
+// it fits as that group's epilogue. True when it joined.
+bool JoinGemmGroup(const std::vector<PolicyNode>& nodes, const std::vector<std::vector<int>>& readers, int i,
+                   std::vector<int>* group_of, std::vector<Group>* groups) {
+  for (int p : nodes[i].inputs) {
+    const int pg = (*group_of)[p];
+    if (pg < 0) continue;
+    Group& g = (*groups)[pg];
+    if (!g.gemm || g.closed || g.tail != p) continue;
+    bool adds_extra = false;
+    if (!FitsGemmEpilogue(nodes[i], nodes[p], readers[p], p, g.has_extra, &adds_extra)) continue;
+    g.members.push_back(i);
+    g.tail = i;
+    g.has_extra |= adds_extra;
+    (*group_of)[i] = pg;
+    return true;
+  }
+  return false;
+}
+
 // The "dim" value of the JSON form into out->dim / out->dims; false when malformed.
 bool ParseDim(const nlohmann::json& v, PolicyNode* out) {
   if (v.is_null()) {
@@ -177,6 +238,27 @@ Status ParseNode(const nlohmann::json& j, const std::string& where, PolicyNode* 
 
 }  // namespace
 
+bool IsGemmKind(std::string_view kind) { return kind == "aten::linear"; }
+
+GemmGroups ParseGemmGroups(const char* value) {
+  if (value == nullptr) return GemmGroups::kFloat32;
+  const std::string_view v(value);
+  if (v == "all") return GemmGroups::kAll;
+  if (v == "0" || v == "off") return GemmGroups::kOff;
+  return GemmGroups::kFloat32;
+}
+
+GemmGroups GemmGroupsFromEnv() { return ParseGemmGroups(std::getenv("DICE_GEMM_GROUPS")); }
+
+bool GemmGroupAllowed(GemmGroups setting, ir::DType dtype) {
+  switch (setting) {
+    case GemmGroups::kOff: return false;
+    case GemmGroups::kFloat32: return dtype == ir::DType::kFloat32;
+    case GemmGroups::kAll: return true;
+  }
+  return false;
+}
+
 bool IsCastOrProjection(std::string_view kind) {
   return kind == "aten::to" || kind == "aten::type_as" || kind == "aten::_to_copy" ||
          kind == "prims::convert_element_type" || kind == "getitem";
@@ -224,40 +306,51 @@ Expected<std::vector<std::vector<int>>> ProposeFusionGroups(const std::vector<Po
                                                         nodes[i].kind + ") reads node " + std::to_string(p) +
                                                         ", which does not come before it");
   ConvexityCheck convexity(nodes);
+  std::vector<std::vector<int>> readers(n);  // distinct reading nodes
+  for (int i = 0; i < n; ++i)
+    for (int p : nodes[i].inputs)
+      if (readers[p].empty() || readers[p].back() != i) readers[p].push_back(i);
   std::vector<int> group_of(n, -1);
-  std::vector<std::vector<int>> members;  // by group id; emptied when merged away
-  std::vector<std::set<std::string>> sigs;
+  std::vector<Group> groups_by_id;  // emptied when merged away
   for (int i = 0; i < n; ++i) {
     if (!nodes[i].fusible) continue;
-    int gid = static_cast<int>(members.size());
-    members.push_back({i});
-    sigs.emplace_back();
-    CollectSignatures(nodes[i], "node:" + std::to_string(i), &sigs.back());
+    if (JoinGemmGroup(nodes, readers, i, &group_of, &groups_by_id)) continue;
+    int gid = static_cast<int>(groups_by_id.size());
+    groups_by_id.emplace_back();
+    Group& fresh = groups_by_id.back();
+    fresh.members = {i};
+    CollectSignatures(nodes[i], "node:" + std::to_string(i), &fresh.sigs);
+    if (HoldsGemm(nodes[i])) {  // rule 4: a GEMM group takes no producer
+      fresh.gemm = true;
+      fresh.closed = !IsGemmKind(nodes[i].kind);  // formed by an earlier run
+      fresh.tail = i;
+    }
     group_of[i] = gid;
+    if (fresh.gemm) continue;
     for (int p : nodes[i].inputs) {
       const int pg = group_of[p];
-      if (pg < 0 || pg == gid) continue;
-      std::set<std::string> merged_sigs = sigs[pg];
-      merged_sigs.insert(sigs[gid].begin(), sigs[gid].end());
+      if (pg < 0 || pg == gid || groups_by_id[pg].gemm) continue;
+      std::set<std::string> merged_sigs = groups_by_id[pg].sigs;
+      merged_sigs.insert(groups_by_id[gid].sigs.begin(), groups_by_id[gid].sigs.end());
       if (merged_sigs.size() > 1) continue;
-      std::vector<int> merged = members[pg];
-      merged.insert(merged.end(), members[gid].begin(), members[gid].end());
+      std::vector<int> merged = groups_by_id[pg].members;
+      merged.insert(merged.end(), groups_by_id[gid].members.begin(), groups_by_id[gid].members.end());
       if (!convexity.Convex(merged)) continue;
-      for (int m : members[gid]) group_of[m] = pg;
-      members[pg] = std::move(merged);
-      sigs[pg] = std::move(merged_sigs);
-      members[gid].clear();
+      for (int m : groups_by_id[gid].members) group_of[m] = pg;
+      groups_by_id[pg].members = std::move(merged);
+      groups_by_id[pg].sigs = std::move(merged_sigs);
+      groups_by_id[gid].members.clear();
       gid = pg;
     }
   }
   std::vector<std::vector<int>> groups;
-  for (auto& g : members) {
-    if (g.empty()) continue;
+  for (Group& g : groups_by_id) {
+    if (g.members.empty()) continue;
     int nontrivial = 0;
-    for (int m : g) nontrivial += NontrivialCount(nodes[m]);
+    for (int m : g.members) nontrivial += NontrivialCount(nodes[m]);
     if (nontrivial < min_nontrivial_ops) continue;
-    std::sort(g.begin(), g.end());
-    groups.push_back(std::move(g));
+    std::sort(g.members.begin(), g.members.end());
+    groups.push_back(std::move(g.members));
   }
   std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.front() < b.front(); });
   return groups;

@@ -19,6 +19,19 @@
 //  3. A group with fewer than `min_nontrivial_ops` nodes that are not casts or
 //     projections (IsCastOrProjection) is dissolved: a group of casts alone is
 //     not worth a kernel.
+//  4. GEMM groups (issue 18 item 1: a GEMM with its epilogue fused). A fusible
+//     GEMM node (IsGemmKind: aten::linear) starts a group of its own and never
+//     merges with a producer's group. A later node joins that group, and no
+//     other, as its epilogue when it is an elementwise op
+//     (PolicyNode::epilogue_op) reading the group's last node, that node has
+//     no other reader and is no graph output (so the group keeps one output),
+//     and its other operands are scalars or the group's one extra tensor: a
+//     row vector ([N] / [1, N], in add, or in sub after the GEMM result) or a
+//     full-size residual (in add). No other node merges with a GEMM group
+//     (a reduction after it starts its own), and a GEMM group formed by an
+//     earlier run stays as it is. A GEMM alone is a group (a faster GEMM is a
+//     win). Which GEMM nodes are fusible is the frontend's call
+//     (GemmGroupsFromEnv: DICE_GEMM_GROUPS).
 // Convexity is judged on the data edges given; a frontend whose graphs have
 // other orderings (TorchScript's mutation and side effects) checks those
 // while it realises a group.
@@ -32,9 +45,25 @@
 #include <string_view>
 #include <vector>
 
+#include "dice/core/ir.h"
 #include "dice/core/status.h"
 
 namespace dice::torch_ext {
+
+/// How a tensor operand's shape relates to its node's output shape (the GEMM
+/// epilogue rule reads it).
+enum class Extent : uint8_t {
+  kUnknown,  ///< sizes not known
+  kFull,     ///< exactly the output's shape
+  kRow,      ///< one value per output column: [N], [1, N], [1, 1, N] (N = the output's last dim)
+  kOther,    ///< any other broadcast (a 0-d tensor, a column vector, ...)
+};
+
+/// One tensor operand of an epilogue candidate (PolicyNode::epilogue_operands).
+struct TensorOperand {
+  int source = -1;  ///< index of the node producing it; -1: from outside the list
+  Extent extent = Extent::kUnknown;
+};
 
 /// How a node's `dim` argument reads (only reduction kinds look at it).
 enum class DimArg {
@@ -66,7 +95,35 @@ struct PolicyNode {
   /// For "dice::FusionGroup": the nodes inside it (their `inputs` are unused);
   /// the group reduces over what they reduce over and counts their non-casts.
   std::vector<PolicyNode> inner;
+  // Facts for the GEMM rule (rule 4). No JSON keys yet: the FX frontend has no
+  // fusible GEMM node, and the defaults keep a node out of any GEMM group.
+  bool escapes = false;  ///< its output is also read outside the list (a graph output)
+  /// The frontend translates it to exactly one elementwise IR op (unary or
+  /// binary, not a cast) whose tensor arguments are `epilogue_operands`, in order.
+  bool epilogue_op = false;
+  /// Its tensor operands other than weak scalars (0-d constants), in operand order.
+  std::vector<TensorOperand> epilogue_operands;
 };
+
+/// True for the GEMM kinds that start a GEMM group (rule 4): "aten::linear".
+bool IsGemmKind(std::string_view kind);
+
+/// Which GEMM nodes a frontend lets form groups (DICE_GEMM_GROUPS).
+enum class GemmGroups : uint8_t {
+  kOff,      ///< none: grouping exactly as before GEMM groups existed
+  kFloat32,  ///< float32 only (the default: where a 3xTF32 candidate beats cuBLAS)
+  kAll,      ///< float32, bfloat16 and float16
+};
+
+/// Reads a DICE_GEMM_GROUPS value: null or "" -> kFloat32; "all" -> kAll;
+/// "0" or "off" -> kOff; any other value -> kFloat32 (the default).
+GemmGroups ParseGemmGroups(const char* value);
+
+/// ParseGemmGroups(getenv("DICE_GEMM_GROUPS")), read at each call.
+GemmGroups GemmGroupsFromEnv();
+
+/// Whether a GEMM whose output has `dtype` may form a group under `setting`.
+bool GemmGroupAllowed(GemmGroups setting, ir::DType dtype);
 
 /// True for casts and projections, the ops a group of its own is not worth:
 /// aten::to, aten::type_as, aten::_to_copy, prims::convert_element_type,

@@ -5,11 +5,12 @@
 // framework, with the reason), both in capture_result.h. This header holds
 // the TorchScript frontend: translation of single TorchScript nodes into IR
 // ops (the support check and the builder share one code path, so
-// "supported" means "translates"), the
-// translation of a whole fusion-group subgraph, and type observation (complete
+// "supported" means "translates") and the
+// translation of a whole fusion-group subgraph. Type observation (complete
 // dtype/rank on every top-level value, from example inputs or from the
-// profiling executor's prim::profile nodes). An FX frontend produces the same
-// CapturedGroup values from torch.fx nodes and sits beside this one.
+// profiling executor's prim::profile nodes) is in fusion_pass.h, beside the
+// pass that needs it. An FX frontend produces the same CapturedGroup values
+// from torch.fx nodes and sits beside this one.
 //
 // Supported TorchScript ops (ATen semantics, see ir.h): add/sub/rsub (alpha),
 // mul, div (no rounding mode), neg, abs, exp, log, sqrt, rsqrt, reciprocal,
@@ -19,7 +20,8 @@
 // max/min (binary), sum/mean (dim lists, dtype None), amax/amin, max.dim /
 // min.dim (values only), logsumexp, norm / linalg_vector_norm (p > 0),
 // softmax/log_softmax (dtype None), layer_norm, group_norm, to / type_as among
-// f32/f16/bf16. Every tensor operand must have a known float32/float16/
+// f32/f16/bf16, linear (weight [N, K], optional bias [N]; ir::OpKind::kLinear;
+// aten::matmul / addmm stay with PyTorch: their transposed weight is no IR op). Every tensor operand must have a known float32/float16/
 // bfloat16 dtype and a known rank; scalars must be constants.
 //
 // Thread-compatible: functions touch only the graph they are given.
@@ -53,6 +55,14 @@ std::string UnsupportedReason(const torch::jit::Node* node);
 /// Python scalar): it is captured as a weak scalar constant, not an input.
 bool IsScalarTensorConstant(const torch::jit::Value* value);
 
+/// True when `node`, translated alone (as UnsupportedReason does), is exactly
+/// one elementwise IR op (unary or binary category, not a cast) whose tensor
+/// arguments are the node's tensor operands (0-d constants aside) in operand
+/// order: what may follow a GEMM as its epilogue (fusion_policy.h rule 4).
+/// False for add/sub with alpha != 1 (two IR ops), rsub with a tensor
+/// (swapped arguments), x + x, and anything that does not translate.
+bool IsEpilogueOp(const torch::jit::Node* node);
+
 /// True for ops that are worth a group on their own (everything supported
 /// except casts).
 bool IsNonTrivial(const torch::jit::Node* node);
@@ -63,17 +73,5 @@ bool IsNonTrivial(const torch::jit::Node* node);
 /// Errors: kUnsupported naming the node and the reason; kInvalidArgument when
 /// the resulting IR fails ir::Validate.
 Expected<CapturedGroup> CaptureSubgraph(const torch::jit::Graph& subgraph);
-
-/// Runs `graph` once on `inputs` (the full input list, `self` module first for
-/// a method graph) in the TorchScript interpreter and sets a complete
-/// TensorType (dtype, shape, strides, device) on every tensor value of the
-/// top-level block from what was observed. Values inside sub-blocks keep their
-/// types. Errors: kInvalidArgument when running fails (message from PyTorch).
-Status ObserveTypes(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs);
-
-/// Removes the profiling executor's prim::profile nodes from the top-level
-/// block, moving each profiled_type onto the profiled value. Returns the
-/// number of profile nodes removed.
-int AbsorbProfiledTypes(const std::shared_ptr<torch::jit::Graph>& graph);
 
 }  // namespace dice::torch_ext

@@ -9,9 +9,16 @@
 // its consumer's group only when AliasDb can move it next to the group without
 // breaking a dependency (no path leaves the group and comes back). Scalar
 // constants are cloned into the subgraph; tensor constants stay group inputs.
-// Groups made only of casts are dissolved. It leaves alone: sub-blocks
+// Groups made only of casts are dissolved. A linear (aten::linear) starts a
+// group of its own and takes the elementwise ops after it as its epilogue
+// (fusion_policy.h rule 4): float32 linears by default, bf16/f16 too with
+// DICE_GEMM_GROUPS=all, none with DICE_GEMM_GROUPS=0 (then a linear is left
+// out as "not a fusible op", as before GEMM groups). It leaves alone: sub-blocks
 // (prim::If/Loop bodies), nodes with unknown or non-float tensor types, and
 // mutating ops.
+//
+// Type observation (ObserveTypes, AbsorbProfiledTypes) gives the pass the
+// complete types it reads.
 //
 // The DICE_MODE pass (registered with torch::jit::registerPrePass) runs
 // AbsorbProfiledTypes and then FuseDiceGroups when DICE_MODE is set and not
@@ -51,6 +58,18 @@ struct FusionPassResult {
 /// group with fewer non-cast ops is dissolved. Tensor type specialisations of
 /// the top-level block are removed afterwards (subgraphs keep theirs).
 FusionPassResult FuseDiceGroups(const std::shared_ptr<torch::jit::Graph>& graph, int min_nontrivial_ops = 1);
+
+/// Runs `graph` once on `inputs` (the full input list, `self` module first for
+/// a method graph) in the TorchScript interpreter and sets a complete
+/// TensorType (dtype, shape, strides, device) on every tensor value of the
+/// top-level block from what was observed. Values inside sub-blocks keep their
+/// types. Errors: kInvalidArgument when running fails (message from PyTorch).
+Status ObserveTypes(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs);
+
+/// Removes the profiling executor's prim::profile nodes from the top-level
+/// block, moving each profiled_type onto the profiled value. Returns the
+/// number of profile nodes removed.
+int AbsorbProfiledTypes(const std::shared_ptr<torch::jit::Graph>& graph);
 
 /// The pass body registered for DICE_MODE: no-op when DICE_MODE is unset,
 /// "off" or invalid; otherwise absorbs profiled types and fuses.

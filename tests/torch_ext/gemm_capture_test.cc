@@ -1,0 +1,242 @@
+// GEMM groups in the TorchScript fusion pass (issue 18 item 1): a frozen
+// linear becomes ir::OpKind::kLinear and takes its elementwise epilogue into
+// one group; DICE_GEMM_GROUPS gates which linears do; a linear group with no
+// kernel falls back to PyTorch's own nodes. CPU only.
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/torch.h>
+
+#include "dice/core/ir.h"
+#include "dice/torch_ext/fusion_pass.h"
+#include "dice/torch_ext/optimize.h"
+
+namespace dice::torch_ext {
+namespace {
+
+using K = ir::OpKind;
+
+std::vector<K> NonConstantOps(const ir::Graph& g) {
+  std::vector<K> kinds;
+  for (const auto& op : g.ops)
+    if (op.kind != K::kConstant) kinds.push_back(op.kind);
+  return kinds;
+}
+
+std::vector<std::vector<K>> GroupOps(const OptimizeReport& rep) {
+  std::vector<std::vector<K>> out;
+  for (const auto& g : rep.groups) out.push_back(NonConstantOps(g.group.graph));
+  return out;
+}
+
+std::string LeftOutReason(const OptimizeReport& rep, const std::string& kind) {
+  for (const auto& n : rep.left_out)
+    if (n.kind == kind) return n.reason;
+  return "<not left out>";
+}
+
+// A module with a frozen-to-be Linear(32 -> 16) weight `w` and bias `b`.
+torch::jit::Module LinearModule(const std::string& forward, at::ScalarType dtype = at::kFloat) {
+  torch::jit::Module m("GemmModule");
+  m.register_parameter("w", torch::randn({16, 32}).to(dtype), false);
+  m.register_parameter("b", torch::randn({16}).to(dtype), false);
+  m.define(forward);
+  return m;
+}
+
+class GemmCaptureTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    unsetenv("DICE_MODE");
+    unsetenv("DICE_GEMM_GROUPS");
+    EnsureRegistered();
+  }
+  void TearDown() override { unsetenv("DICE_GEMM_GROUPS"); }
+
+  // optimize() on a clone of `original` with x [8, 32] (plus `extra` inputs).
+  OptimizeReport Optimize(const torch::jit::Module& original, torch::jit::Module* out,
+                          std::vector<c10::IValue> in, Mode mode = Mode::kObserve) {
+    *out = original.clone();
+    Options opt;
+    opt.mode = mode;
+    opt.cache_dir = ::testing::TempDir() + "/dice_gemm_capture_test_cache";
+    opt.example_inputs = std::move(in);
+    auto rep = optimize(*out, opt);
+    EXPECT_TRUE(rep.ok()) << rep.status().ToString();
+    return rep.ok() ? std::move(rep).value() : OptimizeReport{};
+  }
+};
+
+constexpr const char* kLinearRelu = R"(
+def forward(self, x):
+    return torch.relu(torch.linear(x, self.w, self.b))
+)";
+
+TEST_F(GemmCaptureTest, FrozenLinearReluIsOneGroupWithInputsXWeightBias) {
+  auto original = LinearModule(kLinearRelu);
+  torch::jit::Module m;
+  std::vector<c10::IValue> in = {torch::randn({8, 32})};
+  auto rep = Optimize(original, &m, in);
+  ASSERT_EQ(rep.groups.size(), 1u) << rep.graph;
+  const CapturedGroup& g = rep.groups[0].group;
+  EXPECT_EQ(NonConstantOps(g.graph), (std::vector<K>{K::kLinear, K::kRelu}));
+  EXPECT_EQ(g.summary, "linear+relu");
+  ASSERT_EQ(g.graph.inputs.size(), 3u) << g.canonical;
+  const ir::Op* linear = nullptr;
+  for (const auto& op : g.graph.ops)
+    if (op.kind == K::kLinear) linear = &op;
+  ASSERT_NE(linear, nullptr);
+  ASSERT_EQ(linear->args.size(), 3u);
+  // x [8, 32], weight [16, 32], bias [16]: all three are group inputs.
+  EXPECT_EQ(g.graph.inputs[linear->args[0]], (ir::InputDecl{ir::DType::kFloat32, 2}));
+  EXPECT_EQ(g.graph.inputs[linear->args[1]], (ir::InputDecl{ir::DType::kFloat32, 2}));
+  EXPECT_EQ(g.graph.inputs[linear->args[2]], (ir::InputDecl{ir::DType::kFloat32, 1}));
+  EXPECT_EQ(g.graph.outputs.size(), 1u);
+  auto back = ir::Parse(g.canonical);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, g.graph);
+
+  torch::NoGradGuard no_grad;
+  auto x = torch::randn({5, 32});
+  EXPECT_TRUE(torch::equal(m.forward({x}).toTensor(), original.forward({x}).toTensor()));
+}
+
+TEST_F(GemmCaptureTest, LinearMulLeakyReluIsOneGroup) {
+  auto original = LinearModule(R"(
+def forward(self, x):
+    y = torch.linear(x, self.w, self.b) * 2.0
+    return torch.leaky_relu(y, 0.1)
+)");
+  torch::jit::Module m;
+  auto rep = Optimize(original, &m, {torch::randn({8, 32})});
+  EXPECT_EQ(GroupOps(rep), (std::vector<std::vector<K>>{{K::kLinear, K::kMul, K::kLeakyRelu}})) << rep.graph;
+  ASSERT_EQ(rep.groups.size(), 1u);
+  EXPECT_EQ(rep.groups[0].group.summary, "linear+mul+leaky_relu");
+}
+
+TEST_F(GemmCaptureTest, ReductionAfterLinearGetsItsOwnGroup) {
+  auto original = LinearModule(R"(
+def forward(self, x):
+    return torch.sum(torch.linear(x, self.w, self.b), 1)
+)");
+  torch::jit::Module m;
+  auto rep = Optimize(original, &m, {torch::randn({8, 32})});
+  EXPECT_EQ(GroupOps(rep), (std::vector<std::vector<K>>{{K::kLinear}, {K::kSum}})) << rep.graph;
+  torch::NoGradGuard no_grad;
+  auto x = torch::randn({8, 32});
+  EXPECT_TRUE(torch::equal(m.forward({x}).toTensor(), original.forward({x}).toTensor()));
+}
+
+TEST_F(GemmCaptureTest, GemmGroupsOffGivesTheGroupsWithoutLinear) {
+  constexpr const char* kSrc = R"(
+def forward(self, x):
+    return torch.sum(torch.relu(torch.linear(x, self.w, self.b)), 1)
+)";
+  auto original = LinearModule(kSrc);
+  torch::jit::Module m;
+  auto on = Optimize(original, &m, {torch::randn({8, 32})});
+  EXPECT_EQ(GroupOps(on), (std::vector<std::vector<K>>{{K::kLinear, K::kRelu}, {K::kSum}})) << on.graph;
+
+  setenv("DICE_GEMM_GROUPS", "0", 1);
+  auto off = Optimize(original, &m, {torch::randn({8, 32})});
+  EXPECT_EQ(GroupOps(off), (std::vector<std::vector<K>>{{K::kRelu, K::kSum}})) << off.graph;
+  EXPECT_EQ(LeftOutReason(off, "aten::linear"), "not a fusible op");
+}
+
+TEST_F(GemmCaptureTest, Bf16LinearIsGroupedOnlyWithGemmGroupsAll) {
+  auto original = LinearModule(kLinearRelu, at::kBFloat16);
+  torch::jit::Module m;
+  std::vector<c10::IValue> in = {torch::randn({8, 32}).to(at::kBFloat16)};
+  auto rep = Optimize(original, &m, in);
+  EXPECT_EQ(GroupOps(rep), (std::vector<std::vector<K>>{{K::kRelu}})) << rep.graph;
+  EXPECT_NE(LeftOutReason(rep, "aten::linear").find("bf16 linear"), std::string::npos)
+      << LeftOutReason(rep, "aten::linear");
+  EXPECT_NE(LeftOutReason(rep, "aten::linear").find("DICE_GEMM_GROUPS=all"), std::string::npos);
+
+  setenv("DICE_GEMM_GROUPS", "all", 1);
+  auto all = Optimize(original, &m, in);
+  EXPECT_EQ(GroupOps(all), (std::vector<std::vector<K>>{{K::kLinear, K::kRelu}})) << all.graph;
+  ASSERT_EQ(all.groups.size(), 1u);
+  EXPECT_EQ(all.groups[0].group.graph.inputs[0].dtype, ir::DType::kBFloat16);
+}
+
+TEST_F(GemmCaptureTest, BiasVectorAndResidualAreTheOneExtraTensor) {
+  // linear (no bias) + bias row vector -> relu; then + residual: a second extra tensor.
+  auto original = LinearModule(R"(
+def forward(self, x, r):
+    y = torch.relu(torch.linear(x, self.w) + self.b)
+    return y + r
+)");
+  torch::jit::Module m;
+  auto rep = Optimize(original, &m, {torch::randn({8, 32}), torch::randn({8, 16})});
+  EXPECT_EQ(GroupOps(rep), (std::vector<std::vector<K>>{{K::kLinear, K::kAdd, K::kRelu}, {K::kAdd}})) << rep.graph;
+
+  auto residual = LinearModule(R"(
+def forward(self, x, r):
+    return torch.linear(x, self.w, self.b) + r
+)");
+  auto rep2 = Optimize(residual, &m, {torch::randn({8, 32}), torch::randn({8, 16})});
+  EXPECT_EQ(GroupOps(rep2), (std::vector<std::vector<K>>{{K::kLinear, K::kAdd}})) << rep2.graph;
+  ASSERT_EQ(rep2.groups.size(), 1u);
+  EXPECT_EQ(rep2.groups[0].group.graph.inputs.size(), 4u);  // x, weight, bias, r
+}
+
+TEST_F(GemmCaptureTest, EpilogueThatIsNotOneElementwiseOpStaysOutside) {
+  // add with alpha (mul + add in the IR), a column-broadcast add, and a
+  // linear result that is also a graph output: none joins its linear.
+  torch::jit::Module original("GemmModule");
+  for (const char* name : {"w1", "w2", "w3"}) original.register_parameter(name, torch::randn({16, 32}), false);
+  original.define(R"(
+def forward(self, x, c):
+    y = torch.linear(x, self.w1)
+    z = torch.linear(x, self.w2)
+    u = torch.linear(x, self.w3)
+    return torch.add(y, 1.0, alpha=2.0), z + c, u, torch.tanh(u)
+)");
+  torch::jit::Module m;
+  auto rep = Optimize(original, &m, {torch::randn({8, 32}), torch::randn({8, 1})});
+  int lone_linears = 0;
+  for (const auto& ops : GroupOps(rep)) {
+    if (ops == std::vector<K>{K::kLinear}) ++lone_linears;
+    else EXPECT_EQ(std::count(ops.begin(), ops.end(), K::kLinear), 0) << rep.graph;
+  }
+  EXPECT_EQ(lone_linears, 3) << rep.graph;
+  torch::NoGradGuard no_grad;
+  std::vector<c10::IValue> run = {torch::randn({8, 32}), torch::randn({8, 1})};
+  auto got = m.forward(run).toTuple()->elements();
+  auto want = original.forward(run).toTuple()->elements();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(torch::equal(got[i].toTensor(), want[i].toTensor())) << i;
+}
+
+// A linear group with no kernel (on the CPU: no GPU, no winner, no tuning)
+// runs PyTorch's own nodes: the outputs equal eager's, every call a fallback.
+TEST_F(GemmCaptureTest, LinearGroupWithoutAKernelFallsBackToEager) {
+  auto original = LinearModule(kLinearRelu);
+  for (Mode mode : {Mode::kObserve, Mode::kCache, Mode::kTune}) {
+    torch::jit::Module m;
+    auto rep = Optimize(original, &m, {torch::randn({8, 32})}, mode);
+    ASSERT_EQ(rep.groups.size(), 1u) << rep.graph;
+    ResetGroupStats();
+    torch::NoGradGuard no_grad;
+    for (int64_t rows : {8, 3}) {
+      auto x = torch::randn({rows, 32});
+      EXPECT_TRUE(torch::equal(m.forward({x}).toTensor(), original.forward({x}).toTensor())) << rows;
+    }
+    auto stats = GetGroupStats();
+    const GroupStats* s = nullptr;
+    for (const auto& st : stats)
+      if (st.id == rep.groups[0].id) s = &st;
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->calls, 2);
+    EXPECT_EQ(s->hits, 0);
+    EXPECT_EQ(s->fallbacks, 2);
+  }
+}
+
+}  // namespace
+}  // namespace dice::torch_ext

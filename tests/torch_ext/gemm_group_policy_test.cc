@@ -1,0 +1,183 @@
+// The GEMM rule of the fusion policy (torch_ext/src/fusion_policy.h rule 4)
+// on hand-written node lists: a linear starts its own group and absorbs the
+// elementwise epilogue the gemm template family takes. No torch.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "../../torch_ext/src/fusion_policy.h"
+
+namespace dice::torch_ext {
+namespace {
+
+using Groups = std::vector<std::vector<int>>;
+
+PolicyNode Input() {
+  PolicyNode n;
+  n.kind = "input";
+  return n;
+}
+
+PolicyNode Linear(int x) {
+  PolicyNode n;
+  n.kind = "aten::linear";
+  n.fusible = true;
+  n.inputs = {x};
+  n.operands = 3;
+  n.tensor_operands = 3;
+  n.rank = 2;
+  return n;
+}
+
+// An elementwise node as the TorchScript frontend describes it: its tensor
+// operands (source, extent) in order.
+PolicyNode Epilogue(std::string kind, std::vector<TensorOperand> operands) {
+  PolicyNode n;
+  n.kind = std::move(kind);
+  n.fusible = true;
+  n.epilogue_op = true;
+  for (const auto& o : operands)
+    if (o.source >= 0) n.inputs.push_back(o.source);
+  n.operands = 2;
+  n.tensor_operands = static_cast<int>(operands.size());
+  n.rank = 2;
+  n.epilogue_operands = std::move(operands);
+  return n;
+}
+
+PolicyNode Sum(int x) {
+  PolicyNode n;
+  n.kind = "aten::sum";
+  n.fusible = true;
+  n.inputs = {x};
+  n.operands = 3;
+  n.tensor_operands = 1;
+  n.rank = 2;
+  n.dim = DimArg::kList;
+  n.dims = {1};
+  return n;
+}
+
+Groups Propose(const std::vector<PolicyNode>& nodes) {
+  auto groups = ProposeFusionGroups(nodes, 1);
+  EXPECT_TRUE(groups.ok()) << groups.status().ToString();
+  return groups.ok() ? *groups : Groups{};
+}
+
+TEST(GemmGroupPolicyTest, LinearAbsorbsAChainOfUnaryAndScalarOps) {
+  // linear -> mul(2.0) -> leaky_relu
+  std::vector<PolicyNode> g = {Input(), Linear(0), Epilogue("aten::mul", {{1, Extent::kFull}}),
+                               Epilogue("aten::leaky_relu", {{2, Extent::kFull}})};
+  EXPECT_EQ(Propose(g), (Groups{{1, 2, 3}}));
+}
+
+TEST(GemmGroupPolicyTest, LinearNeverJoinsItsProducersGroup) {
+  // relu(x) -> linear -> tanh: the relu stays a group of its own.
+  std::vector<PolicyNode> g = {Input(), Epilogue("aten::relu", {{-1, Extent::kFull}}), Linear(1),
+                               Epilogue("aten::tanh", {{2, Extent::kFull}})};
+  EXPECT_EQ(Propose(g), (Groups{{1}, {2, 3}}));
+}
+
+TEST(GemmGroupPolicyTest, ReductionAfterLinearStartsItsOwnGroup) {
+  // linear -> sum(1) -> exp: linear alone, sum + exp together.
+  std::vector<PolicyNode> g = {Input(), Linear(0), Sum(1), Epilogue("aten::exp", {{2, Extent::kFull}})};
+  EXPECT_EQ(Propose(g), (Groups{{1}, {2, 3}}));
+}
+
+TEST(GemmGroupPolicyTest, OneExtraTensorRowVectorOrResidual) {
+  // linear + row vector -> relu + residual: the second extra tensor ends the group.
+  std::vector<PolicyNode> g = {Input(),
+                               Input(),
+                               Input(),
+                               Linear(0),
+                               Epilogue("aten::add", {{3, Extent::kFull}, {1, Extent::kRow}}),
+                               Epilogue("aten::relu", {{4, Extent::kFull}}),
+                               Epilogue("aten::add", {{5, Extent::kFull}, {2, Extent::kFull}})};
+  EXPECT_EQ(Propose(g), (Groups{{3, 4, 5}, {6}}));
+  // A full-size residual alone is taken in an add, not in a sub or mul.
+  std::vector<PolicyNode> res = {Input(), Input(), Linear(0),
+                                 Epilogue("aten::add", {{1, Extent::kFull}, {2, Extent::kFull}})};
+  EXPECT_EQ(Propose(res), (Groups{{2, 3}}));
+  for (const char* kind : {"aten::sub", "aten::mul"}) {
+    std::vector<PolicyNode> other = {Input(), Input(), Linear(0),
+                                     Epilogue(kind, {{2, Extent::kFull}, {1, Extent::kFull}})};
+    EXPECT_EQ(Propose(other), (Groups{{2}, {3}})) << kind;
+  }
+}
+
+TEST(GemmGroupPolicyTest, SubTakesARowVectorOnlyAfterTheGemmResult) {
+  std::vector<PolicyNode> after = {Input(), Input(), Linear(0),
+                                   Epilogue("aten::sub", {{2, Extent::kFull}, {1, Extent::kRow}})};
+  EXPECT_EQ(Propose(after), (Groups{{2, 3}}));
+  std::vector<PolicyNode> before = {Input(), Input(), Linear(0),
+                                    Epilogue("aten::sub", {{1, Extent::kRow}, {2, Extent::kFull}})};
+  EXPECT_EQ(Propose(before), (Groups{{2}, {3}}));
+}
+
+TEST(GemmGroupPolicyTest, BroadcastOrUnknownExtraTensorIsNotAnEpilogue) {
+  for (Extent e : {Extent::kOther, Extent::kUnknown}) {
+    std::vector<PolicyNode> g = {Input(), Input(), Linear(0),
+                                 Epilogue("aten::add", {{2, Extent::kFull}, {1, e}})};
+    EXPECT_EQ(Propose(g), (Groups{{2}, {3}}));
+  }
+}
+
+TEST(GemmGroupPolicyTest, GroupKeepsOneOutput) {
+  // The linear's result is also read by a second op: relu cannot join (two outputs).
+  std::vector<PolicyNode> two_readers = {Input(), Linear(0), Epilogue("aten::relu", {{1, Extent::kFull}}),
+                                         Epilogue("aten::exp", {{1, Extent::kFull}})};
+  EXPECT_EQ(Propose(two_readers), (Groups{{1}, {2}, {3}}));
+  // The linear's result is a graph output.
+  std::vector<PolicyNode> escapes = {Input(), Linear(0), Epilogue("aten::relu", {{1, Extent::kFull}})};
+  escapes[1].escapes = true;
+  EXPECT_EQ(Propose(escapes), (Groups{{1}, {2}}));
+  // y * y reads the GEMM result twice.
+  std::vector<PolicyNode> square = {Input(), Linear(0),
+                                    Epilogue("aten::mul", {{1, Extent::kFull}, {1, Extent::kFull}})};
+  EXPECT_EQ(Propose(square), (Groups{{1}, {2}}));
+}
+
+TEST(GemmGroupPolicyTest, NodeThatIsNoEpilogueOpDoesNotJoin) {
+  // A cast (or an add with alpha != 1) is described with epilogue_op = false.
+  PolicyNode cast = Epilogue("aten::to", {{1, Extent::kFull}});
+  cast.epilogue_op = false;
+  std::vector<PolicyNode> g = {Input(), Linear(0), cast, Epilogue("aten::relu", {{2, Extent::kFull}})};
+  EXPECT_EQ(Propose(g), (Groups{{1}, {2, 3}}));
+}
+
+TEST(GemmGroupPolicyTest, GroupFormedEarlierWithALinearStaysAsItIs) {
+  PolicyNode earlier;
+  earlier.kind = "dice::FusionGroup";
+  earlier.fusible = true;
+  earlier.inputs = {0};
+  earlier.inner = {Linear(0), Epilogue("aten::relu", {})};
+  std::vector<PolicyNode> g = {Input(), earlier, Epilogue("aten::tanh", {{1, Extent::kFull}})};
+  EXPECT_EQ(Propose(g), (Groups{{1}, {2}}));
+}
+
+TEST(GemmGroupPolicyTest, NonFusibleLinearLeavesTodaysGroups) {
+  // DICE_GEMM_GROUPS=0: the frontend marks the linear not fusible.
+  PolicyNode lin = Linear(0);
+  lin.fusible = false;
+  std::vector<PolicyNode> g = {Input(), lin, Epilogue("aten::relu", {{1, Extent::kFull}}),
+                               Epilogue("aten::tanh", {{2, Extent::kFull}})};
+  EXPECT_EQ(Propose(g), (Groups{{2, 3}}));
+}
+
+TEST(GemmGroupPolicyTest, GemmGroupsSettingFromItsEnvValue) {
+  EXPECT_EQ(ParseGemmGroups(nullptr), GemmGroups::kFloat32);
+  EXPECT_EQ(ParseGemmGroups(""), GemmGroups::kFloat32);
+  EXPECT_EQ(ParseGemmGroups("all"), GemmGroups::kAll);
+  EXPECT_EQ(ParseGemmGroups("0"), GemmGroups::kOff);
+  EXPECT_EQ(ParseGemmGroups("off"), GemmGroups::kOff);
+  EXPECT_EQ(ParseGemmGroups("bogus"), GemmGroups::kFloat32);
+  EXPECT_TRUE(GemmGroupAllowed(GemmGroups::kFloat32, ir::DType::kFloat32));
+  EXPECT_FALSE(GemmGroupAllowed(GemmGroups::kFloat32, ir::DType::kBFloat16));
+  EXPECT_FALSE(GemmGroupAllowed(GemmGroups::kFloat32, ir::DType::kFloat16));
+  EXPECT_TRUE(GemmGroupAllowed(GemmGroups::kAll, ir::DType::kBFloat16));
+  EXPECT_FALSE(GemmGroupAllowed(GemmGroups::kOff, ir::DType::kFloat32));
+}
+
+}  // namespace
+}  // namespace dice::torch_ext
