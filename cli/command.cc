@@ -8,7 +8,10 @@
 namespace dice::cli {
 
 int Fail(int code, const std::string& message) {
-  if (LogEnabled(LogLevel::kError)) std::fprintf(stderr, "dice: error: %s\n", message.c_str());
+  // At every log level, `off` included: it silences diagnostics, never the
+  // reason a command fails (the exit code alone does not say what to fix).
+  std::fprintf(stderr, "dice: error: %s\n", message.c_str());
+  std::fflush(stderr);
   return code;
 }
 

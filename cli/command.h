@@ -31,8 +31,9 @@ inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitNoGpu = 3;
 
-/// Prints "dice: error: <message>" and a newline on stderr (unless the log
-/// level is off); returns `code`.
+/// Prints "dice: error: <message>" and a newline on stderr at every log
+/// level (`--log-level off` / DICE_LOG_LEVEL=off silence diagnostics, not the
+/// error that makes a command fail); returns `code`.
 int Fail(int code, const std::string& message);
 
 /// Adds the global `--log-level LEVEL` option to `app`, bound to `*level`

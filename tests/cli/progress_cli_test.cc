@@ -9,6 +9,7 @@
 
 #include <torch/script.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
@@ -120,6 +121,26 @@ TEST_F(ProgressCliTest, DiceLogLevelOffSilencesDiagnosticsAndTheFlagWins) {
   DiceResult info = RunDice(Tune(" --log-level info"));
   ASSERT_EQ(info.code, 0) << info.output;
   EXPECT_NE(info.output.find("dice: group 2/2 done ("), std::string::npos) << info.output;
+}
+
+TEST_F(ProgressCliTest, LogLevelOffStillPrintsTheErrorThatFailsTheCommand) {
+  // The flag (before the command's name) and the variable alike: diagnostics
+  // go, the one error line and the exit code stay.
+  DiceResult flag = RunDice("--log-level off cache show no-such-key --cache " + dir_.path() + "/missing");
+  EXPECT_EQ(flag.code, 2) << flag.output;
+  EXPECT_EQ(flag.output.rfind("dice: error: ", 0), 0u) << flag.output;
+  EXPECT_EQ(std::count(flag.output.begin(), flag.output.end(), '\n'), 1) << flag.output;
+
+  ScopedEnv off("DICE_LOG_LEVEL", "off");
+  DiceResult env = RunDice("tune " + dir_.path() + "/no-such-model.pt --input 4:f32");
+  EXPECT_EQ(env.code, 2) << env.output;
+  EXPECT_NE(env.output.find("dice: error: "), std::string::npos) << env.output;
+  EXPECT_NE(env.output.find("no-such-model.pt"), std::string::npos) << env.output;
+  EXPECT_EQ(env.output.find("no CUDA device present"), std::string::npos) << "a notice stays off:\n" << env.output;
+
+  DiceResult failed = RunDice("--log-level off " + Tune(" --input 2x2:f32"));  // a second --input: rejected
+  EXPECT_NE(failed.code, 0) << failed.output;
+  EXPECT_NE(failed.output.find("dice: error: "), std::string::npos) << failed.output;
 }
 
 TEST_F(ProgressCliTest, BadLogLevelIsBadInputNamingTheFlag) {
