@@ -1,17 +1,34 @@
-// template_generator.cc — TemplateGenerator (templates.h): lowers the group
-// and dispatches to the elementwise or row family.
+// template_generator.cc — TemplateGenerator (templates.h): groups with a
+// contraction go to the skinny-GEMM (few rows) and gemm families; the others are lowered and dispatched
+// to the elementwise or row family.
 #include <string>
 
 #include "dice/generator/templates.h"
 #include "families.h"
+#include "layout.h"
+#include "gemv.h"
 #include "lowering.h"
 
 namespace dice::generator {
 
 Expected<std::vector<Candidate>> TemplateGenerator::Generate(const Task& task, int max_candidates) {
   if (max_candidates <= 0) return std::vector<Candidate>{};
+  // Contractions never reach Lower (which refuses them): the gemm family.
+  // A bare linear with few rows (decode steps) gets the skinny-GEMM family's
+  // NVRTC candidates first, then the gemm family's.
+  if (tmpl::HasContraction(task.graph)) {
+    auto skinny = tmpl::SkinnyGemmCandidates(task, max_candidates, task.target);
+    if (!skinny.ok()) return tmpl::GemmCandidates(task, max_candidates);
+    std::vector<Candidate> all = std::move(skinny).value();
+    auto gemm = tmpl::GemmCandidates(task, max_candidates - static_cast<int>(all.size()));
+    if (gemm.ok()) {
+      for (auto& c : *gemm) all.push_back(std::move(c));
+    }
+    return all;
+  }
   auto lowered = tmpl::Lower(task);
   if (!lowered.ok()) return lowered.status();
+  tmpl::ToMemoryOrder(&*lowered);  // channels_last & co: iterate in memory order (layout.h)
   if (tmpl::Numel(lowered->F) == 0) {
     return Status(StatusCode::kUnsupported, "templates: empty iteration space (a zero-sized tensor)");
   }

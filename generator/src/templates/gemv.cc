@@ -1,0 +1,224 @@
+// gemv.cc — the skinny-GEMM family (issue 19 item 2): linear with few rows
+// (M <= 16, the decode steps of an LLM or a diffusion LM), which is bound by
+// streaming the weight once. Device form, NVRTC-compiled: a warp owns R
+// output columns and walks K with 16-byte weight loads, every lane keeping
+// M x R float partial sums; a shuffle reduction finishes each column. A
+// split-K variant (blockIdx.y = K chunk) adds its partials to a float
+// workspace with atomicAdd and a second kernel applies the bias and the cast.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "emit.h"
+#include "gemv.h"
+
+namespace dice::generator::tmpl {
+namespace {
+
+struct Shape {
+  int64_t m = 0, n = 0, k = 0;
+  bool bias = false;
+  ir::DType dtype = ir::DType::kFloat32;
+};
+
+struct Variant {
+  int cols_per_warp;  // R
+  int warps;          // warps per block
+  int split;          // K chunks (1 = no workspace)
+};
+
+Status Unsupported(const std::string& why) { return Status(StatusCode::kUnsupported, "gemv: " + why); }
+
+// The one accepted graph: out = linear(x, w[, b]) over group inputs, every
+// tensor contiguous, one dtype, M = prod(x.shape[:-1]) in [1, kGemvMaxRows].
+Expected<Shape> Match(const Task& task) {
+  const ir::Graph& g = task.graph;
+  int linear_op = -1;
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    const auto kind = g.ops[i].kind;
+    if (kind == ir::OpKind::kConstant) continue;
+    if (kind != ir::OpKind::kLinear || linear_op >= 0) return Unsupported("the group is more than one linear");
+    linear_op = static_cast<int>(i);
+  }
+  if (linear_op < 0) return Unsupported("no linear in the group");
+  const ir::Op& op = g.ops[static_cast<size_t>(linear_op)];
+  const int ninputs = static_cast<int>(g.inputs.size());
+  for (int32_t a : op.args) {
+    if (a >= ninputs) return Unsupported("linear's operands must be group inputs");
+  }
+  if (g.outputs.size() != 1 || g.outputs[0] != g.op_value(static_cast<size_t>(linear_op))) {
+    return Unsupported("linear's value must be the only output");
+  }
+  const ir::TensorSpec& x = task.inputs[static_cast<size_t>(op.args[0])];
+  const ir::TensorSpec& w = task.inputs[static_cast<size_t>(op.args[1])];
+  for (const ir::TensorSpec* s : {&x, &w}) {
+    if (!s->is_contiguous()) return Unsupported("non-contiguous input " + s->ToString());
+  }
+  Shape sh;
+  sh.dtype = x.dtype;
+  sh.n = w.shape[0];
+  sh.k = w.shape[1];
+  sh.m = 1;
+  for (size_t d = 0; d + 1 < x.shape.size(); ++d) sh.m *= x.shape[d];
+  sh.bias = op.args.size() > 2;
+  if (sh.bias && !task.inputs[static_cast<size_t>(op.args[2])].is_contiguous()) return Unsupported("non-contiguous bias");
+  if (sh.m < 1 || sh.m > kGemvMaxRows) {
+    return Unsupported(std::to_string(sh.m) + " rows; the family takes 1.." + std::to_string(kGemvMaxRows));
+  }
+  if (sh.n < 1 || sh.k < 1) return Unsupported("an empty GEMM");
+  // The kernel reads inputs in the order x, w[, b] — the task's input order
+  // must be exactly that for the calling convention to line up.
+  for (size_t a = 0; a < op.args.size(); ++a) {
+    if (op.args[a] != static_cast<int32_t>(a)) return Unsupported("inputs must be declared in the order x, weight, bias");
+  }
+  if (ninputs != static_cast<int>(op.args.size())) return Unsupported("the group has inputs linear does not use");
+  return sh;
+}
+
+int ElementBytes(ir::DType d) { return d == ir::DType::kFloat32 ? 4 : 2; }
+
+std::string Source(const Shape& s, const Variant& v, int vec) {
+  const char* t = CType(s.dtype);
+  const int64_t kchunk = s.k / v.split;
+  std::string src;
+  src += "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n";
+  src += "typedef " + std::string(t) + " T;\n";
+  src += "#define GM " + std::to_string(s.m) + "\n#define GN " + std::to_string(s.n) + "LL\n#define GK " +
+         std::to_string(s.k) + "LL\n#define GR " + std::to_string(v.cols_per_warp) + "\n#define GW " +
+         std::to_string(v.warps) + "\n#define GV " + std::to_string(vec) + "\n#define GKC " +
+         std::to_string(kchunk) + "LL\n";
+  src += R"(
+__device__ __forceinline__ float dice_f(float v) { return v; }
+__device__ __forceinline__ float dice_f(__half v) { return __half2float(v); }
+__device__ __forceinline__ float dice_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ void dice_to(float* p, float v) { *p = v; }
+__device__ __forceinline__ void dice_to(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void dice_to(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+// GV consecutive elements as floats (one 16-byte load when GV * sizeof(T) == 16).
+__device__ __forceinline__ void dice_load(const T* __restrict__ p, float* out) {
+#if GV * 2 == 16 || GV * 4 == 16
+  union { uint4 u; T h[GV]; } b;
+  b.u = __ldg(reinterpret_cast<const uint4*>(p));
+#pragma unroll
+  for (int i = 0; i < GV; ++i) out[i] = dice_f(b.h[i]);
+#else
+#pragma unroll
+  for (int i = 0; i < GV; ++i) out[i] = dice_f(p[i]);
+#endif
+}
+)";
+  const std::string bias_param = s.bias ? ", const T* __restrict__ b" : "";
+  const std::string ws_param = v.split > 1 ? ", void* __restrict__ workspace" : "";
+  src += "extern \"C\" __global__ void __launch_bounds__(GW * 32) dice_gemv(const T* __restrict__ x, const T* "
+         "__restrict__ w" + bias_param + ", T* __restrict__ out" + ws_param + ") {\n";
+  src += R"(  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const long long n0 = ((long long)blockIdx.x * GW + warp) * GR;
+  if (n0 >= GN) return;
+  const long long kbeg = (long long)blockIdx.y * GKC;
+  float acc[GM][GR];
+#pragma unroll
+  for (int m = 0; m < GM; ++m)
+#pragma unroll
+    for (int r = 0; r < GR; ++r) acc[m][r] = 0.f;
+#pragma unroll 2
+  for (long long k = kbeg + lane * GV; k < kbeg + GKC; k += 32 * GV) {
+    float wv[GR][GV];
+#pragma unroll
+    for (int r = 0; r < GR; ++r) {
+      if (n0 + r < GN) dice_load(w + (n0 + r) * GK + k, wv[r]);
+      else {
+#pragma unroll
+        for (int i = 0; i < GV; ++i) wv[r][i] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < GM; ++m) {
+      float xv[GV];
+      dice_load(x + m * GK + k, xv);
+#pragma unroll
+      for (int r = 0; r < GR; ++r)
+#pragma unroll
+        for (int i = 0; i < GV; ++i) acc[m][r] = fmaf(xv[i], wv[r][i], acc[m][r]);
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < GM; ++m)
+#pragma unroll
+    for (int r = 0; r < GR; ++r)
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], off);
+  if (lane != 0) return;
+#pragma unroll
+  for (int m = 0; m < GM; ++m)
+#pragma unroll
+    for (int r = 0; r < GR; ++r) {
+      if (n0 + r >= GN) continue;
+)";
+  if (v.split > 1) {
+    src += "      atomicAdd(reinterpret_cast<float*>(workspace) + m * GN + n0 + r, acc[m][r]);\n    }\n}\n";
+    src += "extern \"C\" __global__ void dice_gemv_finish(const T* __restrict__ x, const T* __restrict__ w" +
+           bias_param + ", T* __restrict__ out" + ws_param + ") {\n";
+    src += "  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n";
+    src += "  if (i >= GM * GN) return;\n";
+    src += "  float v = reinterpret_cast<const float*>(workspace)[i];\n";
+    if (s.bias) src += "  v += dice_f(b[i % GN]);\n";
+    src += "  dice_to(out + i, v);\n}\n";
+  } else {
+    src += s.bias ? "      dice_to(out + m * GN + n0 + r, acc[m][r] + dice_f(b[n0 + r]));\n"
+                  : "      dice_to(out + m * GN + n0 + r, acc[m][r]);\n";
+    src += "    }\n}\n";
+  }
+  return src;
+}
+
+}  // namespace
+
+Expected<std::vector<Candidate>> SkinnyGemmCandidates(const Task& task, int max_candidates, const TargetInfo& target) {
+  auto shape = Match(task);
+  if (!shape.ok()) return shape.status();
+  const Shape& s = *shape;
+  const int ebytes = ElementBytes(s.dtype);
+  const int vec_full = 16 / ebytes;
+  // 16-byte loads need every row start 16-byte aligned: K * element size a
+  // multiple of 16 (run_group checks the base pointers' alignment).
+  const int vec = (s.k * ebytes) % 16 == 0 ? vec_full : 1;
+  // Column-parallel variants first; split-K ones when the columns alone give
+  // fewer than two blocks per SM.
+  const std::vector<Variant> variants = {{2, 4, 1}, {1, 4, 1}, {4, 4, 1}, {2, 8, 1},
+                                         {1, 4, 2}, {2, 4, 2}, {1, 4, 4}, {1, 8, 8}};
+  std::vector<Candidate> out;
+  for (const Variant& v : variants) {
+    if (static_cast<int>(out.size()) >= max_candidates) break;
+    if (s.m * v.cols_per_warp > 64) continue;  // the partial sums must stay in registers
+    const int64_t cols_per_block = static_cast<int64_t>(v.cols_per_warp) * v.warps;
+    const int64_t blocks = (s.n + cols_per_block - 1) / cols_per_block;
+    if (v.split > 1) {
+      if (blocks >= 2 * target.sm_count) continue;
+      if (s.k % (static_cast<int64_t>(v.split) * 32 * vec) != 0) continue;
+    }
+    Candidate c;
+    c.origin = "template:gemv/r" + std::to_string(v.cols_per_warp) + "/w" + std::to_string(v.warps) + "/s" +
+               std::to_string(v.split) + "/v" + std::to_string(vec);
+    c.form = CandidateForm::kDevice;
+    c.source = Source(s, v, vec);
+    KernelLaunch main;
+    main.kernel = "dice_gemv";
+    main.grid = {static_cast<uint32_t>(blocks), static_cast<uint32_t>(v.split), 1};
+    main.block = {static_cast<uint32_t>(32 * v.warps), 1, 1};
+    c.plan.launches.push_back(main);
+    if (v.split > 1) {
+      KernelLaunch fin;
+      fin.kernel = "dice_gemv_finish";
+      fin.block = {256, 1, 1};
+      fin.grid = {static_cast<uint32_t>((s.m * s.n + 255) / 256), 1, 1};
+      c.plan.launches.push_back(fin);
+      c.plan.workspace_bytes = static_cast<uint64_t>(s.m * s.n) * sizeof(float);
+    }
+    out.push_back(std::move(c));
+  }
+  if (out.empty()) return Unsupported("no variant fits M=" + std::to_string(s.m));
+  return out;
+}
+
+}  // namespace dice::generator::tmpl

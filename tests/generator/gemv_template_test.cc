@@ -1,0 +1,110 @@
+// The skinny-GEMM family (generator/src/templates/gemv.cc, issue 19 item 2)
+// on CPU: which linear groups get "template:gemv" candidates, their launch
+// plans (split-K only for few columns, a workspace for it), 16-byte loads only
+// when rows stay aligned, and NVRTC builds for sm_90 in each dtype.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "dice/generator/templates.h"
+#include "dice/runtime/compiler.h"
+#include "template_test_util.h"
+
+namespace dice::generator {
+namespace {
+
+using ir::DType;
+using ir::OpKind;
+using tmpl_test::GraphBuilder;
+using tmpl_test::MakeTask;
+using tmpl_test::Spec;
+
+// out = linear(x [M, K], w [N, K][, b [N]]), optionally followed by relu.
+Task Linear(DType dt, int64_t M, int64_t K, int64_t N, bool bias, bool relu = false) {
+  GraphBuilder b;
+  int x = b.Input(dt, 2), w = b.Input(dt, 2);
+  std::vector<int32_t> args = {x, w};
+  std::vector<ir::TensorSpec> specs = {Spec(dt, {M, K}), Spec(dt, {N, K})};
+  if (bias) {
+    args.push_back(b.Input(dt, 1));
+    specs.push_back(Spec(dt, {N}));
+  }
+  int v = b.Op(OpKind::kLinear, args);
+  if (relu) v = b.Op(OpKind::kRelu, {v});
+  b.Output(v);
+  return MakeTask(b.g, specs);
+}
+
+std::vector<Candidate> Gemv(const std::vector<Candidate>& all) {
+  std::vector<Candidate> out;
+  for (const auto& c : all) {
+    if (c.origin.rfind("template:gemv/", 0) == 0) out.push_back(c);
+  }
+  return out;
+}
+
+TEST(GemvTemplate, FewRowsGetDeviceFormCandidatesThatCompileInEachDtype) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    auto all = TemplateGenerator().Generate(Linear(dt, 4, 2560, 1024, /*bias=*/true), 8);
+    ASSERT_TRUE(all.ok()) << all.status().ToString();
+    auto cands = Gemv(*all);
+    ASSERT_GE(cands.size(), 4u) << ir::DTypeName(dt);
+    std::vector<Candidate> some(cands.begin(), cands.begin() + 2);
+    some.push_back(cands.back());
+    auto built = runtime::CompileAll(some, "sm_90", 2);
+    for (size_t i = 0; i < built.size(); ++i) {
+      EXPECT_TRUE(built[i].ok()) << some[i].origin << ": " << built[i].status().ToString() << "\n" << some[i].source;
+      EXPECT_EQ(some[i].form, CandidateForm::kDevice);
+    }
+  }
+}
+
+TEST(GemvTemplate, SplitKOnlyForFewColumnsAndItUsesAWorkspace) {
+  auto few = TemplateGenerator().Generate(Linear(DType::kBFloat16, 4, 2560, 1024, true), 8);
+  ASSERT_TRUE(few.ok());
+  bool split = false;
+  for (const auto& c : Gemv(*few)) {
+    if (c.origin.find("/s1/") != std::string::npos) {
+      EXPECT_EQ(c.plan.launches.size(), 1u) << c.origin;
+      EXPECT_EQ(c.plan.workspace_bytes, 0u) << c.origin;
+      EXPECT_EQ(c.plan.launches[0].grid[1], 1u) << c.origin;
+    } else {
+      split = true;
+      ASSERT_EQ(c.plan.launches.size(), 2u) << c.origin;
+      EXPECT_EQ(c.plan.workspace_bytes, 4u * 1024u * 4u) << c.origin;  // M * N floats
+      EXPECT_GT(c.plan.launches[0].grid[1], 1u) << c.origin;
+      EXPECT_EQ(c.plan.launches[1].kernel, "dice_gemv_finish");
+    }
+  }
+  EXPECT_TRUE(split);
+  // 9728 columns fill the GPU without splitting K.
+  auto many = TemplateGenerator().Generate(Linear(DType::kBFloat16, 4, 2560, 9728, false), 8);
+  ASSERT_TRUE(many.ok());
+  for (const auto& c : Gemv(*many)) EXPECT_NE(c.origin.find("/s1/"), std::string::npos) << c.origin;
+}
+
+TEST(GemvTemplate, WideLoadsOnlyWhenRowsStayAligned) {
+  auto aligned = TemplateGenerator().Generate(Linear(DType::kBFloat16, 2, 2560, 4096, false), 8);
+  ASSERT_TRUE(aligned.ok());
+  for (const auto& c : Gemv(*aligned)) EXPECT_NE(c.origin.find("/v8"), std::string::npos) << c.origin;
+  auto odd = TemplateGenerator().Generate(Linear(DType::kBFloat16, 2, 2561, 4096, false), 8);
+  ASSERT_TRUE(odd.ok() || odd.status().code() == StatusCode::kUnsupported);
+  if (odd.ok()) {
+    auto cands = Gemv(*odd);
+    ASSERT_FALSE(cands.empty());
+    for (const auto& c : cands) EXPECT_NE(c.origin.find("/v1"), std::string::npos) << c.origin;
+    auto built = runtime::CompileAll({cands[0]}, "sm_90", 1);
+    EXPECT_TRUE(built[0].ok()) << built[0].status().ToString();
+  }
+}
+
+TEST(GemvTemplate, ManyRowsOrAnEpilogueGetNoGemvCandidate) {
+  auto rows = TemplateGenerator().Generate(Linear(DType::kFloat32, 17, 1024, 1024, true), 8);
+  if (rows.ok()) EXPECT_TRUE(Gemv(*rows).empty());
+  auto relu = TemplateGenerator().Generate(Linear(DType::kFloat32, 4, 1024, 1024, true, /*relu=*/true), 8);
+  if (relu.ok()) EXPECT_TRUE(Gemv(*relu).empty());
+}
+
+}  // namespace
+}  // namespace dice::generator
