@@ -1,6 +1,7 @@
 // families.h (private) — the schedule families of the template generator.
 // Each takes a lowered group (lowering.h) and returns up to `max_candidates`
-// device-form candidates (candidate.h calling convention), best guess first.
+// device-form candidates (candidate.h calling convention), best guess first;
+// the gemm family takes the task itself and returns extension-form ones.
 #pragma once
 
 #include <string>
@@ -29,6 +30,38 @@ Expected<std::vector<Candidate>> ElementwiseCandidates(const Lowered& lo, int ma
 /// shared-memory row cache are sized from the target's device facts (SM
 /// count, threads per SM, L2 bytes, opt-in shared memory per block).
 Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candidates, const TargetInfo& target);
+
+/// Whether `graph` has a contraction op (ir::OpCategory::kContraction, today
+/// kLinear): such groups go to GemmCandidates, never to Lower.
+bool HasContraction(const ir::Graph& graph);
+
+/// The gemm family (issue 18 item 1): a group whose first non-constant op is
+/// linear over group inputs — x [..., K] (rank >= 1), weight [N, K][, bias
+/// [N]], one dtype (f32 / f16 / bf16), contiguous — followed by unary/binary
+/// elementwise ops on the running values, weak scalar constants and at most
+/// one extra group input, either a per-column vector ([N], [1, N], ...) or an
+/// output-shaped tensor [..., N]; the last op's value is the only output, of
+/// linear's shape and dtype. Returns up to `max_candidates` extension-form
+/// candidates (extension_compiler.h: CUDA C++ with a host
+/// `torch::Tensor dice_forward(torch::Tensor in0, ...)`, one argument per task
+/// input), each one tile configuration of CUTLASS 2.x's
+/// cutlass::gemm::device::Gemm (sm80 tensor-op kernels, run on sm_90; headers
+/// from extension_compiler.h's CutlassIncludeDir()) with a generated epilogue
+/// output op computing the chain in float per element:
+///   - f32: 3xTF32 (cutlass::arch::OpMultiplyAddFastF32, instruction 16x8x8),
+///     origin "template:gemm/3xtf32/<MxNxK tile>/s<stages>",
+///     reduced_precision = false (float32 accuracy; the verifier decides);
+///     none when $DICE_STRICT_FP32=1;
+///   - f16 / bf16: OpMultiplyAdd, instruction 16x8x16, float accumulation,
+///     origin "template:gemm/tc/<tile>/s<stages>".
+/// Operand access widths follow K and N divisibility and pointer alignment
+/// (16 bytes at most, 1 element when K or N is not a multiple of 4 for f32).
+/// Ordered by how fully the tile grid fills the target's SMs (sm_count).
+/// Errors: kUnsupported with the reason (op after linear not elementwise,
+/// two extra tensors, an extra tensor neither per-column nor output-shaped,
+/// bias and extra tensor not combinable, mixed dtypes, non-contiguous input,
+/// odd K/N for 16-bit types, an empty GEMM, DICE_STRICT_FP32=1 for f32).
+Expected<std::vector<Candidate>> GemmCandidates(const Task& task, int max_candidates);
 
 /// The compute capability in `arch` as a number: "sm_90" / "sm_90a" -> 90;
 /// 0 when unparsable (which disables arch-specific variants).

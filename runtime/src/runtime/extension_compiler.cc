@@ -35,6 +35,9 @@ using text_files::WriteText;
 #ifndef DICE_TORCH_CXX_FLAGS
 #define DICE_TORCH_CXX_FLAGS ""
 #endif
+#ifndef DICE_CUTLASS_INCLUDE_DIR
+#define DICE_CUTLASS_INCLUDE_DIR ""
+#endif
 
 std::vector<std::string> Split(const std::string& text, char sep) {
   std::vector<std::string> out;
@@ -121,6 +124,11 @@ constexpr const char* kFullShimHeader =
     "#include <ATen/cuda/CUDAContext.h>\n";
 
 }  // namespace
+
+std::string CutlassIncludeDir() {
+  const std::string dir = EnvOr("DICE_CUTLASS_INCLUDE", DICE_CUTLASS_INCLUDE_DIR);
+  return !dir.empty() && IsFile(dir + "/cutlass/gemm/device/gemm.h") ? dir : std::string();
+}
 
 ExtensionBuild::~ExtensionBuild() {
   for (const auto& f : files_) ::unlink(f.c_str());
@@ -228,6 +236,8 @@ Expected<std::unique_ptr<ExtensionBuild>> CompileExtension(const Candidate& cand
     if (flag.rfind("-D", 0) == 0) argv.push_back(flag);
   }
   for (const auto& d : includes) argv.push_back("-I" + d);
+  const std::string cutlass = !options.cutlass_include_dir.empty() ? options.cutlass_include_dir : CutlassIncludeDir();
+  if (!cutlass.empty()) argv.push_back("-I" + cutlass);
   for (const auto& f : candidate.extra_flags) argv.push_back(f);
   argv.insert(argv.end(), {src, "-o", build->library_, "--cudart", "shared"});
   if (!lib_dir.empty() && IsDir(lib_dir)) {

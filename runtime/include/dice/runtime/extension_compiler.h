@@ -16,8 +16,10 @@
 //   - an `extern "C"` entry point `dice_ext_forward` (ExtensionEntryFn below)
 //     that calls dice_forward with the task's input tensors and flattens what
 //     it returns into a std::vector<at::Tensor>,
-// and runs nvcc (-shared, -fPIC, -arch=<task arch>, the flags PyTorch's
-// cpp_extension uses for CUDA sources, LibTorch's include directories, linked
+// and runs nvcc (-shared, -fPIC, -arch=<task arch>, -std=c++17 and
+// --expt-relaxed-constexpr (which CUTLASS needs), the flags PyTorch's
+// cpp_extension uses for CUDA sources, LibTorch's include directories and
+// CUTLASS's (CutlassIncludeDir below, when present), linked
 // --as-needed against c10/c10_cuda/torch_cpu/torch_cuda and the shared CUDA
 // runtime) into `libdice_ext.so` there. No GPU is needed to compile.
 // Torch-free: only paths to LibTorch's headers and libraries are used (baked
@@ -49,11 +51,12 @@ using ExtensionEntryFn = int (*)(const void* inputs, int num_inputs, void* outpu
 
 /// How to run nvcc. Empty fields take the build's defaults, which the
 /// environment overrides: $DICE_NVCC (nvcc binary), $DICE_TORCH_INCLUDE_DIRS
-/// (':'-separated), $DICE_TORCH_LIB_DIR.
+/// (':'-separated), $DICE_TORCH_LIB_DIR, $DICE_CUTLASS_INCLUDE.
 struct ExtensionCompileOptions {
   std::string nvcc;                       ///< "" = $DICE_NVCC or the toolkit's nvcc
   std::vector<std::string> include_dirs;  ///< LibTorch include dirs ("" = configured ones)
   std::string torch_lib_dir;              ///< dir of libc10.so / libtorch_cuda.so ("" = configured)
+  std::string cutlass_include_dir;        ///< CUTLASS headers' dir ("" = CutlassIncludeDir())
   double timeout_s = 300;                 ///< nvcc wall-clock limit, seconds; the process group is killed after it
   std::string temp_root;                  ///< parent of the build dir ("" = $TMPDIR or /tmp)
 };
@@ -84,6 +87,15 @@ class ExtensionBuild {
   std::vector<std::string> dirs_;
   double compile_ms_ = 0;
 };
+
+/// The directory holding CUTLASS's headers (cutlass/gemm/device/gemm.h;
+/// CUTLASS 2.x device API and CuTe) that every nvcc run gets as -I:
+/// $DICE_CUTLASS_INCLUDE when set, else the configure-time CMake cache
+/// variable DICE_CUTLASS_INCLUDE_DIR (default: .deps/cutlass/include, which
+/// scripts/setup.sh unpacks from the pinned nvidia-cutlass wheel). Returns ""
+/// when that directory lacks cutlass/gemm/device/gemm.h (a candidate that
+/// includes CUTLASS then fails with kCompileError naming the header).
+std::string CutlassIncludeDir();
 
 /// Compiles an extension-form `candidate` for `arch` ("sm_90") whose
 /// dice_forward takes `num_inputs` tensors (>= 1).

@@ -1,0 +1,551 @@
+// gemm.cc — the gemm template family (families.h, issue 18 item 1): a
+// linear (F.linear) followed by an elementwise chain, as extension-form
+// candidates on CUTLASS 2.x's device GEMM (cutlass/gemm/device/gemm.h,
+// sm80 tensor-op kernels, which run on sm_90) whose epilogue output op is
+// generated from the chain.
+//
+// GEMM mapping: x [..., K] is A = [M, K] row-major (M = product of the
+// leading dims), weight [N, K] is B = K x N column-major (ldb = K), the
+// output is D = [M, N] row-major (ldd = N). The epilogue reads one source
+// tensor C (CUTLASS's "source", ElementC = the group's dtype):
+//   - linear's own bias [N] (ldc = 0: every row reads the same vector);
+//   - else the one extra tensor the chain reads: a per-column vector ([N],
+//     [1, N], ...; ldc = 0) or the full output-shaped tensor (ldc = N);
+//   - with both, bias ± extra summed by dice_forward with one torch op,
+//     when the chain adds the extra tensor to linear's output directly;
+//   - none: beta = 0, CUTLASS's source-free path.
+// Per element the generated functor computes, in float, the linear value
+// (acc, or acc + c when C holds the bias) and the chain's ops (emit.h's
+// expression emitter over a small Node DAG whose leaves are `acc` and `c`).
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "emit.h"
+#include "families.h"
+
+namespace dice::generator::tmpl {
+namespace {
+
+using ir::OpCategory;
+using ir::OpKind;
+
+// One CUTLASS tile configuration (threadblock, warp tile, pipeline stages);
+// the sizes appear in CUTLASS's own sm80 profiler lists
+// (cutlass_library/generator.py: GenerateSM80_TensorOp_1688_fast_fp32_math
+// for float via 3xTF32, GenerateSM80_TensorOp_16816 for f16/bf16).
+struct Tile {
+  int tm, tn, tk;  // threadblock tile M x N x K
+  int wm, wn, wk;  // warp tile
+  int stages;
+};
+
+constexpr Tile kFastF32Tiles[] = {
+    {128, 128, 16, 32, 64, 16, 4},  // 8 warps ([4, 2, 1])
+    {128, 64, 16, 64, 32, 16, 4},   // 4 warps ([2, 2, 1])
+    {256, 64, 16, 64, 32, 16, 3},   // 8 warps ([4, 2, 1])
+};
+constexpr Tile kHalfTiles[] = {
+    {128, 128, 32, 64, 64, 32, 4},  // 4 warps ([2, 2, 1])
+    {256, 128, 32, 64, 64, 32, 3},  // 8 warps ([4, 2, 1])
+    {128, 64, 32, 64, 32, 32, 6},   // 4 warps ([2, 2, 1])
+};
+
+// What the epilogue's source tensor C holds.
+enum class Source { kNone, kBias, kExtra, kBiasPlusExtra, kBiasMinusExtra };
+
+// The analysed group.
+struct GemmPlan {
+  ir::DType dtype = ir::DType::kFloat32;
+  int x = 0, w = 1, bias = -1, extra = -1;  // group input indices (-1: absent)
+  bool extra_full = false;                   // extra is output-shaped (else per-column)
+  Source source = Source::kNone;
+  int64_t M = 0, N = 0, K = 0;
+  int align_ab = 1, align_c = 1;  // elements per access: A/B (along K), C/D (along N)
+  Lowered chain;                  // nodes of the epilogue; node 0 = the linear value or the folded add
+  int result = 0;                 // node of the group output
+  bool heavy = false;             // transcendental math in the chain (CUTLASS's kIsHeavy)
+};
+
+Status Unsupported(const std::string& why) { return Status(StatusCode::kUnsupported, "gemm: " + why); }
+
+bool IsElementwise(OpCategory c) { return c == OpCategory::kUnary || c == OpCategory::kBinary; }
+
+bool IsHeavyOp(OpKind k) {
+  switch (k) {
+    case OpKind::kExp: case OpKind::kLog: case OpKind::kTanh: case OpKind::kSigmoid: case OpKind::kErf:
+    case OpKind::kGelu: case OpKind::kSilu: case OpKind::kMish: case OpKind::kSoftplus: case OpKind::kElu:
+    case OpKind::kSelu: case OpKind::kPow: case OpKind::kPowScalar:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Largest of {max_elems, ..., 2, 1} dividing `extent` whose byte size divides
+// the pointer alignment `align_bytes`.
+int AccessElems(int64_t extent, int64_t align_bytes, int64_t elem_bytes, int max_elems) {
+  for (int v = max_elems; v > 1; v /= 2) {
+    if (extent % v == 0 && align_bytes % (v * elem_bytes) == 0) return v;
+  }
+  return 1;
+}
+
+bool IsPerColumn(const std::vector<int64_t>& shape, int64_t N, size_t out_rank) {
+  if (shape.empty() || shape.size() > out_rank || shape.back() != N) return false;
+  for (size_t d = 0; d + 1 < shape.size(); ++d)
+    if (shape[d] != 1) return false;
+  return true;
+}
+
+// Checks linear's operands and fills dtype, M, N, K, x/w/bias.
+Status AnalyzeLinear(const Task& task, const ir::Op& lin, GemmPlan* p) {
+  const int n_in = static_cast<int>(task.graph.inputs.size());
+  for (int32_t a : lin.args) {
+    if (a >= n_in) return Unsupported("linear's operands must be group inputs (x, weight[, bias]), got %" + std::to_string(a));
+  }
+  p->x = lin.args[0];
+  p->w = lin.args[1];
+  p->bias = lin.args.size() > 2 ? lin.args[2] : -1;
+  const ir::TensorSpec& x = task.inputs[p->x];
+  const ir::TensorSpec& w = task.inputs[p->w];
+  if (x.shape.empty() || w.shape.size() != 2) return Unsupported("linear wants x [..., K] and weight [N, K]");
+  p->dtype = x.dtype;
+  p->K = x.shape.back();
+  p->N = w.shape[0];
+  p->M = 1;
+  for (size_t d = 0; d + 1 < x.shape.size(); ++d) p->M *= x.shape[d];
+  if (p->M == 0 || p->N == 0 || p->K == 0) return Unsupported("empty GEMM (M, N or K is 0)");
+  const int64_t kIntMax = 2147483647;
+  if (p->M > kIntMax || p->N > kIntMax || p->K > kIntMax) return Unsupported("M, N or K exceeds 2^31 - 1");
+  for (const ir::TensorSpec& s : task.inputs) {
+    if (s.dtype != p->dtype) return Unsupported("inputs of mixed dtypes (" + s.ToString() + " vs " + x.ToString() + ")");
+    if (!s.is_contiguous()) return Unsupported("non-contiguous input " + s.ToString());
+  }
+  return Status::Ok();
+}
+
+// Folds linear's bias and the extra tensor into one host-summed C when the
+// chain combines them as add(L, E) / add(E, L) / sub(L, E), L and E used by
+// that op only. Returns the op index, or -1.
+int FoldableOp(const ir::Graph& g, size_t lin_index, int extra, int* sign) {
+  const int32_t L = g.op_value(lin_index);
+  int uses_l = 0, uses_e = 0, found = -1;
+  for (size_t i = lin_index + 1; i < g.ops.size(); ++i) {
+    const ir::Op& op = g.ops[i];
+    for (int32_t a : op.args) {
+      uses_l += a == L;
+      uses_e += a == extra;
+    }
+    if (op.args.size() == 2 && (op.kind == OpKind::kAdd || op.kind == OpKind::kSub)) {
+      const bool le = op.args[0] == L && op.args[1] == extra;
+      const bool el = op.args[0] == extra && op.args[1] == L;
+      if (le || (el && op.kind == OpKind::kAdd)) {
+        found = static_cast<int>(i);
+        *sign = op.kind == OpKind::kSub ? -1 : 1;
+      }
+    }
+  }
+  return uses_l == 1 && uses_e == 1 ? found : -1;
+}
+
+// Builds the epilogue's Node DAG for the ops after linear. Leaves: Load
+// input 0 = the linear value (or the folded op's value), Load input 1 = c.
+Status BuildChain(const ir::Graph& g, size_t lin_index, int fold_op, GemmPlan* p) {
+  const int n_in = static_cast<int>(g.inputs.size());
+  std::map<int32_t, int> node_of;  // value id -> node id
+  auto add = [&](Node n) {
+    p->chain.nodes.push_back(std::move(n));
+    return static_cast<int>(p->chain.nodes.size()) - 1;
+  };
+  Node lin;
+  lin.kind = NodeKind::kLoad;
+  lin.input = 0;
+  const int lin_node = add(lin);
+  node_of[fold_op >= 0 ? g.op_value(fold_op) : g.op_value(lin_index)] = lin_node;
+  if (p->extra >= 0 && fold_op < 0) {
+    Node c;
+    c.kind = NodeKind::kLoad;
+    c.input = 1;
+    node_of[p->extra] = add(c);
+  }
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    const ir::Op& op = g.ops[i];
+    const int32_t v = g.op_value(i);
+    if (i == lin_index || static_cast<int>(i) == fold_op) continue;
+    const OpCategory cat = ir::GetOpInfo(op.kind).category;
+    if (cat == OpCategory::kConstant) {
+      Node n;
+      n.kind = NodeKind::kConst;
+      n.value = op.scalars.at(0);
+      node_of[v] = add(n);
+      continue;
+    }
+    if (i < lin_index) return Unsupported("op " + std::to_string(i) + " (" + ir::GetOpInfo(op.kind).name + ") precedes linear");
+    if (!IsElementwise(cat)) {
+      return Unsupported("op " + std::to_string(i) + " (" + ir::GetOpInfo(op.kind).name +
+                         ") after linear is not elementwise (the epilogue computes one output element at a time)");
+    }
+    Node n;
+    n.kind = cat == OpCategory::kUnary ? NodeKind::kUnary : NodeKind::kBinary;
+    n.op = op.kind;
+    n.ivalue = op.ivalue;
+    n.scalars = op.scalars;
+    for (int32_t a : op.args) {
+      auto it = node_of.find(a);
+      if (it == node_of.end()) {
+        return Unsupported("op " + std::to_string(i) + " reads %" + std::to_string(a) +
+                           (a < n_in ? " (a group input the epilogue cannot read)" : ""));
+      }
+      n.args.push_back(it->second);
+    }
+    p->heavy = p->heavy || IsHeavyOp(op.kind);
+    node_of[v] = add(n);
+  }
+  p->result = node_of.at(g.outputs[0]);
+  return Status::Ok();
+}
+
+// Validates the group and builds the plan (see the file comment).
+Expected<GemmPlan> Analyze(const Task& task) {
+  const ir::Graph& g = task.graph;
+  const int n_in = static_cast<int>(g.inputs.size());
+  size_t lin_index = g.ops.size();
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    if (g.ops[i].kind == OpKind::kConstant) continue;
+    if (g.ops[i].kind != OpKind::kLinear) {
+      return Unsupported("the first op must be linear, got " + std::string(ir::GetOpInfo(g.ops[i].kind).name));
+    }
+    lin_index = i;
+    break;
+  }
+  if (lin_index == g.ops.size()) return Unsupported("no linear op");
+  for (size_t i = lin_index + 1; i < g.ops.size(); ++i) {
+    const OpCategory cat = ir::GetOpInfo(g.ops[i].kind).category;
+    if (cat == OpCategory::kContraction) {
+      return Unsupported("a second contraction (op " + std::to_string(i) + "); one GEMM per group");
+    }
+    if (cat != OpCategory::kConstant && !IsElementwise(cat)) {
+      return Unsupported("op " + std::to_string(i) + " (" + ir::GetOpInfo(g.ops[i].kind).name +
+                         ") after linear is not elementwise (the epilogue computes one output element at a time)");
+    }
+  }
+  if (g.outputs.size() != 1 || g.outputs[0] != g.op_value(g.ops.size() - 1)) {
+    return Unsupported("the last op's value must be the only group output");
+  }
+  GemmPlan p;
+  DICE_RETURN_IF_ERROR(AnalyzeLinear(task, g.ops[lin_index], &p));
+  std::vector<int64_t> lin_shape(task.inputs[p.x].shape.begin(), task.inputs[p.x].shape.end() - 1);
+  lin_shape.push_back(p.N);
+  const ir::TensorSpec& out = task.outputs[0];
+  if (out.shape != lin_shape) {
+    return Unsupported("the output " + out.ToString() + " is not linear's shape (the chain broadcasts it)");
+  }
+  if (out.dtype != p.dtype) return Unsupported("the output dtype differs from linear's");
+  // The one extra tensor: a group input read after linear.
+  std::set<int32_t> extras;
+  for (size_t i = lin_index + 1; i < g.ops.size(); ++i)
+    for (int32_t a : g.ops[i].args)
+      if (a < n_in) extras.insert(a);
+  if (extras.size() > 1) {
+    return Unsupported(std::to_string(extras.size()) +
+                       " group inputs read after linear; the epilogue reads one extra tensor");
+  }
+  int64_t c_align_bytes = 16;
+  if (!extras.empty()) {
+    p.extra = *extras.begin();
+    const ir::TensorSpec& e = task.inputs[p.extra];
+    p.extra_full = e.shape == out.shape;
+    if (!p.extra_full && !IsPerColumn(e.shape, p.N, out.shape.size())) {
+      return Unsupported("the extra tensor " + e.ToString() + " is neither per-column ([N] or [1, N]) nor output-shaped " +
+                         out.ToString());
+    }
+    c_align_bytes = e.alignment;
+  }
+  int fold_op = -1;
+  if (p.bias >= 0 && p.extra >= 0 && p.extra != p.bias) {
+    int sign = 1;
+    fold_op = FoldableOp(g, lin_index, p.extra, &sign);
+    if (fold_op < 0) {
+      return Unsupported("linear's bias and the extra tensor " + task.inputs[p.extra].ToString() +
+                         " both feed the epilogue; supported only when the chain adds the extra tensor to (or subtracts "
+                         "it from) linear's output directly");
+    }
+    p.source = sign > 0 ? Source::kBiasPlusExtra : Source::kBiasMinusExtra;
+    c_align_bytes = 16;  // a fresh torch tensor
+  } else if (p.bias >= 0) {
+    p.source = Source::kBias;
+    c_align_bytes = task.inputs[p.bias].alignment;
+  } else if (p.extra >= 0) {
+    p.source = Source::kExtra;
+  }
+  const int64_t esize = ir::DTypeSize(p.dtype);
+  const int max_elems = static_cast<int>(16 / esize);
+  p.align_ab = AccessElems(p.K, std::min(task.inputs[p.x].alignment, task.inputs[p.w].alignment), esize, max_elems);
+  p.align_c = AccessElems(p.N, std::min<int64_t>(c_align_bytes, out.alignment), esize, max_elems);
+  if (esize == 2 && (p.align_ab < 2 || p.align_c < 2)) {
+    return Unsupported("16-bit tensor-op kernels need K and N even and 4-byte aligned data (K=" + std::to_string(p.K) +
+                       ", N=" + std::to_string(p.N) + ")");
+  }
+  DICE_RETURN_IF_ERROR(BuildChain(g, lin_index, fold_op, &p));
+  return p;
+}
+
+const char* CutlassElement(ir::DType dt) {
+  switch (dt) {
+    case ir::DType::kFloat32: return "float";
+    case ir::DType::kFloat16: return "cutlass::half_t";
+    case ir::DType::kBFloat16: return "cutlass::bfloat16_t";
+  }
+  return "float";
+}
+
+const char* TorchScalarType(ir::DType dt) {
+  switch (dt) {
+    case ir::DType::kFloat32: return "torch::kFloat";
+    case ir::DType::kFloat16: return "torch::kHalf";
+    case ir::DType::kBFloat16: return "torch::kBFloat16";
+  }
+  return "torch::kFloat";
+}
+
+std::string I64(int64_t v) { return std::to_string(v) + "LL"; }
+
+// The epilogue output-op functor: CUTLASS's LinearCombination interface
+// (cutlass/epilogue/thread/linear_combination.h: Params, is_source_needed,
+// set_k_partition, operator() with and without the source fragment) with
+// the group's chain in place of alpha * acc + beta * c.
+std::string EpilogueFunctor(const GemmPlan& p) {
+  const bool has_c = p.source != Source::kNone;
+  const bool c_is_bias = p.source == Source::kBias || p.source == Source::kBiasPlusExtra ||
+                         p.source == Source::kBiasMinusExtra;
+  std::string body;
+  EmitNodes(p.chain, {p.result},
+            [&](int id) -> std::string {
+              if (p.chain.nodes[id].input == 1) return "c";
+              return c_is_bias ? "(acc + c)" : "acc";
+            },
+            "    ", &body);
+  std::string s;
+  s += "// Epilogue output op generated from the group's elementwise chain (interface of\n"
+       "// cutlass::epilogue::thread::LinearCombination). Per element, in float: the linear\n"
+       "// value, then the chain; `c` is the source tensor's element (0 without one).\n";
+  s += "struct DiceEpilogue {\n";
+  s += "  using Element = " + std::string(CutlassElement(p.dtype)) + ";\n";
+  s += "  using ElementOutput = Element;\n  using ElementSource = Element;\n  using ElementC = Element;\n"
+       "  using ElementD = Element;\n  using ElementAccumulator = float;\n  using ElementCompute = float;\n";
+  s += "  static int const kCount = " + std::to_string(p.align_c) + ";\n";
+  s += std::string("  static bool const kIsHeavy = ") + (p.heavy ? "true" : "false") + ";\n";
+  s += "  static cutlass::FloatRoundStyle const kRound = cutlass::FloatRoundStyle::round_to_nearest;\n"
+       "  using FragmentOutput = cutlass::Array<ElementOutput, kCount>;\n"
+       "  using FragmentSource = cutlass::Array<ElementSource, kCount>;\n"
+       "  using FragmentAccumulator = cutlass::Array<ElementAccumulator, kCount>;\n"
+       "  using FragmentCompute = cutlass::Array<ElementCompute, kCount>;\n"
+       "  struct Params {\n    CUTLASS_HOST_DEVICE Params() {}\n  };\n"
+       "  CUTLASS_HOST_DEVICE explicit DiceEpilogue(Params const&) {}\n"
+       "  CUTLASS_HOST_DEVICE explicit DiceEpilogue(Params const&, int) {}\n";
+  s += std::string("  CUTLASS_HOST_DEVICE bool is_source_needed() const { return ") + (has_c ? "true" : "false") +
+       "; }\n";
+  s += "  CUTLASS_HOST_DEVICE void set_k_partition(int, int) {}\n";
+  s += "  CUTLASS_DEVICE static float Apply(float acc, float c) {\n";
+  s += "    (void)c;\n" + body;
+  s += "    return v" + std::to_string(p.result) + ";\n  }\n";
+  s += "  CUTLASS_DEVICE FragmentOutput operator()(FragmentAccumulator const& accum, FragmentSource const& source) const {\n"
+       "    cutlass::NumericArrayConverter<ElementCompute, ElementSource, kCount, kRound> to_compute;\n"
+       "    cutlass::NumericArrayConverter<ElementOutput, ElementCompute, kCount, kRound> to_output;\n"
+       "    FragmentCompute c = to_compute(source);\n    FragmentCompute r;\n"
+       "    CUTLASS_PRAGMA_UNROLL\n    for (int i = 0; i < kCount; ++i) r[i] = Apply(accum[i], c[i]);\n"
+       "    return to_output(r);\n  }\n";
+  s += "  CUTLASS_DEVICE FragmentOutput operator()(FragmentAccumulator const& accum) const {\n"
+       "    cutlass::NumericArrayConverter<ElementOutput, ElementCompute, kCount, kRound> to_output;\n"
+       "    FragmentCompute r;\n"
+       "    CUTLASS_PRAGMA_UNROLL\n    for (int i = 0; i < kCount; ++i) r[i] = Apply(accum[i], 0.0f);\n"
+       "    return to_output(r);\n  }\n";
+  s += "};\n";
+  return s;
+}
+
+// The cutlass::gemm::device::Gemm instantiation for `tile`.
+std::string GemmType(const GemmPlan& p, const Tile& t) {
+  const bool f32 = p.dtype == ir::DType::kFloat32;
+  const std::string e = CutlassElement(p.dtype);
+  auto shape = [](int a, int b, int c) {
+    return "cutlass::gemm::GemmShape<" + std::to_string(a) + ", " + std::to_string(b) + ", " + std::to_string(c) + ">";
+  };
+  std::string s = "using DiceGemm = cutlass::gemm::device::Gemm<\n";
+  s += "    " + e + ", cutlass::layout::RowMajor,     // A = x [M, K]\n";
+  s += "    " + e + ", cutlass::layout::ColumnMajor,  // B = weight [N, K] as K x N\n";
+  s += "    " + e + ", cutlass::layout::RowMajor,     // C, D [M, N]\n";
+  s += "    float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,\n";
+  s += "    " + shape(t.tm, t.tn, t.tk) + ", " + shape(t.wm, t.wn, t.wk) + ", " +
+       (f32 ? shape(16, 8, 8) : shape(16, 8, 16)) + ",\n";
+  s += "    DiceEpilogue, cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<8>, " + std::to_string(t.stages) +
+       ",\n";
+  s += "    " + std::to_string(p.align_ab) + ", " + std::to_string(p.align_ab) + ", false, " +
+       (f32 ? "cutlass::arch::OpMultiplyAddFastF32" : "cutlass::arch::OpMultiplyAdd") + ">;\n";
+  return s;
+}
+
+// dice_forward: checks, the source tensor C, the CUTLASS run.
+std::string HostFunction(const Task& task, const GemmPlan& p) {
+  const size_t n_in = task.inputs.size();
+  const int64_t esize = ir::DTypeSize(p.dtype);
+  std::string sig, checks;
+  for (size_t i = 0; i < n_in; ++i) {
+    const std::string name = "in" + std::to_string(i);
+    sig += (i ? ", " : "") + std::string("torch::Tensor ") + name;
+    int64_t align = 1;
+    if (static_cast<int>(i) == p.x || static_cast<int>(i) == p.w) align = p.align_ab;
+    if ((p.source == Source::kBias && static_cast<int>(i) == p.bias) ||
+        (p.source == Source::kExtra && static_cast<int>(i) == p.extra)) {
+      align = p.align_c;
+    }
+    checks += "  dice_gemm_check(" + name + ", \"" + name + "\", " + I64(task.inputs[i].numel()) + ", " +
+              I64(align * esize) + ", in" + std::to_string(p.x) + ".device());\n";
+  }
+  const std::string x = "in" + std::to_string(p.x), w = "in" + std::to_string(p.w);
+  std::string c_ptr = "out.data_ptr()", ldc = I64(p.N);
+  std::string prep;
+  switch (p.source) {
+    case Source::kNone: break;
+    case Source::kBias:
+      c_ptr = "in" + std::to_string(p.bias) + ".data_ptr()";
+      ldc = "0LL";
+      break;
+    case Source::kExtra:
+      c_ptr = "in" + std::to_string(p.extra) + ".data_ptr()";
+      ldc = p.extra_full ? I64(p.N) : "0LL";
+      break;
+    case Source::kBiasPlusExtra:
+    case Source::kBiasMinusExtra: {
+      const std::string rows = p.extra_full ? I64(p.M) : "1LL";
+      prep = "  // linear's bias and the extra tensor, summed once: C = bias " +
+             std::string(p.source == Source::kBiasPlusExtra ? "+" : "-") + " extra.\n";
+      prep += "  torch::Tensor csum = (in" + std::to_string(p.bias) + ".view({1LL, " + I64(p.N) + "}) " +
+              (p.source == Source::kBiasPlusExtra ? "+" : "-") + " in" + std::to_string(p.extra) + ".view({" + rows +
+              ", " + I64(p.N) + "})).contiguous();\n";
+      c_ptr = "csum.data_ptr()";
+      ldc = p.extra_full ? I64(p.N) : "0LL";
+      break;
+    }
+  }
+  std::string out_shape;
+  for (int64_t d : task.outputs[0].shape) out_shape += (out_shape.empty() ? "" : ", ") + I64(d);
+  std::string s;
+  s += "// Throws (TORCH_CHECK) unless `t` is a contiguous CUDA tensor of the task's dtype on\n"
+       "// `device` with `numel` elements whose data pointer is a multiple of `align_bytes`.\n";
+  s += "static void dice_gemm_check(const torch::Tensor& t, const char* what, int64_t numel, int64_t align_bytes,\n"
+       "                            const c10::Device& device) {\n"
+       "  TORCH_CHECK(t.is_cuda(), \"gemm candidate: \", what, \" must be a CUDA tensor, got \", t.device());\n"
+       "  TORCH_CHECK(t.device() == device, \"gemm candidate: \", what, \" is on \", t.device(), \", x on \", device);\n"
+       "  TORCH_CHECK(t.scalar_type() == " + std::string(TorchScalarType(p.dtype)) +
+       ", \"gemm candidate: \", what, \" must be " + ir::DTypeName(p.dtype) + ", got \", t.scalar_type());\n"
+       "  TORCH_CHECK(t.is_contiguous(), \"gemm candidate: \", what, \" must be contiguous\");\n"
+       "  TORCH_CHECK(t.numel() == numel, \"gemm candidate: \", what, \" has \", t.numel(), \" elements, built for \", numel);\n"
+       "  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % align_bytes == 0, \"gemm candidate: \", what,\n"
+       "              \" is not \", align_bytes, \"-byte aligned\");\n}\n\n";
+  s += "// out[..., N] = epilogue(x @ weight^T): M=" + std::to_string(p.M) + " N=" + std::to_string(p.N) +
+       " K=" + std::to_string(p.K) + ". Runs on the current CUDA stream of x's device.\n";
+  s += "torch::Tensor dice_forward(" + sig + ") {\n";
+  s += checks;
+  s += "  const c10::cuda::CUDAGuard guard(" + x + ".device());\n";
+  s += "  cudaStream_t stream = at::cuda::getCurrentCUDAStream(" + x + ".device().index()).stream();\n";
+  s += "  torch::Tensor out = torch::empty({" + I64(p.M) + ", " + I64(p.N) + "}, " + x + ".options());\n";
+  s += prep;
+  s += "  using E = DiceEpilogue::Element;\n";
+  s += "  DiceGemm::Arguments args({" + std::to_string(p.M) + ", " + std::to_string(p.N) + ", " + std::to_string(p.K) +
+       "},\n";
+  s += "                           {static_cast<E const*>(" + x + ".data_ptr()), " + I64(p.K) + "},\n";
+  s += "                           {static_cast<E const*>(" + w + ".data_ptr()), " + I64(p.K) + "},\n";
+  s += "                           {static_cast<E const*>(" + c_ptr + "), " + ldc + "},\n";
+  s += "                           {static_cast<E*>(out.data_ptr()), " + I64(p.N) + "},\n";
+  s += "                           DiceEpilogue::Params(), 1);\n";
+  s += "  DiceGemm gemm;\n";
+  s += "  cutlass::Status status = gemm.can_implement(args);\n";
+  s += "  TORCH_CHECK(status == cutlass::Status::kSuccess, \"gemm candidate: CUTLASS can_implement: \",\n"
+       "              cutlassGetStatusString(status));\n";
+  s += "  const size_t workspace_bytes = DiceGemm::get_workspace_size(args);\n";
+  s += "  torch::Tensor workspace;\n";
+  s += "  if (workspace_bytes > 0) {\n"
+       "    workspace = torch::empty({static_cast<int64_t>(workspace_bytes)}, " + x + ".options().dtype(torch::kUInt8));\n"
+       "  }\n";
+  s += "  status = gemm.initialize(args, workspace_bytes > 0 ? workspace.data_ptr() : nullptr, stream);\n";
+  s += "  TORCH_CHECK(status == cutlass::Status::kSuccess, \"gemm candidate: CUTLASS initialize: \",\n"
+       "              cutlassGetStatusString(status));\n";
+  s += "  status = gemm.run(stream);\n";
+  s += "  TORCH_CHECK(status == cutlass::Status::kSuccess, \"gemm candidate: CUTLASS run: \",\n"
+       "              cutlassGetStatusString(status), \" (\", cudaGetErrorString(cudaGetLastError()), \")\");\n";
+  s += "  return out.view({" + out_shape + "});\n}\n";
+  return s;
+}
+
+std::string TileName(const Tile& t) {
+  return std::to_string(t.tm) + "x" + std::to_string(t.tn) + "x" + std::to_string(t.tk);
+}
+
+// Fraction of the last wave's SMs that get a tile (1 = the grid fills every
+// wave), the ordering heuristic: a full GPU first, then larger tiles.
+double WaveEfficiency(const GemmPlan& p, const Tile& t, int sm_count) {
+  const int64_t ctas = ((p.M + t.tm - 1) / t.tm) * ((p.N + t.tn - 1) / t.tn);
+  const int64_t sms = std::max(sm_count, 1);
+  const int64_t waves = (ctas + sms - 1) / sms;
+  return static_cast<double>(ctas) / static_cast<double>(waves * sms);
+}
+
+}  // namespace
+
+Expected<std::vector<Candidate>> GemmCandidates(const Task& task, int max_candidates) {
+  auto plan = Analyze(task);
+  if (!plan.ok()) return plan.status();
+  const GemmPlan& p = *plan;
+  const bool f32 = p.dtype == ir::DType::kFloat32;
+  if (f32) {
+    const char* strict = std::getenv("DICE_STRICT_FP32");
+    if (strict != nullptr && std::string(strict) == "1") {
+      return Unsupported("DICE_STRICT_FP32=1 turns off the 3xTF32 float32 GEMM candidates");
+    }
+  }
+  std::vector<Tile> tiles;
+  if (f32) {
+    tiles.assign(std::begin(kFastF32Tiles), std::end(kFastF32Tiles));
+  } else {
+    tiles.assign(std::begin(kHalfTiles), std::end(kHalfTiles));
+  }
+  const int sms = task.target.sm_count;
+  std::stable_sort(tiles.begin(), tiles.end(), [&](const Tile& a, const Tile& b) {
+    const double ea = WaveEfficiency(p, a, sms), eb = WaveEfficiency(p, b, sms);
+    if (ea != eb) return ea > eb;
+    return a.tm * a.tn > b.tm * b.tn;
+  });
+  const std::string functor = EpilogueFunctor(p);
+  const std::string host = HostFunction(task, p);
+  std::vector<Candidate> out;
+  for (const Tile& t : tiles) {
+    if (static_cast<int>(out.size()) >= max_candidates) break;
+    Candidate c;
+    c.form = CandidateForm::kExtension;
+    c.origin = std::string("template:gemm/") + (f32 ? "3xtf32/" : "tc/") + TileName(t) + "/s" + std::to_string(t.stages);
+    c.reduced_precision = false;  // 3xTF32 keeps float32 accuracy; the verifier decides (issue 18)
+    c.source = "// " + c.origin + ": linear + epilogue on CUTLASS 2.x device GEMM (generated by dice's gemm templates)\n";
+    c.source += "#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n";
+    c.source += "#include <cutlass/cutlass.h>\n#include <cutlass/array.h>\n#include <cutlass/numeric_conversion.h>\n";
+    c.source += "#include <cutlass/gemm/device/gemm.h>\n";
+    c.source += Prelude();
+    c.source += functor;
+    c.source += GemmType(p, t);
+    c.source += host;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+bool HasContraction(const ir::Graph& graph) {
+  for (const ir::Op& op : graph.ops)
+    if (ir::GetOpInfo(op.kind).category == ir::OpCategory::kContraction) return true;
+  return false;
+}
+
+}  // namespace dice::generator::tmpl
