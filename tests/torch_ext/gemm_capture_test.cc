@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/torch.h>
 
 #include "dice/core/ir.h"
@@ -236,6 +237,31 @@ TEST_F(GemmCaptureTest, LinearGroupWithoutAKernelFallsBackToEager) {
     EXPECT_EQ(s->hits, 0);
     EXPECT_EQ(s->fallbacks, 2);
   }
+}
+
+// DICE_MODE's pass inside the profiling executor (module not frozen: the
+// weights are attributes, typed by the profiled runs) forms the linear group
+// and the model computes what it computed before.
+TEST_F(GemmCaptureTest, ProfilingExecutorFormsTheLinearGroupOfAnUnfrozenModule) {
+  auto original = LinearModule(kLinearRelu);
+  auto m = original.clone();
+  setenv("DICE_MODE", "observe", 1);
+  torch::NoGradGuard no_grad;
+  auto x = torch::randn({8, 32});
+  at::Tensor got;
+  for (int i = 0; i < 3; ++i) got = m.forward({x}).toTensor();
+  auto last = torch::jit::lastExecutedOptimizedGraph();
+  unsetenv("DICE_MODE");
+  ASSERT_NE(last, nullptr);
+  int grouped_linears = 0;
+  for (const torch::jit::Node* n : last->nodes()) {
+    EXPECT_NE(n->kind(), c10::aten::linear) << last->toString();  // not left at the top level
+    if (n->kind() != FusionGroupSymbol()) continue;
+    for (const torch::jit::Node* inner : n->g(c10::attr::Subgraph)->nodes())
+      grouped_linears += inner->kind() == c10::aten::linear;
+  }
+  EXPECT_EQ(grouped_linears, 1) << last->toString();
+  EXPECT_TRUE(torch::equal(got, original.forward({x}).toTensor()));
 }
 
 }  // namespace
