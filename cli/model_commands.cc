@@ -62,21 +62,28 @@ std::string ModelRunError(const ModelArgs& args, const std::exception& e) {
   return InputFlags(args.input_specs) + ": the model does not run on these inputs: " + TorchErrorCause(e);
 }
 
-/// Loads the module and builds random inputs; fills `error` and returns false on bad input.
-bool LoadModel(const ModelArgs& args, bool want_gpu, LoadedModel* out, std::string* error) {
+/// The --input values as specs (their own syntax and sizes, ParseInputFlag;
+/// no model needed); fills `error` and returns false on bad input.
+bool ParseInputs(const ModelArgs& args, std::vector<dice::ir::TensorSpec>* specs, std::string* error) {
   if (args.input_specs.empty()) {
     *error = "no --input given (one per forward() argument, e.g. --input 1024x8192:f32)";
     return false;
   }
-  std::vector<dice::ir::TensorSpec> specs;
   for (const auto& text : args.input_specs) {
     auto spec = ParseInputFlag(text, text);
     if (!spec.ok()) {
       *error = spec.status().message();
       return false;
     }
-    specs.push_back(*spec);
+    specs->push_back(*spec);
   }
+  return true;
+}
+
+/// Loads the module and builds random inputs; fills `error` and returns false on bad input.
+bool LoadModel(const ModelArgs& args, bool want_gpu, LoadedModel* out, std::string* error) {
+  std::vector<dice::ir::TensorSpec> specs;
+  if (!ParseInputs(args, &specs, error)) return false;
   out->on_gpu = want_gpu;
   const c10::Device device = want_gpu ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
   try {
@@ -346,19 +353,17 @@ bool MakeGenerators(const GeneratorArgs& g, bool gpu, std::vector<std::shared_pt
 
 int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool require_gpu,
             const GeneratorArgs& generator_args) {
+  // Bad input first, on any machine: the --input values' own syntax (exit 2
+  // before --require-gpu's exit 3), then - the device known - the model, the
+  // inputs against it and its first run, the cache. Only then the notice of
+  // how this machine tunes, so that a bad --input is the one line shown.
+  std::string error;
+  if (std::vector<dice::ir::TensorSpec> specs; !ParseInputs(args, &specs, &error)) return Fail(kExitBadInput, error);
   auto device = dice::runtime::QueryDevice(0);
   const bool gpu = device.ok() && torch::cuda::is_available();
-  if (!gpu) {
-    const std::string why = device.ok() ? "PyTorch sees no CUDA device" : device.status().message();
-    if (require_gpu) return Fail(kExitNoGpu, "no CUDA device present (" + why + ")");
-    Notice(dice::LogLevel::kWarn, "dice: no CUDA device present (%s).\n"
-           "dice: running compile-only: candidates are generated and compiled for sm_90 (NVRTC for device form, nvcc for extension form); "
-           "nothing is verified, timed or cached as a winner.", why.c_str());
-  } else {
-    Notice(dice::LogLevel::kInfo, "dice: tuning on %s (%s)", device->name.c_str(), device->arch.c_str());
-  }
+  const std::string no_gpu_why = gpu ? "" : device.ok() ? "PyTorch sees no CUDA device" : device.status().message();
+  if (!gpu && require_gpu) return Fail(kExitNoGpu, "no CUDA device present (" + no_gpu_why + ")");
   LoadedModel eager, tuned;
-  std::string error;
   if (!LoadModel(args, gpu, &eager, &error) || !LoadModel(args, gpu, &tuned, &error) ||
       !CheckCache(args.cache_dir, &error)) {
     return Fail(kExitBadInput, error);
@@ -371,6 +376,13 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
     } catch (const std::exception& e) {
       return Fail(kExitBadInput, ModelRunError(args, e));
     }
+  }
+  if (!gpu) {
+    Notice(dice::LogLevel::kWarn, "dice: no CUDA device present (%s).\n"
+           "dice: running compile-only: candidates are generated and compiled for sm_90 (NVRTC for device form, nvcc for extension form); "
+           "nothing is verified, timed or cached as a winner.", no_gpu_why.c_str());
+  } else {
+    Notice(dice::LogLevel::kInfo, "dice: tuning on %s (%s)", device->name.c_str(), device->arch.c_str());
   }
   // Capture alone (GPU runs, where it is timed): a third copy, frozen and
   // inlined as the tuned one but optimize()d in mode off, which leaves its
@@ -532,10 +544,43 @@ void RegisterProfile(CLI::App& app, CommandTable& table) {
 
 // ------------------------------------------------ --input checks (model_inputs.h) ----
 
+namespace {
+
+// Why a dimension of `spec` ("8x4096:f32") is not a size, in the user's
+// terms: ": an empty dimension ...", ": dimension '-3' is negative ...", ...;
+// "" when every dimension is a plain number of at most 18 digits (then
+// ir::ParseInputSpec's own message stands: a missing or unknown dtype, rank).
+std::string BadDimension(const std::string& spec) {
+  const size_t colon = spec.rfind(':');
+  if (colon == std::string::npos) return "";
+  const std::string dims = spec.substr(0, colon);
+  if (dims.empty() || dims == "scalar") return "";
+  const std::string example = " (sizes are separated by one lower-case 'x', e.g. 8x4096:f32)";
+  size_t pos = 0;
+  for (int k = 0; pos <= dims.size(); ++k) {
+    size_t next = dims.find('x', pos);
+    if (next == std::string::npos) next = dims.size();
+    const std::string d = dims.substr(pos, next - pos);
+    pos = next + 1;
+    const bool digits = !d.empty() && std::all_of(d.begin(), d.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (digits && d.size() <= 18) continue;
+    if (d.empty()) return ": dimension " + std::to_string(k) + " is empty" + example;
+    if (digits) return ": size " + d + " in dimension " + std::to_string(k) + " overflows int64";
+    if (d[0] == '-' && d.size() > 1) {
+      return ": size " + d + " in dimension " + std::to_string(k) + " is negative; every size must be at least 1";
+    }
+    return ": dimension '" + d + "' is not a non-negative integer" + example;
+  }
+  return "";
+}
+
+}  // namespace
+
 Expected<ir::TensorSpec> ParseInputFlag(const std::string& spec, const std::string& flag) {
   const std::string where = "--input '" + flag + "'" + (spec == flag ? "" : ": '" + spec + "'");
   auto parsed = ir::ParseInputSpec(spec);
   if (!parsed.ok()) {
+    if (std::string why = BadDimension(spec); !why.empty()) return Status(StatusCode::kInvalidArgument, where + why);
     // ParseInputSpec says "input spec '<spec>'<what>"; name the flag instead.
     std::string what = parsed.status().message();
     const std::string own = "input spec '" + spec + "'";
@@ -607,7 +652,15 @@ std::string TorchErrorCause(const std::exception& e) {
   std::string text = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   const size_t nl = text.rfind('\n');
-  return nl == std::string::npos ? text : text.substr(nl + 1);
+  std::string cause = nl == std::string::npos ? text : text.substr(nl + 1);
+  // "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: ...":
+  // the source location and the failed condition say nothing to a user.
+  if (cause.rfind("[enforce fail at ", 0) == 0) {
+    const size_t bracket = cause.find("] ");
+    const size_t sentence = bracket == std::string::npos ? std::string::npos : cause.find(". ", bracket + 2);
+    if (sentence != std::string::npos) cause = cause.substr(sentence + 2);
+  }
+  return cause;
 }
 
 int RunAtTorchBoundary(const std::function<int()>& run) {

@@ -30,9 +30,11 @@ namespace dice::cli {
 /// Parses `spec`, one tensor of the --input value `flag` (the whole value
 /// for tune/run/profile; warmup's comma-separated set holds several specs).
 /// Errors (kInvalidArgument), each "--input '<flag>': ...": what
-/// ir::ParseInputSpec rejects (no ':dtype', a dimension that is not a
-/// non-negative integer, an unknown dtype, rank above 8), a size of 0, and
-/// sizes whose element count times the element size (bytes) overflow int64.
+/// ir::ParseInputSpec rejects (no ':dtype', an unknown dtype, rank above 8,
+/// a dimension that is not a size - said in the user's terms: an empty one
+/// as in "8x:f32", a negative size, a size beyond int64, anything else with
+/// the expected form), a size of 0, and sizes whose element count times the
+/// element size (bytes) overflow int64.
 Expected<ir::TensorSpec> ParseInputFlag(const std::string& spec, const std::string& flag);
 
 /// Checks `specs` (forward's arguments after self, in order) against
@@ -53,7 +55,8 @@ std::string InputFlags(const std::vector<std::string>& values);
 /// The cause of a PyTorch failure, on one line: the last non-empty line of
 /// c10::Error::what_without_backtrace() (or of what() for any other
 /// exception, e.g. the interpreter's own), which is where TorchScript puts it
-/// ("RuntimeError: self must be a matrix").
+/// ("RuntimeError: self must be a matrix"), without the "[enforce fail at
+/// file:line] condition. " prefix of PyTorch's internal checks.
 std::string TorchErrorCause(const std::exception& e);
 
 }  // namespace dice::cli

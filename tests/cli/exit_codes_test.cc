@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -94,9 +95,13 @@ TEST_F(InputExitCodeTest, MalformedSpecsExitTwoWithOneLineNamingTheFlag) {
       {"99999999999x99999999999:f32", "overflow int64"},
       {"0x8:f32", "size 0 in dimension 0; every size must be at least 1"},
       {"8x0:f32", "size 0 in dimension 1"},
-      {"-1x8:f32", "dimension '-1' is not a non-negative integer"},
+      {"-1x8:f32", "size -1 in dimension 0 is negative; every size must be at least 1"},
+      {"8x:f32", "dimension 1 is empty"},
+      {"8X8:f32", "dimension '8X8' is not a non-negative integer (sizes are separated by one lower-case 'x'"},
+      {"99999999999999999999x8:f32", "size 99999999999999999999 in dimension 0 overflows int64"},
       {"8x8:f33", "unknown dtype 'f33'"},
       {"8x8", "has no ':dtype'"},
+      {"garbage", "has no ':dtype'"},
   };
   for (const auto& [spec, why] : cases) {
     DiceResult r = RunDice("run " + Model("ew.pt") + " --input " + spec + Cache());
@@ -132,6 +137,43 @@ TEST_F(InputExitCodeTest, InputsThatDoNotMatchForwardsSignatureAreCaughtBeforeRu
   ExpectOneLineBadInput(warmup, "warmup count");
   EXPECT_EQ(warmup.output.find("shard 0/1 takes"), std::string::npos) << "checked before any set is tuned:\n"
                                                                       << warmup.output;
+}
+
+// `dice tune` on a machine without a GPU: a bad --input is the only line
+// printed (the compile-only notice comes after the inputs are checked), and
+// a malformed one is exit 2 even with --require-gpu (exit 3 is for a good
+// command on the wrong machine).
+TEST_F(InputExitCodeTest, TuneWithoutAGpuShowsABadInputAloneBeforeAnyNotice) {
+  if (dice::runtime::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: this checks the machine without one";
+  const std::pair<std::string, std::string> cases[] = {
+      {Model("mm.pt") + " --input 8x8x8:f32", "rank"},
+      {Model("mm.pt") + " --input 99999999999x99999999999:f32", "overflow"},
+      {Model("mm.pt") + " --input garbage", "garbage"},
+      {Model("ew.pt") + " --input 8x8:f32 --input 8:f32", "count"},
+      {Model("ew.pt") + " --input 100000x100000x100000:f32", "allocation"},
+  };
+  for (const auto& [args, what] : cases) {
+    DiceResult r = RunDice("tune " + args + Cache());
+    ExpectOneLineBadInput(r, what);
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << what << ": one line only\n" << r.output;
+    EXPECT_EQ(r.output.find("no CUDA device present"), std::string::npos) << what << "\n" << r.output;
+    EXPECT_EQ(r.output.find("[enforce fail"), std::string::npos) << what << "\n" << r.output;
+  }
+  DiceResult strict = RunDice("tune " + Model("ew.pt") + " --input 8x8 --require-gpu" + Cache());
+  ExpectOneLineBadInput(strict, "--require-gpu with a malformed --input");
+  DiceResult no_gpu = RunDice("tune " + Model("ew.pt") + " --input 8x8:f32 --require-gpu" + Cache());
+  EXPECT_EQ(no_gpu.code, 3) << no_gpu.output;
+  DiceResult fine = RunDice("tune " + Model("ew.pt") + " --input 8x8:f32" + Cache());
+  ASSERT_EQ(fine.code, 0) << fine.output;
+  EXPECT_NE(fine.output.find("no CUDA device present"), std::string::npos) << "the notice still comes:\n" << fine.output;
+}
+
+TEST_F(InputExitCodeTest, AnAllocationFailureKeepsPyTorchsCauseWithoutItsSourceLocation) {
+  DiceResult r = RunDice("run " + Model("ew.pt") + " --input 100000x100000x100000:f32" + Cache());
+  ExpectOneLineBadInput(r, "allocation");
+  EXPECT_NE(r.output.find("cannot allocate 4000000000000000 bytes"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[enforce fail"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("allocate"), r.output.rfind("allocate")) << "PyTorch's own words follow:\n" << r.output;
 }
 
 class JudgeDeviceTest : public ::testing::Test {
