@@ -17,6 +17,7 @@
 #include "dice/core/task.h"
 #include "dice/runtime/cuda_driver.h"
 #include "dice/torch_ext/fusion_pass.h"
+#include "memory_format_pass.h"
 #include "runtime_state.h"
 #include "tune_queue.h"
 
@@ -52,32 +53,77 @@ Expected<torch::jit::Module> FreezeOrExplain(const torch::jit::Module& module) {
 }
 
 // Throws when DICE_INJECT_CAPTURE_FAILURE names `pass` ("inline",
-// "observe", "fusion"): tests of the capture fallback.
+// "observe", "memory_format", "fusion"): tests of the capture fallback.
 void InjectCaptureFailure(const char* pass) {
   const char* inject = std::getenv("DICE_INJECT_CAPTURE_FAILURE");
   if (inject != nullptr && std::string(inject) == pass)
     throw std::runtime_error(std::string("injected failure (DICE_INJECT_CAPTURE_FAILURE=") + pass + ")");
 }
 
+// options.memory_format, or DICE_MEMORY_FORMAT when that is kAuto (an
+// unknown value: a warning in `report`, read as auto).
+MemoryFormat RequestedMemoryFormat(const Options& options, OptimizeReport* report) {
+  if (options.memory_format != MemoryFormat::kAuto) return options.memory_format;
+  const char* env = std::getenv("DICE_MEMORY_FORMAT");
+  if (env == nullptr || *env == '\0') return MemoryFormat::kAuto;
+  auto parsed = ParseMemoryFormat(env);
+  if (parsed.ok()) return *parsed;
+  report->warnings.push_back("DICE_MEMORY_FORMAT: " + parsed.status().message() + "; read as auto");
+  return MemoryFormat::kAuto;
+}
+
+// The memory-format pass (memory_format_pass.h) on the observed graph. A
+// failure inside it leaves the graph unchanged (contiguous) with a warning
+// naming the pass; the capture goes on. After a conversion the types are
+// observed again (the fusion pass reads the new strides); a failure of that
+// run throws (the caller's fallback restores the module).
+void RunMemoryFormatPass(const std::shared_ptr<torch::jit::Graph>& graph, const Options& options,
+                         const std::vector<c10::IValue>& inputs, OptimizeReport* report) {
+  const MemoryFormat requested = RequestedMemoryFormat(options, report);
+  Expected<MemoryFormatOutcome> outcome = MemoryFormatOutcome{};
+  try {
+    InjectCaptureFailure("memory_format");
+    outcome = RunMemoryFormatStep(graph, requested, inputs);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    outcome = Status(StatusCode::kInternal, what.substr(0, what.find('\n')));
+  }
+  if (!outcome.ok()) {
+    report->memory_format_reason = "the memory-format pass failed; left contiguous";
+    report->warnings.push_back("capture pass 'memory_format' failed: " + outcome.status().message() +
+                               "; the memory format is left unchanged (contiguous)");
+    return;
+  }
+  report->memory_format = outcome->format;
+  report->memory_format_reason = outcome->reason;
+  report->memory_format_us = {outcome->contiguous_us, outcome->channels_last_us};
+  if (outcome->format != "channels_last" || inputs.empty()) return;
+  Status observed = ObserveTypes(graph, inputs);
+  if (!observed.ok()) throw std::runtime_error("after channels_last: " + observed.message());
+}
+
 // The capture passes after freezing, on `module`'s forward graph: inlining,
-// type observation on the example inputs, the fusion pass. `pass` names the
-// one running (for the caller's warning when one throws).
-// Errors: ObserveTypes' (the example run fails); a GetRegisteredGroup error.
+// type observation on the example inputs, the memory-format pass, the fusion
+// pass. `pass` names the one running (for the caller's warning when one
+// throws). Errors: ObserveTypes' (the example run fails); a
+// GetRegisteredGroup error.
 Status RunCapturePasses(torch::jit::Module& module, const Options& options, OptimizeReport* report,
                         const char** pass) {
   auto graph = module.get_method("forward").graph();
   *pass = "inline";
   InjectCaptureFailure(*pass);
   torch::jit::Inline(*graph);
+  std::vector<c10::IValue> inputs;  // self first, as the graph takes them; empty without example inputs
   if (!options.example_inputs.empty()) {
     *pass = "observe";
     InjectCaptureFailure(*pass);
-    std::vector<c10::IValue> inputs;
     inputs.push_back(module._ivalue());
     inputs.insert(inputs.end(), options.example_inputs.begin(), options.example_inputs.end());
     DICE_RETURN_IF_ERROR(ObserveTypes(graph, inputs));
   }
-  // Mode off: report what would fuse, leave the module's graph untouched.
+  *pass = "memory_format";
+  RunMemoryFormatPass(graph, options, inputs, report);
+  // Mode off: report what would fuse, leave the module's graph without groups.
   *pass = "fusion";
   InjectCaptureFailure(*pass);
   auto target = options.mode == Mode::kOff ? graph->copy() : graph;
@@ -183,6 +229,9 @@ Expected<OptimizeReport> optimize(torch::jit::Module& module, const Options& opt
       report.groups.clear();
       report.left_out.clear();
       report.graph.clear();
+      report.memory_format = "contiguous";
+      report.memory_format_us = {0, 0};
+      report.memory_format_reason = "the capture passes failed; left contiguous";
       report.warnings.push_back(std::string("capture pass '") + pass + "' failed: " + what +
                                 "; the model is left unchanged (PyTorch runs all of it)");
     }

@@ -42,8 +42,22 @@ struct Module;
 
 namespace dice::torch_ext {
 
+/// The layout optimize()'s memory-format pass gives the connected regions of
+/// convolutions (torch_ext/src/memory_format_pass.h; issue 18 item 2).
+enum class MemoryFormat {
+  kAuto,          ///< channels_last when measured >= 2% faster on CUDA example inputs, else contiguous
+  kContiguous,    ///< leave every tensor as eager has it (the pass does nothing)
+  kChannelsLast,  ///< convert every region (channels_last_3d for 5-D), unmeasured
+};
+
+/// "auto" | "contiguous" | "channels_last" (DICE_MEMORY_FORMAT, --memory-format).
+/// Errors: kInvalidArgument naming the value and the accepted ones.
+Expected<MemoryFormat> ParseMemoryFormat(std::string_view text);
+/// The name ParseMemoryFormat reads back.
+const char* MemoryFormatName(MemoryFormat format);
+
 /// Runtime and capture options. The process keeps every field but
-/// example_inputs past optimize() (as RuntimeSettings in
+/// example_inputs and memory_format past optimize() (as RuntimeSettings in
 /// torch_ext/src/runtime_state.h: a new field goes there too, and into the
 /// two conversions in optimize.cc).
 struct Options {
@@ -53,6 +67,11 @@ struct Options {
   bool freeze = true;             ///< freeze the module (eval mode; parameters become constants)
   std::vector<c10::IValue> example_inputs;  ///< forward() arguments (without self) used to observe types
   int min_nontrivial_ops = 1;     ///< a group needs at least this many non-cast ops
+  /// The conv regions' layout (capture only). kAuto defers to
+  /// DICE_MEMORY_FORMAT when that is set (auto|contiguous|channels_last; an
+  /// unknown value is a report warning and reads as auto); an explicit
+  /// kContiguous / kChannelsLast wins over the variable.
+  MemoryFormat memory_format = MemoryFormat::kAuto;
 
   /// Defaults with mode from DICE_MODE (unset = kOff) and cache_dir from
   /// DICE_CACHE_DIR. Errors: kInvalidArgument for an unknown DICE_MODE.
@@ -89,14 +108,23 @@ struct OptimizeReport {
   /// One line per capture pass that failed and was skipped, naming the pass
   /// and PyTorch's first error line ("torch.jit.freeze failed: ...").
   std::vector<std::string> warnings;
+  /// The conv regions' layout the memory-format pass kept: "contiguous" or
+  /// "channels_last" (then the forward graph holds the conversions).
+  std::string memory_format = "contiguous";
+  /// Why, in one line: the two measured times, "channels_last requested",
+  /// "auto: not measured (no CUDA example inputs); ...", "no conv region ...".
+  std::string memory_format_reason;
+  /// Median µs of the frozen forward (contiguous, channels_last), timed
+  /// round-robin with CUDA events before the fusion pass; {0, 0} = not timed.
+  std::pair<double, double> memory_format_us{0, 0};
 };
 
 /// Freezes (options.freeze; the module is put in eval mode) or inlines the
 /// module's forward, observes types by running it once on
 /// options.example_inputs (when given; otherwise the graph's own complete
 /// types are used), runs the fusion pass on the forward graph and sets the
-/// runtime options. With options.mode == kOff the graph is left unchanged and
-/// the groups that would form are still reported.
+/// runtime options. With options.mode == kOff no fusion group is inserted
+/// (the groups that would form are still reported).
 /// A failure inside torch.jit.freeze (PyTorch's own passes, e.g. its
 /// conv folding asserting on a model) never fails the call: the module is
 /// captured unfrozen, report.frozen is false and report.warnings names the
@@ -104,8 +132,13 @@ struct OptimizeReport {
 /// (inlining, type observation, the fusion pass): the module is left as it
 /// was before that pass (frozen when freezing worked), report.groups is
 /// empty and report.warnings says "capture pass '<name>' failed: <cause>".
-/// DICE_INJECT_CAPTURE_FAILURE=freeze|inline|observe|fusion makes that step
-/// fail (tests of these fallbacks).
+/// Between type observation and the fusion pass, the memory-format pass
+/// (options.memory_format, in every mode) may run conv regions in
+/// channels_last; it is measured, see MemoryFormat and report.memory_format*.
+/// Its failure leaves the graph as it was (contiguous) with the warning
+/// "capture pass 'memory_format' failed: <cause>", and the rest still runs.
+/// DICE_INJECT_CAPTURE_FAILURE=freeze|inline|observe|memory_format|fusion
+/// makes that step fail (tests of these fallbacks).
 /// REQUIRES: when options.freeze is false, forward has not been run yet (its
 /// graph executor would keep the old graph).
 /// Errors: kInvalidArgument when the module has no forward or the example run

@@ -1,0 +1,293 @@
+// The memory-format capture pass (issue 18 item 2) on the CPU: which conv
+// regions optimize() runs in channels_last, where it converts, and that the
+// model's outputs keep eager's values and strides.
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/torch.h>
+
+#include "dice/torch_ext/optimize.h"
+
+namespace dice::torch_ext {
+namespace {
+
+constexpr const char* kConvFlattenLinear = R"(
+def forward(self, x):
+    y = torch.conv2d(x, self.w1, self.b1, [1, 1], [1, 1])
+    y = torch.relu(y)
+    y = torch.conv2d(y, self.w2, self.b2, [1, 1], [1, 1])
+    z = torch.flatten(y, 1)
+    return torch.linear(z, self.w3, self.b3)
+)";
+
+constexpr const char* kConv3dRelu = R"(
+def forward(self, x):
+    y = torch.conv3d(x, self.w1, self.b1, [1, 1, 1], [1, 1, 1])
+    return torch.relu(y)
+)";
+
+constexpr const char* kNoConv = R"(
+def forward(self, x):
+    y = torch.linear(x, self.w1, self.b1)
+    return torch.relu(y) * 2.0
+)";
+
+// The conv reads its input x, and x is then written in place: a channels_last
+// copy of x made for the conv would not see that write.
+constexpr const char* kInputWrittenInPlace = R"(
+def forward(self, x):
+    y = torch.conv2d(x, self.w1, self.b1, [1, 1], [1, 1])
+    x.relu_()
+    return y + 1.0, x
+)";
+
+torch::jit::Module Make(const std::string& source, const std::vector<std::pair<std::string, at::Tensor>>& params) {
+  torch::jit::Module m("TestModule");
+  for (const auto& [name, t] : params) m.register_parameter(name, t, /*is_buffer=*/false);
+  m.define(source);
+  return m;
+}
+
+torch::jit::Module ConvFlattenLinear() {
+  return Make(kConvFlattenLinear, {{"w1", torch::randn({8, 3, 3, 3})},
+                                   {"b1", torch::randn({8})},
+                                   {"w2", torch::randn({6, 8, 3, 3})},
+                                   {"b2", torch::randn({6})},
+                                   {"w3", torch::randn({5, 6 * 8 * 8})},
+                                   {"b3", torch::randn({5})}});
+}
+
+std::vector<torch::jit::Node*> NodesOf(const torch::jit::Module& m, const char* kind) {
+  std::vector<torch::jit::Node*> nodes;
+  for (torch::jit::Node* n : m.get_method("forward").graph()->nodes())
+    if (std::string(n->kind().toQualString()) == kind) nodes.push_back(n);
+  return nodes;
+}
+
+at::Tensor ConstantTensor(const torch::jit::Value* v) {
+  auto iv = torch::jit::toIValue(v);
+  return iv && iv->isTensor() ? iv->toTensor() : at::Tensor();
+}
+
+// The memory_format argument of an aten::contiguous node.
+int64_t FormatOf(const torch::jit::Node* contiguous) {
+  auto iv = torch::jit::toIValue(contiguous->input(1));
+  return iv ? iv->toInt() : -1;
+}
+
+class MemoryFormatPassTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    unsetenv("DICE_MODE");
+    unsetenv("DICE_MEMORY_FORMAT");
+    unsetenv("DICE_INJECT_CAPTURE_FAILURE");
+    EnsureRegistered();
+    torch::manual_seed(0);
+  }
+  void TearDown() override {
+    unsetenv("DICE_MEMORY_FORMAT");
+    unsetenv("DICE_INJECT_CAPTURE_FAILURE");
+  }
+
+  // optimize() in mode off (no fusion group: the pure TorchScript graph).
+  static Expected<OptimizeReport> Capture(torch::jit::Module& m, const at::Tensor& x) {
+    Options opt;
+    opt.mode = Mode::kOff;
+    opt.example_inputs = {x};
+    return optimize(m, opt);
+  }
+};
+
+TEST_F(MemoryFormatPassTest, ForcedChannelsLastConvertsWeightsAndOnlyTheRegionEdges) {
+  auto original = ConvFlattenLinear();
+  auto m = original.clone();
+  const at::Tensor x = torch::randn({2, 3, 8, 8});
+  setenv("DICE_MEMORY_FORMAT", "channels_last", 1);
+  auto rep = Capture(m, x);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->memory_format, "channels_last") << rep->memory_format_reason;
+  EXPECT_NE(rep->memory_format_reason.find("channels_last requested"), std::string::npos) << rep->memory_format_reason;
+  EXPECT_TRUE(rep->warnings.empty());
+
+  auto convs = NodesOf(m, "aten::conv2d");
+  ASSERT_EQ(convs.size(), 2u);
+  for (auto* conv : convs) {
+    at::Tensor w = ConstantTensor(conv->input(1));
+    ASSERT_TRUE(w.defined());
+    EXPECT_TRUE(w.is_contiguous(at::MemoryFormat::ChannelsLast));
+    EXPECT_FALSE(w.is_contiguous());
+  }
+  // One conversion into channels_last, of the graph's input x, and one back
+  // to contiguous, feeding flatten; nothing between the convs.
+  auto conversions = NodesOf(m, "aten::contiguous");
+  ASSERT_EQ(conversions.size(), 2u) << m.get_method("forward").graph()->toString();
+  const auto graph = m.get_method("forward").graph();
+  int entries = 0, exits = 0;
+  for (auto* c : conversions) {
+    if (FormatOf(c) == static_cast<int64_t>(at::MemoryFormat::ChannelsLast)) {
+      ++entries;
+      EXPECT_EQ(c->input(0), graph->inputs()[1]);
+      EXPECT_EQ(c->output()->uses().at(0).user, convs[0]);
+    } else {
+      ++exits;
+      EXPECT_EQ(FormatOf(c), static_cast<int64_t>(at::MemoryFormat::Contiguous));
+      EXPECT_EQ(c->input(0)->node(), convs[1]);
+      ASSERT_EQ(c->output()->uses().size(), 1u);
+      EXPECT_EQ(std::string(c->output()->uses()[0].user->kind().toQualString()), "aten::flatten");
+    }
+  }
+  EXPECT_EQ(entries, 1);
+  EXPECT_EQ(exits, 1);
+
+  torch::NoGradGuard no_grad;
+  const at::Tensor run = torch::randn({2, 3, 8, 8});
+  at::Tensor want = original.forward({run}).toTensor();
+  at::Tensor got = m.forward({run}).toTensor();
+  EXPECT_TRUE(torch::allclose(got, want, 1e-4, 1e-4)) << (got - want).abs().max().item<double>();
+  EXPECT_TRUE(got.is_contiguous());
+}
+
+TEST_F(MemoryFormatPassTest, OutputsMatchWithFusionGroupsServingTheRegion) {
+  auto original = ConvFlattenLinear();
+  auto m = original.clone();
+  setenv("DICE_MEMORY_FORMAT", "channels_last", 1);
+  Options opt;
+  opt.mode = Mode::kObserve;  // the relu between the convs becomes a group on its fallback
+  opt.example_inputs = {torch::randn({2, 3, 8, 8})};
+  auto rep = optimize(m, opt);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->memory_format, "channels_last");
+  torch::NoGradGuard no_grad;
+  const at::Tensor run = torch::randn({2, 3, 8, 8});
+  at::Tensor want = original.forward({run}).toTensor();
+  at::Tensor got = m.forward({run}).toTensor();
+  EXPECT_TRUE(torch::allclose(got, want, 1e-4, 1e-4));
+}
+
+TEST_F(MemoryFormatPassTest, Conv3dRegionGetsChannelsLast3dAndTheOutputKeepsEagerStrides) {
+  auto original = Make(kConv3dRelu, {{"w1", torch::randn({4, 3, 3, 3, 3})}, {"b1", torch::randn({4})}});
+  auto m = original.clone();
+  setenv("DICE_MEMORY_FORMAT", "channels_last", 1);
+  auto rep = Capture(m, torch::randn({2, 3, 5, 6, 7}));
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->memory_format, "channels_last");
+  auto convs = NodesOf(m, "aten::conv3d");
+  ASSERT_EQ(convs.size(), 1u);
+  EXPECT_TRUE(ConstantTensor(convs[0]->input(1)).is_contiguous(at::MemoryFormat::ChannelsLast3d));
+  auto conversions = NodesOf(m, "aten::contiguous");
+  ASSERT_EQ(conversions.size(), 2u);
+  EXPECT_EQ(FormatOf(conversions[0]), static_cast<int64_t>(at::MemoryFormat::ChannelsLast3d));
+  // The relu runs in channels_last_3d; the graph's output is converted back.
+  const auto graph = m.get_method("forward").graph();
+  EXPECT_EQ(graph->outputs()[0]->node(), conversions[1]);
+  EXPECT_EQ(FormatOf(conversions[1]), static_cast<int64_t>(at::MemoryFormat::Contiguous));
+
+  torch::NoGradGuard no_grad;
+  const at::Tensor run = torch::randn({2, 3, 5, 6, 7});
+  at::Tensor want = original.forward({run}).toTensor();
+  at::Tensor got = m.forward({run}).toTensor();
+  EXPECT_TRUE(torch::allclose(got, want, 1e-4, 1e-4));
+  EXPECT_TRUE(got.is_contiguous());
+  EXPECT_EQ(got.strides(), want.strides());
+}
+
+TEST_F(MemoryFormatPassTest, ModelWithoutConvsIsUnchanged) {
+  auto original = Make(kNoConv, {{"w1", torch::randn({6, 4})}, {"b1", torch::randn({6})}});
+  auto contiguous = original.clone();
+  auto forced = original.clone();
+  const at::Tensor x = torch::randn({3, 4});
+  setenv("DICE_MEMORY_FORMAT", "contiguous", 1);
+  auto base = Capture(contiguous, x);
+  setenv("DICE_MEMORY_FORMAT", "channels_last", 1);
+  auto rep = Capture(forced, x);
+  ASSERT_TRUE(base.ok() && rep.ok());
+  EXPECT_EQ(rep->memory_format, "contiguous");
+  EXPECT_NE(rep->memory_format_reason.find("no conv region"), std::string::npos) << rep->memory_format_reason;
+  // The same graph but for the module type's mangled name on its first line.
+  auto body = [](const torch::jit::Module& m) {
+    const std::string text = m.get_method("forward").graph()->toString();
+    return text.substr(text.find('\n'));
+  };
+  EXPECT_EQ(body(forced), body(contiguous));
+  EXPECT_TRUE(NodesOf(forced, "aten::contiguous").empty());
+}
+
+TEST_F(MemoryFormatPassTest, AutoWithoutGpuLeavesTheGraphAndSaysWhy) {
+  auto m = ConvFlattenLinear();
+  auto rep = Capture(m, torch::randn({2, 3, 8, 8}));
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->memory_format, "contiguous");
+  EXPECT_NE(rep->memory_format_reason.find("no CUDA example inputs"), std::string::npos) << rep->memory_format_reason;
+  EXPECT_EQ(rep->memory_format_us, (std::pair<double, double>{0, 0}));
+  EXPECT_TRUE(NodesOf(m, "aten::contiguous").empty());
+  for (auto* conv : NodesOf(m, "aten::conv2d")) EXPECT_TRUE(ConstantTensor(conv->input(1)).is_contiguous());
+}
+
+TEST_F(MemoryFormatPassTest, ExplicitOptionWinsOverTheEnvironment) {
+  auto m = ConvFlattenLinear();
+  setenv("DICE_MEMORY_FORMAT", "channels_last", 1);
+  Options opt;
+  opt.mode = Mode::kOff;
+  opt.memory_format = MemoryFormat::kContiguous;
+  opt.example_inputs = {torch::randn({2, 3, 8, 8})};
+  auto rep = optimize(m, opt);
+  ASSERT_TRUE(rep.ok());
+  EXPECT_EQ(rep->memory_format, "contiguous");
+  EXPECT_TRUE(NodesOf(m, "aten::contiguous").empty());
+}
+
+TEST_F(MemoryFormatPassTest, UnknownEnvironmentValueWarnsAndReadsAsAuto) {
+  auto m = ConvFlattenLinear();
+  setenv("DICE_MEMORY_FORMAT", "nhwc", 1);
+  auto rep = Capture(m, torch::randn({2, 3, 8, 8}));
+  ASSERT_TRUE(rep.ok());
+  ASSERT_EQ(rep->warnings.size(), 1u);
+  EXPECT_NE(rep->warnings[0].find("DICE_MEMORY_FORMAT"), std::string::npos) << rep->warnings[0];
+  EXPECT_NE(rep->warnings[0].find("nhwc"), std::string::npos) << rep->warnings[0];
+  EXPECT_EQ(rep->memory_format, "contiguous");
+  EXPECT_FALSE(ParseMemoryFormat("nhwc").ok());
+  for (MemoryFormat f : {MemoryFormat::kAuto, MemoryFormat::kContiguous, MemoryFormat::kChannelsLast})
+    EXPECT_EQ(*ParseMemoryFormat(MemoryFormatName(f)), f);
+}
+
+TEST_F(MemoryFormatPassTest, InjectedFailureLeavesTheGraphUnchangedWithAWarningNamingThePass) {
+  auto original = ConvFlattenLinear();
+  auto m = original.clone();
+  setenv("DICE_MEMORY_FORMAT", "channels_last", 1);
+  setenv("DICE_INJECT_CAPTURE_FAILURE", "memory_format", 1);
+  Options opt;
+  opt.mode = Mode::kObserve;
+  opt.example_inputs = {torch::randn({2, 3, 8, 8})};
+  auto rep = optimize(m, opt);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_TRUE(rep->frozen);
+  EXPECT_EQ(rep->memory_format, "contiguous");
+  ASSERT_EQ(rep->warnings.size(), 1u);
+  EXPECT_NE(rep->warnings[0].find("capture pass 'memory_format' failed"), std::string::npos) << rep->warnings[0];
+  EXPECT_NE(rep->warnings[0].find("injected failure"), std::string::npos) << rep->warnings[0];
+  EXPECT_TRUE(NodesOf(m, "aten::contiguous").empty());
+  for (auto* conv : NodesOf(m, "aten::conv2d")) EXPECT_TRUE(ConstantTensor(conv->input(1)).is_contiguous());
+  EXPECT_FALSE(rep->groups.empty());  // the fusion pass after it still ran
+  torch::NoGradGuard no_grad;
+  const at::Tensor run = torch::randn({2, 3, 8, 8});
+  EXPECT_TRUE(torch::allclose(m.forward({run}).toTensor(), original.forward({run}).toTensor()));
+}
+
+TEST_F(MemoryFormatPassTest, RegionIsSkippedWhenAValueItWouldCopyIsWrittenInPlace) {
+  auto original = Make(kInputWrittenInPlace, {{"w1", torch::randn({4, 3, 3, 3})}, {"b1", torch::randn({4})}});
+  auto m = original.clone();
+  setenv("DICE_MEMORY_FORMAT", "channels_last", 1);
+  auto rep = Capture(m, torch::randn({1, 3, 6, 6}));
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->memory_format, "contiguous");
+  EXPECT_NE(rep->memory_format_reason.find("written in place"), std::string::npos) << rep->memory_format_reason;
+  EXPECT_TRUE(NodesOf(m, "aten::contiguous").empty());
+}
+
+}  // namespace
+}  // namespace dice::torch_ext
