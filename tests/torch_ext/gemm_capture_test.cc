@@ -214,6 +214,51 @@ def forward(self, x, c):
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(torch::equal(got[i].toTensor(), want[i].toTensor())) << i;
 }
 
+// torch.jit.freeze folds `w.t()` into a constant: matmul(x, C) and
+// addmm(b, x, C) with that constant are respelled as linear and grouped;
+// the outputs stay bit-identical to eager's. x @ W with W [K, N] contiguous
+// (its transpose is not) and addmm with beta != 1 stay with PyTorch.
+TEST_F(GemmCaptureTest, MatmulAndAddmmWithAFrozenTransposedWeightBecomeLinearGroups) {
+  torch::jit::Module original("GemmModule");
+  original.register_parameter("w", torch::randn({16, 32}), false);
+  original.register_parameter("b", torch::randn({16}), false);
+  original.register_parameter("v", torch::randn({32, 16}), false);
+  original.define(R"(
+def forward(self, x):
+    y = torch.relu(torch.matmul(x, self.w.t()))
+    z = torch.tanh(torch.addmm(self.b, x, self.w.t()))
+    u = torch.relu(torch.matmul(x, self.v))
+    s = torch.sigmoid(torch.addmm(self.b, x, self.w.t(), beta=2.0))
+    return y, z, u, s
+)");
+  torch::jit::Module m;
+  auto rep = Optimize(original, &m, {torch::randn({8, 32})});
+  auto ops = GroupOps(rep);
+  auto has = [&](const std::vector<K>& g) { return std::find(ops.begin(), ops.end(), g) != ops.end(); };
+  EXPECT_TRUE(has({K::kLinear, K::kRelu})) << rep.graph;
+  EXPECT_TRUE(has({K::kLinear, K::kTanh})) << rep.graph;
+  EXPECT_TRUE(has({K::kRelu})) << rep.graph;     // after x @ v
+  EXPECT_TRUE(has({K::kSigmoid})) << rep.graph;  // after addmm with beta=2
+  EXPECT_EQ(ops.size(), 4u) << rep.graph;
+  for (const auto& g : rep.groups) {
+    for (const auto& op : g.group.graph.ops) {
+      if (op.kind != K::kLinear) continue;
+      EXPECT_EQ(g.group.graph.inputs[op.args[1]], (ir::InputDecl{ir::DType::kFloat32, 2}));
+    }
+  }
+  torch::NoGradGuard no_grad;
+  auto x = torch::randn({5, 32});
+  auto got = m.forward({x}).toTuple()->elements();
+  auto want = original.forward({x}).toTuple()->elements();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(torch::equal(got[i].toTensor(), want[i].toTensor())) << i;
+
+  setenv("DICE_GEMM_GROUPS", "0", 1);
+  auto off = Optimize(original, &m, {torch::randn({8, 32})});
+  EXPECT_EQ(off.graph.find("aten::linear"), std::string::npos) << off.graph;
+  EXPECT_EQ(GroupOps(off).size(), 4u) << off.graph;
+}
+
 // A linear group with no kernel (on the CPU: no GPU, no winner, no tuning)
 // runs PyTorch's own nodes: the outputs equal eager's, every call a fallback.
 TEST_F(GemmCaptureTest, LinearGroupWithoutAKernelFallsBackToEager) {

@@ -235,6 +235,59 @@ void LiftTensorConstants(Node* group) {
   }
 }
 
+// The [N, K] weight of `x @ c` when `c` is a 2-D tensor constant whose
+// transpose is contiguous (how torch.jit.freeze folds `w.t()` of a Linear-
+// layout weight): c.t(), a view of the same storage; else nullopt.
+std::optional<at::Tensor> TransposedConstantWeight(const Value* c) {
+  if (c->node()->kind() != c10::prim::Constant || !IsTensorValue(c)) return std::nullopt;
+  auto iv = torch::jit::toIValue(c);
+  if (!iv || !iv->isTensor()) return std::nullopt;
+  const at::Tensor& t = iv->toTensor();
+  if (!t.defined() || t.dim() != 2 || !t.t().is_contiguous()) return std::nullopt;
+  return t.t();
+}
+
+// Respells, in the top-level block, aten::matmul(x, C) and aten::addmm(b, x,
+// C, beta=1, alpha=1) with C a frozen `w.t()` (TransposedConstantWeight) as
+// aten::linear(x, C.t()[, b]), when that linear is one the GEMM gate lets
+// into a group. at::linear computes exactly that matmul / addmm call on the
+// same strides, so eager and fallback results stay bit-identical and no
+// weight is copied. Nothing changes under DICE_GEMM_GROUPS=0.
+void SpellConstantWeightGemmsAsLinear(const std::shared_ptr<torch::jit::Graph>& graph, GemmGroups gemm) {
+  if (gemm == GemmGroups::kOff) return;
+  std::vector<Node*> candidates;
+  for (Node* n : graph->block()->nodes())
+    if (n->kind() == c10::aten::matmul || n->kind() == c10::aten::addmm) candidates.push_back(n);
+  for (Node* n : candidates) {
+    const bool addmm = n->kind() == c10::aten::addmm;
+    if (n->inputs().size() != (addmm ? 5u : 2u) || n->outputs().size() != 1) continue;
+    Value* x = n->input(addmm ? 1 : 0);
+    auto weight = TransposedConstantWeight(n->input(addmm ? 2 : 1));
+    if (!weight || !IsTensorValue(x)) continue;
+    if (addmm) {
+      auto beta = torch::jit::toIValue(n->input(3)), alpha = torch::jit::toIValue(n->input(4));
+      auto is_one = [](const std::optional<c10::IValue>& v) {
+        return v && ((v->isInt() && v->toInt() == 1) || (v->isDouble() && v->toDouble() == 1.0));
+      };
+      if (!is_one(beta) || !is_one(alpha)) continue;
+    }
+    torch::jit::WithInsertPoint guard(n);
+    Value* w = graph->insertConstant(*weight);
+    Value* b = addmm ? n->input(0) : graph->insertConstant(c10::IValue());
+    Node* linear = graph->create(c10::aten::linear, {x, w, b});
+    linear->insertBefore(n);
+    linear->output()->setType(n->output()->type());
+    if (UnsupportedReason(linear).empty() && GemmGateReason(linear, gemm).empty()) {
+      n->output()->replaceAllUsesWith(linear->output());
+      n->destroy();
+    } else {
+      linear->destroy();
+      w->node()->destroy();
+      if (!addmm) b->node()->destroy();
+    }
+  }
+}
+
 // Describes the top-level block to the fusion policy (fusion_policy.h), forms
 // the groups it proposes, then captures each group's IR.
 class Fuser {
@@ -250,6 +303,7 @@ class Fuser {
     std::unordered_map<const Node*, int> index;
     bool any_fusible = false;
     const GemmGroups gemm = GemmGroupsFromEnv();
+    SpellConstantWeightGemmsAsLinear(graph_, gemm);
     for (Node* n : graph_->block()->nodes()) {
       bool fusible = n->kind() == FusionGroupSymbol();  // formed by an earlier run
       if (!fusible) {

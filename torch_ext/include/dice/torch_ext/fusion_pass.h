@@ -13,7 +13,12 @@
 // group of its own and takes the elementwise ops after it as its epilogue
 // (fusion_policy.h rule 4): float32 linears by default, bf16/f16 too with
 // DICE_GEMM_GROUPS=all, none with DICE_GEMM_GROUPS=0 (then a linear is left
-// out as "not a fusible op", as before GEMM groups). It leaves alone: sub-blocks
+// out as "not a fusible op", as before GEMM groups). Before grouping,
+// aten::matmul(x, C) and aten::addmm(b, x, C) (beta = alpha = 1) whose C is a
+// 2-D constant with a contiguous transpose (torch.jit.freeze's fold of a
+// Linear-layout `w.t()`) are respelled aten::linear(x, C.t()[, b]), which
+// ATen computes with the very same call (bit-identical, no weight copy), when
+// that linear may form a group. It leaves alone: sub-blocks
 // (prim::If/Loop bodies), nodes with unknown or non-float tensor types, and
 // mutating ops.
 //
