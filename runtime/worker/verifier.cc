@@ -201,9 +201,10 @@ Expected<Trial> MakeCapturedTrial(const Session& ss) {
 Buffers MakeBuffers(const Session& ss, const LaunchPlan& plan) {
   Buffers b;
   for (const auto& spec : ss.outputs) {
-    const int64_t nbytes = spec.nbytes();
+    const int64_t nbytes = StorageNumel(spec) * ir::DTypeSize(spec.dtype);
     at::Tensor raw = at::empty({std::max<int64_t>(nbytes, 16)}, at::TensorOptions().device(ss.device).dtype(at::kByte));
-    at::Tensor typed = raw.narrow(0, 0, nbytes).view(reference::ToScalarType(spec.dtype)).view(spec.shape);
+    // The kernel writes the spec's strides (channels_last outputs); compared by logical index.
+    at::Tensor typed = raw.narrow(0, 0, nbytes).view(reference::ToScalarType(spec.dtype)).as_strided(spec.shape, spec.strides);
     b.bytes.push_back(raw);
     b.typed.push_back(typed);
   }
@@ -628,7 +629,7 @@ Verifier::Verifier(TaskSetup setup) : impl_(std::make_unique<Impl>()) {
   ss.driver = setup.driver;
   ss.req = setup.req;
   ss.graph = std::move(setup.graph);
-  ss.outputs = std::move(setup.outputs);
+  ss.outputs = OutputsFollowingInputs(ss.req->inputs, std::move(setup.outputs));  // channels_last follows inputs
   ss.positive = PositiveDomainInputs(ss.graph);
   ss.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(ss.req->device));
 }

@@ -38,6 +38,7 @@
 #include "group_record.h"
 #include "ir_group_table.h"
 #include "runtime_state.h"
+#include "tensor_layout.h"
 #include "tune_queue.h"
 #include "winner_resolution.h"
 
@@ -48,6 +49,10 @@ void ReleaseFrameworkCachedMemory() {
 }
 
 namespace {
+
+TensorLayout LayoutOf(const at::Tensor& t) {
+  return ClassifyLayout(t.sizes().data(), t.strides().data(), static_cast<size_t>(t.dim()));
+}
 
 std::string DTypeText(at::ScalarType st) {
   switch (st) {
@@ -88,6 +93,7 @@ struct SigEntry {
   std::shared_ptr<runtime::LoadedKernel> kernel;
   runtime::ExtensionEntryFn extension = nullptr;  // an extension-form winner (the kernel is then null)
   std::vector<std::vector<int64_t>> out_shapes;
+  std::vector<std::vector<int64_t>> out_strides;  // the task's (channels_last follows the inputs)
   std::vector<at::ScalarType> out_dtypes;
 
   // The one way an entry fails: the group falls back from now on, `why` is
@@ -227,8 +233,9 @@ class GroupOp {
     }
     for (size_t i = 0; i < n_in_; ++i) {
       const at::Tensor& t = stack[base + i].toTensor();
-      if (!t.is_contiguous()) {
-        *text = "non-contiguous input " + std::to_string(i);
+      const TensorLayout layout = LayoutOf(t);
+      if (!Servable(layout)) {
+        *text = LayoutRefusal(layout, i);
         return false;
       }
       if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) {
@@ -297,8 +304,9 @@ class GroupOp {
       if (!spec.ok()) return;
       sig.push_back(static_cast<int64_t>(spec->dtype));
       sig.insert(sig.end(), spec->shape.begin(), spec->shape.end());
-      sig.push_back(-1);
-      specs.push_back(*spec);
+      const TensorLayout layout = LayoutOf(stack[base + i].toTensor());
+      sig.push_back(-1 - static_cast<int64_t>(layout));
+      specs.push_back(ServedInputSpec(*spec, layout));
     }
     {
       std::lock_guard<std::mutex> lock(record_->mu);
@@ -330,6 +338,7 @@ class GroupOp {
           if (!same) break;
           if (e->signature[k++] != d) same = false;
         }
+        if (same && e->signature[k++] != static_cast<int64_t>(LayoutOf(t))) same = false;
       }
       if (same) return e;
     }
@@ -348,17 +357,20 @@ class GroupOp {
       const at::Tensor& t = stack[base + i].toTensor();
       e->signature.push_back(static_cast<int64_t>(t.scalar_type()));
       e->signature.insert(e->signature.end(), t.sizes().begin(), t.sizes().end());
-      specs.push_back(*reference::SpecOf(t));
+      const TensorLayout layout = LayoutOf(t);
+      e->signature.push_back(static_cast<int64_t>(layout));  // a layout is its own entry and task key
+      specs.push_back(ServedInputSpec(*reference::SpecOf(t), layout));
     }
     int device = stack[base].toTensor().device().index();
     e->device = device;
-    auto task = Task::Make(graph_, specs, CurrentTarget(device < 0 ? 0 : device));
+    auto task = MakeServedTask(graph_, specs, CurrentTarget(device < 0 ? 0 : device));
     if (!task.ok()) {
       e->Fail("task: " + task.status().message());
     } else {
       e->key = task->Key();
       for (const auto& o : task->outputs) {
         e->out_shapes.push_back(o.shape);
+        e->out_strides.push_back(o.strides);
         e->out_dtypes.push_back(reference::ToScalarType(o.dtype));
       }
       e->task = std::make_unique<Task>(std::move(task).value());
@@ -455,7 +467,8 @@ class GroupOp {
     outs.reserve(n_out_);
     for (size_t i = 0; i < n_in_; ++i) ptrs[i] = stack[base + i].toTensor().data_ptr();
     for (size_t o = 0; o < n_out_; ++o) {
-      outs.push_back(at::empty(e.out_shapes[o], at::TensorOptions().dtype(e.out_dtypes[o]).device(dev)));
+      outs.push_back(at::empty_strided(e.out_shapes[o], e.out_strides[o],
+                                       at::TensorOptions().dtype(e.out_dtypes[o]).device(dev)));
       ptrs[n_in_ + o] = outs.back().data_ptr();
     }
     at::Tensor workspace;

@@ -1,0 +1,101 @@
+// layout.cc — see layout.h.
+#include "layout.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace dice::generator::tmpl {
+namespace {
+
+// Whether `shape` spans F along every axis that F does not broadcast.
+bool FullSize(const std::vector<int64_t>& shape, const std::vector<int64_t>& F) {
+  if (shape.size() != F.size()) return false;
+  for (size_t a = 0; a < F.size(); ++a)
+    if (F[a] > 1 && shape[a] != F[a]) return false;
+  return true;
+}
+
+// The axes of extent > 1, outermost first, in which `strides` are dense
+// row-major (innermost stride 1, each outer stride = inner stride * inner
+// extent); empty when they are not.
+std::vector<int> DenseOrder(const std::vector<int64_t>& strides, const std::vector<int64_t>& F) {
+  std::vector<int> axes;
+  for (size_t a = 0; a < F.size(); ++a)
+    if (F[a] > 1) axes.push_back(static_cast<int>(a));
+  // Stable: equal strides (an overlap) keep logical order and fail below.
+  std::stable_sort(axes.begin(), axes.end(), [&](int x, int y) { return strides[x] > strides[y]; });
+  int64_t expected = 1;
+  for (size_t k = axes.size(); k-- > 0;) {
+    if (strides[axes[k]] != expected) return {};
+    expected *= F[axes[k]];
+  }
+  return axes;
+}
+
+template <typename T>
+std::vector<T> Permuted(const std::vector<T>& v, const std::vector<int>& order) {
+  if (v.size() != order.size()) return v;  // e.g. empty strides of a non-load node
+  std::vector<T> out(v.size());
+  for (size_t k = 0; k < order.size(); ++k) out[k] = v[order[k]];
+  return out;
+}
+
+std::vector<int> Remapped(const std::vector<int>& axes, const std::vector<int>& inverse) {
+  std::vector<int> out;
+  out.reserve(axes.size());
+  for (int a : axes) out.push_back(inverse[a]);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::vector<int>> MemoryOrder(const Lowered& lo) {
+  const auto& F = lo.F;
+  std::vector<int> common;
+  bool any = false;
+  auto consider = [&](const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+    if (!FullSize(shape, F) || strides.size() != F.size()) return true;
+    std::vector<int> order = DenseOrder(strides, F);
+    if (order.empty()) return false;
+    if (any && order != common) return false;
+    common = std::move(order);
+    any = true;
+    return true;
+  };
+  for (const auto& n : lo.nodes)
+    if (n.kind == NodeKind::kLoad && !consider(n.shape, n.strides)) return std::nullopt;
+  for (const auto& o : lo.outputs)
+    if (!consider(lo.nodes[o.node].shape, o.strides)) return std::nullopt;
+  if (!any || common.empty()) return std::nullopt;
+  std::vector<int> order;
+  for (size_t a = 0; a < F.size(); ++a)
+    if (F[a] <= 1) order.push_back(static_cast<int>(a));
+  order.insert(order.end(), common.begin(), common.end());
+  std::vector<int> identity(F.size());
+  std::iota(identity.begin(), identity.end(), 0);
+  if (order == identity) return std::nullopt;
+  return order;
+}
+
+void PermuteAxes(const std::vector<int>& order, Lowered* lo) {
+  std::vector<int> inverse(order.size());
+  for (size_t k = 0; k < order.size(); ++k) inverse[order[k]] = static_cast<int>(k);
+  lo->F = Permuted(lo->F, order);
+  for (auto& n : lo->nodes) {
+    n.shape = Permuted(n.shape, order);
+    n.strides = Permuted(n.strides, order);
+    n.reduce_axes = Remapped(n.reduce_axes, inverse);
+  }
+  lo->reduce_axes = Remapped(lo->reduce_axes, inverse);
+  for (auto& o : lo->outputs) o.strides = Permuted(o.strides, order);
+}
+
+bool ToMemoryOrder(Lowered* lo) {
+  auto order = MemoryOrder(*lo);
+  if (!order) return false;
+  PermuteAxes(*order, lo);
+  return true;
+}
+
+}  // namespace dice::generator::tmpl

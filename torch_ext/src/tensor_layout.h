@@ -1,0 +1,84 @@
+// Private: the memory layouts the kernel path serves, and the layout of the
+// outputs it allocates (issue 18 item 2: "templates must handle dense
+// channels_last tensors instead of falling back").
+//
+// A fusion group's kernel is generated for the element strides of its
+// task's input and output specs (the task key holds them), so serving needs
+// three facts per call, all from sizes and strides alone: which layout an
+// input is in (ClassifyLayout: contiguous, channels_last, channels_last_3d,
+// or refused), the canonical strides that name that layout in the task
+// (ServedInputSpec), and the strides of the outputs (FollowInputLayout:
+// eager's rule that an elementwise result of channels_last inputs is
+// channels_last). Torch-free (run_group.cc passes tensor sizes/strides), so
+// it is testable without LibTorch and costs no torch compile. The worker
+// applies the same output rule to the specs of a tune request
+// (runtime/worker/trial_layout.h OutputsFollowingInputs); the two must agree,
+// and their tests check the same cases. Plain functions; thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dice/core/ir.h"
+#include "dice/core/status.h"
+#include "dice/core/task.h"
+
+namespace dice::torch_ext {
+
+/// The layout of one tensor, as PyTorch's memory formats name it.
+enum class TensorLayout : uint8_t {
+  kContiguous,      ///< row-major dense (at::MemoryFormat::Contiguous); wins when both apply
+  kChannelsLast,    ///< rank 4, dense in (N, H, W, C) order (at::MemoryFormat::ChannelsLast)
+  kChannelsLast3d,  ///< rank 5, dense in (N, D, H, W, C) order (at::MemoryFormat::ChannelsLast3d)
+  kStrided,         ///< non-overlapping but neither of the above (slices, transposes, other orders)
+  kOverlapping,     ///< some elements share memory (expand, stride 0 along a dim of size > 1)
+};
+
+/// Classifies a tensor of `rank` dims from its sizes and element strides, by
+/// PyTorch's rules (c10 compute_contiguous / compute_channels_last_contiguous_2d
+/// and _3d): strides of size-1 dims are ignored. Empty tensors are
+/// contiguous. Allocates nothing (the per-call eligibility check runs it).
+TensorLayout ClassifyLayout(const int64_t* sizes, const int64_t* strides, size_t rank);
+
+/// ClassifyLayout of a spec's shape and strides.
+TensorLayout ClassifyLayout(const ir::TensorSpec& spec);
+
+/// Whether the kernel path serves inputs in `layout` (contiguous,
+/// channels_last, channels_last_3d).
+bool Servable(TensorLayout layout);
+
+/// The fallback reason for input `input` in a layout the kernel path does
+/// not serve: "non-contiguous input <i>" (kStrided: the text every
+/// non-contiguous input gave before channels_last was served) or
+/// "non-contiguous input <i> (overlapping: expanded or stride 0)". "" for a
+/// servable layout.
+std::string LayoutRefusal(TensorLayout layout, size_t input);
+
+/// PyTorch's strides (elements) for a fresh tensor of `shape` in `layout`
+/// (at::empty(shape, memory_format)): size-0 dims count as 1 in contiguous
+/// strides, as they are in c10's channels_last ones. kStrided and
+/// kOverlapping, and a channels_last layout of the wrong rank, give the
+/// contiguous strides.
+std::vector<int64_t> LayoutStrides(const std::vector<int64_t>& shape, TensorLayout layout);
+
+/// The spec of a served input: `spec` itself when contiguous (task keys of
+/// contiguous calls stay byte-identical), else the canonical strides of its
+/// layout (LayoutStrides), so the strides of size-1 dims, which PyTorch
+/// leaves arbitrary, never split one layout into several task keys.
+ir::TensorSpec ServedInputSpec(ir::TensorSpec spec, TensorLayout layout);
+
+/// Eager's output-layout rule, applied to `outputs` (as ir::InferOutputSpecs
+/// made them, contiguous): an output takes the layout of the first input of
+/// exactly its shape when that input is channels_last / channels_last_3d
+/// (TensorIterator's result of channels_last operands; LayoutStrides).
+/// Others stay contiguous. Contiguous inputs change nothing.
+void FollowInputLayout(const std::vector<ir::TensorSpec>& inputs, std::vector<ir::TensorSpec>* outputs);
+
+/// The task serving builds for one call: Task::Make, then FollowInputLayout
+/// on its outputs. `inputs` should be ServedInputSpec's. Errors: those of
+/// Task::Make (kInvalidArgument when the specs do not fit the graph).
+Expected<Task> MakeServedTask(ir::Graph graph, std::vector<ir::TensorSpec> inputs, TargetInfo target);
+
+}  // namespace dice::torch_ext
