@@ -15,13 +15,15 @@ if [ -d "$_dice_root/.deps/root/usr/lib/x86_64-linux-gnu" ]; then
 fi
 # The CUTLASS headers (setup.sh step 2b) for extension candidates compiled
 # at run time (runtime/extension_compiler.h reads $DICE_CUTLASS_INCLUDE):
-# unpacked again from the carried wheel when a carry dropped the tree.
+# unpacked again from the carried wheel (.deps/cutlass) into .deps/root when
+# a carry dropped the tree.
 _dice_cutlass_whl=$(ls "$_dice_root"/.deps/cutlass/nvidia_cutlass-*.whl 2>/dev/null | head -1)
-if [ -n "$_dice_cutlass_whl" ] && [ ! -f "$_dice_root/.deps/cutlass/include/cutlass/gemm/device/gemm.h" ]; then
-  python3 "$_dice_root/scripts/unpack_cutlass.py" "$_dice_cutlass_whl" "$_dice_root/.deps/cutlass/include" || true
+if [ -n "$_dice_cutlass_whl" ] && [ ! -f "$_dice_root/.deps/root/cutlass/include/cutlass/gemm/device/gemm.h" ]; then
+  mkdir -p "$_dice_root/.deps/root/cutlass"
+  python3 "$_dice_root/scripts/unpack_cutlass.py" "$_dice_cutlass_whl" "$_dice_root/.deps/root/cutlass/include" || true
 fi
-if [ -z "${DICE_CUTLASS_INCLUDE:-}" ] && [ -f "$_dice_root/.deps/cutlass/include/cutlass/gemm/device/gemm.h" ]; then
-  export DICE_CUTLASS_INCLUDE="$_dice_root/.deps/cutlass/include"
+if [ -z "${DICE_CUTLASS_INCLUDE:-}" ] && [ -f "$_dice_root/.deps/root/cutlass/include/cutlass/gemm/device/gemm.h" ]; then
+  export DICE_CUTLASS_INCLUDE="$_dice_root/.deps/root/cutlass/include"
 fi
 unset _dice_cutlass_whl
 unset _dice_root

@@ -71,20 +71,25 @@ TORCH_PREFIX=$(python3 -c 'import torch,sys;sys.stdout.write(torch.utils.cmake_p
 # 2b. CUTLASS headers (header-only; the gemm template family's extension
 # candidates include them, runtime/extension_compiler.h passes -I). Pinned
 # like torch: the PyPI wheel nvidia-cutlass carries them under
-# cutlass_library/source/include. The wheel is kept in .deps/cutlass (it
-# travels to the GPU machine, which has no registry) and its include tree is
-# unpacked to .deps/cutlass/include; never vendored in git.
+# cutlass_library/source/include; never vendored in git. The wheel (6 MB) is
+# kept in .deps/cutlass and travels to the GPU machine (no registry there);
+# its include tree (27 MB) is unpacked into .deps/root/cutlass/include, which
+# scripts/gpu_snapshot.sh leaves behind like the other unpacked files (the
+# tree would push a snapshot past the device call's 64 MiB) and this step
+# unpacks again there.
 CUTLASS_VERSION=4.2.0.0
 CUTLASS_WHEEL="$ROOT/.deps/cutlass/nvidia_cutlass-$CUTLASS_VERSION-py3-none-any.whl"
+CUTLASS_INCLUDE="$ROOT/.deps/root/cutlass/include"
 if [ ! -f "$CUTLASS_WHEEL" ]; then
   log "downloading nvidia-cutlass==$CUTLASS_VERSION (headers) from PyPI into .deps/cutlass"
   mkdir -p "$ROOT/.deps/cutlass"
   python3 -m pip download -q --no-deps -d "$ROOT/.deps/cutlass" "nvidia-cutlass==$CUTLASS_VERSION" ||
     log "nvidia-cutlass not downloaded: the gemm templates' candidates will not compile"
 fi
-if [ -f "$CUTLASS_WHEEL" ] && [ ! -f "$ROOT/.deps/cutlass/include/cutlass/gemm/device/gemm.h" ]; then
-  log "unpacking the CUTLASS headers into .deps/cutlass/include"
-  python3 "$ROOT/scripts/unpack_cutlass.py" "$CUTLASS_WHEEL" "$ROOT/.deps/cutlass/include"
+if [ -f "$CUTLASS_WHEEL" ] && [ ! -f "$CUTLASS_INCLUDE/cutlass/gemm/device/gemm.h" ]; then
+  log "unpacking the CUTLASS headers into .deps/root/cutlass/include"
+  mkdir -p "$(dirname "$CUTLASS_INCLUDE")"
+  python3 "$ROOT/scripts/unpack_cutlass.py" "$CUTLASS_WHEEL" "$CUTLASS_INCLUDE"
 fi
 
 # 3. Configure and build.

@@ -56,7 +56,8 @@ bool HasContraction(const ir::Graph& graph);
 ///     origin "template:gemm/tc/<tile>/s<stages>".
 /// Operand access widths follow K and N divisibility and pointer alignment
 /// (16 bytes at most, 1 element when K or N is not a multiple of 4 for f32).
-/// Ordered by how fully the tile grid fills the target's SMs (sm_count).
+/// Ordered by the share of the target's tile slots (waves x sm_count) that
+/// compute output elements, then by tile size.
 /// Errors: kUnsupported with the reason (op after linear not elementwise,
 /// two extra tensors, an extra tensor neither per-column nor output-shaped,
 /// bias and extra tensor not combinable, mixed dtypes, non-contiguous input,

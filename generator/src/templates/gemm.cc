@@ -486,13 +486,28 @@ std::string TileName(const Tile& t) {
   return std::to_string(t.tm) + "x" + std::to_string(t.tn) + "x" + std::to_string(t.tk);
 }
 
-// Fraction of the last wave's SMs that get a tile (1 = the grid fills every
-// wave), the ordering heuristic: a full GPU first, then larger tiles.
-double WaveEfficiency(const GemmPlan& p, const Tile& t, int sm_count) {
+// The ordering heuristic: the fraction of the machine's tile slots (waves x
+// SMs x tile elements) that compute output elements, so a grid that leaves
+// SMs idle or pads a small output ranks lower. Sorted by that fraction
+// relative to the best tile's, in bins of 1/20; ties go to the larger tile
+// (more operand reuse per loaded byte), then to the list order.
+double UsefulWork(const GemmPlan& p, const Tile& t, int sm_count) {
   const int64_t ctas = ((p.M + t.tm - 1) / t.tm) * ((p.N + t.tn - 1) / t.tn);
   const int64_t sms = std::max(sm_count, 1);
   const int64_t waves = (ctas + sms - 1) / sms;
-  return static_cast<double>(ctas) / static_cast<double>(waves * sms);
+  return static_cast<double>(p.M) * static_cast<double>(p.N) /
+         (static_cast<double>(waves * sms) * static_cast<double>(t.tm) * static_cast<double>(t.tn));
+}
+
+void OrderTiles(const GemmPlan& p, int sm_count, std::vector<Tile>* tiles) {
+  double best = 0;
+  for (const Tile& t : *tiles) best = std::max(best, UsefulWork(p, t, sm_count));
+  auto bin = [&](const Tile& t) { return static_cast<int>(UsefulWork(p, t, sm_count) / best * 20.0 + 0.5); };
+  std::stable_sort(tiles->begin(), tiles->end(), [&](const Tile& a, const Tile& b) {
+    const int ea = bin(a), eb = bin(b);
+    if (ea != eb) return ea > eb;
+    return a.tm * a.tn > b.tm * b.tn;
+  });
 }
 
 }  // namespace
@@ -514,12 +529,7 @@ Expected<std::vector<Candidate>> GemmCandidates(const Task& task, int max_candid
   } else {
     tiles.assign(std::begin(kHalfTiles), std::end(kHalfTiles));
   }
-  const int sms = task.target.sm_count;
-  std::stable_sort(tiles.begin(), tiles.end(), [&](const Tile& a, const Tile& b) {
-    const double ea = WaveEfficiency(p, a, sms), eb = WaveEfficiency(p, b, sms);
-    if (ea != eb) return ea > eb;
-    return a.tm * a.tn > b.tm * b.tn;
-  });
+  OrderTiles(p, task.target.sm_count, &tiles);
   const std::string functor = EpilogueFunctor(p);
   const std::string host = HostFunction(task, p);
   std::vector<Candidate> out;
