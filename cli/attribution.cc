@@ -25,8 +25,9 @@ Attribution Attribute(double original_us, double captured_us, double optimized_u
   return {Ratio(original_us, captured_us), Ratio(captured_us, optimized_us), Ratio(original_us, optimized_us)};
 }
 
-std::string AttributionLine(const Attribution& a, bool frozen) {
-  std::string line = frozen ? "capture alone (freeze, folding): " : "capture alone (not frozen: no folding): ";
+std::string AttributionLine(const Attribution& a, bool frozen, const std::string& memory_format) {
+  const std::string layout = memory_format == "channels_last" ? ", channels_last" : "";
+  std::string line = (frozen ? "capture alone (freeze, folding" : "capture alone (not frozen: no folding") + layout + "): ";
   line += Times(a.capture) + "; dice winners: " + Times(a.winners) + (a.winners ? " on top" : "") + "; total " +
           Times(a.total);
   return line;

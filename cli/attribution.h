@@ -42,7 +42,9 @@ Attribution Attribute(double original_us, double captured_us, double optimized_u
 /// 1.95x; dice winners: 1.04x on top; total 2.03x". `frozen` false (freezing
 /// was off or failed) names capture "(not frozen: no folding)". A ratio not
 /// measured reads "not measured" (compile-only runs time nothing).
-std::string AttributionLine(const Attribution& a, bool frozen);
+/// `memory_format` "channels_last" (optimize()'s memory-format pass kept it)
+/// is named in capture's parentheses: "(freeze, folding, channels_last)".
+std::string AttributionLine(const Attribution& a, bool frozen, const std::string& memory_format = "contiguous");
 
 /// What one group's winner saved by the tuner's timing of the group.
 struct WinnerSaving {

@@ -46,6 +46,7 @@ struct ModelArgs {
   uint64_t seed = 0;
   std::string json_path;
   std::string report_path;  ///< tune only: --report FILE.html
+  std::string memory_format;  ///< tune only: --memory-format (empty: auto, i.e. DICE_MEMORY_FORMAT or measured)
 };
 
 struct LoadedModel {
@@ -294,6 +295,7 @@ dice::torch_ext::Options BaseOptions(const ModelArgs& args, const std::vector<c1
   auto env = dice::torch_ext::Options::FromEnv();
   dice::torch_ext::Options o = env.ok() ? *env : dice::torch_ext::Options{};
   if (!args.cache_dir.empty()) o.cache_dir = args.cache_dir;
+  if (auto f = dice::torch_ext::ParseMemoryFormat(args.memory_format); f.ok()) o.memory_format = *f;
   o.example_inputs = inputs;
   return o;
 }
@@ -301,14 +303,17 @@ dice::torch_ext::Options BaseOptions(const ModelArgs& args, const std::vector<c1
 /// Loads the model again on the GPU and captures it as optimize() does
 /// (frozen unless freezing fails, inlined) in mode off, which leaves its graph
 /// without dice groups: the "captured" model of the attribution
-/// (attribution.h). Leaves the runtime mode off. Errors (in `error`): those
-/// of LoadModel, and optimize()'s.
-bool LoadCaptured(const ModelArgs& args, LoadedModel* out, std::string* error) {
+/// (attribution.h). Leaves the runtime mode off. `report_out` gets optimize()'s
+/// report (its memory-format decision is the tuned copy's too). Errors (in
+/// `error`): those of LoadModel, and optimize()'s.
+bool LoadCaptured(const ModelArgs& args, LoadedModel* out, dice::torch_ext::OptimizeReport* report_out,
+                  std::string* error) {
   if (!LoadModel(args, /*want_gpu=*/true, out, error)) return false;
   dice::torch_ext::Options off = BaseOptions(args, out->inputs);
   off.mode = dice::torch_ext::Mode::kOff;
   auto report = dice::torch_ext::optimize(out->module, off);
   if (!report.ok()) *error = "capturing the model for its capture-alone time: " + report.status().ToString();
+  if (report.ok()) *report_out = *report;
   return report.ok();
 }
 
@@ -388,7 +393,8 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   // inlined as the tuned one but optimize()d in mode off, which leaves its
   // graph without dice groups. Before the tuned optimize(): it sets the mode.
   LoadedModel captured;
-  if (gpu && !LoadCaptured(args, &captured, &error)) return Fail(kExitFailure, error);
+  dice::torch_ext::OptimizeReport capture_report;
+  if (gpu && !LoadCaptured(args, &captured, &capture_report, &error)) return Fail(kExitFailure, error);
 
   std::vector<std::shared_ptr<dice::KernelGenerator>> generators;
   if (!MakeGenerators(generator_args, gpu, &generators, &error)) return Fail(kExitBadInput, error);
@@ -399,9 +405,16 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   options.tune.compile_only = !gpu;
   options.tune.budget_s = budget_s;
   options.tune.max_candidates = max_candidates;
+  if (gpu) {  // the layout is measured once, on the captured copy; the tuned copy takes its decision
+    options.memory_format = capture_report.memory_format == "channels_last" ? dice::torch_ext::MemoryFormat::kChannelsLast
+                                                                            : dice::torch_ext::MemoryFormat::kContiguous;
+  }
   auto report = dice::torch_ext::optimize(tuned.module, options);
   if (!report.ok()) return Fail(kExitFailure, report.status().ToString());
   for (const auto& w : report->warnings) Warn(w);
+  const auto& layout = gpu ? capture_report : *report;
+  Notice(dice::LogLevel::kInfo, "dice: memory format: %s (%s)", layout.memory_format.c_str(),
+         layout.memory_format_reason.c_str());
   Notice(dice::LogLevel::kInfo, "dice: %zu fusion group(s) formed, %zu op(s) left with PyTorch", report->groups.size(),
          report->left_out.size());
   ProgressLine progress;  // one line per group and phase (cli/progress.h)
@@ -436,7 +449,7 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
                 detail.c_str());
   }
   const Attribution attribution = gpu ? Attribute(t.original_us, t.captured_us, t.optimized_us) : Attribution{};
-  std::printf("%s\n", AttributionLine(attribution, report->frozen).c_str());
+  std::printf("%s\n", AttributionLine(attribution, report->frozen, report->memory_format).c_str());
   const EndToEnd e2e{gpu, t.original_us, t.captured_us, t.optimized_us, match, detail, report->frozen, calls};
   if (!WriteTuneOutputs(args, TuneDocument(args.model_path, *tuned_reports, e2e), &error)) {
     return Fail(kExitFailure, error);
@@ -515,6 +528,8 @@ void RegisterTune(CLI::App& app, CommandTable& table) {
   AddModelArgs(tune, &a->model);
   tune->add_option("--budget-s", a->budget_s, "tuning budget per fusion group, seconds");
   tune->add_option("--max-candidates", a->max_candidates, "candidates per generator and group")->check(CLI::Range(1, 256));
+  tune->add_option("--memory-format", a->model.memory_format, "conv regions' layout: auto (default: measured on the GPU, "
+                   "or $DICE_MEMORY_FORMAT), contiguous or channels_last")->check(CLI::IsMember({"auto", "contiguous", "channels_last"}));
   tune->add_flag("--require-gpu", a->require_gpu, "exit 3 instead of running compile-only when no GPU is present");
   tune->add_option("--report", a->model.report_path, "also write the tuning report as one self-contained HTML page "
                                                      "to this file (docs/CLI.md)");
