@@ -244,6 +244,24 @@ TEST(GemmTemplates, GroupsWithoutLinearStillGoToTheDeviceFormFamilies) {
   for (const Candidate& c : cands) EXPECT_EQ(c.form, CandidateForm::kDevice) << c.origin;
 }
 
+TEST(GemmTemplates, CutlassIncludeDirHonoursTheEnvironmentAndNeedsGemmHeader) {
+  const char* old = std::getenv("DICE_CUTLASS_INCLUDE");
+  const std::string saved = old != nullptr ? old : "";
+  const std::string configured = runtime::CutlassIncludeDir();
+  ::setenv("DICE_CUTLASS_INCLUDE", "/nonexistent/cutlass/include", 1);
+  EXPECT_EQ(runtime::CutlassIncludeDir(), "");  // no cutlass/gemm/device/gemm.h there
+  if (!configured.empty()) {
+    ::setenv("DICE_CUTLASS_INCLUDE", configured.c_str(), 1);
+    EXPECT_EQ(runtime::CutlassIncludeDir(), configured);
+  }
+  if (old != nullptr) {
+    ::setenv("DICE_CUTLASS_INCLUDE", saved.c_str(), 1);
+  } else {
+    ::unsetenv("DICE_CUTLASS_INCLUDE");
+  }
+  EXPECT_EQ(runtime::CutlassIncludeDir(), configured);
+}
+
 // One real build (issue 18: "CUTLASS candidates compile for sm_90 on CPU"):
 // nvcc with LibTorch's and CUTLASS's headers; a few minutes on 2 cores.
 TEST(GemmTemplates, Float32CandidateCompilesForSm90WithNvcc) {
