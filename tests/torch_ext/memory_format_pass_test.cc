@@ -46,6 +46,26 @@ def forward(self, x):
     return y + 1.0, x
 )";
 
+// A residual block as torchvision writes it (in-place relu and add).
+constexpr const char* kResidualInPlace = R"(
+def forward(self, x):
+    y = torch.conv2d(x, self.w1, None, [1, 1], [1, 1])
+    y = torch.relu_(y)
+    z = torch.conv2d(y, self.w2, None, [1, 1], [1, 1])
+    z += y
+    z = torch.relu_(z)
+    return torch.flatten(torch.adaptive_avg_pool2d(z, [1, 1]), 1)
+)";
+
+// y leaves the region (to flatten) and stays in it (the second conv).
+constexpr const char* kValueInsideAndOutside = R"(
+def forward(self, x):
+    y = torch.conv2d(x, self.w1, None, [1, 1], [1, 1])
+    a = torch.flatten(y, 1)
+    b = torch.conv2d(y, self.w2, None, [1, 1], [1, 1])
+    return a, b
+)";
+
 torch::jit::Module Make(const std::string& source, const std::vector<std::pair<std::string, at::Tensor>>& params) {
   torch::jit::Module m("TestModule");
   for (const auto& [name, t] : params) m.register_parameter(name, t, /*is_buffer=*/false);
@@ -276,6 +296,47 @@ TEST_F(MemoryFormatPassTest, InjectedFailureLeavesTheGraphUnchangedWithAWarningN
   torch::NoGradGuard no_grad;
   const at::Tensor run = torch::randn({2, 3, 8, 8});
   EXPECT_TRUE(torch::allclose(m.forward({run}).toTensor(), original.forward({run}).toTensor()));
+}
+
+TEST_F(MemoryFormatPassTest, ResidualBlockWithInPlaceOpsIsOneRegionWithOneConversionEachWay) {
+  auto original = Make(kResidualInPlace, {{"w1", torch::randn({4, 4, 3, 3})}, {"w2", torch::randn({4, 4, 3, 3})}});
+  auto m = original.clone();
+  setenv("DICE_MEMORY_FORMAT", "channels_last", 1);
+  auto rep = Capture(m, torch::randn({2, 4, 6, 6}));
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->memory_format, "channels_last") << rep->memory_format_reason;
+  EXPECT_NE(rep->memory_format_reason.find("1 region(s), 2 conv(s), 1 entry and 1 exit"), std::string::npos)
+      << rep->memory_format_reason;
+  auto conversions = NodesOf(m, "aten::contiguous");
+  ASSERT_EQ(conversions.size(), 2u);
+  EXPECT_EQ(std::string(conversions[1]->input(0)->node()->kind().toQualString()), "aten::adaptive_avg_pool2d");
+  torch::NoGradGuard no_grad;
+  const at::Tensor run = torch::randn({2, 4, 6, 6});
+  EXPECT_TRUE(torch::allclose(m.forward({run}).toTensor(), original.forward({run}).toTensor(), 1e-4, 1e-4));
+}
+
+TEST_F(MemoryFormatPassTest, ValueUsedInsideAndOutsideTheRegionIsCopiedOnceForTheOutside) {
+  auto original = Make(kValueInsideAndOutside, {{"w1", torch::randn({4, 3, 3, 3})}, {"w2", torch::randn({2, 4, 3, 3})}});
+  auto m = original.clone();
+  setenv("DICE_MEMORY_FORMAT", "channels_last", 1);
+  auto rep = Capture(m, torch::randn({1, 3, 5, 5}));
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  ASSERT_EQ(rep->memory_format, "channels_last") << rep->memory_format_reason;
+  auto convs = NodesOf(m, "aten::conv2d");
+  ASSERT_EQ(convs.size(), 2u);
+  EXPECT_EQ(convs[1]->input(0), convs[0]->output());  // the second conv reads y in channels_last
+  auto conversions = NodesOf(m, "aten::contiguous");
+  ASSERT_EQ(conversions.size(), 3u);  // x in; y out to flatten; b out to the graph's output
+  torch::NoGradGuard no_grad;
+  const at::Tensor run = torch::randn({1, 3, 5, 5});
+  auto want = original.forward({run}).toTuple();
+  auto got = m.forward({run}).toTuple();
+  for (size_t i = 0; i < 2; ++i) {
+    const at::Tensor g = got->elements()[i].toTensor();
+    const at::Tensor w = want->elements()[i].toTensor();
+    EXPECT_TRUE(torch::allclose(g, w, 1e-4, 1e-4)) << i;
+    EXPECT_EQ(g.strides(), w.strides()) << i;
+  }
 }
 
 TEST_F(MemoryFormatPassTest, RegionIsSkippedWhenAValueItWouldCopyIsWrittenInPlace) {
