@@ -1,5 +1,5 @@
 // tensor_layout_test.cc — the layouts the kernel path serves
-// (torch_ext/src/tensor_layout.h, issue 18 item 2): real PyTorch tensors are
+// (torch_ext/src/tensor_layout.h, run_group.cc; issue 18 item 2): real PyTorch tensors are
 // classified as contiguous / channels_last / channels_last_3d (served) or
 // strided / overlapping (refused with the reason), a channels_last call gets
 // its own task key with channels_last outputs while a contiguous call keeps
@@ -14,6 +14,9 @@
 
 #include "../../torch_ext/src/tensor_layout.h"
 #include "dice/reference/reference_executor.h"
+#include "dice/torch_ext/group_stats.h"
+#include "dice/torch_ext/optimize.h"
+#include "dice/torch_ext/run_group.h"
 // The worker's rule is compiled into dice-worker only; its torch-free source
 // is built into this test so that both rules are checked on the same cases.
 #include "../../runtime/worker/trial_layout.cc"
@@ -145,6 +148,43 @@ TEST(TensorLayout, WorkerDerivesTheSameOutputSpecsAsServing) {
     // And both are eager's: add of these inputs.
     EXPECT_EQ(serving[0].strides, (call[0] + call[1]).strides().vec()) << inputs[0].ToString();
   }
+}
+
+// On CPU every call falls back ("no GPU") but still records its task key:
+// the same shapes in two layouts are two signatures with two keys, and the
+// channels_last key is the served task's (channels_last outputs).
+TEST(TensorLayout, RunGroupKeysContiguousAndChannelsLastCallsApart) {
+  Options o;
+  o.mode = Mode::kCache;
+  o.cache_dir = ::testing::TempDir() + "dice-tensor-layout-test";
+  SetRuntimeOptions(o);
+  const char* ir =
+      "dice-ir v1\n"
+      "input %0 f32 rank=4\n"
+      "input %1 f32 rank=3\n"
+      "%2 = add(%0, %1)\n"
+      "%3 = sigmoid(%2)\n"
+      "output %3\n";
+  auto id = RegisterIrGroup(ir, {});
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  at::Tensor x = at::randn({2, 8, 3, 5});
+  at::Tensor xcl = x.contiguous(at::MemoryFormat::ChannelsLast);
+  at::Tensor b = at::randn({8, 1, 1});
+  for (const at::Tensor& in : {x, xcl, x, xcl}) {
+    auto outs = RunGroup(ir, {in, b});
+    ASSERT_TRUE(outs.ok()) << outs.status().ToString();
+    EXPECT_TRUE(at::allclose((*outs)[0], at::sigmoid(x + b)));
+  }
+  std::vector<std::string> keys;
+  for (const auto& s : GetGroupStats())
+    if (s.id == *id) keys = s.task_keys;
+  ASSERT_EQ(keys.size(), 2u) << "one task key per layout";
+  auto graph = ir::Parse(ir);
+  ASSERT_TRUE(graph.ok());
+  auto served = MakeServedTask(*graph, {SpecOf(xcl), SpecOf(b)}, CurrentTarget(0));
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(keys[1], served->Key());
+  EXPECT_NE(keys[0], keys[1]);
 }
 
 }  // namespace
