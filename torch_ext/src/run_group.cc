@@ -3,7 +3,8 @@
 // ops (the dispatcher op of graph frontends that pass IR text, run_group.h).
 // One GroupOp per group: eligibility checks, the winner kernel on a cache
 // hit, otherwise the fallback, and the group's statistics. Finding and
-// loading winners (winner_resolution.h), the tuner (tune_queue.h) and the
+// loading winners (winner_resolution.h), the tuner (tune_queue.h), the
+// served layouts and output strides (tensor_layout.h) and the
 // process-wide state (runtime_state.h, group_record.h) are torch-free
 // modules; this is the one file of them that includes torch.
 #include "dice/torch_ext/run_group.h"
