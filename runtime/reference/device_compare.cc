@@ -22,6 +22,12 @@ at::Tensor ReferenceErrorSlack(const at::Tensor& ref, const at::Tensor& ref64) {
   return d.nan_to_num(0, 0, 0).to(at::kFloat);
 }
 
+at::Tensor NormwiseErrorSlack(const at::Tensor& ref, const at::Tensor& ref64) {
+  at::Tensor d = (ref.to(at::kDouble) - ref64.to(at::kDouble)).abs().nan_to_num(0, 0, 0);
+  const double worst = d.numel() > 0 ? d.max().item<double>() : 0.0;
+  return at::full(ref.sizes(), 2.0 * worst, ref.options().dtype(at::kFloat));
+}
+
 namespace {
 
 // Elements compared per step: bounds the temporaries (~10 bytes/element) for

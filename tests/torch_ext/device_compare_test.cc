@@ -160,3 +160,28 @@ TEST(DeviceCompareTest, StorageFingerprintSeesAnyChangedWordOfTheStorage) {
 }
 }  // namespace
 }  // namespace dice::reference
+
+namespace dice::reference {
+namespace {
+TEST(DeviceCompareTest, NormwiseSlackAdmitsAnotherGemmSummationOrderAndRejectsAWrongEpilogue) {
+  // randn x 10 operands: outputs of size ~sqrt(K) * 100 with many cancelled
+  // ones, as in the worker's random trials.
+  at::manual_seed(5);
+  const int64_t K = 1024;
+  at::Tensor x = at::randn({256, K}) * 10, w = at::randn({512, K}) * 10;
+  at::Tensor ref = at::relu(at::linear(x, w));
+  at::Tensor ref64 = at::relu(at::linear(x.to(at::kDouble), w.to(at::kDouble)));
+  // Another summation order: two half-K products added.
+  at::Tensor split = at::relu(at::linear(x.narrow(1, 0, K / 2), w.narrow(1, 0, K / 2)) +
+                              at::linear(x.narrow(1, K / 2, K / 2), w.narrow(1, K / 2, K / 2)));
+  const runtime::Tolerance tol = runtime::Tolerance::ForDType(ir::DType::kFloat32);
+  const at::Tensor normwise = NormwiseErrorSlack(ref, ref64);
+  EXPECT_EQ(normwise.sizes(), ref.sizes());
+  EXPECT_TRUE(CompareTensors(split, ref, tol, &normwise).ok);
+  // Dropping the relu, or an error far above PyTorch's own, still fails.
+  at::Tensor no_relu = at::linear(x, w);
+  EXPECT_FALSE(CompareTensors(no_relu, ref, tol, &normwise).ok);
+  EXPECT_FALSE(CompareTensors(ref + 1.0, ref, tol, &normwise).ok);
+}
+}  // namespace
+}  // namespace dice::reference

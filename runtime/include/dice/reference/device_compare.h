@@ -38,6 +38,16 @@ runtime::CompareResult CompareTensorsChunked(const at::Tensor& got, const at::Te
 /// The slack for CompareTensors: 2 * |ref - ref64| as float32, zero where either is not finite.
 at::Tensor ReferenceErrorSlack(const at::Tensor& ref, const at::Tensor& ref64);
 
+/// The slack for outputs of a contraction (GEMM, issue 18 item 4): twice
+/// PyTorch's worst error against float64 anywhere in the output,
+/// 2 * max |ref - ref64| (finite elements), at every element, as float32 of
+/// ref's shape. A GEMM's rounding error scales with sum_k |x_ik w_kj|, not
+/// with the (possibly cancelled) output element, so an element-wise slack
+/// rejects any other summation order by chance (seen on the H200: 3xTF32
+/// at K = 1024, 38 of 524,288 elements); the norm-wise one asks a candidate
+/// to be as close to the exact product as PyTorch is, in the max norm.
+at::Tensor NormwiseErrorSlack(const at::Tensor& ref, const at::Tensor& ref64);
+
 /// Sums over every byte a tensor's storage holds (not only the elements its
 /// view spans: a strided input's gaps and alignment offset too), taken as
 /// 32-bit words (bytes when the size is not a multiple of 4) split into
