@@ -11,6 +11,7 @@
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/torch.h>
 
+#include "../../torch_ext/src/memory_format_pass.h"
 #include "dice/torch_ext/optimize.h"
 
 namespace dice::torch_ext {
@@ -348,6 +349,23 @@ TEST_F(MemoryFormatPassTest, RegionIsSkippedWhenAValueItWouldCopyIsWrittenInPlac
   EXPECT_EQ(rep->memory_format, "contiguous");
   EXPECT_NE(rep->memory_format_reason.find("written in place"), std::string::npos) << rep->memory_format_reason;
   EXPECT_TRUE(NodesOf(m, "aten::contiguous").empty());
+}
+
+TEST(MemoryFormatDecisionTest, ChannelsLastIsKeptOnlyWhenAtLeastTwoPercentFaster) {
+  EXPECT_TRUE(KeepsChannelsLast(100.0, 50.0));
+  EXPECT_TRUE(KeepsChannelsLast(100.0, 98.0));
+  EXPECT_FALSE(KeepsChannelsLast(100.0, 98.5));  // 1.5% faster: within noise, stays contiguous
+  EXPECT_FALSE(KeepsChannelsLast(100.0, 120.0));
+  EXPECT_FALSE(KeepsChannelsLast(0.0, 50.0));    // not measured
+  EXPECT_FALSE(KeepsChannelsLast(100.0, 0.0));
+}
+
+TEST(MemoryFormatDecisionTest, TimingWithoutACudaInputIsAnError) {
+  auto graph = std::make_shared<torch::jit::Graph>();
+  auto times = TimeGraphsRoundRobin(graph, graph, {torch::randn({2, 2})}, 1, 1);
+  ASSERT_FALSE(times.ok());
+  EXPECT_EQ(times.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(times.status().message().find("no CUDA tensor"), std::string::npos) << times.status().message();
 }
 
 }  // namespace

@@ -297,6 +297,10 @@ const char* MemoryFormatName(MemoryFormat f) {
   return "auto";
 }
 
+bool KeepsChannelsLast(double contiguous_us, double channels_last_us) {
+  return contiguous_us > 0 && channels_last_us > 0 && channels_last_us <= 0.98 * contiguous_us;
+}
+
 MemoryFormatPassResult ConvertConvRegionsToChannelsLast(const std::shared_ptr<Graph>& graph) {
   MemoryFormatPassResult result;
   std::vector<Region> regions = FindRegions(graph);
@@ -399,7 +403,7 @@ Expected<MemoryFormatOutcome> RunMemoryFormatStep(const std::shared_ptr<Graph>& 
     out.channels_last_us = times->second;
     const std::string measured = "channels_last " + Micros(out.channels_last_us) + " µs vs contiguous " +
                                  Micros(out.contiguous_us) + " µs";
-    if (!(out.channels_last_us <= 0.98 * out.contiguous_us)) {
+    if (!KeepsChannelsLast(out.contiguous_us, out.channels_last_us)) {
       out.reason = "auto: " + measured + " (channels_last needs >= 2% less); left contiguous";
       return out;
     }

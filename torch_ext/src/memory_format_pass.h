@@ -69,6 +69,12 @@ Expected<std::pair<double, double>> TimeGraphsRoundRobin(const std::shared_ptr<t
                                                          const std::vector<c10::IValue>& inputs, int warmup,
                                                          int reps);
 
+/// The measured rule of kAuto: channels_last is kept only when its median
+/// is at least 2% below the contiguous one (channels_last_us <= 0.98 ×
+/// contiguous_us). A time that is not positive (not measured) keeps
+/// contiguous. Pure; µs.
+bool KeepsChannelsLast(double contiguous_us, double channels_last_us);
+
 /// What RunMemoryFormatStep chose (copied into OptimizeReport).
 struct MemoryFormatOutcome {
   std::string format = "contiguous";  ///< "contiguous" or "channels_last"
