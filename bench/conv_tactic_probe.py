@@ -1,0 +1,63 @@
+"""Where Inductor's conv time comes from (issue 18 item 2): one KernelBench
+conv task's model timed in eager with cudnn.benchmark off/on, contiguous and
+channels_last (weights and input converted outside the timed region), against
+torch.compile, round-robin with CUDA events. Prints one JSON line per variant.
+Usage: python3 bench/conv_tactic_probe.py TASK.py [--reps 20]
+"""
+import argparse, importlib.util, json, sys
+
+import torch
+
+
+def load(path):
+    spec = importlib.util.spec_from_file_location("task", path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("task")
+    ap.add_argument("--reps", type=int, default=20)
+    a = ap.parse_args()
+    m = load(a.task)
+    torch.manual_seed(0)
+    model = m.Model(*m.get_init_inputs()).cuda().eval()
+    x = [t.cuda() for t in m.get_inputs()]
+    model_cl = m.Model(*m.get_init_inputs()).cuda().eval()
+    model_cl.load_state_dict(model.state_dict())
+    model_cl = model_cl.to(memory_format=torch.channels_last)
+    x_cl = [t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in x]
+    compiled = torch.compile(model)
+    variants = {
+        "eager": (False, lambda: model(*x)),
+        "eager+benchmark": (True, lambda: model(*x)),
+        "channels_last": (False, lambda: model_cl(*x_cl)),
+        "channels_last+benchmark": (True, lambda: model_cl(*x_cl)),
+        "torch.compile": (False, lambda: compiled(*x)),
+    }
+    times = {k: [] for k in variants}
+    with torch.no_grad():
+        for k, (bench, fn) in variants.items():  # warm-up (and cuDNN's search)
+            torch.backends.cudnn.benchmark = bench
+            for _ in range(3):
+                fn()
+        torch.cuda.synchronize()
+        for _ in range(a.reps):
+            for k, (bench, fn) in variants.items():
+                torch.backends.cudnn.benchmark = bench
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                fn()
+                e.record()
+                e.synchronize()
+                times[k].append(s.elapsed_time(e) * 1000.0)
+    for k, v in times.items():
+        v.sort()
+        print(json.dumps({"task": a.task.split("/")[-1], "variant": k, "median_us": v[len(v) // 2]}))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
