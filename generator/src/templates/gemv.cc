@@ -25,7 +25,6 @@ struct Shape {
 struct Variant {
   int cols_per_warp;  // R
   int warps;          // warps per block
-  int unroll;         // U: K steps whose weight loads are issued before their FMAs
   int split;          // K chunks (1 = no workspace)
 };
 
@@ -87,8 +86,7 @@ std::string Source(const Shape& s, const Variant& v, int vec) {
   src += "typedef " + std::string(t) + " T;\n";
   src += "#define GM " + std::to_string(s.m) + "\n#define GN " + std::to_string(s.n) + "LL\n#define GK " +
          std::to_string(s.k) + "LL\n#define GR " + std::to_string(v.cols_per_warp) + "\n#define GW " +
-         std::to_string(v.warps) + "\n#define GV " + std::to_string(vec) + "\n#define GU " +
-         std::to_string(v.unroll) + "\n#define GKC " +
+         std::to_string(v.warps) + "\n#define GV " + std::to_string(vec) + "\n#define GKC " +
          std::to_string(kchunk) + "LL\n";
   src += R"(
 __device__ __forceinline__ float dice_f(float v) { return v; }
@@ -97,16 +95,17 @@ __device__ __forceinline__ float dice_f(__nv_bfloat16 v) { return __bfloat162flo
 __device__ __forceinline__ void dice_to(float* p, float v) { *p = v; }
 __device__ __forceinline__ void dice_to(__half* p, float v) { *p = __float2half_rn(v); }
 __device__ __forceinline__ void dice_to(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
-// GV consecutive elements: one 16-byte load (raw) when GV * sizeof(T) == 16.
-struct DiceVec { union { uint4 u; T h[GV]; }; };
-__device__ __forceinline__ DiceVec dice_load(const T* __restrict__ p) {
-  DiceVec b;
+// GV consecutive elements as floats (one 16-byte load when GV * sizeof(T) == 16).
+__device__ __forceinline__ void dice_load(const T* __restrict__ p, float* out) {
 #if GV * 2 == 16 || GV * 4 == 16
-  if (sizeof(T) * GV == 16) { b.u = __ldg(reinterpret_cast<const uint4*>(p)); return b; }
-#endif
+  union { uint4 u; T h[GV]; } b;
+  b.u = __ldg(reinterpret_cast<const uint4*>(p));
 #pragma unroll
-  for (int i = 0; i < GV; ++i) b.h[i] = p[i];
-  return b;
+  for (int i = 0; i < GV; ++i) out[i] = dice_f(b.h[i]);
+#else
+#pragma unroll
+  for (int i = 0; i < GV; ++i) out[i] = dice_f(p[i]);
+#endif
 }
 )";
   const std::string bias_param = s.bias ? ", const T* __restrict__ b" : "";
@@ -122,31 +121,25 @@ __device__ __forceinline__ DiceVec dice_load(const T* __restrict__ p) {
   for (int m = 0; m < GM; ++m)
 #pragma unroll
     for (int r = 0; r < GR; ++r) acc[m][r] = 0.f;
-  const long long kend = kbeg + GKC;
-  for (long long k0 = kbeg + lane * GV; k0 < kend; k0 += 32 * GV * GU) {
-    // All GU x GR weight loads in flight before the first FMA.
-    DiceVec wv[GU][GR];
+#pragma unroll 2
+  for (long long k = kbeg + lane * GV; k < kbeg + GKC; k += 32 * GV) {
+    float wv[GR][GV];
 #pragma unroll
-    for (int u = 0; u < GU; ++u) {
-      const long long k = k0 + (long long)u * 32 * GV;
+    for (int r = 0; r < GR; ++r) {
+      if (n0 + r < GN) dice_load(w + (n0 + r) * GK + k, wv[r]);
+      else {
 #pragma unroll
-      for (int r = 0; r < GR; ++r) {
-        if (k < kend && n0 + r < GN) wv[u][r] = dice_load(w + (n0 + r) * GK + k);
-        else wv[u][r].u = make_uint4(0u, 0u, 0u, 0u);
+        for (int i = 0; i < GV; ++i) wv[r][i] = 0.f;
       }
     }
 #pragma unroll
-    for (int u = 0; u < GU; ++u) {
-      const long long k = k0 + (long long)u * 32 * GV;
-      if (k >= kend) break;
+    for (int m = 0; m < GM; ++m) {
+      float xv[GV];
+      dice_load(x + m * GK + k, xv);
 #pragma unroll
-      for (int m = 0; m < GM; ++m) {
-        const DiceVec xv = dice_load(x + m * GK + k);
+      for (int r = 0; r < GR; ++r)
 #pragma unroll
-        for (int r = 0; r < GR; ++r)
-#pragma unroll
-          for (int i = 0; i < GV; ++i) acc[m][r] = fmaf(dice_f(xv.h[i]), dice_f(wv[u][r].h[i]), acc[m][r]);
-      }
+        for (int i = 0; i < GV; ++i) acc[m][r] = fmaf(xv[i], wv[r][i], acc[m][r]);
     }
   }
 #pragma unroll
@@ -192,22 +185,21 @@ Expected<std::vector<Candidate>> SkinnyGemmCandidates(const Task& task, int max_
   const int vec = (s.k * ebytes) % 16 == 0 ? vec_full : 1;
   // Column-parallel variants first; split-K ones when the columns alone give
   // fewer than two blocks per SM.
-  const std::vector<Variant> variants = {{1, 4, 4, 1}, {2, 4, 4, 1}, {1, 8, 8, 1}, {4, 4, 2, 1},
-                                         {1, 4, 4, 2}, {2, 4, 2, 2}, {1, 4, 4, 4}, {1, 8, 2, 8}};
+  const std::vector<Variant> variants = {{2, 4, 1}, {1, 4, 1}, {4, 4, 1}, {2, 8, 1},
+                                         {1, 4, 2}, {2, 4, 2}, {1, 4, 4}, {1, 8, 8}};
   std::vector<Candidate> out;
   for (const Variant& v : variants) {
     if (static_cast<int>(out.size()) >= max_candidates) break;
     if (s.m * v.cols_per_warp > 64) continue;  // the partial sums must stay in registers
-    if (s.m * v.cols_per_warp > 16 && v.unroll > 4) continue;
     const int64_t cols_per_block = static_cast<int64_t>(v.cols_per_warp) * v.warps;
     const int64_t blocks = (s.n + cols_per_block - 1) / cols_per_block;
     if (v.split > 1) {
       if (blocks >= 2 * target.sm_count) continue;
-      if (s.k % (static_cast<int64_t>(v.split) * vec) != 0) continue;
+      if (s.k % (static_cast<int64_t>(v.split) * 32 * vec) != 0) continue;
     }
     Candidate c;
-    c.origin = "template:gemv/r" + std::to_string(v.cols_per_warp) + "/w" + std::to_string(v.warps) + "/u" +
-               std::to_string(v.unroll) + "/s" + std::to_string(v.split) + "/v" + std::to_string(vec);
+    c.origin = "template:gemv/r" + std::to_string(v.cols_per_warp) + "/w" + std::to_string(v.warps) + "/s" +
+               std::to_string(v.split) + "/v" + std::to_string(vec);
     c.form = CandidateForm::kDevice;
     c.source = Source(s, v, vec);
     KernelLaunch main;

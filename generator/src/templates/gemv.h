@@ -18,12 +18,10 @@ inline constexpr int64_t kGemvMaxRows = 16;
 /// rows, w [N, K], b [N], one dtype (f32 / f16 / bf16), all contiguous; out
 /// [..., N] of that dtype. Each warp owns R output columns, walks K in
 /// 16-byte loads (1-element loads when K * element size is not a multiple of
-/// 16 bytes), issuing U steps of weight loads before their FMAs (bytes in
-/// flight: the kernel is bound by DRAM latency x bandwidth), and accumulates
-/// in float; variants R x warps-per-block x U x split-K
+/// 16 bytes) and accumulates in float; variants R x warps-per-block x split-K
 /// (split > 1: float atomics into a workspace of M * N * 4 bytes plus a
 /// finishing kernel for bias and cast). Origins
-/// "template:gemv/r<R>/w<warps>/u<U>/s<split>/v<elements per load>". Returns at
+/// "template:gemv/r<R>/w<warps>/s<split>/v<elements per load>". Returns at
 /// most `max_candidates`, column-parallel first; split-K only when the
 /// columns give fewer than two blocks per SM (target.sm_count).
 /// Errors: kUnsupported naming why (more than the one linear, too many rows,
