@@ -450,7 +450,10 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   }
   const Attribution attribution = gpu ? Attribute(t.original_us, t.captured_us, t.optimized_us) : Attribution{};
   std::printf("%s\n", AttributionLine(attribution, report->frozen, report->memory_format).c_str());
-  const EndToEnd e2e{gpu, t.original_us, t.captured_us, t.optimized_us, match, detail, report->frozen, calls};
+  EndToEnd e2e{gpu, t.original_us, t.captured_us, t.optimized_us, match, detail, report->frozen, calls};
+  e2e.memory_format = layout.memory_format;
+  e2e.memory_format_reason = layout.memory_format_reason;
+  e2e.memory_format_us = layout.memory_format_us;
   if (!WriteTuneOutputs(args, TuneDocument(args.model_path, *tuned_reports, e2e), &error)) {
     return Fail(kExitFailure, error);
   }

@@ -339,6 +339,11 @@ json TuneDocument(const std::string& model, const std::vector<runtime::TuneRepor
           {"speedup", number(a.total)},
           {"outputs_match", e2e.outputs_match},
           {"match_detail", e2e.match_detail},
+          {"memory_format",
+           {{"format", e2e.memory_format},
+            {"reason", e2e.memory_format_reason},
+            {"contiguous_us", Measured(e2e.memory_format_us.first, e2e.memory_format_us.first > 0)},
+            {"channels_last_us", Measured(e2e.memory_format_us.second, e2e.memory_format_us.second > 0)}}},
           {"groups", std::move(gs)}};
 }
 

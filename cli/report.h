@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -59,6 +60,12 @@ struct EndToEnd {
   bool frozen = true;        ///< torch.jit.freeze succeeded (OptimizeReport::frozen)
   /// Calls of one forward per task key (CallsPerTask); a key missing: not known.
   std::map<std::string, int64_t> calls_per_forward;
+  /// The conv regions' layout (OptimizeReport::memory_format: "contiguous"
+  /// or "channels_last"), why, and the two timed forwards in µs
+  /// (contiguous, channels_last; 0 = not measured, written as null).
+  std::string memory_format = "contiguous";
+  std::string memory_format_reason;
+  std::pair<double, double> memory_format_us{0, 0};
 };
 
 /// One fusion group's entry of the report document: the TuneReport's
@@ -71,7 +78,9 @@ struct EndToEnd {
 nlohmann::json GroupJson(const runtime::TuneReport& report, bool timed,
                          std::optional<int64_t> calls_per_forward = std::nullopt);
 
-/// The whole `dice tune --json` document for `model` (see the header comment).
+/// The whole `dice tune --json` document for `model` (see the header comment);
+/// "memory_format": {"format", "reason", "contiguous_us", "channels_last_us"}
+/// (times null when not measured).
 nlohmann::json TuneDocument(const std::string& model, const std::vector<runtime::TuneReport>& groups, const EndToEnd& e2e);
 
 /// The report document of the kernel cache in `cache_dir`: "source":

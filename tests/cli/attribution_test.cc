@@ -40,6 +40,10 @@ TEST(AttributionTest, LineSaysWhatCaptureAloneGaveAndWhatTheWinnersAddedOnTop) {
             "capture alone (not frozen: no folding): 1.00x; dice winners: 0.80x on top; total 0.80x");
   EXPECT_EQ(AttributionLine(Attribute(0, 0, 0), /*frozen=*/true),
             "capture alone (freeze, folding): not measured; dice winners: not measured; total not measured");
+  EXPECT_EQ(AttributionLine(Attribute(203, 104, 100), /*frozen=*/true, "channels_last"),
+            "capture alone (freeze, folding, channels_last): 1.95x; dice winners: 1.04x on top; total 2.03x");
+  EXPECT_EQ(AttributionLine(Attribute(203, 104, 100), /*frozen=*/true, "contiguous"),
+            "capture alone (freeze, folding): 1.95x; dice winners: 1.04x on top; total 2.03x");
 }
 
 TEST(AttributionTest, WinnerSavesItsGainOverTheFallbackOnEveryCallOfAForward) {

@@ -278,6 +278,25 @@ TEST(ReportJsonTest, TimedRunCarriesEachCandidatesSpeedupOverTheBaseline) {
   EXPECT_EQ(doc["groups"][0]["winner"], "template:w");
 }
 
+TEST(ReportJsonTest, CarriesTheMemoryFormatDecisionWithBothTimesOrNull) {
+  runtime::TuneReport r;
+  EndToEnd measured{true, 100, 80, 50, true, "max abs err 0", true, {}};
+  measured.memory_format = "channels_last";
+  measured.memory_format_reason = "auto: channels_last 70.0 µs vs contiguous 80.0 µs";
+  measured.memory_format_us = {80.0, 70.0};
+  const json doc = TuneDocument("m.pt", {r}, measured);
+  EXPECT_EQ(doc["memory_format"]["format"], "channels_last");
+  EXPECT_EQ(doc["memory_format"]["reason"], measured.memory_format_reason);
+  EXPECT_DOUBLE_EQ(doc["memory_format"]["contiguous_us"].get<double>(), 80.0);
+  EXPECT_DOUBLE_EQ(doc["memory_format"]["channels_last_us"].get<double>(), 70.0);
+  EndToEnd cpu;  // compile-only: nothing timed
+  cpu.memory_format_reason = "no CUDA example inputs";
+  const json d2 = TuneDocument("m.pt", {r}, cpu);
+  EXPECT_EQ(d2["memory_format"]["format"], "contiguous");
+  EXPECT_TRUE(d2["memory_format"]["contiguous_us"].is_null());
+  EXPECT_TRUE(d2["memory_format"]["channels_last_us"].is_null());
+}
+
 TEST(ReportJsonTest, CreditsEachWinnerWithWhatItSavedPerForwardOrPerCall) {
   runtime::TuneReport repeated;  // a block that runs three times per forward
   repeated.task_key = "k3";

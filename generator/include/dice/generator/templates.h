@@ -1,7 +1,7 @@
 // dice/generator/templates.h — parametric CUDA templates (always available).
 //
-// TemplateGenerator emits device-form candidates (candidate.h calling
-// convention) for a fusion group by lowering it to primitive ops and picking
+// TemplateGenerator emits candidates (device form in the candidate.h calling
+// convention, or extension form for gemm) for a fusion group by lowering it to primitive ops and picking
 // a schedule family:
 //   * elementwise: pure elementwise DAGs with broadcasting and scalar
 //     constants; variants over block size, vector width (16-byte loads when
@@ -12,6 +12,15 @@
 //     group_norm, e.g. RMSNorm written as x / sqrt(mean(x^2)+eps)) with
 //     elementwise prologue/epilogue; variants warp-per-row vs block-per-row,
 //     block size, two-pass vs online softmax, row cached in shared memory.
+//     Channels_last / channels_last_3d tasks are lowered in memory order.
+//   * gemm (issue 18): linear followed by an elementwise epilogue (scalars,
+//     one row vector or one residual) -> extension-form candidates on
+//     CUTLASS 2.x device::Gemm (nvcc; float32 through 3xTF32, off under
+//     DICE_STRICT_FP32=1; f16/bf16 tensor ops) with the epilogue generated
+//     into the output op; tile configurations from CUTLASS's sm80 lists.
+//   * gemv (issue 19): a bare linear with at most 16 rows -> device-form
+//     GEMV-style candidates (a warp per output columns, 16-byte weight
+//     loads, optional split-K with a float workspace), offered before gemm.
 // Shapes are baked into the source as constants (a task key fixes them).
 // Grids, rows in flight and shared-memory budgets are sized from the task's
 // target (TargetInfo's device facts: SM count, threads per SM, L2 bytes,
