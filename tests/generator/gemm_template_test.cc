@@ -91,6 +91,45 @@ TEST(GemmTemplates, LinearReluF32GivesThreeTfThirtyTwoExtensionCandidates) {
   EXPECT_NE(cands[1].origin, cands[2].origin);
 }
 
+// Issue 18: a configuration is built once and serves every shape, so the
+// source names no shape: two fp32 linear + relu tasks of different M, N, K
+// (same alignment class) give byte-identical sources per configuration.
+TEST(GemmTemplates, DifferentShapesOfOneConfigurationGiveIdenticalSources) {
+  const Task a = LinearTask(DType::kFloat32, 512, 1024, 1024, true, Relu);
+  const Task b = LinearTask(DType::kFloat32, 96, 256, 4096, true, Relu);
+  EXPECT_NE(a.Key(), b.Key());
+  const auto ca = Generate(a), cb = Generate(b);
+  ASSERT_EQ(ca.size(), 3u);
+  ASSERT_EQ(cb.size(), 3u);
+  for (const Candidate& x : ca) {
+    SCOPED_TRACE(x.origin);
+    int same_origin = 0;
+    for (const Candidate& y : cb) {
+      if (y.origin != x.origin) continue;
+      ++same_origin;
+      EXPECT_EQ(x.source, y.source);
+      EXPECT_EQ(x.Hash(), y.Hash());
+    }
+    EXPECT_EQ(same_origin, 1);
+    EXPECT_FALSE(Contains(x.source, "1024LL"));
+    EXPECT_TRUE(Contains(x.source, "const int64_t K = in0.size(-1), N = in1.size(0);"));
+  }
+}
+
+TEST(GemmTemplates, AlignmentClassIsAConfigurationPropertyCheckedAtRunTime) {
+  const auto wide = Generate(LinearTask(DType::kFloat32, 64, 256, 128, true, Relu), 1);
+  const auto narrow = Generate(LinearTask(DType::kFloat32, 64, 255, 128, true, Relu), 1);
+  ASSERT_EQ(wide.size(), 1u);
+  ASSERT_EQ(narrow.size(), 1u);
+  EXPECT_NE(wide[0].source, narrow[0].source);
+  EXPECT_TRUE(Contains(wide[0].source, "TORCH_CHECK(K % 4 == 0, \"gemm candidate: built for 4-element accesses along K"))
+      << wide[0].source;
+  EXPECT_TRUE(Contains(narrow[0].source, "TORCH_CHECK(K % 1 == 0,")) << narrow[0].source;
+  EXPECT_TRUE(Contains(wide[0].source, "TORCH_CHECK(in0.dim() == 2,"));
+  EXPECT_TRUE(Contains(wide[0].source, "TORCH_CHECK(in1.size(1) == K,"));
+  EXPECT_TRUE(Contains(wide[0].source, "TORCH_CHECK(in2.dim() == 1 && in2.size(0) == N,"));
+}
+
 TEST(GemmTemplates, TileOrderPrefersGridsThatKeepTheSmsBusy) {
   // 33 x 77: every tile is one or two CTAs; the smallest pads the least.
   EXPECT_EQ(Generate(LinearTask(DType::kFloat32, 33, 64, 77, false, Relu))[0].origin,
@@ -147,7 +186,8 @@ TEST(GemmTemplates, ResidualAddReadsTheFullTensorWithLeadingDimensionN) {
       {Spec(DType::kFloat32, {64, 48})});
   const auto cands = Generate(task);
   ASSERT_FALSE(cands.empty());
-  EXPECT_TRUE(Contains(cands[0].source, "{static_cast<E const*>(in2.data_ptr()), 48LL}")) << cands[0].source;
+  EXPECT_TRUE(Contains(cands[0].source, "{static_cast<E const*>(in2.data_ptr()), N}")) << cands[0].source;
+  EXPECT_TRUE(Contains(cands[0].source, "in2.sizes().vec() == out_sizes")) << cands[0].source;
 }
 
 TEST(GemmTemplates, BiasAndResidualAreSummedOnTheHostWhenAddedDirectly) {
@@ -158,8 +198,8 @@ TEST(GemmTemplates, BiasAndResidualAreSummedOnTheHostWhenAddedDirectly) {
   const auto cands = Generate(task);
   ASSERT_FALSE(cands.empty());
   const std::string& s = cands[0].source;
-  EXPECT_TRUE(Contains(s, "torch::Tensor csum = (in2.view({1LL, 48LL}) + in3.view({64LL, 48LL})).contiguous();")) << s;
-  EXPECT_TRUE(Contains(s, "{static_cast<E const*>(csum.data_ptr()), 48LL}")) << s;
+  EXPECT_TRUE(Contains(s, "torch::Tensor csum = (in2.view({1LL, N}) + in3.view({-1LL, N})).contiguous();")) << s;
+  EXPECT_TRUE(Contains(s, "{static_cast<E const*>(csum.data_ptr()), N}")) << s;
   EXPECT_TRUE(Contains(s, "dice_gelu_erf("));
 }
 

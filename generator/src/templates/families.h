@@ -56,6 +56,13 @@ bool HasContraction(const ir::Graph& graph);
 ///     origin "template:gemm/tc/<tile>/s<stages>".
 /// Operand access widths follow K and N divisibility and pointer alignment
 /// (16 bytes at most, 1 element when K or N is not a multiple of 4 for f32).
+/// The source bakes in no shape: dice_forward reads M, N, K from x and weight
+/// at run time and checks x's rank, K/N consistency of weight, bias and the
+/// extra tensor, and that K and N are multiples of the access widths the
+/// configuration was built for (TORCH_CHECK otherwise). Tasks that differ only
+/// in M/N/K within one alignment class get byte-identical sources, so the
+/// runtime's build cache (extension_compiler.h, CompileExtensionCached)
+/// compiles each configuration once.
 /// Ordered by the share of the target's tile slots (waves x sm_count) that
 /// compute output elements, then by tile size.
 /// Errors: kUnsupported with the reason (op after linear not elementwise,

@@ -17,6 +17,14 @@
 // Per element the generated functor computes, in float, the linear value
 // (acc, or acc + c when C holds the bias) and the chain's ops (emit.h's
 // expression emitter over a small Node DAG whose leaves are `acc` and `c`).
+// Shape-generic sources (issue 18: a CUTLASS instantiation costs 30-90 s of
+// nvcc, so one build must serve every shape): dice_forward reads M, N, K and
+// x's leading dims from the tensors at run time. What the source does bake in
+// is the configuration — dtype, chain, tile, stages, the access widths along
+// K and N (chosen from the task's divisibility and alignment, checked at run
+// time), x's rank, the source C's kind (bias, per-column or output-shaped
+// extra) — so tasks differing only in M/N/K generate byte-identical sources
+// and hit the runtime's build cache (extension_compiler.h).
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -389,7 +397,53 @@ std::string GemmType(const GemmPlan& p, const Tile& t) {
   return s;
 }
 
-// dice_forward: checks, the source tensor C, the CUTLASS run.
+// The shape checks of dice_forward: M, N, K come from x and weight at run
+// time; what the configuration was built for (x's rank, the access widths
+// along K and N, the extra tensor's kind) is checked, with a clear message.
+std::string ShapeChecks(const Task& task, const GemmPlan& p) {
+  const std::string x = "in" + std::to_string(p.x), w = "in" + std::to_string(p.w);
+  const std::string rank = std::to_string(task.inputs[p.x].shape.size());
+  std::string s;
+  s += "  TORCH_CHECK(" + x + ".dim() == " + rank + ", \"gemm candidate: x (" + x + ") must have rank " + rank +
+       " (built for it), got \", " + x + ".dim());\n";
+  s += "  TORCH_CHECK(" + w + ".dim() == 2, \"gemm candidate: weight (" + w + ") must be [N, K], got \", " + w +
+       ".sizes());\n";
+  s += "  const int64_t K = " + x + ".size(-1), N = " + w + ".size(0);\n";
+  s += "  TORCH_CHECK(" + w + ".size(1) == K, \"gemm candidate: weight (" + w + ") is \", " + w +
+       ".sizes(), \", x's last dim is \", K);\n";
+  s += "  TORCH_CHECK(K > 0 && N > 0 && " + x + ".numel() > 0, \"gemm candidate: empty GEMM (x \", " + x +
+       ".sizes(), \", weight \", " + w + ".sizes(), \")\");\n";
+  s += "  const int64_t M = " + x + ".numel() / K;\n";
+  s += "  TORCH_CHECK(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX, \"gemm candidate: M, N or K exceeds 2^31 - 1\");\n";
+  s += "  TORCH_CHECK(K % " + std::to_string(p.align_ab) + " == 0, \"gemm candidate: built for " +
+       std::to_string(p.align_ab) + "-element accesses along K, K=\", K, \" is not a multiple of " +
+       std::to_string(p.align_ab) + " (another alignment class)\");\n";
+  s += "  TORCH_CHECK(N % " + std::to_string(p.align_c) + " == 0, \"gemm candidate: built for " +
+       std::to_string(p.align_c) + "-element accesses along N, N=\", N, \" is not a multiple of " +
+       std::to_string(p.align_c) + " (another alignment class)\");\n";
+  s += "  std::vector<int64_t> out_sizes(" + x + ".sizes().begin(), " + x + ".sizes().end());\n";
+  s += "  out_sizes.back() = N;\n";
+  if (p.bias >= 0) {
+    const std::string b = "in" + std::to_string(p.bias);
+    s += "  TORCH_CHECK(" + b + ".dim() == 1 && " + b + ".size(0) == N, \"gemm candidate: bias (" + b +
+         ") must be [N] = [\", N, \"], got \", " + b + ".sizes());\n";
+  }
+  if (p.extra >= 0 && p.extra != p.bias) {
+    const std::string e = "in" + std::to_string(p.extra);
+    if (p.extra_full) {
+      s += "  TORCH_CHECK(" + e + ".sizes().vec() == out_sizes, \"gemm candidate: the extra tensor (" + e +
+           ") must be output-shaped \", c10::IntArrayRef(out_sizes), \", got \", " + e + ".sizes());\n";
+    } else {
+      s += "  TORCH_CHECK(" + e + ".dim() >= 1 && " + e + ".dim() <= " + rank + " && " + e + ".numel() == N && " + e +
+           ".size(-1) == N, \"gemm candidate: the extra tensor (" + e + ") must be per-column ([N], [1, N], ...; N=\", N, "
+           "\"), got \", " + e + ".sizes());\n";
+    }
+  }
+  return s;
+}
+
+// dice_forward: checks, the source tensor C, the CUTLASS run. No shape is
+// baked in: one build serves every shape of the configuration's class.
 std::string HostFunction(const Task& task, const GemmPlan& p) {
   const size_t n_in = task.inputs.size();
   const int64_t esize = ir::DTypeSize(p.dtype);
@@ -403,11 +457,11 @@ std::string HostFunction(const Task& task, const GemmPlan& p) {
         (p.source == Source::kExtra && static_cast<int>(i) == p.extra)) {
       align = p.align_c;
     }
-    checks += "  dice_gemm_check(" + name + ", \"" + name + "\", " + I64(task.inputs[i].numel()) + ", " +
-              I64(align * esize) + ", in" + std::to_string(p.x) + ".device());\n";
+    checks += "  dice_gemm_check(" + name + ", \"" + name + "\", " + I64(align * esize) + ", in" +
+              std::to_string(p.x) + ".device());\n";
   }
   const std::string x = "in" + std::to_string(p.x), w = "in" + std::to_string(p.w);
-  std::string c_ptr = "out.data_ptr()", ldc = I64(p.N);
+  std::string c_ptr = "out.data_ptr()", ldc = "N";
   std::string prep;
   switch (p.source) {
     case Source::kNone: break;
@@ -417,51 +471,48 @@ std::string HostFunction(const Task& task, const GemmPlan& p) {
       break;
     case Source::kExtra:
       c_ptr = "in" + std::to_string(p.extra) + ".data_ptr()";
-      ldc = p.extra_full ? I64(p.N) : "0LL";
+      ldc = p.extra_full ? "N" : "0LL";
       break;
     case Source::kBiasPlusExtra:
     case Source::kBiasMinusExtra: {
-      const std::string rows = p.extra_full ? I64(p.M) : "1LL";
-      prep = "  // linear's bias and the extra tensor, summed once: C = bias " +
-             std::string(p.source == Source::kBiasPlusExtra ? "+" : "-") + " extra.\n";
-      prep += "  torch::Tensor csum = (in" + std::to_string(p.bias) + ".view({1LL, " + I64(p.N) + "}) " +
-              (p.source == Source::kBiasPlusExtra ? "+" : "-") + " in" + std::to_string(p.extra) + ".view({" + rows +
-              ", " + I64(p.N) + "})).contiguous();\n";
+      const char* op = p.source == Source::kBiasPlusExtra ? "+" : "-";
+      prep = "  // linear's bias and the extra tensor, summed once: C = bias " + std::string(op) + " extra.\n";
+      prep += "  torch::Tensor csum = (in" + std::to_string(p.bias) + ".view({1LL, N}) " + op + " in" +
+              std::to_string(p.extra) + ".view({-1LL, N})).contiguous();\n";
       c_ptr = "csum.data_ptr()";
-      ldc = p.extra_full ? I64(p.N) : "0LL";
+      ldc = p.extra_full ? "N" : "0LL";
       break;
     }
   }
-  std::string out_shape;
-  for (int64_t d : task.outputs[0].shape) out_shape += (out_shape.empty() ? "" : ", ") + I64(d);
   std::string s;
+  s += "#include <climits>\n#include <vector>\n\n";
   s += "// Throws (TORCH_CHECK) unless `t` is a contiguous CUDA tensor of the task's dtype on\n"
-       "// `device` with `numel` elements whose data pointer is a multiple of `align_bytes`.\n";
-  s += "static void dice_gemm_check(const torch::Tensor& t, const char* what, int64_t numel, int64_t align_bytes,\n"
+       "// `device` whose data pointer is a multiple of `align_bytes`.\n";
+  s += "static void dice_gemm_check(const torch::Tensor& t, const char* what, int64_t align_bytes,\n"
        "                            const c10::Device& device) {\n"
        "  TORCH_CHECK(t.is_cuda(), \"gemm candidate: \", what, \" must be a CUDA tensor, got \", t.device());\n"
        "  TORCH_CHECK(t.device() == device, \"gemm candidate: \", what, \" is on \", t.device(), \", x on \", device);\n"
        "  TORCH_CHECK(t.scalar_type() == " + std::string(TorchScalarType(p.dtype)) +
        ", \"gemm candidate: \", what, \" must be " + ir::DTypeName(p.dtype) + ", got \", t.scalar_type());\n"
        "  TORCH_CHECK(t.is_contiguous(), \"gemm candidate: \", what, \" must be contiguous\");\n"
-       "  TORCH_CHECK(t.numel() == numel, \"gemm candidate: \", what, \" has \", t.numel(), \" elements, built for \", numel);\n"
        "  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % align_bytes == 0, \"gemm candidate: \", what,\n"
        "              \" is not \", align_bytes, \"-byte aligned\");\n}\n\n";
-  s += "// out[..., N] = epilogue(x @ weight^T): M=" + std::to_string(p.M) + " N=" + std::to_string(p.N) +
-       " K=" + std::to_string(p.K) + ". Runs on the current CUDA stream of x's device.\n";
+  s += "// out[..., N] = epilogue(x @ weight^T), M x N x K read from x [..., K] and weight [N, K];\n"
+       "// built for " + std::to_string(p.align_ab) + "-element accesses along K and " + std::to_string(p.align_c) +
+       " along N. Runs on the current CUDA stream of x's device.\n";
   s += "torch::Tensor dice_forward(" + sig + ") {\n";
   s += checks;
+  s += ShapeChecks(task, p);
   s += "  const c10::cuda::CUDAGuard guard(" + x + ".device());\n";
   s += "  cudaStream_t stream = at::cuda::getCurrentCUDAStream(" + x + ".device().index()).stream();\n";
-  s += "  torch::Tensor out = torch::empty({" + I64(p.M) + ", " + I64(p.N) + "}, " + x + ".options());\n";
+  s += "  torch::Tensor out = torch::empty({M, N}, " + x + ".options());\n";
   s += prep;
   s += "  using E = DiceEpilogue::Element;\n";
-  s += "  DiceGemm::Arguments args({" + std::to_string(p.M) + ", " + std::to_string(p.N) + ", " + std::to_string(p.K) +
-       "},\n";
-  s += "                           {static_cast<E const*>(" + x + ".data_ptr()), " + I64(p.K) + "},\n";
-  s += "                           {static_cast<E const*>(" + w + ".data_ptr()), " + I64(p.K) + "},\n";
+  s += "  DiceGemm::Arguments args({static_cast<int>(M), static_cast<int>(N), static_cast<int>(K)},\n";
+  s += "                           {static_cast<E const*>(" + x + ".data_ptr()), K},\n";
+  s += "                           {static_cast<E const*>(" + w + ".data_ptr()), K},\n";
   s += "                           {static_cast<E const*>(" + c_ptr + "), " + ldc + "},\n";
-  s += "                           {static_cast<E*>(out.data_ptr()), " + I64(p.N) + "},\n";
+  s += "                           {static_cast<E*>(out.data_ptr()), N},\n";
   s += "                           DiceEpilogue::Params(), 1);\n";
   s += "  DiceGemm gemm;\n";
   s += "  cutlass::Status status = gemm.can_implement(args);\n";
@@ -478,7 +529,7 @@ std::string HostFunction(const Task& task, const GemmPlan& p) {
   s += "  status = gemm.run(stream);\n";
   s += "  TORCH_CHECK(status == cutlass::Status::kSuccess, \"gemm candidate: CUTLASS run: \",\n"
        "              cutlassGetStatusString(status), \" (\", cudaGetErrorString(cudaGetLastError()), \")\");\n";
-  s += "  return out.view({" + out_shape + "});\n}\n";
+  s += "  return out.view(out_sizes);\n}\n";
   return s;
 }
 
