@@ -95,7 +95,8 @@ bool CompileDevice(const std::vector<const worker::TuneItem*>& items, const work
 }
 
 // Extension form: nvcc, several at a time (each takes tens of seconds and
-// ~1-2 GB of memory); each such batch is reported when it is built.
+// ~1-2 GB of memory), through the build cache (a configuration built before,
+// for any shape, is a verified copy); each such batch is reported when built.
 bool CompileExtensions(const std::vector<const worker::TuneItem*>& items, const worker::TuneRequest& req,
                        Compiled* out, const BatchDone& batch_done) {
   ExtensionCompileOptions eo;
@@ -108,7 +109,7 @@ bool CompileExtensions(const std::vector<const worker::TuneItem*>& items, const 
     std::vector<std::thread> threads;
     for (size_t i = first; i < end; ++i) {
       threads.emplace_back(
-          [&, i] { builds[i - first].emplace(CompileExtension(items[i]->candidate, req.arch, n_in, eo)); });
+          [&, i] { builds[i - first].emplace(CompileExtensionCached(items[i]->candidate, req.arch, n_in, eo)); });
     }
     for (auto& t : threads) t.join();
     const size_t first_runnable = out->runnable.size();

@@ -8,11 +8,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include <spdlog/spdlog.h>
+
+#include "build_cache.h"
+#include "dice/core/ir.h"
 #include "dice/runtime/process.h"
 #include "text_files.h"
 
@@ -123,6 +129,114 @@ constexpr const char* kFullShimHeader =
     "#include <torch/all.h>\n"
     "#include <ATen/cuda/CUDAContext.h>\n";
 
+const char* ShimText() {
+  return EnvOr("DICE_EXTENSION_FULL_TORCH", "0") == "1" ? kFullShimHeader : kShimHeader;
+}
+
+// What nvcc runs with: the binary, LibTorch's include and library dirs,
+// CUTLASS's include dir ("" when absent).
+struct Toolchain {
+  std::string nvcc;
+  std::vector<std::string> includes;
+  std::string lib_dir, cutlass;
+};
+
+// The checks CompileExtension makes before nvcc runs, and the toolchain
+// (errors as documented for CompileExtension).
+Expected<Toolchain> Prepare(const Candidate& candidate, const std::string& arch, int num_inputs,
+                            const ExtensionCompileOptions& options) {
+  if (candidate.form != CandidateForm::kExtension) {
+    return Status(StatusCode::kInvalidArgument, "CompileExtension: candidate '" + candidate.origin +
+                                                    "' is device form (use CompileCandidate)");
+  }
+  if (!IsValidArch(arch)) return Status(StatusCode::kInvalidArgument, "malformed arch '" + arch + "' (want sm_XX)");
+  if (num_inputs < 1) {
+    return Status(StatusCode::kInvalidArgument, "CompileExtension: num_inputs is " + std::to_string(num_inputs));
+  }
+  if (!DefinesDiceForward(candidate.source)) {
+    return Status(StatusCode::kCompileError,
+                  "no dice_forward in the source: an extension-form candidate must define the host function "
+                  "dice_forward(in0, ...) that the skeleton declares");
+  }
+  Toolchain tc;
+  tc.nvcc = !options.nvcc.empty() ? options.nvcc : EnvOr("DICE_NVCC", DICE_NVCC_PATH);
+  if (::access(tc.nvcc.c_str(), X_OK) != 0) {
+    return Status(StatusCode::kNotFound, "nvcc '" + tc.nvcc + "' not found or not executable (set DICE_NVCC)");
+  }
+  tc.includes = options.include_dirs;
+  if (tc.includes.empty()) {
+    const char* env = std::getenv("DICE_TORCH_INCLUDE_DIRS");
+    tc.includes = env != nullptr && env[0] != '\0' ? Split(env, ':') : Split(DICE_TORCH_INCLUDE_DIRS, ':');
+  }
+  bool have_torch = false;
+  for (const auto& d : tc.includes) have_torch = have_torch || IsFile(d + "/torch/types.h");
+  if (!have_torch) {
+    std::string list;
+    for (const auto& d : tc.includes) list += (list.empty() ? "" : ":") + d;
+    return Status(StatusCode::kNotFound, "LibTorch headers (torch/types.h) not found in '" + list +
+                                             "' (set DICE_TORCH_INCLUDE_DIRS, ':'-separated)");
+  }
+  tc.lib_dir = !options.torch_lib_dir.empty() ? options.torch_lib_dir : EnvOr("DICE_TORCH_LIB_DIR", DICE_TORCH_LIB_DIR);
+  tc.cutlass = !options.cutlass_include_dir.empty() ? options.cutlass_include_dir : CutlassIncludeDir();
+  return tc;
+}
+
+// nvcc's command line for a build in `dir` (dir/dice_ext.cu -> dir/libdice_ext.so).
+std::vector<std::string> NvccArgv(const Toolchain& tc, const Candidate& candidate, const std::string& arch,
+                                  const std::string& dir) {
+  // -O1 applies to host code only (dice_forward); device code is optimised by ptxas regardless.
+  std::vector<std::string> argv = {tc.nvcc, "-std=c++17", "-O1", "-shared", "-Xcompiler", "-fPIC",
+                                   "-arch=" + arch, "--expt-relaxed-constexpr",
+                                   // The defines PyTorch's cpp_extension passes for CUDA sources, so
+                                   // KernelBench/DICE code compiles here as under load_inline.
+                                   "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+                                   "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
+                                   "-DTORCH_EXTENSION_NAME=dice_ext", "-I" + dir + "/shim"};
+  for (const auto& flag : Split(DICE_TORCH_CXX_FLAGS, ' ')) {
+    if (flag.rfind("-D", 0) == 0) argv.push_back(flag);
+  }
+  for (const auto& d : tc.includes) argv.push_back("-I" + d);
+  if (!tc.cutlass.empty()) argv.push_back("-I" + tc.cutlass);
+  for (const auto& f : candidate.extra_flags) argv.push_back(f);
+  argv.insert(argv.end(), {dir + "/dice_ext.cu", "-o", dir + "/libdice_ext.so", "--cudart", "shared"});
+  if (!tc.lib_dir.empty() && IsDir(tc.lib_dir)) {
+    argv.insert(argv.end(), {"-L" + tc.lib_dir, "-Xlinker", "--as-needed", "-lc10", "-lc10_cuda", "-ltorch_cpu",
+                             "-ltorch_cuda", "-Xlinker", "-rpath=" + tc.lib_dir});
+  }
+  return argv;
+}
+
+// The build cache key (extension_compiler.h's file comment): sha256 over
+// length-prefixed fields, so no two field lists hash the same text.
+std::string BuildKey(const Toolchain& tc, const Candidate& candidate, const std::string& arch, int num_inputs) {
+  std::string text = "dice-extension-build v1\n";
+  auto add = [&](const char* name, const std::string& value) {
+    text += std::string(name) + " " + std::to_string(value.size()) + "\n" + value + "\n";
+  };
+  add("tu", ExtensionTranslationUnit(candidate, num_inputs));
+  add("shim", ShimText());
+  for (const auto& arg : NvccArgv(tc, candidate, arch, "<build-dir>")) add("arg", arg);
+  struct stat st;
+  if (::stat(tc.nvcc.c_str(), &st) == 0) {
+    add("nvcc", std::to_string(st.st_size) + " " + std::to_string(st.st_mtime));
+  }
+  if (!tc.cutlass.empty()) add("cutlass", ReadText(tc.cutlass + "/cutlass/version.h"));
+  for (const auto& d : tc.includes) {
+    if (IsFile(d + "/torch/version.h")) add("torch", ReadText(d + "/torch/version.h"));
+  }
+  return ir::Sha256Hex(text);
+}
+
+// One warning per process for an unusable build cache.
+void WarnCacheOnce(const Status& st) {
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) {
+    spdlog::warn("dice: extension build cache unusable, building uncached ({}); set DICE_BUILD_CACHE to a writable "
+                 "directory or to off",
+                 st.ToString());
+  }
+}
+
 }  // namespace
 
 std::string CutlassIncludeDir() {
@@ -171,39 +285,8 @@ std::string ExtensionTranslationUnit(const Candidate& candidate, int num_inputs)
 
 Expected<std::unique_ptr<ExtensionBuild>> CompileExtension(const Candidate& candidate, const std::string& arch,
                                                            int num_inputs, const ExtensionCompileOptions& options) {
-  if (candidate.form != CandidateForm::kExtension) {
-    return Status(StatusCode::kInvalidArgument, "CompileExtension: candidate '" + candidate.origin +
-                                                    "' is device form (use CompileCandidate)");
-  }
-  if (!IsValidArch(arch)) return Status(StatusCode::kInvalidArgument, "malformed arch '" + arch + "' (want sm_XX)");
-  if (num_inputs < 1) {
-    return Status(StatusCode::kInvalidArgument, "CompileExtension: num_inputs is " + std::to_string(num_inputs));
-  }
-  if (!DefinesDiceForward(candidate.source)) {
-    return Status(StatusCode::kCompileError,
-                  "no dice_forward in the source: an extension-form candidate must define the host function "
-                  "dice_forward(in0, ...) that the skeleton declares");
-  }
-  const std::string nvcc = !options.nvcc.empty() ? options.nvcc : EnvOr("DICE_NVCC", DICE_NVCC_PATH);
-  if (::access(nvcc.c_str(), X_OK) != 0) {
-    return Status(StatusCode::kNotFound, "nvcc '" + nvcc + "' not found or not executable (set DICE_NVCC)");
-  }
-  std::vector<std::string> includes = options.include_dirs;
-  if (includes.empty()) {
-    const char* env = std::getenv("DICE_TORCH_INCLUDE_DIRS");
-    includes = env != nullptr && env[0] != '\0' ? Split(env, ':') : Split(DICE_TORCH_INCLUDE_DIRS, ':');
-  }
-  bool have_torch = false;
-  for (const auto& d : includes) have_torch = have_torch || IsFile(d + "/torch/types.h");
-  if (!have_torch) {
-    std::string list;
-    for (const auto& d : includes) list += (list.empty() ? "" : ":") + d;
-    return Status(StatusCode::kNotFound, "LibTorch headers (torch/types.h) not found in '" + list +
-                                             "' (set DICE_TORCH_INCLUDE_DIRS, ':'-separated)");
-  }
-  const std::string lib_dir = !options.torch_lib_dir.empty() ? options.torch_lib_dir
-                                                             : EnvOr("DICE_TORCH_LIB_DIR", DICE_TORCH_LIB_DIR);
-
+  auto tc = Prepare(candidate, arch, num_inputs, options);
+  if (!tc.ok()) return tc.status();
   std::string root = options.temp_root.empty() ? EnvOr("TMPDIR", "/tmp") : options.temp_root;
   std::string tmpl = root + "/dice-ext-XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) {
@@ -221,29 +304,9 @@ Expected<std::unique_ptr<ExtensionBuild>> CompileExtension(const Candidate& cand
                     log = tmpl + "/nvcc.log";
   build->library_ = tmpl + "/libdice_ext.so";
   build->files_ = {src, shim, log, build->library_};
-  DICE_RETURN_IF_ERROR(WriteText(shim, EnvOr("DICE_EXTENSION_FULL_TORCH", "0") == "1" ? kFullShimHeader : kShimHeader));
+  DICE_RETURN_IF_ERROR(WriteText(shim, ShimText()));
   DICE_RETURN_IF_ERROR(WriteText(src, ExtensionTranslationUnit(candidate, num_inputs)));
-
-  // -O1 applies to host code only (dice_forward); device code is optimised by ptxas regardless.
-  std::vector<std::string> argv = {nvcc, "-std=c++17", "-O1", "-shared", "-Xcompiler", "-fPIC",
-                                   "-arch=" + arch, "--expt-relaxed-constexpr",
-                                   // The defines PyTorch's cpp_extension passes for CUDA sources, so
-                                   // KernelBench/DICE code compiles here as under load_inline.
-                                   "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
-                                   "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
-                                   "-DTORCH_EXTENSION_NAME=dice_ext", "-I" + tmpl + "/shim"};
-  for (const auto& flag : Split(DICE_TORCH_CXX_FLAGS, ' ')) {
-    if (flag.rfind("-D", 0) == 0) argv.push_back(flag);
-  }
-  for (const auto& d : includes) argv.push_back("-I" + d);
-  const std::string cutlass = !options.cutlass_include_dir.empty() ? options.cutlass_include_dir : CutlassIncludeDir();
-  if (!cutlass.empty()) argv.push_back("-I" + cutlass);
-  for (const auto& f : candidate.extra_flags) argv.push_back(f);
-  argv.insert(argv.end(), {src, "-o", build->library_, "--cudart", "shared"});
-  if (!lib_dir.empty() && IsDir(lib_dir)) {
-    argv.insert(argv.end(), {"-L" + lib_dir, "-Xlinker", "--as-needed", "-lc10", "-lc10_cuda", "-ltorch_cpu",
-                             "-ltorch_cuda", "-Xlinker", "-rpath=" + lib_dir});
-  }
+  const std::vector<std::string> argv = NvccArgv(*tc, candidate, arch, tmpl);
 
   ProcessOptions po;
   po.timeout_s = options.timeout_s;
@@ -255,6 +318,43 @@ Expected<std::unique_ptr<ExtensionBuild>> CompileExtension(const Candidate& cand
   if (run->timed_out) return Status(StatusCode::kTimeout, "nvcc " + run->Describe(options.timeout_s));
   if (!run->ok() || !IsFile(build->library_)) {
     return Status(StatusCode::kCompileError, "nvcc " + run->Describe(options.timeout_s) + ":\n" + ErrorLines(build->log_));
+  }
+  return build;
+}
+
+Expected<std::unique_ptr<ExtensionBuild>> CompileExtensionCached(const Candidate& candidate, const std::string& arch,
+                                                                 int num_inputs, const ExtensionCompileOptions& options) {
+  const std::string dir = build_cache::ResolveDir(options.build_cache_dir);
+  if (dir.empty()) return CompileExtension(candidate, arch, num_inputs, options);
+  const auto start = std::chrono::steady_clock::now();
+  auto tc = Prepare(candidate, arch, num_inputs, options);
+  if (!tc.ok()) return tc.status();
+  const std::string key = BuildKey(*tc, candidate, arch, num_inputs);
+  auto cached = build_cache::Load(dir, key);
+  if (cached.ok()) {
+    std::string root = options.temp_root.empty() ? EnvOr("TMPDIR", "/tmp") : options.temp_root;
+    std::string tmpl = root + "/dice-ext-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      return Status(StatusCode::kIoError, "mkdtemp '" + tmpl + "': " + strerror(errno));
+    }
+    std::unique_ptr<ExtensionBuild> build(new ExtensionBuild());
+    build->dir_ = tmpl;
+    build->dirs_ = {tmpl};
+    build->library_ = tmpl + "/libdice_ext.so";
+    build->files_ = {build->library_};
+    DICE_RETURN_IF_ERROR(WriteText(build->library_, *cached));
+    build->from_cache_ = true;
+    build->compile_ms_ =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return build;
+  }
+  if (cached.status().message().find("corrupt") != std::string::npos) {
+    spdlog::warn("dice: {}; rebuilding", cached.status().message());
+  }
+  auto build = CompileExtension(candidate, arch, num_inputs, options);
+  if (build.ok()) {
+    const Status st = build_cache::Store(dir, key, (*build)->library_path());
+    if (!st.ok()) WarnCacheOnce(st);
   }
   return build;
 }

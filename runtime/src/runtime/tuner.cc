@@ -432,7 +432,7 @@ struct Tuner::Impl {
         m.binaries.emplace_back();
         continue;
       } else {
-        auto r = CompileExtension(c, task.target.arch, static_cast<int>(task.inputs.size()), eo);
+        auto r = CompileExtensionCached(c, task.target.arch, static_cast<int>(task.inputs.size()), eo);
         if (r.ok()) o.compile_ms = (*r)->compile_ms();
         st = r.status();
         compiled_ok += st.ok() ? 1 : 0;

@@ -25,6 +25,16 @@
 // Torch-free: only paths to LibTorch's headers and libraries are used (baked
 // in at configure time, overridable by environment variables, see below).
 // Thread-safe: every call has its own directory and nvcc process.
+//
+// CompileExtensionCached adds a content-addressed build cache (issue 18 item
+// 1: a CUTLASS instantiation costs 30-90 s of nvcc, so each configuration is
+// built once and serves every shape): the key is the sha256 of everything
+// that changes the binary — the translation unit (candidate source, entry
+// point for num_inputs), the shim header, nvcc's full argument list (arch,
+// the flags added here, extra_flags, include and library paths), the nvcc
+// binary's size and mtime, CUTLASS's cutlass/version.h and LibTorch's
+// torch/version.h — and a hit copies <cache>/<key>.so into the build's own
+// directory after checking it against its size + sha256 sidecar.
 #pragma once
 
 #include <memory>
@@ -59,6 +69,12 @@ struct ExtensionCompileOptions {
   std::string cutlass_include_dir;        ///< CUTLASS headers' dir ("" = CutlassIncludeDir())
   double timeout_s = 300;                 ///< nvcc wall-clock limit, seconds; the process group is killed after it
   std::string temp_root;                  ///< parent of the build dir ("" = $TMPDIR or /tmp)
+  /// CompileExtensionCached's directory: "" = $DICE_BUILD_CACHE, else
+  /// $DICE_CACHE_DIR/builds, $HOME/.cache/dice/builds or
+  /// /tmp/dice-cache-<uid>/builds (cache::DefaultCacheDir() + "/builds");
+  /// "off" = no caching. $DICE_BUILD_CACHE=off turns caching off whatever
+  /// this says. CompileExtension ignores it.
+  std::string build_cache_dir;
 };
 
 /// A built extension: a temporary directory holding the source, the shim,
@@ -75,13 +91,20 @@ class ExtensionBuild {
   const std::string& library_path() const { return library_; }
   /// nvcc's output (warnings), may be empty.
   const std::string& log() const { return log_; }
-  /// Wall time of the nvcc run, milliseconds.
+  /// Wall time of the nvcc run, milliseconds (on a cache hit: of reading,
+  /// checking and copying the cached library, a few ms).
   double compile_ms() const { return compile_ms_; }
+  /// True when CompileExtensionCached found the library in the build cache
+  /// (nvcc did not run; log() is empty).
+  bool from_cache() const { return from_cache_; }
 
  private:
   friend Expected<std::unique_ptr<ExtensionBuild>> CompileExtension(const Candidate&, const std::string&, int,
                                                                     const ExtensionCompileOptions&);
+  friend Expected<std::unique_ptr<ExtensionBuild>> CompileExtensionCached(const Candidate&, const std::string&, int,
+                                                                          const ExtensionCompileOptions&);
   ExtensionBuild() = default;
+  bool from_cache_ = false;
   std::string dir_, library_, log_;
   std::vector<std::string> files_;  // removed in the destructor, then dirs_ (deepest first)
   std::vector<std::string> dirs_;
@@ -109,6 +132,19 @@ std::string CutlassIncludeDir();
 Expected<std::unique_ptr<ExtensionBuild>> CompileExtension(const Candidate& candidate, const std::string& arch,
                                                            int num_inputs,
                                                            const ExtensionCompileOptions& options = {});
+
+/// CompileExtension through the build cache (file comment; directory:
+/// options.build_cache_dir). A hit returns a build whose library is a
+/// verified copy of the cached one (from_cache() true, no nvcc run); a miss
+/// runs CompileExtension and stores its library (written to a temporary name
+/// and renamed: safe for concurrent workers). A cached library that fails
+/// its size/sha256 check is removed and rebuilt. A cache directory that
+/// cannot be created or written never fails the call: a warning (once per
+/// process) and the uncached build. Errors: those of CompileExtension
+/// (compile failures are not cached).
+Expected<std::unique_ptr<ExtensionBuild>> CompileExtensionCached(const Candidate& candidate, const std::string& arch,
+                                                                 int num_inputs,
+                                                                 const ExtensionCompileOptions& options = {});
 
 /// The CUDA source nvcc compiles for `candidate`: its source followed by the
 /// entry point for `num_inputs` inputs (exposed for tests and debugging).

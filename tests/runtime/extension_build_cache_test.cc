@@ -1,0 +1,243 @@
+// The extension build cache (CompileExtensionCached, extension_compiler.h;
+// issue 18 item 1): a miss builds and stores <dir>/<key>.so + sidecar, a hit
+// copies the same bytes without running nvcc, a truncated cached library is
+// detected, removed and rebuilt, DICE_BUILD_CACHE=off builds every time, an
+// unwritable directory builds uncached, the key follows the source and the
+// flags, the directory follows $DICE_BUILD_CACHE / $DICE_CACHE_DIR, and
+// concurrent misses leave one complete entry. nvcc is a stand-in script that
+// writes a fixed library and counts its runs (the one real CUTLASS build and
+// its cache hit are in tests/generator/gemm_template_test.cc).
+#include <gtest/gtest.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dice/runtime/extension_compiler.h"
+
+namespace dice::runtime {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void WriteAll(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+// Names in `dir` ending in `suffix` ("" for all but . and ..).
+std::vector<std::string> Entries(const std::string& dir, const std::string& suffix) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n == "." || n == "..") continue;
+    if (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) out.push_back(n);
+  }
+  ::closedir(d);
+  return out;
+}
+
+// A scratch directory with a stand-in nvcc (writes "fake library" to the
+// path after -o and appends a line to calls.log) and a stand-in LibTorch
+// include dir; removes itself.
+class BuildCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/dice-build-cache-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    ASSERT_EQ(::mkdir((root_ + "/inc").c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir((root_ + "/inc/torch").c_str(), 0755), 0);
+    WriteAll(root_ + "/inc/torch/types.h", "// stand-in\n");
+    nvcc_ = root_ + "/nvcc";
+    WriteAll(nvcc_,
+             "#!/bin/sh\n"
+             "echo run >> '" + root_ + "/calls.log'\n"
+             "while [ $# -gt 0 ]; do\n"
+             "  if [ \"$1\" = -o ]; then printf 'fake library for the build cache test\\n' > \"$2\"; fi\n"
+             "  shift\n"
+             "done\n");
+    ASSERT_EQ(::chmod(nvcc_.c_str(), 0755), 0);
+    ::unsetenv("DICE_BUILD_CACHE");
+  }
+  void TearDown() override {
+    ::unsetenv("DICE_BUILD_CACHE");
+    ASSERT_EQ(std::system(("rm -rf '" + root_ + "'").c_str()), 0);
+  }
+
+  ExtensionCompileOptions Options(const std::string& cache_dir) const {
+    ExtensionCompileOptions o;
+    o.nvcc = nvcc_;
+    o.include_dirs = {root_ + "/inc"};
+    o.torch_lib_dir = root_ + "/no-lib";
+    o.temp_root = root_;
+    o.build_cache_dir = cache_dir;
+    return o;
+  }
+
+  static Candidate Source(const std::string& body = "return in0;") {
+    Candidate c;
+    c.form = CandidateForm::kExtension;
+    c.origin = "test:build-cache";
+    c.source = "torch::Tensor dice_forward(torch::Tensor in0) { " + body + " }\n";
+    return c;
+  }
+
+  // Runs of the stand-in nvcc so far.
+  int Calls() const {
+    const std::string log = ReadAll(root_ + "/calls.log");
+    int n = 0;
+    for (char ch : log) n += ch == '\n';
+    return n;
+  }
+
+  std::unique_ptr<ExtensionBuild> Build(const Candidate& c, const ExtensionCompileOptions& o) {
+    auto b = CompileExtensionCached(c, "sm_90", 1, o);
+    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    return b.ok() ? std::move(*b) : nullptr;
+  }
+
+  std::string root_, nvcc_;
+};
+
+TEST_F(BuildCacheTest, MissBuildsAndStoresThenHitCopiesTheSameBytesWithoutNvcc) {
+  const std::string dir = root_ + "/cache/builds";  // created on the first store
+  auto first = Build(Source(), Options(dir));
+  ASSERT_NE(first, nullptr);
+  EXPECT_FALSE(first->from_cache());
+  EXPECT_EQ(Calls(), 1);
+  const auto libs = Entries(dir, ".so");
+  ASSERT_EQ(libs.size(), 1u);
+  EXPECT_EQ(libs[0].size(), 64u + 3u);  // <sha256 hex>.so
+  const std::string meta = ReadAll(dir + "/" + libs[0] + ".meta");
+  EXPECT_EQ(meta.rfind("size 38\nsha256 ", 0), 0u) << meta;
+  auto second = Build(Source(), Options(dir));
+  ASSERT_NE(second, nullptr);
+  EXPECT_TRUE(second->from_cache());
+  EXPECT_EQ(Calls(), 1);
+  EXPECT_NE(second->library_path(), first->library_path());
+  EXPECT_EQ(ReadAll(second->library_path()), ReadAll(first->library_path()));
+  EXPECT_LT(second->compile_ms(), 1000.0);
+  EXPECT_EQ(Entries(dir, "").size(), 2u);  // the library and its sidecar, no temporaries left
+}
+
+TEST_F(BuildCacheTest, TruncatedCachedLibraryIsDetectedRemovedAndRebuilt) {
+  const std::string dir = root_ + "/cache";
+  ASSERT_NE(Build(Source(), Options(dir)), nullptr);
+  const auto libs = Entries(dir, ".so");
+  ASSERT_EQ(libs.size(), 1u);
+  const std::string lib = dir + "/" + libs[0];
+  const std::string good = ReadAll(lib);
+  ASSERT_EQ(::truncate(lib.c_str(), 5), 0);
+  auto rebuilt = Build(Source(), Options(dir));
+  ASSERT_NE(rebuilt, nullptr);
+  EXPECT_FALSE(rebuilt->from_cache());
+  EXPECT_EQ(Calls(), 2);
+  EXPECT_EQ(ReadAll(lib), good);
+  EXPECT_EQ(ReadAll(rebuilt->library_path()), good);
+  auto hit = Build(Source(), Options(dir));
+  ASSERT_NE(hit, nullptr);
+  EXPECT_TRUE(hit->from_cache());
+  EXPECT_EQ(Calls(), 2);
+}
+
+TEST_F(BuildCacheTest, BuildCacheOffInTheEnvironmentBuildsEveryTime) {
+  const std::string dir = root_ + "/cache";
+  ::setenv("DICE_BUILD_CACHE", "off", 1);
+  for (int i = 0; i < 2; ++i) {
+    auto b = Build(Source(), Options(dir));
+    ASSERT_NE(b, nullptr);
+    EXPECT_FALSE(b->from_cache());
+  }
+  EXPECT_EQ(Calls(), 2);
+  EXPECT_TRUE(Entries(dir, "").empty());
+  ::unsetenv("DICE_BUILD_CACHE");
+  auto off = Build(Source(), Options("off"));  // the option's own "off"
+  ASSERT_NE(off, nullptr);
+  EXPECT_EQ(Calls(), 3);
+  EXPECT_TRUE(Entries(dir, "").empty());
+}
+
+TEST_F(BuildCacheTest, UnwritableDirectoryBuildsUncached) {
+  WriteAll(root_ + "/plain-file", "x");
+  const std::string dir = root_ + "/plain-file/builds";  // mkdir fails (ENOTDIR), even as root
+  for (int i = 0; i < 2; ++i) {
+    auto b = Build(Source(), Options(dir));
+    ASSERT_NE(b, nullptr);
+    EXPECT_FALSE(b->from_cache());
+    EXPECT_EQ(ReadAll(b->library_path()), "fake library for the build cache test\n");
+  }
+  EXPECT_EQ(Calls(), 2);
+}
+
+TEST_F(BuildCacheTest, KeyFollowsTheSourceTheFlagsAndTheInputCount) {
+  const std::string dir = root_ + "/cache";
+  ASSERT_NE(Build(Source(), Options(dir)), nullptr);
+  ASSERT_NE(Build(Source("return in0 + 1;"), Options(dir)), nullptr);
+  Candidate flagged = Source();
+  flagged.extra_flags = {"-DDICE_TEST_FLAG=1"};
+  ASSERT_NE(Build(flagged, Options(dir)), nullptr);
+  auto two = CompileExtensionCached(Source(), "sm_90", 2, Options(dir));
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  auto other_arch = CompileExtensionCached(Source(), "sm_80", 1, Options(dir));
+  ASSERT_TRUE(other_arch.ok()) << other_arch.status().ToString();
+  EXPECT_EQ(Calls(), 5);
+  EXPECT_EQ(Entries(dir, ".so").size(), 5u);
+  EXPECT_TRUE(Build(Source(), Options(dir))->from_cache());
+}
+
+TEST_F(BuildCacheTest, DirectoryComesFromTheEnvironmentThenTheCacheDirRule) {
+  const std::string env_dir = root_ + "/env-builds";
+  ::setenv("DICE_BUILD_CACHE", env_dir.c_str(), 1);
+  ASSERT_NE(Build(Source(), Options("")), nullptr);
+  EXPECT_EQ(Entries(env_dir, ".so").size(), 1u);
+  ::unsetenv("DICE_BUILD_CACHE");
+  const char* old = std::getenv("DICE_CACHE_DIR");
+  const std::string saved = old != nullptr ? old : "";
+  ::setenv("DICE_CACHE_DIR", (root_ + "/dice-cache").c_str(), 1);
+  ASSERT_NE(Build(Source(), Options("")), nullptr);
+  if (old != nullptr) {
+    ::setenv("DICE_CACHE_DIR", saved.c_str(), 1);
+  } else {
+    ::unsetenv("DICE_CACHE_DIR");
+  }
+  EXPECT_EQ(Entries(root_ + "/dice-cache/builds", ".so").size(), 1u);
+}
+
+TEST_F(BuildCacheTest, ConcurrentMissesLeaveOneCompleteEntry) {
+  const std::string dir = root_ + "/cache";
+  std::vector<std::thread> threads;
+  std::vector<int> ok(4, 0);
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      auto b = CompileExtensionCached(Source(), "sm_90", 1, Options(dir));
+      ok[i] = b.ok() && ReadAll((*b)->library_path()) == "fake library for the build cache test\n";
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(ok[i], 1) << i;
+  EXPECT_EQ(Entries(dir, ".so").size(), 1u);
+  EXPECT_EQ(Entries(dir, "").size(), 2u);
+  EXPECT_TRUE(Build(Source(), Options(dir))->from_cache());
+}
+
+TEST_F(BuildCacheTest, CompileErrorsAreNotCached) {
+  const std::string dir = root_ + "/cache";
+  Candidate bad = Source();
+  bad.source = "// no host function\n";
+  auto b = CompileExtensionCached(bad, "sm_90", 1, Options(dir));
+  EXPECT_EQ(b.status().code(), StatusCode::kCompileError);
+  EXPECT_EQ(Calls(), 0);
+  EXPECT_TRUE(Entries(dir, "").empty());
+}
+
+}  // namespace
+}  // namespace dice::runtime
