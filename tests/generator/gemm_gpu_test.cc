@@ -3,12 +3,14 @@
 // extension in the worker, the verifier compares it with the reference
 // executor's at::linear + relu, and the timer measures it against eager.
 // A linear + relu float32 task gets a verified 3xTF32 candidate; the same
-// candidate with relu dropped from its generated epilogue is rejected.
+// candidate with relu dropped from its generated epilogue is rejected; a
+// second shape of the same configuration reuses the build and verifies.
 // Skipped without a GPU or without the CUTLASS headers. Each test builds one
 // CUTLASS instantiation (about a minute on the GPU machine's cores).
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,16 +26,17 @@
 namespace dice::generator {
 namespace {
 
-// linear(x [512, 1024], w [1024, 1024], b [1024]) -> relu, float32, on GPU 0.
-Expected<Task> LinearReluTask() {
+// linear(x [M, K], w [N, K], b [N]) -> relu, float32, on GPU 0 (default
+// 512 x 1024 x 1024).
+Expected<Task> LinearReluTask(int64_t M = 512, int64_t K = 1024, int64_t N = 1024) {
   auto graph = ir::Parse(
       "dice-ir v1\ninput %0 f32 rank=2\ninput %1 f32 rank=2\ninput %2 f32 rank=1\n"
       "%3 = linear(%0, %1, %2)\n%4 = relu(%3)\noutput %4\n");
   if (!graph.ok()) return graph.status();
   return Task::Make(*graph,
-                    {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {512, 1024}),
-                     ir::TensorSpec::Contiguous(ir::DType::kFloat32, {1024, 1024}),
-                     ir::TensorSpec::Contiguous(ir::DType::kFloat32, {1024})},
+                    {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {M, K}),
+                     ir::TensorSpec::Contiguous(ir::DType::kFloat32, {N, K}),
+                     ir::TensorSpec::Contiguous(ir::DType::kFloat32, {N})},
                     runtime::TargetForDevice(0));
 }
 
@@ -70,6 +73,36 @@ TEST(GemmGpu, LinearReluFloat32GetsAVerifiedCutlassCandidate) {
   EXPECT_GT(report->baseline_us, 0);
   std::printf("[gemm-gpu] %s: %.2f us vs eager %.2f us (%.2fx), nvcc %.1f s\n", o.origin.c_str(), o.time_us,
               report->baseline_us, report->baseline_us / o.time_us, o.compile_ms / 1000.0);
+}
+
+// Issue 18: the sources are shape-generic, so a second shape whose first
+// configuration is the same one reuses its build (the build cache, unless
+// DICE_BUILD_CACHE=off) and still verifies: M, N, K come from the tensors.
+TEST(GemmGpu, AnotherShapeOfTheSameConfigurationReusesTheBuildAndVerifies) {
+  const std::string skip = SkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  auto first = LinearReluTask();
+  auto second = LinearReluTask(256, 1024, 512);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  runtime::Tuner tuner(nullptr, {std::make_shared<TemplateGenerator>()}, Options());
+  auto a = tuner.Tune(*first);
+  auto b = tuner.Tune(*second);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_EQ(a->outcomes.size(), 1u);
+  ASSERT_EQ(b->outcomes.size(), 1u);
+  const auto& oa = a->outcomes[0];
+  const auto& ob = b->outcomes[0];
+  EXPECT_EQ(oa.origin, ob.origin);
+  EXPECT_EQ(oa.hash, ob.hash);  // the same source
+  EXPECT_TRUE(runtime::IsVerified(ob.outcome)) << ob.origin << ": " << ob.outcome << " " << ob.error;
+  const char* cache = std::getenv("DICE_BUILD_CACHE");
+  if (cache == nullptr || std::string(cache) != "off") {
+    EXPECT_LT(ob.compile_ms, 1000.0) << "the second shape should have been a build cache hit";
+  }
+  std::printf("[gemm-gpu] %s: first shape nvcc %.1f s, second shape %.3f s, %.2f us vs eager %.2f us\n",
+              ob.origin.c_str(), oa.compile_ms / 1000.0, ob.compile_ms / 1000.0, ob.time_us, b->baseline_us);
 }
 
 TEST(GemmGpu, EpilogueWithoutTheReluIsRejectedByTheVerifier) {

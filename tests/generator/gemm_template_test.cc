@@ -1,11 +1,19 @@
 // The gemm template family (generator/src/templates/gemm.cc, issue 18 item
 // 1) on CPU: which linear + epilogue groups become CUTLASS extension-form
 // candidates, their origins and tile choices, DICE_STRICT_FP32, the groups it
-// refuses (with the reason), and one real nvcc build of an fp32 candidate for
-// sm_90 (skipped without nvcc or the CUTLASS headers).
+// refuses (with the reason), shape-generic sources (one per configuration and
+// alignment class), and one real nvcc build of an fp32 candidate for sm_90
+// that the build cache then serves (skipped without nvcc or the CUTLASS
+// headers).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -64,6 +72,13 @@ std::string Refusal(const Task& task) {
 }
 
 bool Contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+void RemoveTree(const std::string& dir) { EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0); }
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 TEST(GemmTemplates, LinearReluF32GivesThreeTfThirtyTwoExtensionCandidates) {
   const Task task = LinearTask(DType::kFloat32, 512, 1024, 1024, true, Relu);
@@ -303,24 +318,52 @@ TEST(GemmTemplates, CutlassIncludeDirHonoursTheEnvironmentAndNeedsGemmHeader) {
 }
 
 // One real build (issue 18: "CUTLASS candidates compile for sm_90 on CPU"):
-// nvcc with LibTorch's and CUTLASS's headers; a few minutes on 2 cores.
-TEST(GemmTemplates, Float32CandidateCompilesForSm90WithNvcc) {
+// nvcc with LibTorch's and CUTLASS's headers; a few minutes on 2 cores. The
+// same build checks the build cache: a fresh cache directory misses and
+// stores it, and the same configuration for another shape (same source) is a
+// hit that takes well under a second and gives the same bytes.
+TEST(GemmTemplates, Float32CandidateCompilesForSm90WithNvccOnceThenComesFromTheBuildCache) {
   if (runtime::CutlassIncludeDir().empty()) {
     GTEST_SKIP() << "CUTLASS headers absent (scripts/setup.sh unpacks them to .deps/cutlass/include; or set "
                     "DICE_CUTLASS_INCLUDE)";
   }
+  const char* env = std::getenv("DICE_BUILD_CACHE");
+  if (env != nullptr && std::string(env) == "off") GTEST_SKIP() << "DICE_BUILD_CACHE=off";
   const Task task = LinearTask(DType::kFloat32, 512, 1024, 1024, true, Relu);
   const auto cands = Generate(task, 1);
   ASSERT_EQ(cands.size(), 1u);
+  char tmpl[] = "/tmp/dice-gemm-build-cache-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string cache_dir = tmpl;
   runtime::ExtensionCompileOptions opt;
   opt.timeout_s = 1200;
-  auto build = runtime::CompileExtension(cands[0], "sm_90", static_cast<int>(task.inputs.size()), opt);
+  opt.build_cache_dir = cache_dir;
+  const int n_in = static_cast<int>(task.inputs.size());
+  auto build = runtime::CompileExtensionCached(cands[0], "sm_90", n_in, opt);
   if (!build.ok() && build.status().code() == StatusCode::kNotFound) {
+    RemoveTree(cache_dir);
     GTEST_SKIP() << "no compiler toolchain: " << build.status().ToString();
   }
   ASSERT_TRUE(build.ok()) << build.status().ToString();
+  EXPECT_FALSE((*build)->from_cache());
   EXPECT_FALSE((*build)->library_path().empty());
   std::printf("[gemm] %s built in %.1f s\n", cands[0].origin.c_str(), (*build)->compile_ms() / 1000.0);
+  // Another shape of the same configuration: the identical source is a hit.
+  const Task other = LinearTask(DType::kFloat32, 96, 256, 4096, true, Relu);
+  Candidate same;
+  for (const Candidate& c : Generate(other)) {
+    if (c.origin == cands[0].origin) same = c;
+  }
+  ASSERT_EQ(same.source, cands[0].source);
+  const auto start = std::chrono::steady_clock::now();
+  auto hit = runtime::CompileExtensionCached(same, "sm_90", n_in, opt);
+  const double hit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(hit.ok()) << hit.status().ToString();
+  EXPECT_TRUE((*hit)->from_cache());
+  EXPECT_LT(hit_s, 1.0);
+  EXPECT_EQ(ReadAll((*hit)->library_path()), ReadAll((*build)->library_path()));
+  std::printf("[gemm] cache hit in %.3f s\n", hit_s);
+  RemoveTree(cache_dir);
 }
 
 }  // namespace
