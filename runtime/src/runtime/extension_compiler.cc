@@ -1,7 +1,8 @@
 // extension_compiler.cc — nvcc builds of extension-form candidates
 // (extension_compiler.h). nvcc runs through RunProcess (process.h): its own
 // process group, output in a log file, and a run past the deadline has its
-// whole group (cicc, ptxas, the host compiler) killed.
+// whole group (cicc, ptxas, the host compiler) killed. CompileExtensionCached
+// keys a build by BuildKey below and keeps it in build_cache.h's store.
 #include "dice/runtime/extension_compiler.h"
 
 #include <errno.h>
