@@ -284,15 +284,23 @@ std::string ExtensionTranslationUnit(const Candidate& candidate, int num_inputs)
   return tu;
 }
 
-Expected<std::unique_ptr<ExtensionBuild>> CompileExtension(const Candidate& candidate, const std::string& arch,
-                                                           int num_inputs, const ExtensionCompileOptions& options) {
-  auto tc = Prepare(candidate, arch, num_inputs, options);
-  if (!tc.ok()) return tc.status();
+// A fresh private build directory under options.temp_root ($TMPDIR or /tmp).
+static Expected<std::string> MakeBuildDir(const ExtensionCompileOptions& options) {
   std::string root = options.temp_root.empty() ? EnvOr("TMPDIR", "/tmp") : options.temp_root;
   std::string tmpl = root + "/dice-ext-XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) {
     return Status(StatusCode::kIoError, "mkdtemp '" + tmpl + "': " + strerror(errno));
   }
+  return tmpl;
+}
+
+Expected<std::unique_ptr<ExtensionBuild>> CompileExtension(const Candidate& candidate, const std::string& arch,
+                                                           int num_inputs, const ExtensionCompileOptions& options) {
+  auto tc = Prepare(candidate, arch, num_inputs, options);
+  if (!tc.ok()) return tc.status();
+  auto made = MakeBuildDir(options);
+  if (!made.ok()) return made.status();
+  const std::string tmpl = *made;
   std::unique_ptr<ExtensionBuild> build(new ExtensionBuild());
   build->dir_ = tmpl;
   build->dirs_ = {tmpl, tmpl + "/shim", tmpl + "/shim/torch"};
@@ -333,11 +341,9 @@ Expected<std::unique_ptr<ExtensionBuild>> CompileExtensionCached(const Candidate
   const std::string key = BuildKey(*tc, candidate, arch, num_inputs);
   auto cached = build_cache::Load(dir, key);
   if (cached.ok()) {
-    std::string root = options.temp_root.empty() ? EnvOr("TMPDIR", "/tmp") : options.temp_root;
-    std::string tmpl = root + "/dice-ext-XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) {
-      return Status(StatusCode::kIoError, "mkdtemp '" + tmpl + "': " + strerror(errno));
-    }
+    auto made = MakeBuildDir(options);
+    if (!made.ok()) return made.status();
+    const std::string tmpl = *made;
     std::unique_ptr<ExtensionBuild> build(new ExtensionBuild());
     build->dir_ = tmpl;
     build->dirs_ = {tmpl};
