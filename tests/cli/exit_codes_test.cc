@@ -168,6 +168,13 @@ TEST_F(InputExitCodeTest, TuneWithoutAGpuShowsABadInputAloneBeforeAnyNotice) {
   EXPECT_NE(fine.output.find("no CUDA device present"), std::string::npos) << "the notice still comes:\n" << fine.output;
 }
 
+TEST_F(InputExitCodeTest, UnknownMemoryFormatExitsTwoNamingTheFlagAndItsChoices) {
+  DiceResult r = RunDice("tune " + Model("ew.pt") + " --input 8x8:f32 --memory-format sideways" + Cache());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--memory-format"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("auto,contiguous,channels_last"), std::string::npos) << r.output;
+}
+
 TEST_F(InputExitCodeTest, AnAllocationFailureKeepsPyTorchsCauseWithoutItsSourceLocation) {
   DiceResult r = RunDice("run " + Model("ew.pt") + " --input 100000x100000x100000:f32" + Cache());
   ExpectOneLineBadInput(r, "allocation");
