@@ -2,12 +2,12 @@
 #include "build_cache.h"
 
 #include <errno.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <sstream>
 
@@ -22,22 +22,11 @@ std::string Env(const char* name) {
   return v != nullptr ? std::string(v) : std::string();
 }
 
-// mkdir -p with mode 0755.
+// mkdir -p (as cache::Store opens its directory: std::filesystem).
 Status MakeDirs(const std::string& dir) {
-  std::string cur;
-  for (size_t i = 0; i <= dir.size(); ++i) {
-    if (i < dir.size() && dir[i] != '/') continue;
-    cur = dir.substr(0, i);
-    if (cur.empty()) continue;
-    struct stat st;
-    if (::stat(cur.c_str(), &st) == 0) {
-      if (!S_ISDIR(st.st_mode)) return Status(StatusCode::kIoError, "'" + cur + "' is not a directory");
-      continue;
-    }
-    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
-      return Status(StatusCode::kIoError, "mkdir '" + cur + "': " + strerror(errno));
-    }
-  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status(StatusCode::kIoError, "creating '" + dir + "': " + ec.message());
   return Status::Ok();
 }
 
