@@ -194,6 +194,35 @@ TEST(FusionPolicyTest, ParsesTheJsonFormThePythonFrontendSends) {
   EXPECT_EQ(n[5].inner[0].kind, "aten::exp");
 }
 
+TEST(FusionPolicyTest, ParsesTheGemmRuleFactsAndGroupsALinearWithItsEpilogue) {
+  const char* json = R"([
+    {"kind": "placeholder"},
+    {"kind": "placeholder"},
+    {"kind": "aten::linear", "fusible": true, "inputs": [0]},
+    {"kind": "aten::add", "fusible": true, "inputs": [2, 1], "epilogue_op": true,
+     "epilogue_operands": [{"source": 2, "extent": "full"}, {"source": 1, "extent": "row"}]},
+    {"kind": "aten::relu", "fusible": true, "inputs": [3], "epilogue_op": true, "escapes": true,
+     "epilogue_operands": [{"source": 3, "extent": "full"}]}
+  ])";
+  auto nodes = ParsePolicyNodes(json);
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  const auto& n = *nodes;
+  EXPECT_FALSE(n[2].epilogue_op);
+  EXPECT_TRUE(n[3].epilogue_op);
+  ASSERT_EQ(n[3].epilogue_operands.size(), 2u);
+  EXPECT_EQ(n[3].epilogue_operands[1].source, 1);
+  EXPECT_EQ(n[3].epilogue_operands[1].extent, Extent::kRow);
+  EXPECT_TRUE(n[4].escapes);
+  auto groups = ProposeFusionGroups(n, 1);
+  ASSERT_TRUE(groups.ok()) << groups.status().ToString();
+  EXPECT_EQ(*groups, (std::vector<std::vector<int>>{{2, 3, 4}}));
+
+  auto bad = ParsePolicyNodes(R"([{"kind": "aten::add", "epilogue_operands": [{"source": 0, "extent": "wide"}]}])");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("node 0: \"epilogue_operands\""), std::string::npos) << bad.status().message();
+  EXPECT_FALSE(ParsePolicyNodes(R"([{"kind": "aten::add", "escapes": 1}])").ok());
+}
+
 TEST(FusionPolicyTest, MalformedJsonIsRejectedNamingTheNodeAndKey) {
   EXPECT_FALSE(ParsePolicyNodes("[{").ok());
   EXPECT_FALSE(ParsePolicyNodes(R"({"kind": "x"})").ok());

@@ -145,15 +145,20 @@ void AddEpilogueFacts(const Node* n, const std::unordered_map<const Node*, int>&
 
 // Why the GEMM gate (DICE_GEMM_GROUPS) keeps the supported `n` out of groups,
 // or "" when it does not (it is no GEMM, or the gate lets it in).
-std::string GemmGateReason(const Node* n, GemmGroups setting) {
-  if (!IsGemmKind(n->kind().toQualString())) return "";
+// The gate's reason for a linear whose output dtype is `dt` (an error: not known).
+std::string GemmGateReasonFor(GemmGroups setting, const Expected<ir::DType>& dt) {
   if (setting == GemmGroups::kOff) return "not a fusible op";  // as before GEMM groups
-  auto tt = n->output(0)->type()->cast<c10::TensorType>();
-  auto st = tt ? tt->scalarType() : std::nullopt;
-  auto dt = st ? reference::FromScalarType(*st) : Expected<ir::DType>(Status(StatusCode::kUnsupported, "?"));
   if (dt.ok() && GemmGroupAllowed(setting, *dt)) return "";
   return std::string(dt.ok() ? ir::DTypeName(*dt) : "unknown-dtype") +
          " linear: GEMM groups take float32 only (DICE_GEMM_GROUPS=all also takes bf16/f16)";
+}
+
+std::string GemmGateReason(const Node* n, GemmGroups setting) {
+  if (!IsGemmKind(n->kind().toQualString())) return "";
+  auto tt = n->output(0)->type()->cast<c10::TensorType>();
+  auto st = tt ? tt->scalarType() : std::nullopt;
+  return GemmGateReasonFor(setting, st ? reference::FromScalarType(*st)
+                                       : Expected<ir::DType>(Status(StatusCode::kUnsupported, "?")));
 }
 
 // The policy's view of a top-level node; `index` maps the nodes before it.
@@ -419,8 +424,18 @@ std::vector<int64_t> FusionGroupsOp(c10::string_view nodes, int64_t min_nontrivi
   return group_of;
 }
 
+// dice::gemm_group_gate: why DICE_GEMM_GROUPS keeps a linear whose output
+// has ir::DType `dtype` (0 f32, 1 f16, 2 bf16) out of groups, or "" when it
+// lets it in: the TorchScript pass's gate (GemmGateReason), for the FX
+// partitioner. Read at each call. Throws c10::Error on an unknown dtype id.
+std::string GemmGroupGateOp(int64_t dtype) {
+  TORCH_CHECK(dtype >= 0 && dtype <= 2, "gemm_group_gate: unknown dtype id ", dtype);
+  return GemmGateReasonFor(GemmGroupsFromEnv(), static_cast<ir::DType>(dtype));
+}
+
 TORCH_LIBRARY_FRAGMENT(dice, m) {
   m.def("fusion_groups(str nodes, int min_nontrivial_ops=1) -> int[]", TORCH_FN(FusionGroupsOp));
+  m.def("gemm_group_gate(int dtype) -> str", TORCH_FN(GemmGroupGateOp));
 }
 
 }  // namespace

@@ -190,6 +190,38 @@ bool ParseDim(const nlohmann::json& v, PolicyNode* out) {
   return true;
 }
 
+// The GEMM rule's facts (PolicyNode::escapes, epilogue_op, epilogue_operands):
+// "escapes": bool, "epilogue_op": bool, "epilogue_operands": [{"source": int,
+// "extent": "full" | "row" | "other" | "unknown"}, ...]. Absent keys keep the
+// defaults (a node no GEMM group takes).
+template <typename Bad>
+Status ParseGemmFacts(const nlohmann::json& j, const Bad& bad, PolicyNode* out) {
+  for (const char* key : {"escapes", "epilogue_op"}) {
+    auto it = j.find(key);
+    if (it == j.end()) continue;
+    if (!it->is_boolean()) return bad(std::string("\"") + key + "\" must be a boolean");
+    (std::string_view(key) == "escapes" ? out->escapes : out->epilogue_op) = it->get<bool>();
+  }
+  auto it = j.find("epilogue_operands");
+  if (it == j.end()) return Status::Ok();
+  const char* shape = "\"epilogue_operands\" must be a list of {\"source\": int, \"extent\": full|row|other|unknown}";
+  if (!it->is_array()) return bad(shape);
+  for (const auto& e : *it) {
+    auto src = e.is_object() ? e.find("source") : e.end();
+    auto ext = e.is_object() ? e.find("extent") : e.end();
+    if (src == e.end() || !src->is_number_integer() || ext == e.end() || !ext->is_string()) return bad(shape);
+    const std::string x = ext->get<std::string>();
+    Extent extent;
+    if (x == "full") extent = Extent::kFull;
+    else if (x == "row") extent = Extent::kRow;
+    else if (x == "other") extent = Extent::kOther;
+    else if (x == "unknown") extent = Extent::kUnknown;
+    else return bad(shape);
+    out->epilogue_operands.push_back({src->get<int>(), extent});
+  }
+  return Status::Ok();
+}
+
 Status ParseNode(const nlohmann::json& j, const std::string& where, PolicyNode* out) {
   auto bad = [&](const std::string& what) {
     return Status(StatusCode::kInvalidArgument, "fusion policy graph: " + where + ": " + what);
@@ -227,6 +259,7 @@ Status ParseNode(const nlohmann::json& j, const std::string& where, PolicyNode* 
   if (auto it = j.find("dim"); it != j.end() && !ParseDim(*it, out)) {
     return bad("\"dim\" must be null, an integer, a list of integers or \"?\"");
   }
+  DICE_RETURN_IF_ERROR(ParseGemmFacts(j, bad, out));
   if (auto it = j.find("inner"); it != j.end()) {
     if (!it->is_array()) return bad("\"inner\" must be a list of nodes");
     out->inner.resize(it->size());

@@ -95,8 +95,9 @@ struct PolicyNode {
   /// For "dice::FusionGroup": the nodes inside it (their `inputs` are unused);
   /// the group reduces over what they reduce over and counts their non-casts.
   std::vector<PolicyNode> inner;
-  // Facts for the GEMM rule (rule 4). No JSON keys yet: the FX frontend has no
-  // fusible GEMM node, and the defaults keep a node out of any GEMM group.
+  // Facts for the GEMM rule (rule 4); JSON keys "escapes", "epilogue_op",
+  // "epilogue_operands" ([{"source": i, "extent": "full"|"row"|"other"|"unknown"}]).
+  // The defaults keep a node out of any GEMM group.
   bool escapes = false;  ///< its output is also read outside the list (a graph output)
   /// The frontend translates it to exactly one elementwise IR op (unary or
   /// binary, not a cast) whose tensor arguments are `epilogue_operands`, in order.
@@ -152,7 +153,9 @@ Expected<std::vector<std::vector<int>>> ProposeFusionGroups(const std::vector<Po
 /// Parses the JSON form of a node list, the argument of `dice::fusion_groups`:
 /// an array of objects {"kind": str, "fusible": bool, "inputs": [int],
 /// "operands": int, "tensor_operands": int, "rank": int, "dim": null | int |
-/// [int] | "?", "normalized_dims": int, "inner": [node...]}. Every key but
+/// [int] | "?", "normalized_dims": int, "inner": [node...], "escapes": bool,
+/// "epilogue_op": bool, "epilogue_operands": [{"source": int, "extent":
+/// "full" | "row" | "other" | "unknown"}]}. Every key but
 /// "kind" may be left out (defaults as in PolicyNode; no "dim" key: the op has
 /// no dim argument; "dim": null: every axis; "?": not a constant).
 /// Errors: kInvalidArgument naming the node and the key.
