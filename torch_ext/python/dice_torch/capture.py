@@ -18,8 +18,15 @@ layer_norm, native_group_norm (first output only), _to_copy /
 prims.convert_element_type among float32/float16/bfloat16. Tensor operands
 must be float32/float16/bfloat16 of rank <= 8 (``node.meta["val"]``); scalar
 operands must be Python numbers (a SymInt/SymFloat operand is not supported).
-Matrix multiplies (mm, addmm, bmm) are not IR ops: they stay with PyTorch, and
-the elementwise ops after them form the group (their epilogue).
+GEMMs (issue 18 item 1): ``addmm(b, x, t(w))`` (beta = alpha = 1, b [N]) and
+``mm(x, t(w))``, with ``t(w)`` an ``aten.t`` / ``aten.permute(w, [1, 0])`` of a
+contiguous 2-D w [N, K] and x [M, K], are F.linear as aot_autograd lowers
+it: they translate to the IR's ``linear`` op (x, w, [b]) and start a GEMM
+group that takes their elementwise epilogue (fusion_policy.h rule 4). Which
+dtypes may do so is the runtime's gate (``dice::gemm_group_gate``,
+``DICE_GEMM_GROUPS``: float32 unless "all"). Other matrix multiplies (bmm,
+mm of an untransposed operand) stay with PyTorch, and the elementwise ops
+after them form the group.
 """
 
 from __future__ import annotations
@@ -413,7 +420,75 @@ def _pow(c: _Ctx) -> _Value:
     return c.b.emit("pow", [c.operand("self"), c.operand("exponent")])
 
 
+def _transposed_weight(node: Any) -> torch.fx.Node | None:
+    """w when ``node`` is ``t(w)`` or ``permute(w, [1, 0])`` of a contiguous 2-D w, else None."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+        return None
+    if node.target is aten.t.default:
+        ok = len(node.args) == 1
+    elif node.target is aten.permute.default:
+        ok = len(node.args) == 2 and list(node.args[1]) in ([1, 0], [-1, -2], [1, -2], [-1, 0])
+    else:
+        return None
+    w = node.args[0] if ok else None
+    t = tensor_meta(w) if isinstance(w, torch.fx.Node) else None
+    if t is None or t.dim() != 2 or not t.is_contiguous():
+        return None
+    return w
+
+
+def linear_operands(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node | None] | None:
+    """(x, w, b) when ``node`` is F.linear(x, w, b) as aot_autograd lowers it
+    (``addmm(b, x, t(w))`` with beta = alpha = 1 and b [N], or ``mm(x, t(w))``;
+    x [M, K], w [N, K] contiguous), else None."""
+    if node.op != "call_function" or node.target not in (aten.addmm.default, aten.mm.default):
+        return None
+    addmm = node.target is aten.addmm.default
+    if addmm:
+        if len(node.args) != 3 or any(node.kwargs.get(k, 1) != 1 for k in ("beta", "alpha")):
+            return None
+        b, x, wt = node.args
+    else:
+        if len(node.args) != 2 or node.kwargs:
+            return None
+        b, (x, wt) = None, node.args
+    w = _transposed_weight(wt)
+    xt, wm = (tensor_meta(x) if isinstance(x, torch.fx.Node) else None), (tensor_meta(w) if w is not None else None)
+    if xt is None or wm is None or xt.dim() != 2 or xt.shape[1] != wm.shape[1]:
+        return None
+    if b is not None:
+        bt = tensor_meta(b) if isinstance(b, torch.fx.Node) else None
+        if bt is None or bt.dim() != 1 or bt.shape[0] != wm.shape[0]:
+            return None
+    return x, w, b
+
+
+def _linear(c: _Ctx) -> _Value:
+    ops = linear_operands(c.node)
+    if ops is None:
+        raise Unsupported("not a fusible op")  # a matrix multiply that is no F.linear: stays with PyTorch
+    out = tensor_meta(c.node)
+    reason = str(torch.ops.dice.gemm_group_gate(_DTYPE_IDS[out.dtype])) if out is not None else "no example value"
+    if reason:
+        raise Unsupported(reason)
+    x, w, b = ops
+    args = [c.b.values[n] if n in c.b.values else c.b.input(n) for n in (x, w) + ((b,) if b is not None else ())]
+    return c.b.emit("linear", args)
+
+
+#: The GEMM targets (``_linear``): translated, but not among ``supported_targets``
+#: (Inductor keeps its own decompositions of mm / addmm).
+GEMM_TARGETS = frozenset({aten.addmm.default, aten.mm.default})
+
+#: IR ops of category kUnary / kBinary but cast (core/src/ir.cc): what a GEMM
+#: epilogue node may translate to (fusion_policy.h PolicyNode::epilogue_op).
+EPILOGUE_IR_OPS = frozenset({
+    "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "erf", "relu", "gelu", "silu",
+    "mish", "softplus", "softsign", "elu", "selu", "leaky_relu", "clamp", "hardswish", "hardsigmoid", "pow_scalar",
+    "add", "sub", "mul", "div", "maximum", "minimum", "pow"})
+
 _TABLE: dict[Any, Callable[[_Ctx], _Value]] = {
+    aten.addmm.default: _linear, aten.mm.default: _linear,
     aten.add.Tensor: _add_sub("add"), aten.add.Scalar: _add_sub("add"),
     aten.sub.Tensor: _add_sub("sub"), aten.sub.Scalar: _add_sub("sub"),
     aten.rsub.Tensor: _add_sub("sub", True), aten.rsub.Scalar: _add_sub("sub", True),
@@ -510,7 +585,27 @@ def op_name(node: torch.fx.Node) -> str:
     return str(t) if isinstance(t, torch._ops.OpOverload) else getattr(t, "__name__", str(t))
 
 
+def epilogue_facts(node: torch.fx.Node) -> list[torch.fx.Node] | None:
+    """The tensor operands of ``node`` in operand order when it translates
+    alone to exactly one elementwise IR op (EPILOGUE_IR_OPS) whose tensor
+    arguments are those operands in that order (not rsub's swap, not x + x,
+    not add with alpha != 1): the nodes a GEMM epilogue may be (fusion_policy.h
+    PolicyNode::epilogue_op). None otherwise."""
+    b = IrBuilder()
+    try:
+        translate_node(node, b)
+    except (Unsupported, TypeError, ValueError, AttributeError, IndexError):
+        return None
+    ops = [(name, args) for name, args, _ in b.ops if name != "const"]
+    if len(ops) != 1 or ops[0][0] not in EPILOGUE_IR_OPS:
+        return None
+    tensor_args = [a.index for a in ops[0][1] if a.kind == "in"]
+    if tensor_args != list(range(len(b.inputs))):
+        return None
+    return list(b.input_nodes)
+
+
 def supported_targets() -> list[Any]:
     """The ATen/prims overloads the translator handles (the decomposition
-    table of the Inductor path leaves these whole)."""
-    return list(_TABLE)
+    table of the Inductor path leaves these whole), GEMM_TARGETS aside."""
+    return [t for t in _TABLE if t not in GEMM_TARGETS]

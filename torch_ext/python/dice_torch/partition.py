@@ -67,22 +67,52 @@ def _dim_fact(dim):
     return "?"
 
 
+def _extent(operand: torch.fx.Node, out: torch.fx.Node) -> str:
+    """How ``operand``'s shape relates to ``out``'s (fusion_policy.h Extent):
+    "full" (equal), "row" ([N], [1, N], ... with N the output's last dim),
+    "other", or "unknown" (no example value)."""
+    a, o = capture.tensor_meta(operand), capture.tensor_meta(out)
+    if a is None or o is None:
+        return "unknown"
+    if list(a.shape) == list(o.shape):
+        return "full"
+    if a.dim() == 0 or o.dim() == 0 or a.shape[-1] != o.shape[-1] or any(d != 1 for d in a.shape[:-1]):
+        return "other"
+    return "row"
+
+
+def _gemm_facts(node: torch.fx.Node, d: dict, index: dict[torch.fx.Node, int]) -> None:
+    """Adds the GEMM rule's facts (rule 4: epilogue_op, epilogue_operands) of a fusible node to ``d``."""
+    operands = capture.epilogue_facts(node)
+    if operands is None:
+        return
+    d["epilogue_op"] = True
+    d["epilogue_operands"] = [{"source": index.get(a, -1), "extent": _extent(a, node)} for a in operands]
+
+
 def policy_node(node: torch.fx.Node, fusible: bool, index: dict[torch.fx.Node, int]) -> dict:
     """``node`` as the fusion policy sees it (torch_ext/src/fusion_policy.h,
     ParsePolicyNodes): kind, fusibility, the nodes it reads and, for a fusible
-    ATen op, the facts its reduction signature is computed from."""
+    ATen op, the facts its reduction signature and the GEMM rule are computed
+    from. A fusible mm / addmm (F.linear, ``capture.linear_operands``) is
+    "aten::linear", the kind that starts a GEMM group."""
     tgt = node.target
     if node.op != "call_function":
         kind = node.op
     elif tgt is operator.getitem:
         kind = "getitem"
+    elif fusible and tgt in capture.GEMM_TARGETS:
+        kind = "aten::linear"
     elif isinstance(tgt, torch._ops.OpOverload):
         kind = tgt._schema.name
     else:
         kind = getattr(tgt, "__name__", str(tgt))
     d = {"kind": kind, "fusible": fusible, "inputs": [index[a] for a in node.all_input_nodes if a in index]}
+    if any(u.op == "output" for u in node.users):
+        d["escapes"] = True
     if not fusible or not isinstance(tgt, torch._ops.OpOverload):
         return d
+    _gemm_facts(node, d, index)
     names = [a.name for a in tgt._schema.arguments]
     args = dict(zip(names, node.args))
     args.update(node.kwargs)
@@ -182,6 +212,15 @@ def _apply_plan(gm: torch.fx.GraphModule, plan: _Plan, replaced: dict[torch.fx.N
         graph.erase_node(n)
 
 
+def _erase_dead_transposes(gm: torch.fx.GraphModule) -> None:
+    """Erases the ``t(w)`` / ``permute(w)`` views a GEMM group left without
+    readers (the group reads w itself)."""
+    for n in list(gm.graph.nodes):
+        if n.op == "call_function" and n.target in (torch.ops.aten.t.default, torch.ops.aten.permute.default) \
+                and not n.users:
+            gm.graph.erase_node(n)
+
+
 def fuse_dice_groups(gm: torch.fx.GraphModule) -> PartitionReport:
     """Rewrites ``gm`` in place: every fusion group becomes one
     ``dice::run_group`` call (plus a getitem per output); the graph is then
@@ -207,6 +246,7 @@ def fuse_dice_groups(gm: torch.fx.GraphModule) -> PartitionReport:
         _apply_plan(gm, plan, replaced)
         report.groups.append(plan.group)
     if report.groups:
+        _erase_dead_transposes(gm)
         stable_topological_sort(gm)
         gm.graph.lint()
         gm.recompile()

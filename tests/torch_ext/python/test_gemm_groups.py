@@ -1,0 +1,124 @@
+"""GEMM groups in the FX frontend (issue 18 item 1): F.linear, as aot_autograd
+lowers it (addmm(b, x, t(w)) / mm(x, t(w)); Inductor's graphs spell t as
+permute), becomes the IR's ``linear`` op and takes its elementwise epilogue
+(fusion_policy.h rule 4, the rule the TorchScript pass uses). CPU: every
+group runs its ATen fallback (DICE_TORCH_FORCE_PARTITION=1), so outputs must
+match eager and the groups must be the expected ones."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import dice_torch
+
+EAGER = {"mode": "cache", "rest": "eager"}
+INDUCTOR = {"mode": "cache", "rest": "inductor"}
+
+
+@pytest.fixture(autouse=True)
+def _force_partition(monkeypatch):
+    monkeypatch.setenv("DICE_TORCH_FORCE_PARTITION", "1")
+    monkeypatch.delenv("DICE_GEMM_GROUPS", raising=False)
+
+
+def compiled_report(model, *inputs, options=EAGER):
+    compiled = torch.compile(model, backend="dice", options=options)
+    with torch.no_grad():
+        got = compiled(*inputs)
+        want = model(*inputs)
+    torch.testing.assert_close(got, want)
+    rep = dice_torch.last_report()
+    assert rep.skipped is None and rep.fallback is None, (rep.skipped, rep.fallback)
+    return rep
+
+
+class LinearMulLeakyRelu(nn.Module):  # KernelBench level2/12's shape of graph
+    def __init__(self, k=32, n=64, bias=True):
+        super().__init__()
+        self.fc = nn.Linear(k, n, bias=bias)
+
+    def forward(self, x):
+        return F.leaky_relu(self.fc(x) * 2.0, 0.1)
+
+
+@pytest.mark.parametrize("options", [EAGER, INDUCTOR], ids=["rest=eager", "rest=inductor"])
+def test_linear_and_its_epilogue_form_one_gemm_group_reading_the_weight_itself(options):
+    torch.manual_seed(0)
+    rep = compiled_report(LinearMulLeakyRelu().eval(), torch.randn(8, 32), options=options)
+    assert [g.torch_ops for g in rep.groups] == [["aten.addmm.default", "aten.mul.Tensor", "aten.leaky_relu.default"]]
+    g = rep.groups[0]
+    assert g.summary == "linear+mul+leaky_relu" and g.num_inputs == 3 and g.num_outputs == 1
+    # x [8, 32], w [64, 32] as the parameter is stored (not its transpose), b [64]
+    assert "input %1 f32 rank=2" in g.ir and "linear(%0, %1, %2)" in g.ir, g.ir
+
+
+def test_linear_without_bias_takes_a_row_vector_add_and_a_residual_add():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(32, 32, bias=False)
+            self.b = nn.Parameter(torch.randn(32))
+
+        def forward(self, x):
+            return torch.relu(self.fc(x) + self.b) + x
+
+    torch.manual_seed(0)
+    rep = compiled_report(M().eval(), torch.randn(8, 32))
+    # the row vector is the group's one extra tensor: the residual add (a second one) starts a group of its own
+    assert [g.summary for g in rep.groups] == ["linear+add+relu", "add"], [g.summary for g in rep.groups]
+    assert rep.groups[0].torch_ops[0] == "aten.mm.default"
+
+
+def test_gemm_result_that_is_also_a_graph_output_keeps_its_epilogue_apart():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 16)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return y, torch.tanh(y)
+
+    torch.manual_seed(0)
+    rep = compiled_report(M().eval(), torch.randn(4, 16))
+    assert [g.summary for g in rep.groups] == ["linear", "tanh"]
+
+
+def test_a_matmul_that_is_no_linear_stays_with_pytorch():
+    class M(nn.Module):
+        def forward(self, x, y):
+            return torch.relu(x @ y)  # y is no transposed weight
+
+    torch.manual_seed(0)
+    rep = compiled_report(M(), torch.randn(8, 16), torch.randn(16, 4))
+    assert [g.summary for g in rep.groups] == ["relu"]
+    assert any(l.op == "aten.mm.default" and l.reason == "not a fusible op" for l in rep.left_out), rep.left_out
+
+
+def test_bf16_linear_stays_with_pytorch_unless_gemm_groups_take_all_dtypes(monkeypatch):
+    torch.manual_seed(0)
+    model, x = LinearMulLeakyRelu().eval().to(torch.bfloat16), torch.randn(8, 32, dtype=torch.bfloat16)
+    rep = compiled_report(model, x)
+    assert [g.summary for g in rep.groups] == ["mul+leaky_relu"]
+    reasons = [l.reason for l in rep.left_out if l.op == "aten.addmm.default"]
+    assert reasons and "GEMM groups take float32 only" in reasons[0], rep.left_out
+    torch._dynamo.reset()
+    monkeypatch.setenv("DICE_GEMM_GROUPS", "all")
+    rep = compiled_report(model, x)
+    assert [g.summary for g in rep.groups] == ["linear+mul+leaky_relu"]
+    assert "input %1 bf16 rank=2" in rep.groups[0].ir
+
+
+def test_gemm_groups_off_leaves_every_matmul_to_pytorch(monkeypatch):
+    monkeypatch.setenv("DICE_GEMM_GROUPS", "0")
+    torch.manual_seed(0)
+    rep = compiled_report(LinearMulLeakyRelu().eval(), torch.randn(8, 32))
+    assert [g.summary for g in rep.groups] == ["mul+leaky_relu"]
+
+
+def test_gemm_group_gate_op_rejects_an_unknown_dtype_id():
+    dice_torch.load_library()
+    assert torch.ops.dice.gemm_group_gate(0) == ""
+    with pytest.raises(RuntimeError, match="unknown dtype id 7"):
+        torch.ops.dice.gemm_group_gate(7)
