@@ -44,52 +44,6 @@ int64_t AlignmentOffset(const ir::TensorSpec& s) {
   return (s.alignment < 16 && s.alignment >= es) ? s.alignment / es : 0;
 }
 
-namespace {
-
-// Dims innermost first of channels_last (rank 4) and channels_last_3d (rank 5).
-constexpr int kChannelsLast2d[] = {1, 3, 2, 0};
-constexpr int kChannelsLast3d[] = {1, 4, 3, 2, 0};
-
-// Dense in the order `inner_first` (all dims), size-1 dims ignored.
-bool DenseIn(const ir::TensorSpec& s, const int* inner_first) {
-  int64_t expected = 1;
-  for (size_t k = 0; k < s.shape.size(); ++k) {
-    const int d = inner_first[k];
-    if (s.shape[d] == 1) continue;
-    if (s.strides[d] != expected) return false;
-    expected *= s.shape[d];
-  }
-  return true;
-}
-
-// The channels_last order `spec` is in (not also contiguous), or null.
-const int* ChannelsLastOrder(const ir::TensorSpec& spec) {
-  if (spec.strides.size() != spec.shape.size() || spec.numel() == 0 || spec.is_contiguous()) return nullptr;
-  if (spec.shape.size() == 4 && DenseIn(spec, kChannelsLast2d)) return kChannelsLast2d;
-  if (spec.shape.size() == 5 && DenseIn(spec, kChannelsLast3d)) return kChannelsLast3d;
-  return nullptr;
-}
-
-}  // namespace
-
-std::vector<ir::TensorSpec> OutputsFollowingInputs(const std::vector<ir::TensorSpec>& inputs,
-                                                   std::vector<ir::TensorSpec> outputs) {
-  for (auto& out : outputs) {
-    for (const auto& in : inputs) {
-      if (in.shape != out.shape) continue;
-      if (const int* order = ChannelsLastOrder(in)) {
-        int64_t stride = 1;
-        for (size_t k = 0; k < out.shape.size(); ++k) {
-          out.strides[order[k]] = stride;
-          stride *= out.shape[order[k]];  // numel > 0 here
-        }
-      }
-      break;  // the first input of the output's shape decides
-    }
-  }
-  return outputs;
-}
-
 TrialResidency PlanResidency(const std::vector<ir::TensorSpec>& inputs, const std::vector<ir::TensorSpec>& outputs,
                              int n_trials, int64_t max_resident_bytes) {
   n_trials = std::max(n_trials, 1);

@@ -1,8 +1,8 @@
 // trial_layout.h — how the verification trials of one task are laid out
 // (private to runtime/worker/; torch-free, so it is testable and cheap to
 // build). verifier.cc builds the trial tensors from these facts: which inputs
-// must stay in an op's domain, the outputs' layout, how many elements a
-// strided input's storage spans, the offset that gives a data pointer the spec's alignment, and how
+// must stay in an op's domain, how many elements a strided input's storage
+// spans, the offset that gives a data pointer the spec's alignment, and how
 // many random trials stay resident on the device. Plain functions; thread-safe.
 #pragma once
 
@@ -26,19 +26,6 @@ int64_t StorageNumel(const ir::TensorSpec& spec);
 /// Offset in elements that gives the data pointer the spec's alignment when
 /// it is below 16 bytes (device allocations are 256-byte aligned); 0 otherwise.
 int64_t AlignmentOffset(const ir::TensorSpec& spec);
-
-/// The output specs of a tune request: `outputs` (ir::InferOutputSpecs',
-/// contiguous) with eager's layout rule applied, the rule serving uses when
-/// it builds the task (torch_ext/src/tensor_layout.h FollowInputLayout; the
-/// request carries no output specs, so both sides derive them the same way):
-/// an output takes the channels_last (rank 4, dense in N,H,W,C order) or
-/// channels_last_3d (rank 5, N,D,H,W,C) strides of the first input of exactly
-/// its shape when that input is in that layout and not also contiguous
-/// (strides of size-1 dims ignored, as PyTorch does; an empty input is
-/// contiguous). Strides in elements, as c10's get_channels_last_strides_2d /
-/// _3d. Everything else stays as given.
-std::vector<ir::TensorSpec> OutputsFollowingInputs(const std::vector<ir::TensorSpec>& inputs,
-                                                   std::vector<ir::TensorSpec> outputs);
 
 /// Which random trials stay on the device.
 struct TrialResidency {

@@ -21,6 +21,7 @@
 #include <sstream>
 #include <vector>
 
+#include "dice/core/tensor_layout.h"
 #include "dice/reference/device_compare.h"
 #include "dice/reference/reference_executor.h"
 #include "dice/runtime/comparator.h"
@@ -634,7 +635,8 @@ Verifier::Verifier(TaskSetup setup) : impl_(std::make_unique<Impl>()) {
   ss.driver = setup.driver;
   ss.req = setup.req;
   ss.graph = std::move(setup.graph);
-  ss.outputs = OutputsFollowingInputs(ss.req->inputs, std::move(setup.outputs));  // channels_last follows inputs
+  ss.outputs = std::move(setup.outputs);
+  FollowInputLayout(ss.req->inputs, &ss.outputs);  // channels_last follows inputs, as in serving's task
   ss.positive = PositiveDomainInputs(ss.graph);
   ss.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(ss.req->device));
 }

@@ -43,7 +43,7 @@ ir::TensorSpec ChannelsLast3d(std::vector<int64_t> shape) {
 }
 
 // The task with its output specs in the layout of the first input (what
-// serving builds for channels_last calls: torch_ext/src/tensor_layout.h).
+// serving builds for channels_last calls: dice/core/tensor_layout.h).
 Task WithOutputLike(Task t, int input) {
   for (auto& o : t.outputs)
     if (o.shape == t.inputs[input].shape) o.strides = t.inputs[input].strides;

@@ -1,10 +1,12 @@
 // tensor_layout_test.cc — the layouts the kernel path serves
-// (torch_ext/src/tensor_layout.h, run_group.cc; issue 18 item 2): real PyTorch tensors are
-// classified as contiguous / channels_last / channels_last_3d (served) or
-// strided / overlapping (refused with the reason), a channels_last call gets
-// its own task key with channels_last outputs while a contiguous call keeps
-// the key it always had, and the worker derives the same output specs from a
-// tune request (runtime/worker/trial_layout.h OutputsFollowingInputs).
+// (dice/core/tensor_layout.h, run_group.cc; issue 18 item 2), on real
+// PyTorch tensors: they are classified as contiguous / channels_last /
+// channels_last_3d (served) or strided / overlapping (refused with the
+// reason), canonical strides and output specs are eager's, and a
+// channels_last call gets its own task key with channels_last outputs while
+// a contiguous call keeps the key it always had. Serving and the worker
+// (runtime/worker/verifier.cc) derive output specs with the same core
+// function; tests/runtime/tensor_layout_rule_test.cc checks it torch-free.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -12,14 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "../../torch_ext/src/tensor_layout.h"
+#include "dice/core/tensor_layout.h"
 #include "dice/reference/reference_executor.h"
 #include "dice/torch_ext/group_stats.h"
 #include "dice/torch_ext/optimize.h"
 #include "dice/torch_ext/run_group.h"
-// The worker's rule is compiled into dice-worker only; its torch-free source
-// is built into this test so that both rules are checked on the same cases.
-#include "../../runtime/worker/trial_layout.cc"
 
 namespace dice::torch_ext {
 namespace {
@@ -52,9 +51,6 @@ TEST(TensorLayout, ServesContiguousAndChannelsLastTensors) {
   EXPECT_EQ(LayoutOf(x), TensorLayout::kContiguous);
   EXPECT_EQ(LayoutOf(x.contiguous(at::MemoryFormat::ChannelsLast)), TensorLayout::kChannelsLast);
   EXPECT_EQ(LayoutOf(at::empty({2, 16, 4, 8, 8}, at::MemoryFormat::ChannelsLast3d)), TensorLayout::kChannelsLast3d);
-  EXPECT_TRUE(Servable(TensorLayout::kContiguous));
-  EXPECT_TRUE(Servable(TensorLayout::kChannelsLast));
-  EXPECT_TRUE(Servable(TensorLayout::kChannelsLast3d));
   // Both at once (C == 1): contiguous wins, as in PyTorch's suggest_memory_format.
   EXPECT_EQ(LayoutOf(at::empty({2, 1, 4, 4}, at::MemoryFormat::ChannelsLast)), TensorLayout::kContiguous);
   EXPECT_EQ(LayoutOf(at::empty({0, 3, 4, 4})), TensorLayout::kContiguous);
@@ -72,7 +68,6 @@ TEST(TensorLayout, RefusesExpandedAndStridedTensorsWithTheReason) {
   at::Tensor transposed = at::empty({32, 16}).t();
   EXPECT_EQ(LayoutOf(transposed), TensorLayout::kStrided);
   EXPECT_EQ(LayoutOf(at::empty({8, 8}).as_strided({8, 8}, {4, 1})), TensorLayout::kOverlapping);
-  EXPECT_EQ(LayoutRefusal(TensorLayout::kChannelsLast, 0), "");
 }
 
 TEST(TensorLayout, CanonicalStridesMatchPyTorchs) {
@@ -109,25 +104,9 @@ TEST(TensorLayout, ContiguousAndChannelsLastCallsGetDifferentTaskKeys) {
   EXPECT_NE(channels_last->outputs[0].ToString().find("{s="), std::string::npos);
 }
 
-TEST(TensorLayout, OnlyOutputsOfTheChannelsLastInputsShapeFollowIt) {
-  std::vector<ir::TensorSpec> inputs = {SpecOf(at::empty({4, 8, 3, 3}, at::MemoryFormat::ChannelsLast)),
-                                        SpecOf(at::empty({8, 1, 1}))};
-  std::vector<ir::TensorSpec> outputs = {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {4, 8, 3, 3}),
-                                         ir::TensorSpec::Contiguous(ir::DType::kFloat32, {4, 1, 3, 3}),
-                                         ir::TensorSpec::Contiguous(ir::DType::kFloat32, {4, 8})};
-  std::vector<ir::TensorSpec> served = outputs;
-  FollowInputLayout(inputs, &served);
-  EXPECT_EQ(served[0].strides, LayoutStrides({4, 8, 3, 3}, TensorLayout::kChannelsLast));
-  EXPECT_EQ(served[1].strides, outputs[1].strides);  // a reduced keepdim output: contiguous
-  EXPECT_EQ(served[2].strides, outputs[2].strides);
-  // The first input of the output's shape decides: contiguous first -> contiguous.
-  std::vector<ir::TensorSpec> mixed = {SpecOf(at::empty({4, 8, 3, 3})), inputs[0]};
-  std::vector<ir::TensorSpec> m = outputs;
-  FollowInputLayout(mixed, &m);
-  EXPECT_TRUE(m[0].is_contiguous());
-}
-
-TEST(TensorLayout, WorkerDerivesTheSameOutputSpecsAsServing) {
+// The output specs serving builds, and the worker derives from a tune
+// request (the same core function), are eager's.
+TEST(TensorLayout, ServedOutputSpecsAreEagers) {
   const std::vector<std::vector<at::Tensor>> calls = {
       {at::empty({8, 64, 56, 56}, at::MemoryFormat::ChannelsLast), at::empty({64, 1, 1})},
       {at::empty({8, 64, 56, 56}), at::empty({64, 1, 1})},
@@ -138,14 +117,9 @@ TEST(TensorLayout, WorkerDerivesTheSameOutputSpecsAsServing) {
   for (const auto& call : calls) {
     std::vector<ir::TensorSpec> inputs;
     for (const auto& t : call) inputs.push_back(SpecOf(t));
-    const int rank = static_cast<int>(call[0].dim());
-    std::vector<ir::TensorSpec> outputs = {ir::TensorSpec::Contiguous(ir::DType::kFloat32, call[0].sizes().vec())};
-    std::vector<ir::TensorSpec> serving = outputs;
+    std::vector<ir::TensorSpec> serving = {ir::TensorSpec::Contiguous(ir::DType::kFloat32, call[0].sizes().vec())};
     FollowInputLayout(inputs, &serving);
-    auto worker = runtime::worker_impl::OutputsFollowingInputs(inputs, outputs);
-    ASSERT_EQ(worker.size(), 1u);
-    EXPECT_EQ(worker[0].strides, serving[0].strides) << "rank " << rank << " " << inputs[0].ToString();
-    // And both are eager's: add of these inputs.
+    // Eager's: add of these inputs.
     EXPECT_EQ(serving[0].strides, (call[0] + call[1]).strides().vec()) << inputs[0].ToString();
   }
 }

@@ -15,11 +15,11 @@
 #include <torch/csrc/jit/passes/inliner.h>
 
 #include "dice/core/task.h"
+#include "dice/core/tensor_layout.h"
 #include "dice/runtime/cuda_driver.h"
 #include "dice/torch_ext/fusion_pass.h"
 #include "memory_format_pass.h"
 #include "runtime_state.h"
-#include "tensor_layout.h"
 #include "tune_queue.h"
 
 namespace dice::torch_ext {
@@ -188,7 +188,7 @@ Expected<runtime::TuneReport> TuneCapturedCall(const CapturedCall& call, const O
   // Tuned on the GPU the call's inputs were on (the worker is bound there).
   const int device = call.device >= 0 ? call.device : options.tune.device;
   // Outputs follow the inputs' layout as serving allocates them
-  // (tensor_layout.h): a channels_last group is tuned for channels_last outputs.
+  // (dice/core/tensor_layout.h): a channels_last group is tuned for channels_last outputs.
   auto task = MakeServedTask(call.graph, call.inputs, CurrentTarget(device));
   if (!task.ok()) return task.status();
   return TuneNow(*task, call.input_bytes.empty() ? nullptr : &call.input_bytes, on_progress, device);

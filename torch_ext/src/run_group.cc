@@ -4,9 +4,9 @@
 // One GroupOp per group: eligibility checks, the winner kernel on a cache
 // hit, otherwise the fallback, and the group's statistics. Finding and
 // loading winners (winner_resolution.h), the tuner (tune_queue.h), the
-// served layouts and output strides (tensor_layout.h) and the
 // process-wide state (runtime_state.h, group_record.h) are torch-free
-// modules; this is the one file of them that includes torch.
+// modules, as are the served layouts and output strides (core's
+// dice/core/tensor_layout.h); this is the one file of them that includes torch.
 #include "dice/torch_ext/run_group.h"
 
 #include <algorithm>
@@ -31,6 +31,7 @@
 #include <torch/library.h>
 
 #include "dice/core/task.h"
+#include "dice/core/tensor_layout.h"
 #include "dice/reference/reference_executor.h"
 #include "dice/runtime/worker_protocol.h"
 #include "dice/torch_ext/fusion_pass.h"
@@ -39,7 +40,6 @@
 #include "group_record.h"
 #include "ir_group_table.h"
 #include "runtime_state.h"
-#include "tensor_layout.h"
 #include "tune_queue.h"
 #include "winner_resolution.h"
 

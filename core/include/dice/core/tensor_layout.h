@@ -1,19 +1,19 @@
-// Private: the memory layouts the kernel path serves, and the layout of the
-// outputs it allocates (issue 18 item 2: "templates must handle dense
-// channels_last tensors instead of falling back").
+// dice/core/tensor_layout.h — the memory layouts the generated-kernel path
+// serves, and eager's rule for the layout of the outputs (issue 18 item 2:
+// "templates must handle dense channels_last tensors instead of falling back").
 //
-// A fusion group's kernel is generated for the element strides of its
-// task's input and output specs (the task key holds them), so serving needs
-// three facts per call, all from sizes and strides alone: which layout an
-// input is in (ClassifyLayout: contiguous, channels_last, channels_last_3d,
-// or refused), the canonical strides that name that layout in the task
-// (ServedInputSpec), and the strides of the outputs (FollowInputLayout:
+// A fusion group's kernel is generated for the element strides of its task's
+// input and output specs (the task key holds them). The task a worker tunes
+// must therefore equal the task serving looks up, and both derive the output
+// specs here, from sizes and strides alone: which layout an input is in
+// (ClassifyLayout: contiguous, channels_last, channels_last_3d, or refused),
+// the canonical strides that name that layout in a task (LayoutStrides,
+// ServedInputSpec), and the strides of the outputs (FollowInputLayout:
 // eager's rule that an elementwise result of channels_last inputs is
-// channels_last). Torch-free (run_group.cc passes tensor sizes/strides), so
-// it is testable without LibTorch and costs no torch compile. The worker
-// applies the same output rule to the specs of a tune request
-// (runtime/worker/trial_layout.h OutputsFollowingInputs); the two must agree,
-// and their tests check the same cases. Plain functions; thread-safe.
+// channels_last). Serving (torch_ext run_group.cc, optimize.cc) builds its
+// tasks with MakeServedTask; the worker applies FollowInputLayout to the
+// output specs of a tune request (runtime/worker/verifier.cc), which carries
+// none. Torch-free; plain functions; thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -25,7 +25,8 @@
 #include "dice/core/status.h"
 #include "dice/core/task.h"
 
-namespace dice::torch_ext {
+namespace dice {
+inline namespace core {
 
 /// The layout of one tensor, as PyTorch's memory formats name it.
 enum class TensorLayout : uint8_t {
@@ -42,7 +43,8 @@ enum class TensorLayout : uint8_t {
 /// contiguous. Allocates nothing (the per-call eligibility check runs it).
 TensorLayout ClassifyLayout(const int64_t* sizes, const int64_t* strides, size_t rank);
 
-/// ClassifyLayout of a spec's shape and strides.
+/// ClassifyLayout of a spec's shape and strides; kStrided when the spec has
+/// not one stride per dim.
 TensorLayout ClassifyLayout(const ir::TensorSpec& spec);
 
 /// Whether the kernel path serves inputs in `layout` (contiguous,
@@ -58,9 +60,9 @@ std::string LayoutRefusal(TensorLayout layout, size_t input);
 
 /// PyTorch's strides (elements) for a fresh tensor of `shape` in `layout`
 /// (at::empty(shape, memory_format)): size-0 dims count as 1 in contiguous
-/// strides, as they are in c10's channels_last ones. kStrided and
-/// kOverlapping, and a channels_last layout of the wrong rank, give the
-/// contiguous strides.
+/// strides; channels_last ones use the raw sizes, as c10's
+/// get_channels_last_strides_2d / _3d do. kStrided and kOverlapping, and a
+/// channels_last layout of the wrong rank, give the contiguous strides.
 std::vector<int64_t> LayoutStrides(const std::vector<int64_t>& shape, TensorLayout layout);
 
 /// The spec of a served input: `spec` itself when contiguous (task keys of
@@ -69,16 +71,19 @@ std::vector<int64_t> LayoutStrides(const std::vector<int64_t>& shape, TensorLayo
 /// leaves arbitrary, never split one layout into several task keys.
 ir::TensorSpec ServedInputSpec(ir::TensorSpec spec, TensorLayout layout);
 
-/// Eager's output-layout rule, applied to `outputs` (as ir::InferOutputSpecs
-/// made them, contiguous): an output takes the layout of the first input of
-/// exactly its shape when that input is channels_last / channels_last_3d
-/// (TensorIterator's result of channels_last operands; LayoutStrides).
-/// Others stay contiguous. Contiguous inputs change nothing.
+/// Eager's output-layout rule, applied in place to `outputs` (as
+/// ir::InferOutputSpecs made them, contiguous): an output takes the
+/// channels_last / channels_last_3d strides (LayoutStrides) of the first
+/// input of exactly its shape when that input is in that layout and not also
+/// contiguous (TensorIterator's result of channels_last operands). Others
+/// stay as given; contiguous inputs change nothing.
 void FollowInputLayout(const std::vector<ir::TensorSpec>& inputs, std::vector<ir::TensorSpec>* outputs);
 
-/// The task serving builds for one call: Task::Make, then FollowInputLayout
-/// on its outputs. `inputs` should be ServedInputSpec's. Errors: those of
-/// Task::Make (kInvalidArgument when the specs do not fit the graph).
+/// The task serving builds for one call, and the worker tunes: Task::Make,
+/// then FollowInputLayout on its outputs. `inputs` should be
+/// ServedInputSpec's. Errors: those of Task::Make (kInvalidArgument when the
+/// specs do not fit the graph).
 Expected<Task> MakeServedTask(ir::Graph graph, std::vector<ir::TensorSpec> inputs, TargetInfo target);
 
-}  // namespace dice::torch_ext
+}  // namespace core
+}  // namespace dice

@@ -1,10 +1,12 @@
-// tensor_layout.cc — see tensor_layout.h.
-#include "tensor_layout.h"
+// tensor_layout.cc — layout classification and eager's output-layout rule
+// (dice/core/tensor_layout.h).
+#include "dice/core/tensor_layout.h"
 
 #include <algorithm>
 #include <utility>
 
-namespace dice::torch_ext {
+namespace dice {
+inline namespace core {
 namespace {
 
 // Dims of the channels_last orders, innermost first (C, then W, H[, D], N).
@@ -118,4 +120,5 @@ Expected<Task> MakeServedTask(ir::Graph graph, std::vector<ir::TensorSpec> input
   return task;
 }
 
-}  // namespace dice::torch_ext
+}  // namespace core
+}  // namespace dice
