@@ -520,6 +520,17 @@ TEST(CacheLocationTest, DefaultDirHonoursEnvironment) {
   ::setenv("HOME", "/home/someone", 1);
   EXPECT_EQ(DefaultCacheDir(), "/home/someone/.cache/dice");
   EXPECT_EQ(DatabasePath("/home/someone/.cache/dice"), "/home/someone/.cache/dice/kernels.db");
+  // Set but empty is unset; $DICE_CACHE_DIR wins over $HOME.
+  ::setenv("DICE_CACHE_DIR", "", 1);
+  EXPECT_EQ(DefaultCacheDir(), "/home/someone/.cache/dice");
+  ::setenv("DICE_CACHE_DIR", "/srv/dice-cache", 1);
+  EXPECT_EQ(DefaultCacheDir(), "/srv/dice-cache");
+  // No HOME (daemons, some containers): a per-user directory under /tmp.
+  ::unsetenv("DICE_CACHE_DIR");
+  ::unsetenv("HOME");
+  EXPECT_EQ(DefaultCacheDir(), "/tmp/dice-cache-" + std::to_string(::getuid()));
+  ::setenv("HOME", "", 1);
+  EXPECT_EQ(DefaultCacheDir(), "/tmp/dice-cache-" + std::to_string(::getuid()));
 
   if (old_dir) ::setenv("DICE_CACHE_DIR", saved_dir.c_str(), 1);
   if (old_home) ::setenv("HOME", saved_home.c_str(), 1); else ::unsetenv("HOME");

@@ -3,7 +3,8 @@
 // copies the same bytes without running nvcc, a truncated cached library is
 // detected, removed and rebuilt, DICE_BUILD_CACHE=off builds every time, an
 // unwritable directory builds uncached, the key follows the source and the
-// flags, the directory follows $DICE_BUILD_CACHE / $DICE_CACHE_DIR, and
+// flags, the directory follows $DICE_BUILD_CACHE, else the winners' cache
+// directory rule (cache::DefaultCacheDir: $DICE_CACHE_DIR, $HOME), and
 // concurrent misses leave one complete entry. nvcc is a stand-in script that
 // writes a fixed library and counts its runs (the one real CUTLASS build and
 // its cache hit are in tests/generator/gemm_template_test.cc).
@@ -210,6 +211,22 @@ TEST_F(BuildCacheTest, DirectoryComesFromTheEnvironmentThenTheCacheDirRule) {
     ::unsetenv("DICE_CACHE_DIR");
   }
   EXPECT_EQ(Entries(root_ + "/dice-cache/builds", ".so").size(), 1u);
+}
+
+// Neither $DICE_BUILD_CACHE nor $DICE_CACHE_DIR (set but empty counts as
+// unset): the builds go to cache::DefaultCacheDir()'s $HOME/.cache/dice, beside
+// the winners' database.
+TEST_F(BuildCacheTest, DirectoryFallsBackToHomeLikeTheWinnersCache) {
+  const char* old_dir = std::getenv("DICE_CACHE_DIR");
+  const std::string saved_dir = old_dir != nullptr ? old_dir : "";
+  const char* old_home = std::getenv("HOME");
+  const std::string saved_home = old_home != nullptr ? old_home : "";
+  ::setenv("DICE_CACHE_DIR", "", 1);
+  ::setenv("HOME", (root_ + "/home").c_str(), 1);
+  ASSERT_NE(Build(Source(), Options("")), nullptr);
+  if (old_dir != nullptr) ::setenv("DICE_CACHE_DIR", saved_dir.c_str(), 1); else ::unsetenv("DICE_CACHE_DIR");
+  if (old_home != nullptr) ::setenv("HOME", saved_home.c_str(), 1); else ::unsetenv("HOME");
+  EXPECT_EQ(Entries(root_ + "/home/.cache/dice/builds", ".so").size(), 1u);
 }
 
 TEST_F(BuildCacheTest, ConcurrentMissesLeaveOneCompleteEntry) {

@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 
+#include "dice/cache/store.h"
 #include "dice/core/ir.h"
 #include "text_files.h"
 
@@ -62,13 +63,7 @@ std::string Sidecar(const std::string& bytes) {
 
 }  // namespace
 
-std::string DefaultDir() {
-  const std::string cache_dir = Env("DICE_CACHE_DIR");
-  if (!cache_dir.empty()) return cache_dir + "/builds";
-  const std::string home = Env("HOME");
-  if (!home.empty()) return home + "/.cache/dice/builds";
-  return "/tmp/dice-cache-" + std::to_string(::getuid()) + "/builds";
-}
+std::string DefaultDir() { return cache::DefaultCacheDir() + "/builds"; }
 
 std::string ResolveDir(const std::string& option) {
   const std::string env = Env("DICE_BUILD_CACHE");

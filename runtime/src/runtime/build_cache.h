@@ -17,10 +17,10 @@
 
 namespace dice::runtime::build_cache {
 
-/// The default directory: $DICE_CACHE_DIR/builds, else $HOME/.cache/dice/builds,
-/// else /tmp/dice-cache-<uid>/builds — the rule of cache::DefaultCacheDir()
-/// (cache/src/store.cc) plus "/builds", replicated because dice_runtime must
-/// not depend on dice_cache.
+/// The default directory: cache::DefaultCacheDir() + "/builds", i.e.
+/// $DICE_CACHE_DIR/builds, else $HOME/.cache/dice/builds, else
+/// /tmp/dice-cache-<uid>/builds: the build cache lives beside the winners'
+/// database of the same cache directory.
 std::string DefaultDir();
 
 /// The directory to use: "" when caching is off. `option` is
