@@ -122,3 +122,31 @@ def test_gemm_group_gate_op_rejects_an_unknown_dtype_id():
     assert torch.ops.dice.gemm_group_gate(0) == ""
     with pytest.raises(RuntimeError, match="unknown dtype id 7"):
         torch.ops.dice.gemm_group_gate(7)
+
+
+class Mlp3d(nn.Module):
+    def __init__(self, d=32, h=64):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d, h), nn.Linear(h, d)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh")) + x
+
+
+@pytest.mark.parametrize("options", [EAGER, INDUCTOR], ids=["rest=eager", "rest=inductor"])
+def test_linear_on_a_3d_input_is_one_gemm_group_over_the_unflattened_input(options):
+    torch.manual_seed(0)
+    rep = compiled_report(Mlp3d().eval(), torch.randn(4, 16, 32), options=options)
+    # view(addmm(view(x), t(w))) stands as one linear on x [4, 16, 32]; fc2 takes the residual add
+    assert [g.summary for g in rep.groups] == ["linear+gelu", "linear+add"], [g.summary for g in rep.groups]
+    assert "input %0 f32 rank=3" in rep.groups[0].ir, rep.groups[0].ir
+    assert not any(l.reason == "linear taken at its output view" for l in rep.left_out)
+    assert not any(l.op in ("aten.addmm.default", "aten.mm.default") for l in rep.left_out), rep.left_out
+
+
+def test_3d_linear_with_gemm_groups_off_reports_the_matmul_not_the_view(monkeypatch):
+    monkeypatch.setenv("DICE_GEMM_GROUPS", "0")
+    torch.manual_seed(0)
+    rep = compiled_report(Mlp3d().eval(), torch.randn(4, 16, 32))
+    assert [g.summary for g in rep.groups] == ["gelu", "add"], [g.summary for g in rep.groups]
+    assert any(l.op == "aten.addmm.default" and l.reason == "not a fusible op" for l in rep.left_out), rep.left_out

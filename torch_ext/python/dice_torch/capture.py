@@ -21,7 +21,9 @@ operands must be Python numbers (a SymInt/SymFloat operand is not supported).
 GEMMs (issue 18 item 1): ``addmm(b, x, t(w))`` (beta = alpha = 1, b [N]) and
 ``mm(x, t(w))``, with ``t(w)`` an ``aten.t`` / ``aten.permute(w, [1, 0])`` of a
 contiguous 2-D w [N, K] and x [M, K], are F.linear as aot_autograd lowers
-it: they translate to the IR's ``linear`` op (x, w, [b]) and start a GEMM
+it; on an N-d x it is ``view(mm(view(x, [M, K]), t(w)), [..., N])``, and the
+output view stands for the linear. They translate to the IR's ``linear`` op
+(x, w, [b]) and start a GEMM
 group that takes their elementwise epilogue (fusion_policy.h rule 4). Which
 dtypes may do so is the runtime's gate (``dice::gemm_group_gate``,
 ``DICE_GEMM_GROUPS``: float32 unless "all"). Other matrix multiplies (bmm,
@@ -463,14 +465,55 @@ def linear_operands(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, 
     return x, w, b
 
 
-def _linear(c: _Ctx) -> _Value:
-    ops = linear_operands(c.node)
+_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+#: The reason of an mm / addmm taken by the view after it (``nd_linear_operands``):
+#: not fusible itself, yet part of a group, so the partitioner does not report it.
+ABSORBED_REASON = "linear taken at its output view"
+
+
+def nd_linear_operands(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node | None] | None:
+    """(x, w, b) when ``node`` is the output view of F.linear on an N-d x as
+    aot_autograd lowers it: ``view(mm_or_addmm(view(x, [M, K]), t(w)), [*lead, N])``
+    with x contiguous of shape [*lead, K] and the matmul read by this view
+    only. The view then stands for the whole linear (x [..., K], w [N, K])."""
+    if node.op != "call_function" or node.target not in _VIEWS or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    mm = node.args[0]
+    if len(mm.users) != 1:
+        return None
+    ops = linear_operands(mm)
     if ops is None:
-        raise Unsupported("not a fusible op")  # a matrix multiply that is no F.linear: stays with PyTorch
+        return None
+    x2, w, b = ops
+    if x2.op != "call_function" or x2.target not in _VIEWS or not isinstance(x2.args[0], torch.fx.Node):
+        return None
+    x = x2.args[0]
+    xt, out = tensor_meta(x), tensor_meta(node)
+    if xt is None or out is None or xt.dim() < 3 or not xt.is_contiguous():
+        return None
+    wt = tensor_meta(w)
+    if list(out.shape) != list(xt.shape[:-1]) + [wt.shape[0]]:
+        return None
+    return x, w, b
+
+
+def _absorbed_by_view(node: torch.fx.Node) -> bool:
+    """True when the only reader of ``node`` (an mm / addmm) takes it as an N-d linear."""
+    return len(node.users) == 1 and nd_linear_operands(next(iter(node.users))) is not None
+
+
+def _linear(c: _Ctx) -> _Value:
+    view = c.node.target in _VIEWS
+    ops = nd_linear_operands(c.node) if view else linear_operands(c.node)
+    if ops is None:  # a view of anything else, or a matrix multiply that is no F.linear: stays with PyTorch
+        raise Unsupported("not a fusible op")
     out = tensor_meta(c.node)
     reason = str(torch.ops.dice.gemm_group_gate(_DTYPE_IDS[out.dtype])) if out is not None else "no example value"
-    if reason:
-        raise Unsupported(reason)
+    if reason:  # said once, at the matmul
+        raise Unsupported("not a fusible op" if view else reason)
+    if not view and _absorbed_by_view(c.node):
+        raise Unsupported(ABSORBED_REASON)
     x, w, b = ops
     args = [c.b.values[n] if n in c.b.values else c.b.input(n) for n in (x, w) + ((b,) if b is not None else ())]
     return c.b.emit("linear", args)
@@ -478,7 +521,7 @@ def _linear(c: _Ctx) -> _Value:
 
 #: The GEMM targets (``_linear``): translated, but not among ``supported_targets``
 #: (Inductor keeps its own decompositions of mm / addmm).
-GEMM_TARGETS = frozenset({aten.addmm.default, aten.mm.default})
+GEMM_TARGETS = frozenset({aten.addmm.default, aten.mm.default, *_VIEWS})
 
 #: IR ops of category kUnary / kBinary but cast (core/src/ir.cc): what a GEMM
 #: epilogue node may translate to (fusion_policy.h PolicyNode::epilogue_op).
@@ -489,6 +532,7 @@ EPILOGUE_IR_OPS = frozenset({
 
 _TABLE: dict[Any, Callable[[_Ctx], _Value]] = {
     aten.addmm.default: _linear, aten.mm.default: _linear,
+    aten.view.default: _linear, aten._unsafe_view.default: _linear, aten.reshape.default: _linear,
     aten.add.Tensor: _add_sub("add"), aten.add.Scalar: _add_sub("add"),
     aten.sub.Tensor: _add_sub("sub"), aten.sub.Scalar: _add_sub("sub"),
     aten.rsub.Tensor: _add_sub("sub", True), aten.rsub.Scalar: _add_sub("sub", True),

@@ -143,7 +143,7 @@ def propose_groups(graph: torch.fx.Graph) -> tuple[list[list[torch.fx.Node]], li
         if node.op == "call_function":
             reason = capture.unsupported_reason(node)
             fusible = reason is None
-            if reason is not None and node.target is not operator.getitem:
+            if reason is not None and node.target is not operator.getitem and reason != capture.ABSORBED_REASON:
                 left_out.append(LeftOut(capture.op_name(node), reason))
         described.append(policy_node(node, fusible, index))
         index[node] = len(nodes)
@@ -212,12 +212,17 @@ def _apply_plan(gm: torch.fx.GraphModule, plan: _Plan, replaced: dict[torch.fx.N
         graph.erase_node(n)
 
 
-def _erase_dead_transposes(gm: torch.fx.GraphModule) -> None:
-    """Erases the ``t(w)`` / ``permute(w)`` views a GEMM group left without
-    readers (the group reads w itself)."""
-    for n in list(gm.graph.nodes):
-        if n.op == "call_function" and n.target in (torch.ops.aten.t.default, torch.ops.aten.permute.default) \
-                and not n.users:
+_LINEAR_PARTS = frozenset({torch.ops.aten.t.default, torch.ops.aten.permute.default, torch.ops.aten.view.default,
+                           torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default,
+                           torch.ops.aten.mm.default, torch.ops.aten.addmm.default})
+
+
+def _erase_dead_linear_parts(gm: torch.fx.GraphModule) -> None:
+    """Erases what a GEMM group left without readers: the ``t(w)`` /
+    ``permute(w)`` of its weight (the group reads w itself) and, for an N-d
+    linear, the matmul and the input view its output view stood for."""
+    for n in reversed(list(gm.graph.nodes)):
+        if n.op == "call_function" and n.target in _LINEAR_PARTS and not n.users:
             gm.graph.erase_node(n)
 
 
@@ -246,7 +251,7 @@ def fuse_dice_groups(gm: torch.fx.GraphModule) -> PartitionReport:
         _apply_plan(gm, plan, replaced)
         report.groups.append(plan.group)
     if report.groups:
-        _erase_dead_transposes(gm)
+        _erase_dead_linear_parts(gm)
         stable_topological_sort(gm)
         gm.graph.lint()
         gm.recompile()
