@@ -100,3 +100,32 @@ def test_opcheck_on_cuda():
     torch.library.opcheck(torch.ops.dice.run_group.default,
                           (ir, [torch.randn(32, 64, device="cuda", dtype=torch.half),
                                 torch.randn(64, device="cuda", dtype=torch.half)]))
+
+
+def test_linear_epilogue_group_is_tuned_then_served_from_the_cache(tmp_path):
+    """An F.linear + epilogue (a 2-D and a 3-D input) through backend="dice":
+    tune-sync gives each GEMM group a verified winner (the CUTLASS gemm family)
+    and a second compile in cache mode serves it, matching eager in float32."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(1024, 2048)
+
+        def forward(self, x):
+            return F.leaky_relu(self.fc(x) * 2.0, 0.1)
+
+    torch.manual_seed(0)
+    model = M().cuda().eval()
+    opts = {"cache_dir": str(tmp_path), "rest": "eager"}
+    for x in (torch.randn(2048, 1024, device="cuda"), torch.randn(8, 256, 1024, device="cuda")):
+        torch._dynamo.reset()
+        with torch.no_grad():
+            want = model(x)
+            dice_torch.optimize(model, [x], mode="tune-sync", **opts)
+            torch._dynamo.reset()
+            served = dice_torch.optimize(model, [x], mode="cache", **opts)
+            got = served(x)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        assert [g.summary for g in served.report.groups] == ["linear+mul+leaky_relu"], served.report.groups
+        (s,) = _stats(served.report)
+        assert s["hits"] >= 1 and s["fallbacks"] == 0, s
