@@ -165,6 +165,97 @@ TEST(GemmGroupPolicyTest, NonFusibleLinearLeavesTodaysGroups) {
   EXPECT_EQ(Propose(g), (Groups{{2, 3}}));
 }
 
+// DAG epilogues: a later node may read any member, not only the last one.
+constexpr Extent kF = Extent::kFull;
+
+// A node of the graph that no group takes (a graph output's consumer, a
+// host op), reading `x`.
+PolicyNode Opaque(int x) {
+  PolicyNode n;
+  n.kind = "aten::opaque";
+  n.inputs = {x};
+  return n;
+}
+
+TEST(GemmGroupPolicyTest, SwishTimesScalarIsOneGroup) {
+  // KernelBench 59: y * sigmoid(y) * s.
+  std::vector<PolicyNode> g = {Input(), Linear(0), Epilogue("aten::sigmoid", {{1, kF}}),
+                               Epilogue("aten::mul", {{1, kF}, {2, kF}}), Epilogue("aten::mul", {{3, kF}})};
+  EXPECT_EQ(Propose(g), (Groups{{1, 2, 3, 4}}));
+}
+
+TEST(GemmGroupPolicyTest, SigmoidScaledPlusGemmResultIsOneGroup) {
+  // KernelBench 70: sigmoid(y) * s + y.
+  std::vector<PolicyNode> g = {Input(), Linear(0), Epilogue("aten::sigmoid", {{1, kF}}),
+                               Epilogue("aten::mul", {{2, kF}}), Epilogue("aten::add", {{3, kF}, {1, kF}})};
+  EXPECT_EQ(Propose(g), (Groups{{1, 2, 3, 4}}));
+}
+
+TEST(GemmGroupPolicyTest, ScaledPlusGemmResultIsOneGroupInEitherOperandOrder) {
+  // KernelBench 40: y * s + y (and y + y * s).
+  std::vector<PolicyNode> g = {Input(), Linear(0), Epilogue("aten::mul", {{1, kF}}),
+                               Epilogue("aten::add", {{2, kF}, {1, kF}})};
+  EXPECT_EQ(Propose(g), (Groups{{1, 2, 3}}));
+  g[3] = Epilogue("aten::add", {{1, kF}, {2, kF}});
+  EXPECT_EQ(Propose(g), (Groups{{1, 2, 3}}));
+}
+
+TEST(GemmGroupPolicyTest, TwoBranchesThatMeetAreOneGroup) {
+  // relu(y) * tanh(y): both branches are inside once their meeting node joins.
+  std::vector<PolicyNode> g = {Input(), Linear(0), Epilogue("aten::relu", {{1, kF}}),
+                               Epilogue("aten::tanh", {{1, kF}}), Epilogue("aten::mul", {{2, kF}, {3, kF}})};
+  EXPECT_EQ(Propose(g), (Groups{{1, 2, 3, 4}}));
+}
+
+TEST(GemmGroupPolicyTest, DagWhoseIntermediateEscapesStaysSplit) {
+  // y * sigmoid(y) with sigmoid(y) also a graph output: the group would have two outputs.
+  std::vector<PolicyNode> out = {Input(), Linear(0), Epilogue("aten::sigmoid", {{1, kF}}),
+                                 Epilogue("aten::mul", {{1, kF}, {2, kF}})};
+  out[2].escapes = true;
+  EXPECT_EQ(Propose(out), (Groups{{1}, {2, 3}}));
+  // ... or read by a node outside the group.
+  std::vector<PolicyNode> read = {Input(), Linear(0), Epilogue("aten::sigmoid", {{1, kF}}),
+                                  Epilogue("aten::mul", {{1, kF}, {2, kF}}), Opaque(2)};
+  EXPECT_EQ(Propose(read), (Groups{{1}, {2, 3}}));
+  // The GEMM result itself read outside.
+  std::vector<PolicyNode> gemm = {Input(), Linear(0), Epilogue("aten::sigmoid", {{1, kF}}),
+                                  Epilogue("aten::mul", {{1, kF}, {2, kF}}), Opaque(1)};
+  EXPECT_EQ(Propose(gemm), (Groups{{1}, {2, 3}}));
+}
+
+TEST(GemmGroupPolicyTest, GroupEndsAtTheLatestNodeThatKeepsOneOutput) {
+  // y * sigmoid(y) -> exp, where the product is also read outside: the group
+  // ends at the product (its one output); exp starts its own group.
+  std::vector<PolicyNode> g = {Input(), Linear(0), Epilogue("aten::sigmoid", {{1, kF}}),
+                               Epilogue("aten::mul", {{1, kF}, {2, kF}}), Epilogue("aten::exp", {{3, kF}}),
+                               Opaque(3)};
+  EXPECT_EQ(Propose(g), (Groups{{1, 2, 3}, {4}}));
+}
+
+TEST(GemmGroupPolicyTest, ReadingOneMemberTwiceStaysSplitInADagToo) {
+  // y * y is kept out (the chain rule's choice, kept): here sigmoid(y) * sigmoid(y).
+  std::vector<PolicyNode> g = {Input(), Linear(0), Epilogue("aten::sigmoid", {{1, kF}}),
+                               Epilogue("aten::mul", {{2, kF}, {2, kF}})};
+  EXPECT_EQ(Propose(g), (Groups{{1, 2}, {3}}));
+}
+
+TEST(GemmGroupPolicyTest, DagTakesOneExtraTensor) {
+  // (y + row) * sigmoid(y): one group; a second extra tensor ends it.
+  std::vector<PolicyNode> g = {Input(),
+                               Input(),
+                               Input(),
+                               Linear(0),
+                               Epilogue("aten::add", {{3, kF}, {1, Extent::kRow}}),
+                               Epilogue("aten::sigmoid", {{3, kF}}),
+                               Epilogue("aten::mul", {{4, kF}, {5, kF}}),
+                               Epilogue("aten::add", {{6, kF}, {2, kF}})};
+  EXPECT_EQ(Propose(g), (Groups{{3, 4, 5, 6}, {7}}));
+  // A broadcast member operand (an unknown extent) in a two-member op stays out.
+  std::vector<PolicyNode> unknown = {Input(), Linear(0), Epilogue("aten::sigmoid", {{1, kF}}),
+                                     Epilogue("aten::mul", {{1, kF}, {2, Extent::kUnknown}})};
+  EXPECT_EQ(Propose(unknown), (Groups{{1}, {2, 3}}));
+}
+
 TEST(GemmGroupPolicyTest, GemmGroupsSettingFromItsEnvValue) {
   EXPECT_EQ(ParseGemmGroups(nullptr), GemmGroups::kFloat32);
   EXPECT_EQ(ParseGemmGroups(""), GemmGroups::kFloat32);

@@ -114,9 +114,6 @@ struct Group {
   std::vector<int> members;
   std::set<std::string> sigs;  // reduction signatures of the members
   bool gemm = false;           // rule 4: starts with a GEMM node
-  bool closed = false;         // a GEMM group formed by an earlier run: takes nothing
-  int tail = -1;               // GEMM group: its last node (the one an epilogue reads)
-  bool has_extra = false;      // GEMM group: its one extra tensor is taken
 };
 
 bool HoldsGemm(const PolicyNode& node) {
@@ -126,22 +123,28 @@ bool HoldsGemm(const PolicyNode& node) {
   return false;
 }
 
-// True when `node` may follow `tail`, the last node of an open GEMM group, as
-// its epilogue (rule 4); *adds_extra: it brings the group's extra tensor.
-bool FitsGemmEpilogue(const PolicyNode& node, const PolicyNode& tail, const std::vector<int>& tail_readers,
-                      int tail_index, bool group_has_extra, bool* adds_extra) {
+// True when `node` may compute one more value of a GEMM epilogue whose
+// members so far are marked in `member` (rule 4): an elementwise op whose
+// tensor operands are members (each read once; with two operands, both of the
+// output's full shape) or, at most one of them, the group's extra tensor: a
+// row vector in add / in sub after a member, or a full-size residual in add,
+// beside a full-size member. *adds_extra: it brings the extra tensor.
+bool FitsGemmEpilogue(const PolicyNode& node, const std::vector<char>& member, bool group_has_extra,
+                      bool* adds_extra) {
   *adds_extra = false;
-  if (!node.epilogue_op || !node.inner.empty() || tail.escapes || tail_readers.size() != 1) return false;
+  if (!node.epilogue_op || !node.inner.empty()) return false;
   const std::vector<TensorOperand>& ops = node.epilogue_operands;
-  int at = -1;
-  for (size_t k = 0; k < ops.size(); ++k) {
-    if (ops[k].source != tail_index) continue;
-    if (at >= 0) return false;  // reads the GEMM result twice (y * y)
-    at = static_cast<int>(k);
+  if (ops.empty() || ops.size() > 2) return false;
+  auto is_member = [&](const TensorOperand& o) { return o.source >= 0 && member[o.source]; };
+  if (ops.size() == 1) return is_member(ops[0]);  // unary, or binary with a scalar
+  const bool m0 = is_member(ops[0]), m1 = is_member(ops[1]);
+  if (m0 && m1) {  // both operands from inside: y * sigmoid(y), s * y + y
+    if (ops[0].source == ops[1].source) return false;  // the same value twice (y * y): kept split
+    return ops[0].extent == Extent::kFull && ops[1].extent == Extent::kFull;
   }
-  if (at < 0) return false;
-  if (ops.size() == 1) return true;  // unary, or binary with a scalar
-  if (ops.size() != 2 || group_has_extra || ops[at].extent != Extent::kFull) return false;
+  if (!m0 && !m1) return false;
+  const int at = m0 ? 0 : 1;
+  if (group_has_extra || ops[at].extent != Extent::kFull) return false;
   const Extent other = ops[1 - at].extent;
   const bool fits = (other == Extent::kRow && (node.kind == "aten::add" || (node.kind == "aten::sub" && at == 0))) ||
                     (other == Extent::kFull && node.kind == "aten::add");
@@ -149,24 +152,58 @@ bool FitsGemmEpilogue(const PolicyNode& node, const PolicyNode& tail, const std:
   return fits;
 }
 
-// Rule 4: adds node `i` to the open GEMM group one of its inputs ends, when
-// it fits as that group's epilogue. True when it joined.
-bool JoinGemmGroup(const std::vector<PolicyNode>& nodes, const std::vector<std::vector<int>>& readers, int i,
-                   std::vector<int>* group_of, std::vector<Group>* groups) {
-  for (int p : nodes[i].inputs) {
-    const int pg = (*group_of)[p];
-    if (pg < 0) continue;
-    Group& g = (*groups)[pg];
-    if (!g.gemm || g.closed || g.tail != p) continue;
+// Rule 4: the members of the GEMM group that GEMM node `gemm` starts, in
+// ascending order. Scans the later nodes once, taking each fusible node not
+// yet `claimed` by an earlier GEMM group that reads a taken node and fits
+// (FitsGemmEpilogue); then keeps the largest single-output part: the taken
+// nodes that the latest possible last node t depends on, where every kept
+// node but t has all its readers kept and is no graph output. (Such parts
+// are nested, so the latest valid t gives the largest.) A chain of single
+// readers gives the group the chain rule gave before epilogues were DAGs.
+std::vector<int> PlanGemmGroup(const std::vector<PolicyNode>& nodes, const std::vector<std::vector<int>>& readers,
+                               int gemm, const std::vector<int>& claimed, ConvexityCheck* convexity) {
+  const int n = static_cast<int>(nodes.size());
+  std::vector<char> taken(n, 0);
+  taken[gemm] = 1;
+  std::vector<int> order = {gemm};
+  int horizon = readers[gemm].empty() ? gemm : readers[gemm].back();  // last node reading a taken one
+  bool has_extra = false;
+  for (int j = gemm + 1; j < n && j <= horizon; ++j) {
+    if (!nodes[j].fusible || claimed[j] >= 0) continue;
+    bool reads_taken = false;
+    for (int p : nodes[j].inputs) reads_taken |= taken[p] != 0;
     bool adds_extra = false;
-    if (!FitsGemmEpilogue(nodes[i], nodes[p], readers[p], p, g.has_extra, &adds_extra)) continue;
-    g.members.push_back(i);
-    g.tail = i;
-    g.has_extra |= adds_extra;
-    (*group_of)[i] = pg;
-    return true;
+    if (!reads_taken || !FitsGemmEpilogue(nodes[j], taken, has_extra, &adds_extra)) continue;
+    taken[j] = 1;
+    order.push_back(j);
+    has_extra |= adds_extra;
+    if (!readers[j].empty()) horizon = std::max(horizon, readers[j].back());
   }
-  return false;
+  // Latest valid last node t: its ancestors among the taken nodes.
+  std::vector<char> kept(n, 0);
+  for (size_t k = order.size(); k-- > 1;) {
+    const int t = order[k];
+    std::fill(kept.begin(), kept.end(), 0);
+    kept[t] = 1;
+    std::vector<int> part;
+    for (size_t q = k + 1; q-- > 0;) {  // descending: readers before the nodes they read
+      const int m = order[q];
+      if (!kept[m]) continue;
+      part.push_back(m);
+      for (int p : nodes[m].inputs)
+        if (taken[p]) kept[p] = 1;
+    }
+    if (!kept[gemm]) continue;
+    bool single_output = true;
+    for (int m : part) {
+      if (m == t) continue;
+      if (nodes[m].escapes) single_output = false;
+      for (int r : readers[m]) single_output = single_output && kept[r];
+    }
+    std::reverse(part.begin(), part.end());
+    if (single_output && convexity->Convex(part)) return part;
+  }
+  return {gemm};
 }
 
 // The "dim" value of the JSON form into out->dim / out->dims; false when malformed.
@@ -344,21 +381,26 @@ Expected<std::vector<std::vector<int>>> ProposeFusionGroups(const std::vector<Po
     for (int p : nodes[i].inputs)
       if (readers[p].empty() || readers[p].back() != i) readers[p].push_back(i);
   std::vector<int> group_of(n, -1);
-  std::vector<Group> groups_by_id;  // emptied when merged away
+  std::vector<int> gemm_group_of(n, -1);  // rule 4: the GEMM group planned to take the node
+  std::vector<Group> groups_by_id;        // emptied when merged away
   for (int i = 0; i < n; ++i) {
     if (!nodes[i].fusible) continue;
-    if (JoinGemmGroup(nodes, readers, i, &group_of, &groups_by_id)) continue;
+    if (gemm_group_of[i] >= 0) {  // a planned member of an open GEMM group
+      group_of[i] = gemm_group_of[i];
+      groups_by_id[gemm_group_of[i]].members.push_back(i);
+      continue;
+    }
     int gid = static_cast<int>(groups_by_id.size());
     groups_by_id.emplace_back();
     Group& fresh = groups_by_id.back();
     fresh.members = {i};
     CollectSignatures(nodes[i], "node:" + std::to_string(i), &fresh.sigs);
-    if (HoldsGemm(nodes[i])) {  // rule 4: a GEMM group takes no producer
-      fresh.gemm = true;
-      fresh.closed = !IsGemmKind(nodes[i].kind);  // formed by an earlier run
-      fresh.tail = i;
-    }
+    fresh.gemm = HoldsGemm(nodes[i]);  // rule 4: a GEMM group takes no producer
     group_of[i] = gid;
+    if (fresh.gemm && IsGemmKind(nodes[i].kind)) {  // not a group formed by an earlier run
+      for (int m : PlanGemmGroup(nodes, readers, i, gemm_group_of, &convexity))
+        if (m != i) gemm_group_of[m] = gid;
+    }
     if (fresh.gemm) continue;
     for (int p : nodes[i].inputs) {
       const int pg = group_of[p];

@@ -21,17 +21,26 @@
 //     not worth a kernel.
 //  4. GEMM groups (issue 18 item 1: a GEMM with its epilogue fused). A fusible
 //     GEMM node (IsGemmKind: aten::linear) starts a group of its own and never
-//     merges with a producer's group. A later node joins that group, and no
-//     other, as its epilogue when it is an elementwise op
-//     (PolicyNode::epilogue_op) reading the group's last node, that node has
-//     no other reader and is no graph output (so the group keeps one output),
-//     and its other operands are scalars or the group's one extra tensor: a
-//     row vector ([N] / [1, N], in add, or in sub after the GEMM result) or a
-//     full-size residual (in add). No other node merges with a GEMM group
-//     (a reduction after it starts its own), and a GEMM group formed by an
-//     earlier run stays as it is. A GEMM alone is a group (a faster GEMM is a
-//     win). Which GEMM nodes are fusible is the frontend's call
-//     (GemmGroupsFromEnv: DICE_GEMM_GROUPS).
+//     merges with a producer's group. Its epilogue is a DAG of later
+//     elementwise nodes (PolicyNode::epilogue_op), planned when the GEMM node
+//     is visited: a node is taken, in order, when it reads a taken node and
+//     each of its tensor operands is a taken node (read once: y * y stays
+//     split; two operands both of the output's full shape) or, for at most one
+//     operand in the whole group, the group's one extra tensor: a row vector
+//     ([N] / [1, N], in add, or in sub after the taken operand) or a
+//     full-size residual (in add), beside a full-size taken operand. So every
+//     value stays a pure elementwise function of (accumulator, extra tensor
+//     element). Of the taken nodes the group keeps the largest part with one
+//     output: the ancestors of a last node t where every member but t has all
+//     its readers in the group and is no graph output (such a part is convex);
+//     t is the latest node that allows it. y * sigmoid(y) * s,
+//     sigmoid(y) * s + y and y * s + y are one group each; a chain of single
+//     readers is grouped as by the chain rule before (each node reading the
+//     last one). A node two GEMM groups could take goes to the earlier GEMM.
+//     No other node merges with a GEMM group (a reduction after it starts its
+//     own), and a GEMM group formed by an earlier run stays as it is. A GEMM
+//     alone is a group (a faster GEMM is a win). Which GEMM nodes are fusible
+//     is the frontend's call (GemmGroupsFromEnv: DICE_GEMM_GROUPS).
 // Convexity is judged on the data edges given; a frontend whose graphs have
 // other orderings (TorchScript's mutation and side effects) checks those
 // while it realises a group.
