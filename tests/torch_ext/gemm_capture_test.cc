@@ -119,6 +119,74 @@ def forward(self, x):
   EXPECT_EQ(rep.groups[0].group.summary, "linear+mul+leaky_relu");
 }
 
+// DAG epilogues (fusion_policy.h rule 4): the GEMM result read twice.
+// KernelBench 59's y * sigmoid(y) * 2 is one group that computes sigmoid
+// once and multiplies it with linear's own value.
+TEST_F(GemmCaptureTest, SwishTimesTwoIsOneGroupReadingTheLinearValueTwice) {
+  auto original = LinearModule(R"(
+def forward(self, x):
+    y = torch.linear(x, self.w, self.b)
+    return y * torch.sigmoid(y) * 2.0
+)");
+  torch::jit::Module m;
+  auto rep = Optimize(original, &m, {torch::randn({8, 32})});
+  EXPECT_EQ(GroupOps(rep), (std::vector<std::vector<K>>{{K::kLinear, K::kSigmoid, K::kMul, K::kMul}})) << rep.graph;
+  ASSERT_EQ(rep.groups.size(), 1u);
+  const ir::Graph& g = rep.groups[0].group.graph;
+  int32_t lin = -1, sig = -1;
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    if (g.ops[i].kind == K::kLinear) lin = g.op_value(i);
+    if (g.ops[i].kind == K::kSigmoid) sig = g.op_value(i);
+  }
+  ASSERT_GE(lin, 0);
+  ASSERT_GE(sig, 0);
+  bool product = false;  // mul(linear, sigmoid) in either order
+  for (const auto& op : g.ops)
+    if (op.kind == K::kMul && op.args.size() == 2)
+      product |= (op.args[0] == lin && op.args[1] == sig) || (op.args[0] == sig && op.args[1] == lin);
+  EXPECT_TRUE(product) << rep.groups[0].group.canonical;
+  EXPECT_EQ(g.outputs.size(), 1u);
+  torch::NoGradGuard no_grad;
+  auto x = torch::randn({8, 32});
+  EXPECT_TRUE(torch::equal(m.forward({x}).toTensor(), original.forward({x}).toTensor()));
+}
+
+// KernelBench 70 and 40: sigmoid(y) * s + y and y * s + y.
+TEST_F(GemmCaptureTest, ScaledEpiloguePlusTheLinearValueIsOneGroup) {
+  auto sigmoid_scaled = LinearModule(R"(
+def forward(self, x):
+    y = torch.linear(x, self.w, self.b)
+    return torch.sigmoid(y) * 1.5 + y
+)");
+  torch::jit::Module m;
+  auto rep = Optimize(sigmoid_scaled, &m, {torch::randn({8, 32})});
+  EXPECT_EQ(GroupOps(rep), (std::vector<std::vector<K>>{{K::kLinear, K::kSigmoid, K::kMul, K::kAdd}})) << rep.graph;
+  auto scaled = LinearModule(R"(
+def forward(self, x):
+    y = torch.linear(x, self.w, self.b)
+    return y * 0.5 + y
+)");
+  rep = Optimize(scaled, &m, {torch::randn({8, 32})});
+  EXPECT_EQ(GroupOps(rep), (std::vector<std::vector<K>>{{K::kLinear, K::kMul, K::kAdd}})) << rep.graph;
+  torch::NoGradGuard no_grad;
+  auto x = torch::randn({8, 32});
+  EXPECT_TRUE(torch::equal(m.forward({x}).toTensor(), scaled.forward({x}).toTensor()));
+}
+
+// The intermediate sigmoid(y) is also returned: the group would have two
+// outputs, so the linear stays alone.
+TEST_F(GemmCaptureTest, DagEpilogueWhoseIntermediateIsReturnedStaysSplit) {
+  auto original = LinearModule(R"(
+def forward(self, x):
+    y = torch.linear(x, self.w, self.b)
+    s = torch.sigmoid(y)
+    return (y * s, s)
+)");
+  torch::jit::Module m;
+  auto rep = Optimize(original, &m, {torch::randn({8, 32})});
+  EXPECT_EQ(GroupOps(rep), (std::vector<std::vector<K>>{{K::kLinear}, {K::kSigmoid, K::kMul}})) << rep.graph;
+}
+
 TEST_F(GemmCaptureTest, ReductionAfterLinearGetsItsOwnGroup) {
   auto original = LinearModule(R"(
 def forward(self, x):
