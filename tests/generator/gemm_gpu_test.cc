@@ -4,7 +4,9 @@
 // executor's at::linear + relu, and the timer measures it against eager.
 // A linear + relu float32 task gets a verified 3xTF32 candidate; the same
 // candidate with relu dropped from its generated epilogue is rejected; a
-// second shape of the same configuration reuses the build and verifies.
+// second shape of the same configuration reuses the build and verifies; a
+// DAG epilogue (linear -> y * sigmoid(y), the linear value read twice)
+// verifies too.
 // Skipped without a GPU or without the CUTLASS headers. Each test builds one
 // CUTLASS instantiation (about a minute on the GPU machine's cores).
 #include <gtest/gtest.h>
@@ -103,6 +105,34 @@ TEST(GemmGpu, AnotherShapeOfTheSameConfigurationReusesTheBuildAndVerifies) {
   }
   std::printf("[gemm-gpu] %s: first shape nvcc %.1f s, second shape %.3f s, %.2f us vs eager %.2f us\n",
               ob.origin.c_str(), oa.compile_ms / 1000.0, ob.compile_ms / 1000.0, ob.time_us, b->baseline_us);
+}
+
+// A DAG epilogue (fusion_policy.h rule 4): y * sigmoid(y) reads linear's
+// value twice; the generated epilogue computes it once per element and the
+// verifier compares it with the reference executor's at::linear, sigmoid, mul.
+TEST(GemmGpu, SwishDagEpilogueGetsAVerifiedCutlassCandidate) {
+  const std::string skip = SkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  auto graph = ir::Parse(
+      "dice-ir v1\ninput %0 f32 rank=2\ninput %1 f32 rank=2\ninput %2 f32 rank=1\n"
+      "%3 = linear(%0, %1, %2)\n%4 = sigmoid(%3)\n%5 = mul(%3, %4)\noutput %5\n");
+  ASSERT_TRUE(graph.ok()) << graph.status().ToString();
+  auto task = Task::Make(*graph,
+                         {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {512, 1024}),
+                          ir::TensorSpec::Contiguous(ir::DType::kFloat32, {1024, 1024}),
+                          ir::TensorSpec::Contiguous(ir::DType::kFloat32, {1024})},
+                         runtime::TargetForDevice(0));
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  runtime::Tuner tuner(nullptr, {std::make_shared<TemplateGenerator>()}, Options());
+  auto report = tuner.Tune(*task);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_EQ(report->outcomes.size(), 1u);
+  const auto& o = report->outcomes[0];
+  EXPECT_EQ(o.origin.rfind("template:gemm/3xtf32/", 0), 0u) << o.origin;
+  EXPECT_TRUE(runtime::IsVerified(o.outcome)) << o.origin << ": " << o.outcome << " " << o.error;
+  EXPECT_GT(o.time_us, 0);
+  std::printf("[gemm-gpu] swish DAG %s: %.2f us vs eager %.2f us (%.2fx)\n", o.origin.c_str(), o.time_us,
+              report->baseline_us, report->baseline_us / o.time_us);
 }
 
 TEST(GemmGpu, EpilogueWithoutTheReluIsRejectedByTheVerifier) {

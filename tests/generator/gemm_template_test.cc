@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "dice/generator/templates.h"
+#include "dice/runtime/compiler.h"
 #include "dice/runtime/extension_compiler.h"
 #include "template_test_util.h"
 
@@ -218,6 +219,131 @@ TEST(GemmTemplates, BiasAndResidualAreSummedOnTheHostWhenAddedDirectly) {
   EXPECT_TRUE(Contains(s, "dice_gelu_erf("));
 }
 
+// DAG epilogues (the policy's rule 4 lets later ops read any value of the
+// group): the generated Apply computes each IR value once, as one `const
+// float v<id>`, and every later use names that variable.
+
+// The body of the generated DiceEpilogue::Apply (acc, c) -> float.
+std::string ApplyBody(const std::string& source) {
+  const std::string head = "CUTLASS_DEVICE static float Apply(float acc, float c) {\n";
+  const size_t begin = source.find(head);
+  if (begin == std::string::npos) return "";
+  const size_t end = source.find("\n  }\n", begin);
+  return source.substr(begin + head.size(), end - begin - head.size());
+}
+
+int Count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + what.size())) ++n;
+  return n;
+}
+
+// The device-helper prelude the generated source carries (from its
+// `#include <cuda_fp16.h>` up to the epilogue functor).
+std::string PreludeOf(const std::string& source) {
+  const size_t begin = source.find("#include <cuda_fp16.h>");
+  const size_t end = source.find("// Epilogue output op generated");
+  if (begin == std::string::npos || end == std::string::npos || end < begin) return "";
+  return source.substr(begin, end - begin);
+}
+
+// y * sigmoid(y) * 2 (KernelBench 59) with linear's bias.
+Task SwishTimesTwoTask() {
+  return LinearTask(DType::kFloat32, 128, 64, 96, true, [](GraphBuilder& b, int v, const std::vector<int>&) {
+    const int sig = b.Op(OpKind::kSigmoid, {v});
+    return b.Op(OpKind::kMul, {b.Op(OpKind::kMul, {v, sig}), b.Const(2.0)});
+  });
+}
+
+TEST(GemmTemplates, SwishEpilogueComputesTheLinearValueAndTheSigmoidOnce) {
+  const auto cands = Generate(SwishTimesTwoTask());
+  ASSERT_EQ(cands.size(), 3u);
+  for (const Candidate& c : cands) {
+    const std::string body = ApplyBody(c.source);
+    SCOPED_TRACE(c.origin + "\n" + body);
+    ASSERT_FALSE(body.empty());
+    EXPECT_EQ(Count(body, "(acc + c)"), 1);  // linear + bias, once
+    EXPECT_EQ(Count(body, "acc"), 1);
+    EXPECT_EQ(Count(body, "expf("), 1);      // one sigmoid
+    EXPECT_EQ(Count(body, "const float v0 = (acc + c);"), 1);
+    EXPECT_TRUE(Contains(body, "(1.0f / (1.0f + expf(-v0)))"));
+    // The product reads the linear value's variable and the sigmoid's.
+    EXPECT_TRUE(Contains(body, "= (v0 * v1);") || Contains(body, "= (v0 * v2);"));
+    EXPECT_TRUE(Contains(body, "2.0f"));
+    EXPECT_TRUE(Contains(c.source, "static bool const kIsHeavy = true;"));
+  }
+}
+
+TEST(GemmTemplates, ScaledPlusTheLinearValueReadsAccOnce) {
+  // y * 0.5 + y (KernelBench 40) and sigmoid(y) * 0.5 + y (70), no bias.
+  for (bool sigmoid : {false, true}) {
+    const Task task = LinearTask(DType::kFloat32, 64, 32, 48, false, [&](GraphBuilder& b, int v, const std::vector<int>&) {
+      const int a = sigmoid ? b.Op(OpKind::kSigmoid, {v}) : v;
+      return b.Op(OpKind::kAdd, {b.Op(OpKind::kMul, {a, b.Const(0.5)}), v});
+    });
+    const auto cands = Generate(task);
+    ASSERT_FALSE(cands.empty());
+    const std::string body = ApplyBody(cands[0].source);
+    SCOPED_TRACE(body);
+    EXPECT_EQ(Count(body, "acc"), 1);
+    EXPECT_EQ(Count(body, "const float v0 = acc;"), 1);
+    EXPECT_EQ(Count(body, "expf("), sigmoid ? 1 : 0);
+    EXPECT_TRUE(Contains(body, " + v0);"));  // the add reads linear's value by name
+    EXPECT_TRUE(Contains(cands[0].source, "bool is_source_needed() const { return false; }"));
+  }
+}
+
+// The policy keeps y * y split (fusion_policy.h rule 4), but the template
+// takes the group: one accumulator read, squared.
+TEST(GemmTemplates, SquareOfTheLinearValueMultipliesOneVariableByItself) {
+  const Task task = LinearTask(DType::kFloat32, 64, 32, 48, false,
+                               [](GraphBuilder& b, int v, const std::vector<int>&) { return b.Op(OpKind::kMul, {v, v}); });
+  const auto cands = Generate(task);
+  ASSERT_FALSE(cands.empty());
+  const std::string body = ApplyBody(cands[0].source);
+  EXPECT_EQ(Count(body, "acc"), 1) << body;
+  EXPECT_TRUE(Contains(body, "const float v1 = (v0 * v0);")) << body;
+}
+
+// A DAG with the extra tensor: (y + row) * sigmoid(y), the row vector as C.
+TEST(GemmTemplates, DagEpilogueWithAPerColumnVectorReadsItOnce) {
+  const Task task = LinearTask(
+      DType::kFloat32, 64, 32, 48, false,
+      [](GraphBuilder& b, int v, const std::vector<int>& e) {
+        return b.Op(OpKind::kMul, {b.Op(OpKind::kAdd, {v, e[0]}), b.Op(OpKind::kSigmoid, {v})});
+      },
+      {Spec(DType::kFloat32, {48})});
+  const auto cands = Generate(task);
+  ASSERT_FALSE(cands.empty());
+  const std::string body = ApplyBody(cands[0].source);
+  EXPECT_EQ(Count(body, "acc"), 1) << body;
+  EXPECT_EQ(Count(body, " = c;"), 1) << body;
+  EXPECT_TRUE(Contains(cands[0].source, "{static_cast<E const*>(in2.data_ptr()), 0LL}"));
+}
+
+// The generated Apply of the swish DAG compiles for sm_90 (NVRTC, no GPU):
+// it is wrapped in a device-form kernel over (acc, c) pairs, beside the
+// prelude the CUTLASS source includes too.
+TEST(GemmTemplates, SwishEpilogueApplyCompilesForSm90WithNvrtc) {
+  const auto cands = Generate(SwishTimesTwoTask(), 1);
+  ASSERT_EQ(cands.size(), 1u);
+  const std::string body = ApplyBody(cands[0].source);
+  ASSERT_FALSE(body.empty());
+  Candidate k;
+  k.form = CandidateForm::kDevice;
+  k.origin = "test:gemm-epilogue-apply";
+  k.source = PreludeOf(cands[0].source) +
+             "__device__ float Apply(float acc, float c) {\n" + body + "\n  }\n"
+             "extern \"C\" __global__ void apply(const float* a, const float* c, float* o, int n) {\n"
+             "  const int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+             "  if (i < n) o[i] = Apply(a[i], c[i]);\n}\n";
+  KernelLaunch launch;
+  launch.kernel = "apply";
+  k.plan.launches.push_back(launch);
+  auto built = runtime::CompileCandidate(k, "sm_90");
+  EXPECT_TRUE(built.ok()) << built.status().ToString() << "\n" << k.source;
+}
+
 TEST(GemmTemplates, UnalignedKAndNUseSingleElementAccesses) {
   const Task task = LinearTask(DType::kFloat32, 33, 1023, 77, true, Relu);
   const auto cands = Generate(task);
@@ -283,6 +409,18 @@ TEST(GemmTemplates, BiasWithAnExtraTensorUsedAfterActivationIsRefused) {
       [](GraphBuilder& b, int v, const std::vector<int>& e) { return b.Op(OpKind::kAdd, {b.Op(OpKind::kRelu, {v}), e[0]}); },
       {Spec(DType::kFloat32, {64, 48})});
   EXPECT_TRUE(Contains(Refusal(task), "bias")) << Refusal(task);
+}
+
+// With linear's bias in C there is no room for the extra tensor when the
+// epilogue also reads linear's output elsewhere: (y + r) * sigmoid(y).
+TEST(GemmTemplates, BiasWithAnExtraTensorInADagThatReadsTheLinearValueTwiceIsRefused) {
+  const Task task = LinearTask(
+      DType::kFloat32, 64, 32, 48, true,
+      [](GraphBuilder& b, int v, const std::vector<int>& e) {
+        return b.Op(OpKind::kMul, {b.Op(OpKind::kAdd, {v, e[0]}), b.Op(OpKind::kSigmoid, {v})});
+      },
+      {Spec(DType::kFloat32, {64, 48})});
+  EXPECT_TRUE(Contains(Refusal(task), "reads linear's output nowhere else")) << Refusal(task);
 }
 
 TEST(GemmTemplates, OddKForSixteenBitTypesIsRefused) {

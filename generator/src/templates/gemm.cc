@@ -1,8 +1,11 @@
 // gemm.cc — the gemm template family (families.h, issue 18 item 1): a
-// linear (F.linear) followed by an elementwise chain, as extension-form
+// linear (F.linear) followed by an elementwise epilogue, as extension-form
 // candidates on CUTLASS 2.x's device GEMM (cutlass/gemm/device/gemm.h,
 // sm80 tensor-op kernels, which run on sm_90) whose epilogue output op is
-// generated from the chain.
+// generated from it. The epilogue is a DAG, not only a chain: any op may read
+// any earlier value of the group (y * sigmoid(y), sigmoid(y) * s + y; the
+// policy's rule 4, torch_ext/src/fusion_policy.h), and each value is computed
+// once per element.
 //
 // GEMM mapping: x [..., K] is A = [M, K] row-major (M = product of the
 // leading dims), weight [N, K] is B = K x N column-major (ldb = K), the
@@ -15,8 +18,9 @@
 //     when the chain adds the extra tensor to linear's output directly;
 //   - none: beta = 0, CUTLASS's source-free path.
 // Per element the generated functor computes, in float, the linear value
-// (acc, or acc + c when C holds the bias) and the chain's ops (emit.h's
-// expression emitter over a small Node DAG whose leaves are `acc` and `c`).
+// (acc, or acc + c when C holds the bias) and the epilogue's ops (emit.h's
+// EmitNodes over a Node DAG whose leaves are `acc` and `c`: one `const float
+// v<id>` per IR value, every later use naming that variable).
 // Shape-generic sources (issue 18: a CUTLASS instantiation costs 30-90 s of
 // nvcc, so one build must serve every shape): dice_forward reads M, N, K and
 // x's leading dims from the tensors at run time. What the source does bake in
@@ -160,8 +164,10 @@ int FoldableOp(const ir::Graph& g, size_t lin_index, int extra, int* sign) {
   return uses_l == 1 && uses_e == 1 ? found : -1;
 }
 
-// Builds the epilogue's Node DAG for the ops after linear. Leaves: Load
-// input 0 = the linear value (or the folded op's value), Load input 1 = c.
+// Builds the epilogue's Node DAG for the ops after linear, one node per IR
+// value (an op reading a value twice, or two ops reading one value, share its
+// node). Leaves: Load input 0 = the linear value (or the folded op's value),
+// Load input 1 = c.
 Status BuildChain(const ir::Graph& g, size_t lin_index, int fold_op, GemmPlan* p) {
   const int n_in = static_cast<int>(g.inputs.size());
   std::map<int32_t, int> node_of;  // value id -> node id
@@ -279,8 +285,8 @@ Expected<GemmPlan> Analyze(const Task& task) {
     fold_op = FoldableOp(g, lin_index, p.extra, &sign);
     if (fold_op < 0) {
       return Unsupported("linear's bias and the extra tensor " + task.inputs[p.extra].ToString() +
-                         " both feed the epilogue; supported only when the chain adds the extra tensor to (or subtracts "
-                         "it from) linear's output directly");
+                         " both feed the epilogue; supported only when the epilogue adds the extra tensor to (or subtracts "
+                         "it from) linear's output directly and reads linear's output nowhere else");
     }
     p.source = sign > 0 ? Source::kBiasPlusExtra : Source::kBiasMinusExtra;
     c_align_bytes = 16;  // a fresh torch tensor
