@@ -150,3 +150,31 @@ def test_3d_linear_with_gemm_groups_off_reports_the_matmul_not_the_view(monkeypa
     rep = compiled_report(Mlp3d().eval(), torch.randn(4, 16, 32))
     assert [g.summary for g in rep.groups] == ["gelu", "add"], [g.summary for g in rep.groups]
     assert any(l.op == "aten.addmm.default" and l.reason == "not a fusible op" for l in rep.left_out), rep.left_out
+
+
+class Swish(nn.Module):  # KernelBench level2/59: the epilogue reads the GEMM result twice
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 64)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y * torch.sigmoid(y) * 2.0
+
+
+class SigmoidScaleResidual(nn.Module):  # level2/70
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 64)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return torch.sigmoid(y) * 2.0 + y
+
+
+@pytest.mark.parametrize("model,summary", [(Swish, "linear+sigmoid+mul+mul"),
+                                           (SigmoidScaleResidual, "linear+sigmoid+mul+add")], ids=["swish", "residual"])
+def test_an_epilogue_that_reads_the_gemm_result_twice_is_one_gemm_group(model, summary):
+    torch.manual_seed(0)
+    rep = compiled_report(model().eval(), torch.randn(8, 32), options=INDUCTOR)
+    assert [g.summary for g in rep.groups] == [summary]
