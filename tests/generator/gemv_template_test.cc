@@ -36,6 +36,8 @@ Task Linear(DType dt, int64_t M, int64_t K, int64_t N, bool bias, bool relu = fa
   return MakeTask(b.g, specs);
 }
 
+bool Contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
 std::vector<Candidate> Gemv(const std::vector<Candidate>& all) {
   std::vector<Candidate> out;
   for (const auto& c : all) {
@@ -99,11 +101,65 @@ TEST(GemvTemplate, WideLoadsOnlyWhenRowsStayAligned) {
   }
 }
 
-TEST(GemvTemplate, ManyRowsOrAnEpilogueGetNoGemvCandidate) {
+TEST(GemvTemplate, ManyRowsOrAReductionGetNoGemvCandidate) {
   auto rows = TemplateGenerator().Generate(Linear(DType::kFloat32, 17, 1024, 1024, true), 8);
   if (rows.ok()) EXPECT_TRUE(Gemv(*rows).empty());
-  auto relu = TemplateGenerator().Generate(Linear(DType::kFloat32, 4, 1024, 1024, true, /*relu=*/true), 8);
-  if (relu.ok()) EXPECT_TRUE(Gemv(*relu).empty());
+  auto rows_relu = TemplateGenerator().Generate(Linear(DType::kFloat32, 17, 1024, 1024, true, /*relu=*/true), 8);
+  if (rows_relu.ok()) EXPECT_TRUE(Gemv(*rows_relu).empty());
+  GraphBuilder b;
+  const int lin = b.Op(OpKind::kLinear, {b.Input(DType::kFloat32, 2), b.Input(DType::kFloat32, 2)});
+  b.Output(b.Op(OpKind::kSum, {lin}, {1}, false));
+  auto sum = TemplateGenerator().Generate(
+      MakeTask(b.g, {Spec(DType::kFloat32, {4, 1024}), Spec(DType::kFloat32, {1024, 1024})}), 8);
+  if (sum.ok()) EXPECT_TRUE(Gemv(*sum).empty());
+}
+
+int Count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + what.size())) ++n;
+  return n;
+}
+
+// A DAG epilogue (fusion_policy.h rule 4): y * sigmoid(y) * 2 with the bias,
+// applied where each output is stored (after the split-K sum in the
+// finishing kernel), the linear value and the sigmoid computed once; the
+// sources compile for sm_90. A bare linear's source has no epilogue.
+TEST(GemvTemplate, DagEpilogueIsAppliedAtTheStoreAndComputesEachValueOnce) {
+  GraphBuilder b;
+  const int x = b.Input(DType::kBFloat16, 2), w = b.Input(DType::kBFloat16, 2), bias = b.Input(DType::kBFloat16, 1);
+  const int y = b.Op(OpKind::kLinear, {x, w, bias});
+  const int sig = b.Op(OpKind::kSigmoid, {y});
+  b.Output(b.Op(OpKind::kMul, {b.Op(OpKind::kMul, {y, sig}), b.Const(2.0)}));
+  const Task task = MakeTask(
+      b.g, {Spec(DType::kBFloat16, {4, 2560}), Spec(DType::kBFloat16, {1024, 2560}), Spec(DType::kBFloat16, {1024})});
+  auto all = TemplateGenerator().Generate(task, 8);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  auto cands = Gemv(*all);
+  ASSERT_GE(cands.size(), 4u);
+  bool split = false;
+  for (const Candidate& c : cands) {
+    SCOPED_TRACE(c.origin);
+    const size_t begin = c.source.find("float dice_epilogue(float acc) {");
+    ASSERT_NE(begin, std::string::npos) << c.source;
+    const std::string body = c.source.substr(begin, c.source.find("\n}\n", begin) - begin);
+    EXPECT_EQ(Count(body, "acc"), 2) << body;  // the parameter and `v0 = acc`
+    EXPECT_EQ(Count(body, "expf("), 1) << body;
+    EXPECT_TRUE(Contains(body, "= (v0 * v")) << body;
+    if (c.origin.find("/s1/") != std::string::npos) {
+      EXPECT_TRUE(Contains(c.source, "dice_epilogue(acc[m][r] + dice_f(b[n0 + r]))"));
+    } else {
+      split = true;
+      EXPECT_TRUE(Contains(c.source, "dice_to(out + i, dice_epilogue(v));"));
+    }
+  }
+  EXPECT_TRUE(split);
+  std::vector<Candidate> some = {cands.front(), cands.back()};
+  auto built = runtime::CompileAll(some, "sm_90", 2);
+  for (size_t i = 0; i < built.size(); ++i)
+    EXPECT_TRUE(built[i].ok()) << some[i].origin << ": " << built[i].status().ToString() << "\n" << some[i].source;
+  auto bare = TemplateGenerator().Generate(Linear(DType::kBFloat16, 4, 2560, 1024, true), 8);
+  ASSERT_TRUE(bare.ok());
+  for (const Candidate& c : Gemv(*bare)) EXPECT_FALSE(Contains(c.source, "dice_epilogue")) << c.origin;
 }
 
 }  // namespace

@@ -5,8 +5,12 @@
 // M x R float partial sums; a shuffle reduction finishes each column. A
 // split-K variant (blockIdx.y = K chunk) adds its partials to a float
 // workspace with atomicAdd and a second kernel applies the bias and the cast.
+// An elementwise epilogue after the linear (a DAG over its value and scalars,
+// no other tensor: fusion_policy.h rule 4) is applied where the value is
+// stored, each IR value computed once (emit.h's EmitNodes).
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,6 +24,8 @@ struct Shape {
   int64_t m = 0, n = 0, k = 0;
   bool bias = false;
   ir::DType dtype = ir::DType::kFloat32;
+  Lowered epilogue;  // node 0 = the linear value (Load); empty: no epilogue
+  int result = -1;   // epilogue node of the group output
 };
 
 struct Variant {
@@ -30,16 +36,64 @@ struct Variant {
 
 Status Unsupported(const std::string& why) { return Status(StatusCode::kUnsupported, "gemv: " + why); }
 
-// The one accepted graph: out = linear(x, w[, b]) over group inputs, every
-// tensor contiguous, one dtype, M = prod(x.shape[:-1]) in [1, kGemvMaxRows].
+// The epilogue's Node DAG over the ops after `linear_op`: one node per IR
+// value (Load = the linear value, Const, Unary, Binary), into s->epilogue.
+// Errors: kUnsupported for an op that is not elementwise or reads a group
+// input (the kernel reads no tensor but x, w and b).
+Status BuildEpilogue(const ir::Graph& g, size_t linear_op, Shape* s) {
+  std::map<int32_t, int> node_of;  // value id -> node id
+  auto add = [&](Node n) {
+    s->epilogue.nodes.push_back(std::move(n));
+    return static_cast<int>(s->epilogue.nodes.size()) - 1;
+  };
+  Node lin;
+  lin.kind = NodeKind::kLoad;
+  lin.input = 0;
+  node_of[g.op_value(linear_op)] = add(lin);
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    const ir::Op& op = g.ops[i];
+    const ir::OpCategory cat = ir::GetOpInfo(op.kind).category;
+    if (i == linear_op) continue;
+    Node n;
+    if (cat == ir::OpCategory::kConstant) {
+      n.kind = NodeKind::kConst;
+      n.value = op.scalars.at(0);
+      node_of[g.op_value(i)] = add(n);
+      continue;
+    }
+    if (i < linear_op || (cat != ir::OpCategory::kUnary && cat != ir::OpCategory::kBinary)) {
+      return Unsupported(std::string("op ") + ir::GetOpInfo(op.kind).name +
+                         " is no elementwise epilogue of the linear (the group is one linear and its epilogue)");
+    }
+    n.kind = cat == ir::OpCategory::kUnary ? NodeKind::kUnary : NodeKind::kBinary;
+    n.op = op.kind;
+    n.ivalue = op.ivalue;
+    n.scalars = op.scalars;
+    for (int32_t a : op.args) {
+      auto it = node_of.find(a);
+      if (it == node_of.end()) return Unsupported("the epilogue reads a tensor other than the linear's value");
+      n.args.push_back(it->second);
+    }
+    node_of[g.op_value(i)] = add(n);
+  }
+  s->result = node_of.at(g.outputs[0]);
+  return Status::Ok();
+}
+
+// The accepted graph: out = epilogue(linear(x, w[, b])) over group inputs,
+// the epilogue elementwise over linear's value and scalars (none: out is the
+// linear), every tensor contiguous, one dtype, M = prod(x.shape[:-1]) in
+// [1, kGemvMaxRows].
 Expected<Shape> Match(const Task& task) {
   const ir::Graph& g = task.graph;
   int linear_op = -1;
   for (size_t i = 0; i < g.ops.size(); ++i) {
     const auto kind = g.ops[i].kind;
     if (kind == ir::OpKind::kConstant) continue;
-    if (kind != ir::OpKind::kLinear || linear_op >= 0) return Unsupported("the group is more than one linear");
-    linear_op = static_cast<int>(i);
+    if (ir::GetOpInfo(kind).category == ir::OpCategory::kContraction) {
+      if (kind != ir::OpKind::kLinear || linear_op >= 0) return Unsupported("the group is more than one linear");
+      linear_op = static_cast<int>(i);
+    }
   }
   if (linear_op < 0) return Unsupported("no linear in the group");
   const ir::Op& op = g.ops[static_cast<size_t>(linear_op)];
@@ -47,8 +101,12 @@ Expected<Shape> Match(const Task& task) {
   for (int32_t a : op.args) {
     if (a >= ninputs) return Unsupported("linear's operands must be group inputs");
   }
-  if (g.outputs.size() != 1 || g.outputs[0] != g.op_value(static_cast<size_t>(linear_op))) {
-    return Unsupported("linear's value must be the only output");
+  if (g.outputs.size() != 1 || g.outputs[0] != g.op_value(g.ops.size() - 1)) {
+    return Unsupported("the last op's value must be the only output");
+  }
+  const ir::TensorSpec& lin_x = task.inputs[static_cast<size_t>(op.args[0])];
+  if (task.outputs[0].dtype != lin_x.dtype || task.outputs[0].shape.size() != lin_x.shape.size()) {
+    return Unsupported("the output is not linear's dtype and rank");
   }
   const ir::TensorSpec& x = task.inputs[static_cast<size_t>(op.args[0])];
   const ir::TensorSpec& w = task.inputs[static_cast<size_t>(op.args[1])];
@@ -73,6 +131,9 @@ Expected<Shape> Match(const Task& task) {
     if (op.args[a] != static_cast<int32_t>(a)) return Unsupported("inputs must be declared in the order x, weight, bias");
   }
   if (ninputs != static_cast<int>(op.args.size())) return Unsupported("the group has inputs linear does not use");
+  if (g.outputs[0] != g.op_value(static_cast<size_t>(linear_op))) {
+    DICE_RETURN_IF_ERROR(BuildEpilogue(g, static_cast<size_t>(linear_op), &sh));
+  }
   return sh;
 }
 
@@ -108,6 +169,15 @@ __device__ __forceinline__ void dice_load(const T* __restrict__ p, float* out) {
 #endif
 }
 )";
+  // The epilogue, one `const float v<id>` per IR value (none: the identity).
+  const bool epi = s.result >= 0;
+  if (epi) {
+    src += Prelude();
+    std::string body;
+    EmitNodes(s.epilogue, {s.result}, [](int) { return std::string("acc"); }, "  ", &body);
+    src += "__device__ __forceinline__ float dice_epilogue(float acc) {\n" + body + "  return v" +
+           std::to_string(s.result) + ";\n}\n";
+  }
   const std::string bias_param = s.bias ? ", const T* __restrict__ b" : "";
   const std::string ws_param = v.split > 1 ? ", void* __restrict__ workspace" : "";
   src += "extern \"C\" __global__ void __launch_bounds__(GW * 32) dice_gemv(const T* __restrict__ x, const T* "
@@ -163,7 +233,11 @@ __device__ __forceinline__ void dice_load(const T* __restrict__ p, float* out) {
     src += "  if (i >= GM * GN) return;\n";
     src += "  float v = reinterpret_cast<const float*>(workspace)[i];\n";
     if (s.bias) src += "  v += dice_f(b[i % GN]);\n";
-    src += "  dice_to(out + i, v);\n}\n";
+    src += epi ? "  dice_to(out + i, dice_epilogue(v));\n}\n" : "  dice_to(out + i, v);\n}\n";
+  } else if (epi) {
+    src += s.bias ? "      dice_to(out + m * GN + n0 + r, dice_epilogue(acc[m][r] + dice_f(b[n0 + r])));\n"
+                  : "      dice_to(out + m * GN + n0 + r, dice_epilogue(acc[m][r]));\n";
+    src += "    }\n}\n";
   } else {
     src += s.bias ? "      dice_to(out + m * GN + n0 + r, acc[m][r] + dice_f(b[n0 + r]));\n"
                   : "      dice_to(out + m * GN + n0 + r, acc[m][r]);\n";

@@ -13,8 +13,11 @@ namespace dice::generator::tmpl {
 /// steps (a diffusion block of 4 tokens, batch <= 4) stream the weight.
 inline constexpr int64_t kGemvMaxRows = 16;
 
-/// Device-form candidates for a group that is exactly out = linear(x, w[, b])
-/// over its inputs declared in that order: x [..., K] with M <= kGemvMaxRows
+/// Device-form candidates for a group out = epilogue(linear(x, w[, b])) over
+/// its inputs declared in that order, where the epilogue (optional) is
+/// elementwise ops over linear's value and scalars only, a DAG (y *
+/// sigmoid(y)), applied in float where each output is stored, each value
+/// computed once: x [..., K] with M <= kGemvMaxRows
 /// rows, w [N, K], b [N], one dtype (f32 / f16 / bf16), all contiguous; out
 /// [..., N] of that dtype. Each warp owns R output columns, walks K in
 /// 16-byte loads (1-element loads when K * element size is not a multiple of
@@ -24,7 +27,8 @@ inline constexpr int64_t kGemvMaxRows = 16;
 /// "template:gemv/r<R>/w<warps>/s<split>/v<elements per load>". Returns at
 /// most `max_candidates`, column-parallel first; split-K only when the
 /// columns give fewer than two blocks per SM (target.sm_count).
-/// Errors: kUnsupported naming why (more than the one linear, too many rows,
+/// Errors: kUnsupported naming why (more than the one linear, an op that is
+/// no elementwise epilogue or reads another tensor, too many rows,
 /// non-contiguous, inputs out of order, an empty GEMM).
 Expected<std::vector<Candidate>> SkinnyGemmCandidates(const Task& task, int max_candidates, const TargetInfo& target);
 
