@@ -256,6 +256,14 @@ TEST(GemmGroupPolicyTest, DagTakesOneExtraTensor) {
   EXPECT_EQ(Propose(unknown), (Groups{{1}, {2, 3}}));
 }
 
+TEST(GemmGroupPolicyTest, AnAddOfTwoGemmResultsJoinsTheEarlierGemm) {
+  // add(l2(x), l1(x)), l1 computed first: the earlier GEMM plans first and
+  // takes the add with l2's result as its residual. (The chain rule before
+  // DAG epilogues went by operand order and gave {l1}, {l2, add}.)
+  std::vector<PolicyNode> g = {Input(), Linear(0), Linear(0), Epilogue("aten::add", {{2, kF}, {1, kF}})};
+  EXPECT_EQ(Propose(g), (Groups{{1, 3}, {2}}));
+}
+
 TEST(GemmGroupPolicyTest, GemmGroupsSettingFromItsEnvValue) {
   EXPECT_EQ(ParseGemmGroups(nullptr), GemmGroups::kFloat32);
   EXPECT_EQ(ParseGemmGroups(""), GemmGroups::kFloat32);

@@ -180,10 +180,10 @@ std::vector<int> PlanGemmGroup(const std::vector<PolicyNode>& nodes, const std::
     if (!readers[j].empty()) horizon = std::max(horizon, readers[j].back());
   }
   // Latest valid last node t: its ancestors among the taken nodes.
-  std::vector<char> kept(n, 0);
+  std::vector<char> kept(n, 0);  // set only at taken nodes
   for (size_t k = order.size(); k-- > 1;) {
     const int t = order[k];
-    std::fill(kept.begin(), kept.end(), 0);
+    for (int m : order) kept[m] = 0;
     kept[t] = 1;
     std::vector<int> part;
     for (size_t q = k + 1; q-- > 0;) {  // descending: readers before the nodes they read
