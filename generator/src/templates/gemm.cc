@@ -12,10 +12,10 @@
 // output is D = [M, N] row-major (ldd = N). The epilogue reads one source
 // tensor C (CUTLASS's "source", ElementC = the group's dtype):
 //   - linear's own bias [N] (ldc = 0: every row reads the same vector);
-//   - else the one extra tensor the chain reads: a per-column vector ([N],
+//   - else the one extra tensor the epilogue reads: a per-column vector ([N],
 //     [1, N], ...; ldc = 0) or the full output-shaped tensor (ldc = N);
 //   - with both, bias ± extra summed by dice_forward with one torch op,
-//     when the chain adds the extra tensor to linear's output directly;
+//     when the epilogue adds the extra tensor to linear's output directly;
 //   - none: beta = 0, CUTLASS's source-free path.
 // Per element the generated functor computes, in float, the linear value
 // (acc, or acc + c when C holds the bias) and the epilogue's ops (emit.h's
@@ -24,7 +24,7 @@
 // Shape-generic sources (issue 18: a CUTLASS instantiation costs 30-90 s of
 // nvcc, so one build must serve every shape): dice_forward reads M, N, K and
 // x's leading dims from the tensors at run time. What the source does bake in
-// is the configuration — dtype, chain, tile, stages, the access widths along
+// is the configuration — dtype, epilogue, tile, stages, the access widths along
 // K and N (chosen from the task's divisibility and alignment, checked at run
 // time), x's rank, the source C's kind (bias, per-column or output-shaped
 // extra) — so tasks differing only in M/N/K generate byte-identical sources
@@ -141,7 +141,7 @@ Status AnalyzeLinear(const Task& task, const ir::Op& lin, GemmPlan* p) {
 }
 
 // Folds linear's bias and the extra tensor into one host-summed C when the
-// chain combines them as add(L, E) / add(E, L) / sub(L, E), L and E used by
+// epilogue combines them as add(L, E) / add(E, L) / sub(L, E), L and E used by
 // that op only. Returns the op index, or -1.
 int FoldableOp(const ir::Graph& g, size_t lin_index, int extra, int* sign) {
   const int32_t L = g.op_value(lin_index);
@@ -331,7 +331,7 @@ std::string I64(int64_t v) { return std::to_string(v) + "LL"; }
 // The epilogue output-op functor: CUTLASS's LinearCombination interface
 // (cutlass/epilogue/thread/linear_combination.h: Params, is_source_needed,
 // set_k_partition, operator() with and without the source fragment) with
-// the group's chain in place of alpha * acc + beta * c.
+// the group's epilogue in place of alpha * acc + beta * c.
 std::string EpilogueFunctor(const GemmPlan& p) {
   const bool has_c = p.source != Source::kNone;
   const bool c_is_bias = p.source == Source::kBias || p.source == Source::kBiasPlusExtra ||
