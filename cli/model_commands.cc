@@ -635,7 +635,8 @@ Status CheckInputsFitForward(const torch::jit::Module& module, const std::vector
   auto forward = module.find_method("forward");
   if (!forward) return misfit("it has no forward() method");
   const std::vector<c10::Argument>& all = forward->function().getSchema().arguments();
-  const size_t first = !all.empty() && all[0].name() == "self" ? 1 : 0;
+  // The module itself comes first, whatever forward names it (self, s, ...): its type is the module's class.
+  const size_t first = !all.empty() && all[0].type()->cast<c10::ClassType>() ? 1 : 0;
   std::string signature;
   size_t required = 0;
   for (size_t i = first; i < all.size(); ++i) {

@@ -77,7 +77,11 @@ class InputExitCodeTest : public ::testing::Test {
            "d = sys.argv[1]\n"
            "torch.jit.script(Mm()).save(d + '/mm.pt')\n"
            "torch.jit.script(Ew()).save(d + '/ew.pt')\n"
-           "torch.jit.script(WithInt()).save(d + '/int.pt')\n";
+           "torch.jit.script(WithInt()).save(d + '/int.pt')\n"
+           "class NotSelf(torch.nn.Module):\n"
+           "    def forward(s, x):\n"
+           "        return torch.relu(x)\n"
+           "torch.jit.script(NotSelf()).save(d + '/not_self.pt')\n";
     ASSERT_EQ(std::system(("python3 '" + dir_->path() + "/make.py' '" + dir_->path() + "'").c_str()), 0);
   }
   static void TearDownTestSuite() {
@@ -124,6 +128,12 @@ TEST_F(InputExitCodeTest, RankOrDtypeTheModelRejectsIsOneLineForEveryCommand) {
   DiceResult warmup = RunDice("warmup " + Model("mm.pt") + " --input 8x8x8:f32" + Cache());
   ExpectOneLineBadInput(warmup, "warmup rank");
   EXPECT_NE(warmup.output.find("--input '8x8x8:f32'"), std::string::npos) << warmup.output;
+}
+
+TEST_F(InputExitCodeTest, ForwardsFirstParameterIsTheModuleWhateverItIsNamed) {
+  DiceResult r = RunDice("run " + Model("not_self.pt") + " --input 8x8:f32" + Cache());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("the model does not run on these inputs"), std::string::npos) << r.output;
 }
 
 TEST_F(InputExitCodeTest, InputsThatDoNotMatchForwardsSignatureAreCaughtBeforeRunning) {
