@@ -256,12 +256,19 @@ TEST(GemmGroupPolicyTest, DagTakesOneExtraTensor) {
   EXPECT_EQ(Propose(unknown), (Groups{{1}, {2, 3}}));
 }
 
-TEST(GemmGroupPolicyTest, AnAddOfTwoGemmResultsJoinsTheEarlierGemm) {
-  // add(l2(x), l1(x)), l1 computed first: the earlier GEMM plans first and
-  // takes the add with l2's result as its residual. (The chain rule before
-  // DAG epilogues went by operand order and gave {l1}, {l2, add}.)
+TEST(GemmGroupPolicyTest, AnAddOfTwoGemmResultsJoinsTheGroupOfItsFirstOperandAsBefore) {
+  // add(l2(x), l1(x)), l1 computed first: a chain the chain rule formed
+  // stays as it was, the add in l2's group (its first operand's).
   std::vector<PolicyNode> g = {Input(), Linear(0), Linear(0), Epilogue("aten::add", {{2, kF}, {1, kF}})};
+  EXPECT_EQ(Propose(g), (Groups{{1}, {2, 3}}));
+  g[3] = Epilogue("aten::add", {{1, kF}, {2, kF}});
   EXPECT_EQ(Propose(g), (Groups{{1, 3}, {2}}));
+  // l1's result read twice (a DAG for l1) and added to l2's: the chain of l2
+  // still takes the add; l1's DAG ends before it.
+  std::vector<PolicyNode> dag = {Input(), Linear(0), Epilogue("aten::sigmoid", {{1, kF}}),
+                                 Epilogue("aten::mul", {{1, kF}, {2, kF}}), Linear(0),
+                                 Epilogue("aten::add", {{4, kF}, {3, kF}})};
+  EXPECT_EQ(Propose(dag), (Groups{{1, 2, 3}, {4, 5}}));
 }
 
 TEST(GemmGroupPolicyTest, GemmGroupsSettingFromItsEnvValue) {

@@ -152,16 +152,48 @@ bool FitsGemmEpilogue(const PolicyNode& node, const std::vector<char>& member, b
   return fits;
 }
 
+// The GEMM groups the chain rule (before epilogues were DAGs) forms: each
+// epilogue node reads its group's last node, which has no other reader and
+// is no graph output; a node two groups could take goes to the group of its
+// first input. Returns, per node, the GEMM node whose chain holds it, or -1.
+// PlanGemmGroup leaves a node chained to another GEMM to that GEMM, so every
+// chain stays grouped exactly as before.
+std::vector<int> ChainGemmOf(const std::vector<PolicyNode>& nodes, const std::vector<std::vector<int>>& readers) {
+  const int n = static_cast<int>(nodes.size());
+  std::vector<int> chain_of(n, -1), tail(n, -1);
+  std::vector<char> has_extra(n, 0), only(n, 0);
+  for (int i = 0; i < n; ++i) {
+    if (!nodes[i].fusible) continue;
+    for (int p : nodes[i].inputs) {
+      const int g = chain_of[p];
+      if (g < 0 || tail[g] != p || nodes[p].escapes || readers[p].size() != 1) continue;
+      only[p] = 1;
+      bool adds_extra = false;
+      const bool fits = FitsGemmEpilogue(nodes[i], only, has_extra[g] != 0, &adds_extra);
+      only[p] = 0;
+      if (!fits) continue;
+      chain_of[i] = g;
+      tail[g] = i;
+      has_extra[g] |= adds_extra ? 1 : 0;
+      break;
+    }
+    if (chain_of[i] < 0 && IsGemmKind(nodes[i].kind)) chain_of[i] = tail[i] = i;
+  }
+  return chain_of;
+}
+
 // Rule 4: the members of the GEMM group that GEMM node `gemm` starts, in
 // ascending order. Scans the later nodes once, taking each fusible node not
-// yet `claimed` by an earlier GEMM group that reads a taken node and fits
+// yet `claimed` by an earlier GEMM group nor chained to another GEMM
+// (`chain_of`, ChainGemmOf) that reads a taken node and fits
 // (FitsGemmEpilogue); then keeps the largest single-output part: the taken
 // nodes that the latest possible last node t depends on, where every kept
 // node but t has all its readers kept and is no graph output. (Such parts
 // are nested, so the latest valid t gives the largest.) A chain of single
 // readers gives the group the chain rule gave before epilogues were DAGs.
 std::vector<int> PlanGemmGroup(const std::vector<PolicyNode>& nodes, const std::vector<std::vector<int>>& readers,
-                               int gemm, const std::vector<int>& claimed, ConvexityCheck* convexity) {
+                               int gemm, const std::vector<int>& claimed, const std::vector<int>& chain_of,
+                               ConvexityCheck* convexity) {
   const int n = static_cast<int>(nodes.size());
   std::vector<char> taken(n, 0);
   taken[gemm] = 1;
@@ -169,7 +201,7 @@ std::vector<int> PlanGemmGroup(const std::vector<PolicyNode>& nodes, const std::
   int horizon = readers[gemm].empty() ? gemm : readers[gemm].back();  // last node reading a taken one
   bool has_extra = false;
   for (int j = gemm + 1; j < n && j <= horizon; ++j) {
-    if (!nodes[j].fusible || claimed[j] >= 0) continue;
+    if (!nodes[j].fusible || claimed[j] >= 0 || (chain_of[j] >= 0 && chain_of[j] != gemm)) continue;
     bool reads_taken = false;
     for (int p : nodes[j].inputs) reads_taken |= taken[p] != 0;
     bool adds_extra = false;
@@ -380,6 +412,7 @@ Expected<std::vector<std::vector<int>>> ProposeFusionGroups(const std::vector<Po
   for (int i = 0; i < n; ++i)
     for (int p : nodes[i].inputs)
       if (readers[p].empty() || readers[p].back() != i) readers[p].push_back(i);
+  const std::vector<int> chain_of = ChainGemmOf(nodes, readers);
   std::vector<int> group_of(n, -1);
   std::vector<int> gemm_group_of(n, -1);  // rule 4: the GEMM group planned to take the node
   std::vector<Group> groups_by_id;        // emptied when merged away
@@ -398,7 +431,7 @@ Expected<std::vector<std::vector<int>>> ProposeFusionGroups(const std::vector<Po
     fresh.gemm = HoldsGemm(nodes[i]);  // rule 4: a GEMM group takes no producer
     group_of[i] = gid;
     if (fresh.gemm && IsGemmKind(nodes[i].kind)) {  // not a group formed by an earlier run
-      for (int m : PlanGemmGroup(nodes, readers, i, gemm_group_of, &convexity))
+      for (int m : PlanGemmGroup(nodes, readers, i, gemm_group_of, chain_of, &convexity))
         if (m != i) gemm_group_of[m] = gid;
     }
     if (fresh.gemm) continue;

@@ -34,9 +34,10 @@
 //     output: the ancestors of a last node t where every member but t has all
 //     its readers in the group and is no graph output (such a part is convex);
 //     t is the latest node that allows it. y * sigmoid(y) * s,
-//     sigmoid(y) * s + y and y * s + y are one group each; a chain of single
-//     readers is grouped as by the chain rule before (each node reading the
-//     last one). A node two GEMM groups could take goes to the earlier GEMM.
+//     sigmoid(y) * s + y and y * s + y are one group each. Every group the
+//     chain rule formed before (each node reading the last one, which has no
+//     other reader; a node two groups could take going to its first input's)
+//     stays in it: a GEMM's plan skips nodes chained to another GEMM.
 //     No other node merges with a GEMM group (a reduction after it starts its
 //     own), and a GEMM group formed by an earlier run stays as it is. A GEMM
 //     alone is a group (a faster GEMM is a win). Which GEMM nodes are fusible
