@@ -507,7 +507,8 @@ int CmdRunOrProfile(const ModelArgs& args, bool profile) {
 void AddModelArgs(CLI::App* cmd, ModelArgs* args) {
   cmd->add_option("model", args->model_path, "TorchScript model file (torch.jit.save)")->required();
   cmd->add_option("--input,-i", args->input_specs, "forward() argument spec, e.g. 1024x8192:f32 (repeat per argument)");
-  cmd->add_option("--cache", args->cache_dir, "cache directory (default $DICE_CACHE_DIR or ~/.cache/dice)");
+  cmd->add_option("--cache", args->cache_dir, "cache directory of the winners (default $DICE_CACHE_DIR or ~/.cache/dice); built CUTLASS "
+                  "candidates go to $DICE_BUILD_CACHE, default $DICE_CACHE_DIR/builds, whatever --cache says");
   cmd->add_option("--reps", args->reps, "timed repetitions for end-to-end times")->check(CLI::Range(1, 100000));
   cmd->add_option("--seed", args->seed, "seed for the random inputs");
   cmd->add_option("--json", args->json_path, "also write the report as JSON to this file (docs/CLI.md)");
@@ -529,7 +530,8 @@ void RegisterTune(CLI::App& app, CommandTable& table) {
   auto a = std::make_shared<TuneArgs>();
   auto* tune = app.add_subcommand("tune", "tune the model's fusion groups and cache the winners");
   AddModelArgs(tune, &a->model);
-  tune->add_option("--budget-s", a->budget_s, "tuning budget per fusion group, seconds");
+  tune->add_option("--budget-s", a->budget_s, "tuning budget per fusion group, seconds (nvcc-built GEMM "
+                                                  "candidates take ~40 s each)")->capture_default_str();
   tune->add_option("--max-candidates", a->max_candidates, "candidates per generator and group")->check(CLI::Range(1, 256));
   tune->add_option("--memory-format", a->model.memory_format, "conv regions' layout: auto (default: measured on the GPU, "
                    "or $DICE_MEMORY_FORMAT), contiguous or channels_last")->check(CLI::IsMember({"auto", "contiguous", "channels_last"}));

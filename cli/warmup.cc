@@ -274,8 +274,9 @@ void RegisterWarmup(CLI::App& app, CommandTable& table) {
                   "one shape set per flag: the forward() arguments, comma separated (8x4096:bf16[,4096:bf16])");
   cmd->add_option("--shard", c->shard, "i/n: warm only the sets k with k % n == i (default: torchrun's "
                                        "RANK/WORLD_SIZE, else Slurm's SLURM_PROCID/SLURM_NTASKS, else 0/1)");
-  cmd->add_option("--cache", c->cache_dir, "cache directory (default $DICE_CACHE_DIR or ~/.cache/dice)");
-  cmd->add_option("--budget-s", c->budget_s, "tuning budget per fusion group, seconds");
+  cmd->add_option("--cache", c->cache_dir, "cache directory of the winners (default $DICE_CACHE_DIR or ~/.cache/dice); built CUTLASS "
+                  "candidates go to $DICE_BUILD_CACHE, default $DICE_CACHE_DIR/builds, whatever --cache says");
+  cmd->add_option("--budget-s", c->budget_s, "tuning budget per fusion group, seconds")->capture_default_str();
   cmd->add_option("--max-candidates", c->max_candidates, "candidates per generator and group")
       ->check(CLI::Range(1, 256));
   cmd->add_option("--seed", c->seed, "seed for the random inputs");
