@@ -308,3 +308,17 @@ def test_value_used_inside_and_outside_is_a_second_output():
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     (g,) = dice_torch.last_report().groups
     assert g.torch_ops == ["aten.sigmoid.default", "aten.mul.Tensor"] and g.num_outputs == 2
+
+
+def test_a_library_path_that_is_set_is_the_only_one_looked_at(monkeypatch, tmp_path):
+    from dice_torch import _library
+
+    missing = tmp_path / "nowhere.so"
+    monkeypatch.setenv("DICE_TORCH_LIB", str(missing))
+    assert _library.candidate_paths() == [missing]
+    monkeypatch.setattr(_library, "_loaded", None)  # as in a fresh process
+    with pytest.raises(FileNotFoundError, match=f"DICE_TORCH_LIB names {missing}, which is no file"):
+        _library.load()
+    monkeypatch.delenv("DICE_TORCH_LIB")
+    monkeypatch.setenv("DICE_BUILD_DIR", str(tmp_path))
+    assert _library.candidate_paths() == [tmp_path / "torch_ext" / "libdice_torch_ext.so"]

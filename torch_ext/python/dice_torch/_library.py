@@ -1,9 +1,12 @@
 """Finds and loads libdice_torch_ext.so (the C++ runtime and its torch ops).
 
-Search order: ``$DICE_TORCH_LIB`` (a path to the .so), ``$DICE_BUILD_DIR``
-(a CMake build directory: ``<dir>/torch_ext/libdice_torch_ext.so``), then
+Where: ``$DICE_TORCH_LIB`` (a path to the .so) when set, else
+``$DICE_BUILD_DIR`` (a CMake build directory:
+``<dir>/torch_ext/libdice_torch_ext.so``) when set, else
 ``build/torch_ext/libdice_torch_ext.so`` of the checkout this package lives
-in (an editable install or ``PYTHONPATH=torch_ext/python``).
+in (an editable install or ``PYTHONPATH=torch_ext/python``). A variable that
+is set is the only place looked at: a wrong path is an error naming it, never
+a silent fall-through to another library.
 """
 
 from __future__ import annotations
@@ -21,14 +24,12 @@ _loaded: str | None = None
 
 def candidate_paths() -> list[Path]:
     """Where the library is looked for, in order (see the module docstring)."""
-    paths: list[Path] = []
     if os.environ.get("DICE_TORCH_LIB"):
-        paths.append(Path(os.environ["DICE_TORCH_LIB"]))
+        return [Path(os.environ["DICE_TORCH_LIB"])]
     if os.environ.get("DICE_BUILD_DIR"):
-        paths.append(Path(os.environ["DICE_BUILD_DIR"]) / "torch_ext" / _LIB_NAME)
+        return [Path(os.environ["DICE_BUILD_DIR"]) / "torch_ext" / _LIB_NAME]
     checkout = Path(__file__).resolve().parents[3]  # <repo>/torch_ext/python/dice_torch/_library.py
-    paths.append(checkout / "build" / "torch_ext" / _LIB_NAME)
-    return paths
+    return [checkout / "build" / "torch_ext" / _LIB_NAME]
 
 
 def load() -> str:
@@ -50,7 +51,10 @@ def load() -> str:
                 torch.ops.load_library(str(path))
                 _loaded = str(path)
                 return _loaded
+        named = "DICE_TORCH_LIB" if os.environ.get("DICE_TORCH_LIB") else (
+            "DICE_BUILD_DIR" if os.environ.get("DICE_BUILD_DIR") else None)
+        where = f"{named} names {tried[0]}, which is no file" if named else f"looked at: {tried[0]}"
         raise FileNotFoundError(
-            f"dice_torch: {_LIB_NAME} not found (looked at: {', '.join(str(p) for p in tried)}); "
+            f"dice_torch: {_LIB_NAME} not found ({where}); "
             "build it with `bash scripts/setup.sh` or set DICE_TORCH_LIB=/path/to/" + _LIB_NAME
         )
