@@ -340,8 +340,12 @@ int Stats(const CacheShareCommands& c, const std::string& cache_dir) {
     nlohmann::json j{{"path", (*store)->path()},         {"entries", s->entries},
                      {"unverified", s->unverified},       {"pulled", s->pulled},
                      {"hits", s->hits},                   {"payload_bytes", s->payload_bytes},
-                     {"file_bytes", s->file_bytes},       {"geomean_speedup", s->geomean_speedup},
-                     {"total_speedup", s->total_speedup}, {"archs", archs}};
+                     {"file_bytes", s->file_bytes},       {"geomean_speedup", nullptr},
+                     {"total_speedup", nullptr},          {"archs", archs}};
+    if (s->entries > 0) {  // an empty cache measured nothing: null, never 0 (CLI.md)
+      j["geomean_speedup"] = s->geomean_speedup;
+      j["total_speedup"] = s->total_speedup;
+    }
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }
@@ -354,8 +358,12 @@ int Stats(const CacheShareCommands& c, const std::string& cache_dir) {
   std::printf("archs:           %s\n", archs.empty() ? "-" : archs.c_str());
   std::printf("hits:            %lld (loads by the runtime, summed over entries)\n", static_cast<long long>(s->hits));
   std::printf("size:            %s payload, %s file\n", Bytes(s->payload_bytes).c_str(), Bytes(s->file_bytes).c_str());
-  std::printf("speedup:         geomean %.2fx; total %.2fx (sum of baseline µs / sum of best µs)\n",
-              s->geomean_speedup, s->total_speedup);
+  if (s->entries == 0) {
+    std::printf("speedup:         - (no entry; `dice tune` or `dice warmup` fills the cache)\n");
+  } else {
+    std::printf("speedup:         geomean %.2fx; total %.2fx (sum of baseline µs / sum of best µs)\n",
+                s->geomean_speedup, s->total_speedup);
+  }
   return kExitOk;
 }
 

@@ -216,6 +216,20 @@ TEST_F(CacheShareCliTest, ExportImportRoundTripAndABadBundleChangesNothing) {
   EXPECT_EQ(b->ListWinners()->size(), 1u);
 }
 
+TEST_F(CacheShareCliTest, StatsOfAnEmptyCacheMeasureNothingNotZero) {
+  ASSERT_TRUE(Open("empty"));
+  DiceResult text = RunDice("cache stats " + CacheArg("empty"));
+  ASSERT_EQ(text.code, 0) << text.output;
+  EXPECT_NE(text.output.find("speedup:         - (no entry;"), std::string::npos) << text.output;
+  EXPECT_EQ(text.output.find("0.00x"), std::string::npos) << text.output;
+  DiceResult json = RunDice("cache stats --json " + CacheArg("empty"));
+  ASSERT_EQ(json.code, 0) << json.output;
+  auto j = nlohmann::json::parse(json.output, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << json.output;
+  EXPECT_TRUE(j["geomean_speedup"].is_null()) << json.output;
+  EXPECT_TRUE(j["total_speedup"].is_null()) << json.output;
+}
+
 TEST_F(CacheShareCliTest, GcBoundsTheCacheAndRejectsMalformedBounds) {
   {
     auto a = Open("a");
