@@ -104,11 +104,10 @@ Expected<Shape> Match(const Task& task) {
   if (g.outputs.size() != 1 || g.outputs[0] != g.op_value(g.ops.size() - 1)) {
     return Unsupported("the last op's value must be the only output");
   }
-  const ir::TensorSpec& lin_x = task.inputs[static_cast<size_t>(op.args[0])];
-  if (task.outputs[0].dtype != lin_x.dtype || task.outputs[0].shape.size() != lin_x.shape.size()) {
+  const ir::TensorSpec& x = task.inputs[static_cast<size_t>(op.args[0])];
+  if (task.outputs[0].dtype != x.dtype || task.outputs[0].shape.size() != x.shape.size()) {
     return Unsupported("the output is not linear's dtype and rank");
   }
-  const ir::TensorSpec& x = task.inputs[static_cast<size_t>(op.args[0])];
   const ir::TensorSpec& w = task.inputs[static_cast<size_t>(op.args[1])];
   for (const ir::TensorSpec* s : {&x, &w}) {
     if (!s->is_contiguous()) return Unsupported("non-contiguous input " + s->ToString());
