@@ -422,6 +422,10 @@ def _pow(c: _Ctx) -> _Value:
     return c.b.emit("pow", [c.operand("self"), c.operand("exponent")])
 
 
+#: The views of a weight that make it F.linear's right operand (``_transposed_weight``).
+TRANSPOSES = frozenset({aten.t.default, aten.permute.default})
+
+
 def _transposed_weight(node: Any) -> torch.fx.Node | None:
     """w when ``node`` is ``t(w)`` or ``permute(w, [1, 0])`` of a contiguous 2-D w, else None."""
     if not isinstance(node, torch.fx.Node) or node.op != "call_function":

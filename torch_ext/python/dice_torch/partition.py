@@ -212,9 +212,7 @@ def _apply_plan(gm: torch.fx.GraphModule, plan: _Plan, replaced: dict[torch.fx.N
         graph.erase_node(n)
 
 
-_LINEAR_PARTS = frozenset({torch.ops.aten.t.default, torch.ops.aten.permute.default, torch.ops.aten.view.default,
-                           torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default,
-                           torch.ops.aten.mm.default, torch.ops.aten.addmm.default})
+_LINEAR_PARTS = capture.GEMM_TARGETS | capture.TRANSPOSES  # the matmuls, views and transposes of an F.linear
 
 
 def _erase_dead_linear_parts(gm: torch.fx.GraphModule) -> None:
