@@ -22,14 +22,19 @@ _lock = threading.Lock()
 _loaded: str | None = None
 
 
-def candidate_paths() -> list[Path]:
-    """Where the library is looked for, in order (see the module docstring)."""
+def _configured() -> tuple[str | None, Path]:
+    """The variable that names the library (None: the checkout's build) and its path."""
     if os.environ.get("DICE_TORCH_LIB"):
-        return [Path(os.environ["DICE_TORCH_LIB"])]
+        return "DICE_TORCH_LIB", Path(os.environ["DICE_TORCH_LIB"])
     if os.environ.get("DICE_BUILD_DIR"):
-        return [Path(os.environ["DICE_BUILD_DIR"]) / "torch_ext" / _LIB_NAME]
+        return "DICE_BUILD_DIR", Path(os.environ["DICE_BUILD_DIR"]) / "torch_ext" / _LIB_NAME
     checkout = Path(__file__).resolve().parents[3]  # <repo>/torch_ext/python/dice_torch/_library.py
-    return [checkout / "build" / "torch_ext" / _LIB_NAME]
+    return None, checkout / "build" / "torch_ext" / _LIB_NAME
+
+
+def candidate_paths() -> list[Path]:
+    """Where the library is looked for (see the module docstring): one path."""
+    return [_configured()[1]]
 
 
 def load() -> str:
@@ -37,23 +42,20 @@ def load() -> str:
 
     After this, ``torch.ops.dice.run_group`` and the other ``dice::`` ops exist.
     Raises:
-        FileNotFoundError: no library at any candidate path (the message lists
-            them and says how to build one).
+        FileNotFoundError: no library at the path (the message names it, and
+            the variable that set it, and says how to build one).
         OSError: the library exists but cannot be loaded (message from the loader).
     """
     global _loaded
     with _lock:
         if _loaded is not None:
             return _loaded
-        tried = candidate_paths()
-        for path in tried:
-            if path.is_file():
-                torch.ops.load_library(str(path))
-                _loaded = str(path)
-                return _loaded
-        named = "DICE_TORCH_LIB" if os.environ.get("DICE_TORCH_LIB") else (
-            "DICE_BUILD_DIR" if os.environ.get("DICE_BUILD_DIR") else None)
-        where = f"{named} names {tried[0]}, which is no file" if named else f"looked at: {tried[0]}"
+        named, path = _configured()
+        if path.is_file():
+            torch.ops.load_library(str(path))
+            _loaded = str(path)
+            return _loaded
+        where = f"{named} names {path}, which is no file" if named else f"looked at: {path}"
         raise FileNotFoundError(
             f"dice_torch: {_LIB_NAME} not found ({where}); "
             "build it with `bash scripts/setup.sh` or set DICE_TORCH_LIB=/path/to/" + _LIB_NAME
