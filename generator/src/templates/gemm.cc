@@ -169,7 +169,6 @@ int FoldableOp(const ir::Graph& g, size_t lin_index, int extra, int* sign) {
 // node). Leaves: Load input 0 = the linear value (or the folded op's value),
 // Load input 1 = c.
 Status BuildChain(const ir::Graph& g, size_t lin_index, int fold_op, GemmPlan* p) {
-  const int n_in = static_cast<int>(g.inputs.size());
   std::map<int32_t, int> node_of;  // value id -> node id
   auto add = [&](Node n) {
     p->chain.nodes.push_back(std::move(n));
@@ -186,38 +185,13 @@ Status BuildChain(const ir::Graph& g, size_t lin_index, int fold_op, GemmPlan* p
     c.input = 1;
     node_of[p->extra] = add(c);
   }
-  for (size_t i = 0; i < g.ops.size(); ++i) {
-    const ir::Op& op = g.ops[i];
-    const int32_t v = g.op_value(i);
-    if (i == lin_index || static_cast<int>(i) == fold_op) continue;
-    const OpCategory cat = ir::GetOpInfo(op.kind).category;
-    if (cat == OpCategory::kConstant) {
-      Node n;
-      n.kind = NodeKind::kConst;
-      n.value = op.scalars.at(0);
-      node_of[v] = add(n);
-      continue;
-    }
-    if (i < lin_index) return Unsupported("op " + std::to_string(i) + " (" + ir::GetOpInfo(op.kind).name + ") precedes linear");
-    if (!IsElementwise(cat)) {
-      return Unsupported("op " + std::to_string(i) + " (" + ir::GetOpInfo(op.kind).name +
-                         ") after linear is not elementwise (the epilogue computes one output element at a time)");
-    }
-    Node n;
-    n.kind = cat == OpCategory::kUnary ? NodeKind::kUnary : NodeKind::kBinary;
-    n.op = op.kind;
-    n.ivalue = op.ivalue;
-    n.scalars = op.scalars;
-    for (int32_t a : op.args) {
-      auto it = node_of.find(a);
-      if (it == node_of.end()) {
-        return Unsupported("op " + std::to_string(i) + " reads %" + std::to_string(a) +
-                           (a < n_in ? " (a group input the epilogue cannot read)" : ""));
-      }
-      n.args.push_back(it->second);
-    }
-    p->heavy = p->heavy || IsHeavyOp(op.kind);
-    node_of[v] = add(n);
+  std::vector<size_t> skip;
+  if (fold_op >= 0) skip.push_back(static_cast<size_t>(fold_op));
+  const Status st = AppendEpilogueNodes(g, lin_index, skip, &node_of, &p->chain);
+  if (!st.ok()) return Unsupported(st.message());
+  for (const Node& n : p->chain.nodes) {
+    const bool op_node = n.kind == NodeKind::kUnary || n.kind == NodeKind::kBinary;
+    p->heavy = p->heavy || (op_node && IsHeavyOp(n.op));
   }
   p->result = node_of.at(g.outputs[0]);
   return Status::Ok();

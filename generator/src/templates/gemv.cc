@@ -36,46 +36,18 @@ struct Variant {
 
 Status Unsupported(const std::string& why) { return Status(StatusCode::kUnsupported, "gemv: " + why); }
 
-// The epilogue's Node DAG over the ops after `linear_op`: one node per IR
-// value (Load = the linear value, Const, Unary, Binary), into s->epilogue.
-// Errors: kUnsupported for an op that is not elementwise or reads a group
-// input (the kernel reads no tensor but x, w and b).
+// The epilogue's Node DAG over the ops after `linear_op` (AppendEpilogueNodes,
+// shared with the gemm family), leaf Load = the linear value, into
+// s->epilogue. Errors: kUnsupported for an op that is not elementwise or
+// reads a group input (the kernel reads no tensor but x, w and b).
 Status BuildEpilogue(const ir::Graph& g, size_t linear_op, Shape* s) {
-  std::map<int32_t, int> node_of;  // value id -> node id
-  auto add = [&](Node n) {
-    s->epilogue.nodes.push_back(std::move(n));
-    return static_cast<int>(s->epilogue.nodes.size()) - 1;
-  };
   Node lin;
   lin.kind = NodeKind::kLoad;
   lin.input = 0;
-  node_of[g.op_value(linear_op)] = add(lin);
-  for (size_t i = 0; i < g.ops.size(); ++i) {
-    const ir::Op& op = g.ops[i];
-    const ir::OpCategory cat = ir::GetOpInfo(op.kind).category;
-    if (i == linear_op) continue;
-    Node n;
-    if (cat == ir::OpCategory::kConstant) {
-      n.kind = NodeKind::kConst;
-      n.value = op.scalars.at(0);
-      node_of[g.op_value(i)] = add(n);
-      continue;
-    }
-    if (i < linear_op || (cat != ir::OpCategory::kUnary && cat != ir::OpCategory::kBinary)) {
-      return Unsupported(std::string("op ") + ir::GetOpInfo(op.kind).name +
-                         " is no elementwise epilogue of the linear (the group is one linear and its epilogue)");
-    }
-    n.kind = cat == ir::OpCategory::kUnary ? NodeKind::kUnary : NodeKind::kBinary;
-    n.op = op.kind;
-    n.ivalue = op.ivalue;
-    n.scalars = op.scalars;
-    for (int32_t a : op.args) {
-      auto it = node_of.find(a);
-      if (it == node_of.end()) return Unsupported("the epilogue reads a tensor other than the linear's value");
-      n.args.push_back(it->second);
-    }
-    node_of[g.op_value(i)] = add(n);
-  }
+  s->epilogue.nodes.push_back(lin);
+  std::map<int32_t, int> node_of = {{g.op_value(linear_op), 0}};  // value id -> node id
+  const Status st = AppendEpilogueNodes(g, linear_op, {}, &node_of, &s->epilogue);
+  if (!st.ok()) return Unsupported(st.message());
   s->result = node_of.at(g.outputs[0]);
   return Status::Ok();
 }

@@ -521,4 +521,45 @@ Expected<Lowered> Lower(const Task& task) {
   return l.Run();
 }
 
+Status AppendEpilogueNodes(const ir::Graph& g, size_t linear, const std::vector<size_t>& skip,
+                           std::map<int32_t, int>* node_of, Lowered* dag) {
+  const int n_in = static_cast<int>(g.inputs.size());
+  auto add = [&](Node n) {
+    dag->nodes.push_back(std::move(n));
+    return static_cast<int>(dag->nodes.size()) - 1;
+  };
+  auto refuse = [](const std::string& why) { return Status(StatusCode::kUnsupported, why); };
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    if (i == linear || std::find(skip.begin(), skip.end(), i) != skip.end()) continue;
+    const ir::Op& op = g.ops[i];
+    const ir::OpCategory cat = ir::GetOpInfo(op.kind).category;
+    const std::string what = "op " + std::to_string(i) + " (" + ir::GetOpInfo(op.kind).name + ")";
+    Node n;
+    if (cat == ir::OpCategory::kConstant) {
+      n.kind = NodeKind::kConst;
+      n.value = op.scalars.at(0);
+      (*node_of)[g.op_value(i)] = add(n);
+      continue;
+    }
+    if (i < linear) return refuse(what + " precedes linear");
+    if (cat != ir::OpCategory::kUnary && cat != ir::OpCategory::kBinary) {
+      return refuse(what + " after linear is not elementwise (the epilogue computes one output element at a time)");
+    }
+    n.kind = cat == ir::OpCategory::kUnary ? NodeKind::kUnary : NodeKind::kBinary;
+    n.op = op.kind;
+    n.ivalue = op.ivalue;
+    n.scalars = op.scalars;
+    for (int32_t a : op.args) {
+      auto it = node_of->find(a);
+      if (it == node_of->end()) {
+        return refuse("op " + std::to_string(i) + " reads %" + std::to_string(a) +
+                      (a < n_in ? " (a group input the epilogue cannot read)" : ""));
+      }
+      n.args.push_back(it->second);
+    }
+    (*node_of)[g.op_value(i)] = add(n);
+  }
+  return Status::Ok();
+}
+
 }  // namespace dice::generator::tmpl

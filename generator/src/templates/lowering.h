@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "dice/core/ir.h"
@@ -72,5 +73,18 @@ Expected<Lowered> Lower(const Task& task);
 
 /// Elements of F.
 int64_t Numel(const std::vector<int64_t>& shape);
+
+/// The epilogue DAG of a GEMM family (templates/gemm.cc, gemv.cc): appends to
+/// `dag` one Node per IR value of `g`'s ops, in op order, each computed once
+/// however often it is read. Constants become Const nodes; every other op
+/// except op `linear` and the ops in `skip` must come after `linear` and be
+/// elementwise (kUnary / kBinary), and becomes a Unary / Binary node whose
+/// args are its arguments' nodes. `node_of` (IR value id -> node id) holds
+/// the leaves the caller already put in `dag` (the linear's value, ...) and
+/// receives every new value. Errors: kUnsupported, message without a family
+/// prefix, naming the op: one before `linear`, one not elementwise, or one
+/// reading a value without a node (e.g. a group input the epilogue cannot read).
+Status AppendEpilogueNodes(const ir::Graph& g, size_t linear, const std::vector<size_t>& skip,
+                           std::map<int32_t, int>* node_of, Lowered* dag);
 
 }  // namespace dice::generator::tmpl
