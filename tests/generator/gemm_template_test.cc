@@ -81,10 +81,10 @@ std::string ReadAll(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-TEST(GemmTemplates, LinearReluF32GivesThreeTfThirtyTwoExtensionCandidates) {
+TEST(GemmTemplates, LinearReluF32GivesOneTfThirtyTwoExtensionCandidatePerTile) {
   const Task task = LinearTask(DType::kFloat32, 512, 1024, 1024, true, Relu);
   const auto cands = Generate(task);
-  ASSERT_EQ(cands.size(), 3u);
+  ASSERT_EQ(cands.size(), 4u);  // the three tiles, and the small-grid one (below)
   for (const Candidate& c : cands) {
     SCOPED_TRACE(c.origin);
     EXPECT_EQ(c.form, CandidateForm::kExtension);
@@ -102,8 +102,10 @@ TEST(GemmTemplates, LinearReluF32GivesThreeTfThirtyTwoExtensionCandidates) {
     EXPECT_TRUE(Contains(c.source, "cutlassGetStatusString"));
     EXPECT_TRUE(Contains(c.source, "getCurrentCUDAStream"));
   }
-  // Each origin names a different tile; 512 x 1024 fills the most SMs with 128x64 tiles (64 CTAs).
-  EXPECT_EQ(cands[0].origin, "template:gemm/3xtf32/128x64x16/s4");
+  // Each origin names a different tile. 512 x 1024 leaves more than half of the 132 SMs idle with
+  // every 128-wide tile (64 CTAs at best), so the 64x64 tile (128 CTAs) is tried too, and first.
+  EXPECT_EQ(cands[0].origin, "template:gemm/3xtf32/64x64x16/s3");
+  EXPECT_EQ(cands[1].origin, "template:gemm/3xtf32/128x64x16/s4");
   EXPECT_NE(cands[1].origin, cands[2].origin);
 }
 
@@ -115,8 +117,8 @@ TEST(GemmTemplates, DifferentShapesOfOneConfigurationGiveIdenticalSources) {
   const Task b = LinearTask(DType::kFloat32, 96, 256, 4096, true, Relu);
   EXPECT_NE(a.Key(), b.Key());
   const auto ca = Generate(a), cb = Generate(b);
-  ASSERT_EQ(ca.size(), 3u);
-  ASSERT_EQ(cb.size(), 3u);
+  ASSERT_EQ(ca.size(), 4u);
+  ASSERT_EQ(cb.size(), 4u);
   for (const Candidate& x : ca) {
     SCOPED_TRACE(x.origin);
     int same_origin = 0;
@@ -149,11 +151,12 @@ TEST(GemmTemplates, AlignmentClassIsAConfigurationPropertyCheckedAtRunTime) {
 TEST(GemmTemplates, TileOrderPrefersGridsThatKeepTheSmsBusy) {
   // 33 x 77: every tile is one or two CTAs; the smallest pads the least.
   EXPECT_EQ(Generate(LinearTask(DType::kFloat32, 33, 64, 77, false, Relu))[0].origin,
-            "template:gemm/3xtf32/128x64x16/s4");
+            "template:gemm/3xtf32/64x64x16/s3");
   // 4096 x 4096: all fill whole waves; the larger tiles come first.
   const auto big = Generate(LinearTask(DType::kFloat32, 4096, 256, 4096, false, Relu));
-  ASSERT_EQ(big.size(), 3u);
+  ASSERT_EQ(big.size(), 3u);  // whole waves: the small-grid tile is not tried
   EXPECT_EQ(big[2].origin, "template:gemm/3xtf32/128x64x16/s4");
+  for (const Candidate& c : big) EXPECT_EQ(c.origin.find("64x64x16"), std::string::npos) << c.origin;
 }
 
 TEST(GemmTemplates, MaxCandidatesCapsTheTileConfigurations) {
@@ -187,7 +190,7 @@ TEST(GemmTemplates, PerColumnVectorAddIsTheEpilogueSourceWithStrideZero) {
       },
       {Spec(DType::kFloat32, {N})});
   const auto cands = Generate(task);
-  ASSERT_EQ(cands.size(), 3u);
+  ASSERT_EQ(cands.size(), 4u);
   const std::string& s = cands[0].source;
   EXPECT_TRUE(Contains(s, "{static_cast<E const*>(in2.data_ptr()), 0LL}")) << s;
   EXPECT_TRUE(Contains(s, "(v0 + v1)")) << s;
@@ -257,7 +260,7 @@ Task SwishTimesTwoTask() {
 
 TEST(GemmTemplates, SwishEpilogueComputesTheLinearValueAndTheSigmoidOnce) {
   const auto cands = Generate(SwishTimesTwoTask());
-  ASSERT_EQ(cands.size(), 3u);
+  ASSERT_EQ(cands.size(), 4u);
   for (const Candidate& c : cands) {
     const std::string body = ApplyBody(c.source);
     SCOPED_TRACE(c.origin + "\n" + body);
@@ -355,7 +358,8 @@ TEST(GemmTemplates, UnalignedKAndNUseSingleElementAccesses) {
 TEST(GemmTemplates, BFloat16UsesTensorOpsWithFloatAccumulation) {
   const Task task = LinearTask(DType::kBFloat16, 256, 512, 512, true, Relu);
   const auto cands = Generate(task);
-  ASSERT_EQ(cands.size(), 3u);
+  ASSERT_EQ(cands.size(), 4u);  // a small grid: the 64x64x32 tile too
+  EXPECT_EQ(cands[0].origin, "template:gemm/tc/64x64x32/s10");
   for (const Candidate& c : cands) {
     SCOPED_TRACE(c.origin);
     EXPECT_EQ(c.origin.rfind("template:gemm/tc/", 0), 0u);
@@ -374,8 +378,8 @@ TEST(GemmTemplates, StrictFp32TurnsOffTheFloat32Candidates) {
   const auto half = Generate(f16);
   ::unsetenv("DICE_STRICT_FP32");
   EXPECT_TRUE(Contains(why, "DICE_STRICT_FP32")) << why;
-  EXPECT_EQ(half.size(), 3u);  // 16-bit tensor-op candidates are not 3xTF32
-  EXPECT_EQ(Generate(f32).size(), 3u);
+  EXPECT_EQ(half.size(), 4u);  // 16-bit tensor-op candidates are not 3xTF32
+  EXPECT_EQ(Generate(f32).size(), 4u);
 }
 
 TEST(GemmTemplates, ReductionAfterLinearIsRefused) {

@@ -65,6 +65,14 @@ constexpr Tile kHalfTiles[] = {
     {256, 128, 32, 64, 64, 32, 3},  // 8 warps ([4, 2, 1])
     {128, 64, 32, 64, 32, 32, 6},   // 4 warps ([2, 2, 1])
 };
+// The small-grid tiles (same lists: fast-fp32 64x64x16 with 3 stages, 16816
+// 64x64x32 with 10), tried besides the three above only when none of those
+// fills half of the machine's tile slots (UsefulWork < kSmallGridWork): a
+// 490 x 768 output makes 24-48 CTAs of a 128-wide tile on 132 SMs, 96 of
+// 64x64. Larger grids keep exactly the three candidates above.
+constexpr Tile kFastF32SmallGridTile = {64, 64, 16, 32, 32, 16, 3};  // 4 warps ([2, 2, 1])
+constexpr Tile kHalfSmallGridTile = {64, 64, 32, 32, 32, 32, 10};    // 4 warps ([2, 2, 1])
+constexpr double kSmallGridWork = 0.5;
 
 // What the epilogue's source tensor C holds.
 enum class Source { kNone, kBias, kExtra, kBiasPlusExtra, kBiasMinusExtra };
@@ -560,6 +568,9 @@ Expected<std::vector<Candidate>> GemmCandidates(const Task& task, int max_candid
   } else {
     tiles.assign(std::begin(kHalfTiles), std::end(kHalfTiles));
   }
+  double best_work = 0;
+  for (const Tile& t : tiles) best_work = std::max(best_work, UsefulWork(p, t, task.target.sm_count));
+  if (best_work < kSmallGridWork) tiles.push_back(f32 ? kFastF32SmallGridTile : kHalfSmallGridTile);
   OrderTiles(p, task.target.sm_count, &tiles);
   const std::string functor = EpilogueFunctor(p);
   const std::string host = HostFunction(task, p);
