@@ -9,7 +9,7 @@
 //
 //   sdar_decode_bench --config bench/configs/sdar-1.7b-like.json --config .deps/sdar/config-4b.json
 //       --batch 1,16,128 [--prompt 512] [--new 256] [--steps 4] [--device cuda] [--dtype bf16] [--json out.jsonl]
-//       [--cuda-graphs off|on|off,on] [--path new|old|new,old] [--profile]
+//       [--cuda-graphs off|on|off,on] [--path new|old|new,old] [--fused on|off|on,off] [--profile]
 //   sdar_decode_bench --tiny      (CPU, bench/configs/sdar-tiny.json-like shape, seconds)
 //   sdar_decode_bench --tiny --dry-run   (parse, build the rows' options, print them; no model)
 //
@@ -20,7 +20,12 @@
 // and runs the LM head only on still-masked positions (DecodeOptions::
 // merge_commit, masked_logits_only; issue 19 item 3), "old" is the decoder
 // before that (a separate commit forward per block, logits over the whole
-// block). --profile adds a second, profiled decode per row
+// block). --fused runs each row once per listed model build: "on" (default)
+// merges the Q/K/V and gate/up GEMMs and, on CUDA, runs the fused
+// elementwise kernels (SdarModelOptions::fuse_projections and
+// fuse_elementwise; sdar_fused_kernels.h), "off" is the model without
+// either (the LibTorch ops one by one); the same seed gives both the same
+// weights. --profile adds a second, profiled decode per row
 // (DecodeOptions::profile: a device synchronisation at every phase
 // boundary) and prints where its time went: prefill, graph capture, step
 // forwards, sampling/remasking, read-back, batch select, commits — total
@@ -29,8 +34,8 @@
 //
 // Output: one table row per (config, batch, graphs mode, path); with --json
 // one JSON line each ({"impl":"dice-cpp" or "dice-cpp-graphs", with "-old"
-// appended for --path old, "config":.., "batch":.., "tokens_per_s":..,
-// "path":"new"|"old", "merge_commit":.., "masked_logits_only":..,
+// appended for --path old and "-unfused" for --fused off, "config":.., "batch":.., "tokens_per_s":..,
+// "path":"new"|"old", "fused":.., "fused_elementwise":.., "merge_commit":.., "masked_logits_only":..,
 // "forwards_per_block":.., "peak_gib":.., "profile":{..},...}).
 // forwards_per_block = (denoising-step forwards + separate commit forwards)
 // / blocks decoded, prefill excluded: 4 for the new path at 4 steps a block,
@@ -115,7 +120,7 @@ int main(int argc, char** argv) {
   std::string batches = "1,16,128", device = "cuda", dtype = "bf16", json_path;
   int64_t prompt_len = 512, new_tokens = 256, steps = 4;
   uint64_t seed = 0;
-  std::string graphs_modes = "off", paths = "new";
+  std::string graphs_modes = "off", paths = "new", fused_modes = "on";
   bool failed = false;
   bool tiny = false, profile = false, dry_run = false;
   app.add_option("--config", configs, "SDAR config.json (repeat for several)");
@@ -131,6 +136,9 @@ int main(int argc, char** argv) {
   app.add_option("--path", paths,
                  "new (merged commit, logits at masked positions only), old (separate commit forward, "
                  "logits over the block), or new,old (each row once per path)");
+  app.add_option("--fused", fused_modes,
+                 "on (merged QKV and gate/up GEMMs, fused elementwise kernels on CUDA), off, or on,off "
+                 "(each row once per model build)");
   app.add_flag("--profile", profile, "also run a profiled decode per row and print its phase table");
   app.add_flag("--dry-run", dry_run, "check the flags and print the rows that would run, without decoding");
   app.add_flag("--tiny", tiny, "CPU smoke run: tiny built-in shape, prompt 16, 8 new tokens, batch 1,2, f32");
@@ -203,6 +211,21 @@ int main(int argc, char** argv) {
     }
     if (old_paths.empty()) old_paths.push_back(false);
   }
+  std::vector<bool> fuse_list;  // true: SdarModelOptions::fuse_projections and fuse_elementwise
+  {
+    std::stringstream ss(fused_modes);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      if (item == "on" || item == "off") {
+        fuse_list.push_back(item == "on");
+      } else {
+        std::fprintf(stderr, "sdar_decode_bench: error: --fused '%s': each item must be on or off\n",
+                     fused_modes.c_str());
+        return 2;
+      }
+    }
+    if (fuse_list.empty()) fuse_list.push_back(true);
+  }
   dice::generator::SdarModelOptions mo;
   try {
     mo.device = torch::Device(device);
@@ -212,14 +235,16 @@ int main(int argc, char** argv) {
   }
   if (dry_run) {
     for (const auto& [name, config] : shapes) {
-      for (int64_t batch : batch_sizes) {
-        for (bool graphs : graph_modes) {
-          for (bool old_path : old_paths) {
-            std::printf("dry run: %s batch %lld prompt %lld new %lld steps %lld graphs %s path %s "
-                        "(merge_commit %d, masked_logits_only %d)\n",
-                        name.c_str(), static_cast<long long>(batch), static_cast<long long>(prompt_len),
-                        static_cast<long long>(new_tokens), static_cast<long long>(steps), graphs ? "on" : "off",
-                        old_path ? "old" : "new", old_path ? 0 : 1, old_path ? 0 : 1);
+      for (bool fuse : fuse_list) {
+        for (int64_t batch : batch_sizes) {
+          for (bool graphs : graph_modes) {
+            for (bool old_path : old_paths) {
+              std::printf("dry run: %s batch %lld prompt %lld new %lld steps %lld graphs %s path %s fused %s "
+                          "(merge_commit %d, masked_logits_only %d)\n",
+                          name.c_str(), static_cast<long long>(batch), static_cast<long long>(prompt_len),
+                          static_cast<long long>(new_tokens), static_cast<long long>(steps), graphs ? "on" : "off",
+                          old_path ? "old" : "new", fuse ? "on" : "off", old_path ? 0 : 1, old_path ? 0 : 1);
+            }
           }
         }
       }
@@ -232,109 +257,121 @@ int main(int argc, char** argv) {
   }
   mo.dtype = dtype == "bf16" ? torch::kBFloat16 : dtype == "f16" ? torch::kFloat16 : torch::kFloat32;
 
-  std::printf("%-40s %6s %8s %6s %10s %12s %9s %7s %6s %5s %9s\n", "config", "batch", "prompt", "new", "seconds",
-              "tokens/s", "forwards", "fwd/blk", "graphs", "path", "peak GiB");
+  std::printf("%-40s %6s %8s %6s %10s %12s %9s %7s %6s %5s %5s %9s\n", "config", "batch", "prompt", "new",
+              "seconds", "tokens/s", "forwards", "fwd/blk", "graphs", "path", "fused", "peak GiB");
   std::ofstream json_out;
   if (!json_path.empty()) json_out.open(json_path, std::ios::app);
   for (const auto& [name, config] : shapes) {
-    auto model = dice::generator::SdarModel::Random(config, mo, seed);
-    if (!model.ok()) {
-      std::fprintf(stderr, "sdar_decode_bench: error: %s: %s\n", name.c_str(), model.status().ToString().c_str());
-      return 1;
-    }
-    // A prompt of random ordinary tokens (never the mask token).
-    std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
-    for (int64_t i = 0; i < prompt_len; ++i) {
-      prompt[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 17) % (config.mask_token_id > 0 ? config.mask_token_id : config.vocab_size - 1));
-    }
-    for (int64_t batch : batch_sizes) {
-      for (bool graphs : graph_modes) {
-        for (bool old_path : old_paths) {
-          dice::generator::DecodeOptions o;
-          o.remasking = dice::generator::Remasking::kStatic;
-          o.denoising_steps = steps;
-          o.eos_ids.clear();
-          o.num_samples = batch;
-          o.cuda_graphs = graphs;
-          o.merge_commit = !old_path;
-          o.masked_logits_only = !old_path;
-          o.max_new_tokens = std::min<int64_t>(new_tokens, 2 * config.block_size);  // warm-up
-          auto warm = dice::generator::Decode(*model, prompt, o);
-          if (!warm.ok()) {
-            std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
-                         static_cast<long long>(batch), warm.status().ToString().c_str());
-            failed = true;  // the other rows still run (a graph capture may fail alone)
-            continue;
-          }
-          o.max_new_tokens = new_tokens;
-          if (mo.device.is_cuda()) {
-            torch::cuda::synchronize();
-            c10::cuda::CUDACachingAllocator::resetPeakStats(mo.device.index() < 0 ? 0 : mo.device.index());
-          }
-          auto r = dice::generator::Decode(*model, prompt, o);
-          if (mo.device.is_cuda()) torch::cuda::synchronize();
-          if (!r.ok()) {
-            std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
-                         static_cast<long long>(batch), r.status().ToString().c_str());
-            failed = true;  // the other rows still run (a graph capture may fail alone)
-            continue;
-          }
-          double peak_gib = 0;
-          if (mo.device.is_cuda()) {
-            const auto stats =
-                c10::cuda::CUDACachingAllocator::getDeviceStats(mo.device.index() < 0 ? 0 : mo.device.index());
-            peak_gib = static_cast<double>(
-                           stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
-                       (1024.0 * 1024.0 * 1024.0);
-          }
-          int64_t generated = 0;
-          for (const auto& t : r->tokens) generated += static_cast<int64_t>(t.size());
-          const double tps = r->seconds > 0 ? generated / r->seconds : 0.0;
-          const int64_t blocks = static_cast<int64_t>(r->steps_per_block.size());
-          const double forwards_per_block =
-              blocks > 0 ? static_cast<double>(r->denoising_steps + r->commit_forwards) / blocks : 0.0;
-          std::printf("%-40s %6lld %8lld %6lld %10.3f %12.1f %9lld %7.3f %6s %5s %9.2f\n", name.c_str(),
-                      static_cast<long long>(batch), static_cast<long long>(prompt_len),
-                      static_cast<long long>(new_tokens), r->seconds, tps, static_cast<long long>(r->forward_passes),
-                      forwards_per_block, graphs ? "on" : "off", old_path ? "old" : "new", peak_gib);
-          std::fflush(stdout);
-          const std::string impl = std::string(graphs ? "dice-cpp-graphs" : "dice-cpp") + (old_path ? "-old" : "");
-          nlohmann::json row{{"impl", impl},
-                             {"config", name},
-                             {"batch", batch},
-                             {"prompt", prompt_len},
-                             {"new_tokens", new_tokens},
-                             {"steps", steps},
-                             {"dtype", dtype},
-                             {"device", mo.device.str()},
-                             {"cuda_graphs", graphs},
-                             {"seconds", r->seconds},
-                             {"generated_tokens", generated},
-                             {"tokens_per_s", tps},
-                             {"forward_passes", r->forward_passes},
-                             {"path", old_path ? "old" : "new"},
-                             {"merge_commit", o.merge_commit},
-                             {"masked_logits_only", o.masked_logits_only},
-                             {"forwards_per_block", forwards_per_block},
-                             {"commit_forwards", r->commit_forwards},
-                             {"merged_commits", r->merged_commits},
-                             {"peak_gib", peak_gib}};
-          if (profile) {
-            o.profile = true;
-            auto p = dice::generator::Decode(*model, prompt, o);
-            if (!p.ok()) {
-              std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld (profiled): %s\n", name.c_str(),
-                           static_cast<long long>(batch), p.status().ToString().c_str());
-              failed = true;
-            } else {
-              std::printf("profile: %s batch %lld graphs %s path %s\n", name.c_str(), static_cast<long long>(batch),
-                          graphs ? "on" : "off", old_path ? "old" : "new");
-              PrintProfile(*p);
-              std::fflush(stdout);
-              row["profile"] = ProfileJson(*p);
+    for (bool fuse : fuse_list) {
+      mo.fuse_projections = fuse;
+      mo.fuse_elementwise = fuse;
+      auto model = dice::generator::SdarModel::Random(config, mo, seed);
+      if (!model.ok()) {
+        std::fprintf(stderr, "sdar_decode_bench: error: %s: %s\n", name.c_str(), model.status().ToString().c_str());
+        return 1;
+      }
+      if (fuse && mo.device.is_cuda() && !model->fused_elementwise()) {
+        std::fprintf(stderr, "sdar_decode_bench: %s: %s\n", name.c_str(), model->fused_elementwise_note().c_str());
+      }
+      // A prompt of random ordinary tokens (never the mask token).
+      std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
+      for (int64_t i = 0; i < prompt_len; ++i) {
+        prompt[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 17) % (config.mask_token_id > 0 ? config.mask_token_id : config.vocab_size - 1));
+      }
+      for (int64_t batch : batch_sizes) {
+        for (bool graphs : graph_modes) {
+          for (bool old_path : old_paths) {
+            dice::generator::DecodeOptions o;
+            o.remasking = dice::generator::Remasking::kStatic;
+            o.denoising_steps = steps;
+            o.eos_ids.clear();
+            o.num_samples = batch;
+            o.cuda_graphs = graphs;
+            o.merge_commit = !old_path;
+            o.masked_logits_only = !old_path;
+            o.max_new_tokens = std::min<int64_t>(new_tokens, 2 * config.block_size);  // warm-up
+            auto warm = dice::generator::Decode(*model, prompt, o);
+            if (!warm.ok()) {
+              std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
+                           static_cast<long long>(batch), warm.status().ToString().c_str());
+              failed = true;  // the other rows still run (a graph capture may fail alone)
+              continue;
             }
+            o.max_new_tokens = new_tokens;
+            if (mo.device.is_cuda()) {
+              torch::cuda::synchronize();
+              c10::cuda::CUDACachingAllocator::resetPeakStats(mo.device.index() < 0 ? 0 : mo.device.index());
+            }
+            auto r = dice::generator::Decode(*model, prompt, o);
+            if (mo.device.is_cuda()) torch::cuda::synchronize();
+            if (!r.ok()) {
+              std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
+                           static_cast<long long>(batch), r.status().ToString().c_str());
+              failed = true;  // the other rows still run (a graph capture may fail alone)
+              continue;
+            }
+            double peak_gib = 0;
+            if (mo.device.is_cuda()) {
+              const auto stats =
+                  c10::cuda::CUDACachingAllocator::getDeviceStats(mo.device.index() < 0 ? 0 : mo.device.index());
+              peak_gib = static_cast<double>(
+                             stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
+                         (1024.0 * 1024.0 * 1024.0);
+            }
+            int64_t generated = 0;
+            for (const auto& t : r->tokens) generated += static_cast<int64_t>(t.size());
+            const double tps = r->seconds > 0 ? generated / r->seconds : 0.0;
+            const int64_t blocks = static_cast<int64_t>(r->steps_per_block.size());
+            const double forwards_per_block =
+                blocks > 0 ? static_cast<double>(r->denoising_steps + r->commit_forwards) / blocks : 0.0;
+            std::printf("%-40s %6lld %8lld %6lld %10.3f %12.1f %9lld %7.3f %6s %5s %5s %9.2f\n", name.c_str(),
+                        static_cast<long long>(batch), static_cast<long long>(prompt_len),
+                        static_cast<long long>(new_tokens), r->seconds, tps, static_cast<long long>(r->forward_passes),
+                        forwards_per_block, graphs ? "on" : "off", old_path ? "old" : "new", fuse ? "on" : "off",
+                        peak_gib);
+            std::fflush(stdout);
+            const std::string impl = std::string(graphs ? "dice-cpp-graphs" : "dice-cpp") + (old_path ? "-old" : "") +
+                                     (fuse ? "" : "-unfused");
+            nlohmann::json row{{"impl", impl},
+                               {"config", name},
+                               {"batch", batch},
+                               {"prompt", prompt_len},
+                               {"new_tokens", new_tokens},
+                               {"steps", steps},
+                               {"dtype", dtype},
+                               {"device", mo.device.str()},
+                               {"cuda_graphs", graphs},
+                               {"seconds", r->seconds},
+                               {"generated_tokens", generated},
+                               {"tokens_per_s", tps},
+                               {"forward_passes", r->forward_passes},
+                               {"path", old_path ? "old" : "new"},
+                               {"fused", fuse},
+                               {"fused_elementwise", model->fused_elementwise()},
+                               {"fused_note", model->fused_elementwise_note()},
+                               {"merge_commit", o.merge_commit},
+                               {"masked_logits_only", o.masked_logits_only},
+                               {"forwards_per_block", forwards_per_block},
+                               {"commit_forwards", r->commit_forwards},
+                               {"merged_commits", r->merged_commits},
+                               {"peak_gib", peak_gib}};
+            if (profile) {
+              o.profile = true;
+              auto p = dice::generator::Decode(*model, prompt, o);
+              if (!p.ok()) {
+                std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld (profiled): %s\n", name.c_str(),
+                             static_cast<long long>(batch), p.status().ToString().c_str());
+                failed = true;
+              } else {
+                std::printf("profile: %s batch %lld graphs %s path %s\n", name.c_str(), static_cast<long long>(batch),
+                            graphs ? "on" : "off", old_path ? "old" : "new");
+                PrintProfile(*p);
+                std::fflush(stdout);
+                row["profile"] = ProfileJson(*p);
+              }
+            }
+            if (json_out.is_open()) json_out << row.dump() << "\n";
           }
-          if (json_out.is_open()) json_out << row.dump() << "\n";
         }
       }
     }

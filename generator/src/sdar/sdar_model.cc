@@ -2,12 +2,18 @@
 // No spdlog/fmt here: LibTorch bundles its own fmt.
 #include "dice/generator/sdar_model.h"
 
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/cuda.h>
 
+#include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <utility>
+
+#include "dice/generator/sdar_fused_kernels.h"
 
 namespace dice::generator {
 namespace {
@@ -29,6 +35,48 @@ std::string ShapeText(const torch::Tensor& t) {
   std::string s = "[";
   for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
   return s + "]";
+}
+
+// Throws (as LibTorch does) when a fused launch fails: RunLayers' callers
+// turn c10::Error into kInternal.
+void CheckLaunch(const Status& s) { TORCH_CHECK(s.ok(), s.ToString()); }
+
+const void* Ptr(const torch::Tensor& t) { return t.data_ptr(); }
+
+// SdarModelOptions::fuse_elementwise: the kernels, or null and the reason.
+std::shared_ptr<const SdarFusedKernels> BuildFused(const SdarConfig& c, const SdarModelOptions& o,
+                                                   std::string* note) {
+  if (!o.fuse_elementwise) {
+    *note = "fuse_elementwise is off";
+    return nullptr;
+  }
+  if (!o.device.is_cuda()) {
+    *note = "fused elementwise kernels run on CUDA devices only (" + o.device.str() + ")";
+    return nullptr;
+  }
+  if (!o.fuse_projections) {
+    *note = "fused elementwise kernels need fuse_projections";
+    return nullptr;
+  }
+  SdarFusedShape shape;
+  shape.hidden = c.hidden_size;
+  shape.heads = c.num_attention_heads;
+  shape.kv_heads = c.num_key_value_heads;
+  shape.head_dim = c.head_dim;
+  shape.intermediate = c.intermediate_size;
+  shape.eps = c.rms_norm_eps;
+  shape.dtype = o.dtype == torch::kBFloat16 ? FusedDtype::kBF16
+                : o.dtype == torch::kFloat16 ? FusedDtype::kF16 : FusedDtype::kF32;
+  const int ordinal = o.device.has_index() ? o.device.index() : c10::cuda::current_device();
+  c10::cuda::CUDAGuard guard(ordinal);
+  auto built = SdarFusedKernels::Build(shape, /*arch=*/"", ordinal);
+  if (!built.ok()) {
+    *note = "fused elementwise kernels off, unfused LibTorch path used: " + built.status().ToString();
+    std::fprintf(stderr, "dice sdar: %s\n", note->c_str());
+    return nullptr;
+  }
+  note->clear();
+  return std::shared_ptr<const SdarFusedKernels>(std::move(*built));
 }
 
 torch::Tensor RotateHalf(const torch::Tensor& x) {
@@ -155,16 +203,38 @@ Expected<SdarModel> SdarModel::Build(const SdarConfig& config, const SdarModelOp
     const std::string p = "model.layers." + std::to_string(i) + ".";
     Layer l;
     DICE_LOAD(l.input_norm, p + "input_layernorm.weight");
-    DICE_LOAD(l.q_proj, p + "self_attn.q_proj.weight");
-    DICE_LOAD(l.k_proj, p + "self_attn.k_proj.weight");
-    DICE_LOAD(l.v_proj, p + "self_attn.v_proj.weight");
+    torch::Tensor q, k, v, gate, up;
+    DICE_LOAD(q, p + "self_attn.q_proj.weight");
+    DICE_LOAD(k, p + "self_attn.k_proj.weight");
+    DICE_LOAD(v, p + "self_attn.v_proj.weight");
     DICE_LOAD(l.o_proj, p + "self_attn.o_proj.weight");
     DICE_LOAD(l.q_norm, p + "self_attn.q_norm.weight");
     DICE_LOAD(l.k_norm, p + "self_attn.k_norm.weight");
     DICE_LOAD(l.post_norm, p + "post_attention_layernorm.weight");
-    DICE_LOAD(l.gate_proj, p + "mlp.gate_proj.weight");
-    DICE_LOAD(l.up_proj, p + "mlp.up_proj.weight");
+    DICE_LOAD(gate, p + "mlp.gate_proj.weight");
+    DICE_LOAD(up, p + "mlp.up_proj.weight");
     DICE_LOAD(l.down_proj, p + "mlp.down_proj.weight");
+    // One row-major matrix per fused GEMM; the named projections are its row
+    // slices (contiguous views sharing its storage).
+    auto fuse = [&](std::initializer_list<torch::Tensor*> parts, torch::Tensor* fused) -> Status {
+      try {
+        std::vector<torch::Tensor> rows;
+        for (auto* t : parts) rows.push_back(*t);
+        *fused = torch::cat(rows, 0);
+        int64_t offset = 0;
+        for (auto* t : parts) {
+          const int64_t n = t->size(0);
+          *t = fused->narrow(0, offset, n);
+          offset += n;
+        }
+      } catch (const c10::Error& e) {
+        return TorchError("SdarModel: fusing the projections of layer " + std::to_string(i), e);
+      }
+      return Status::Ok();
+    };
+    DICE_RETURN_IF_ERROR(fuse({&q, &k, &v}, &l.qkv_proj));
+    DICE_RETURN_IF_ERROR(fuse({&gate, &up}, &l.gate_up_proj));
+    l.q_proj = q, l.k_proj = k, l.v_proj = v, l.gate_proj = gate, l.up_proj = up;
     m.layers_.push_back(std::move(l));
   }
 #undef DICE_LOAD
@@ -175,6 +245,12 @@ Expected<SdarModel> SdarModel::Build(const SdarConfig& config, const SdarModelOp
     m.inv_freq_ = 1.0 / torch::pow(c.rope_theta, exponent);
   } catch (const c10::Error& e) {
     return TorchError("SdarModel: RoPE table", e);
+  }
+  try {
+    m.fused_ = BuildFused(c, options, &m.fused_note_);
+  } catch (const c10::Error& e) {
+    m.fused_note_ = std::string("fused elementwise kernels off: ") + e.what_without_backtrace();
+    std::fprintf(stderr, "dice sdar: %s\n", m.fused_note_.c_str());
   }
   return m;
 }
@@ -372,14 +448,70 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
   const SdarConfig& c = config_;
   const int64_t batch = x.size(0), len = x.size(1);
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, hd = c.head_dim;
+  // Fused GEMMs only without autograd: with it the gradients must reach the
+  // per-projection leaves the optimiser holds (sdar_model.h).
+  const bool fused = options_.fuse_projections && !torch::GradMode::is_enabled();
+  // The fused elementwise kernels (sdar_fused_kernels.h) on the current
+  // stream (captured when a CUDA graph records); the device made current so
+  // their driver launches find its context.
+  const bool fk = fused && fused_ != nullptr && x.is_cuda();
+  std::optional<c10::cuda::CUDAGuard> guard;
+  void* stream = nullptr;
+  torch::Tensor cos_c, sin_c;
+  if (fk) {
+    guard.emplace(x.device());
+    stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+    x = x.contiguous();
+    cos_c = cos.contiguous(), sin_c = sin.contiguous();
+    TORCH_CHECK(cos_c.size(0) == len && cos_c.size(1) == hd, "SdarModel: RoPE table is not [L, head_dim]");
+  }
+  const int64_t rows = batch * len;
+  // fk: the last MLP output not yet added to x (added by the next layer's
+  // fused add + RMSNorm, or after the loop).
+  torch::Tensor pending;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
-    auto a = RmsNorm(x, l.input_norm);
-    auto q = RmsNorm(torch::linear(a, l.q_proj).view({batch, len, heads, hd}), l.q_norm).transpose(1, 2);
-    auto k = RmsNorm(torch::linear(a, l.k_proj).view({batch, len, kv_heads, hd}), l.k_norm).transpose(1, 2);
-    auto v = torch::linear(a, l.v_proj).view({batch, len, kv_heads, hd}).transpose(1, 2);
-    q = q * cos + RotateHalf(q) * sin;
-    k = k * cos + RotateHalf(k) * sin;
+    torch::Tensor a;
+    if (fk) {
+      a = torch::empty_like(x);
+      if (pending.defined()) {
+        auto sum = torch::empty_like(x);
+        CheckLaunch(fused_->AddRmsNorm(Ptr(x), Ptr(pending), Ptr(l.input_norm), sum.data_ptr(), a.data_ptr(), rows,
+                                       stream));
+        x = sum;
+        pending = torch::Tensor();
+      } else {
+        CheckLaunch(fused_->AddRmsNorm(Ptr(x), nullptr, Ptr(l.input_norm), nullptr, a.data_ptr(), rows, stream));
+      }
+    } else {
+      a = RmsNorm(x, l.input_norm);
+    }
+    torch::Tensor q, k, v;
+    if (fk) {
+      auto qkv = torch::linear(a, l.qkv_proj).contiguous();
+      auto qo = torch::empty({batch, len, heads, hd}, x.options());
+      auto ko = torch::empty({batch, len, kv_heads, hd}, x.options());
+      CheckLaunch(fused_->QkNormRope(Ptr(qkv), Ptr(l.q_norm), Ptr(l.k_norm), Ptr(cos_c), Ptr(sin_c), qo.data_ptr(),
+                                     ko.data_ptr(), rows, len, stream));
+      q = qo.transpose(1, 2), k = ko.transpose(1, 2);
+      v = qkv.narrow(-1, (heads + kv_heads) * hd, kv_heads * hd).view({batch, len, kv_heads, hd}).transpose(1, 2);
+    } else {
+      torch::Tensor qp, kp, vp;  // [B, L, n * head_dim] each
+      if (fused) {
+        // One GEMM; its column slices split the last dim only, so view works.
+        auto qkv = torch::linear(a, l.qkv_proj);
+        qp = qkv.narrow(-1, 0, heads * hd);
+        kp = qkv.narrow(-1, heads * hd, kv_heads * hd);
+        vp = qkv.narrow(-1, (heads + kv_heads) * hd, kv_heads * hd);
+      } else {
+        qp = torch::linear(a, l.q_proj), kp = torch::linear(a, l.k_proj), vp = torch::linear(a, l.v_proj);
+      }
+      q = RmsNorm(qp.view({batch, len, heads, hd}), l.q_norm).transpose(1, 2);
+      k = RmsNorm(kp.view({batch, len, kv_heads, hd}), l.k_norm).transpose(1, 2);
+      v = vp.view({batch, len, kv_heads, hd}).transpose(1, 2);
+      q = q * cos + RotateHalf(q) * sin;
+      k = k * cos + RotateHalf(k) * sin;
+    }
     torch::Tensor keys = k, values = v;
     if (cache != nullptr) {
       // New keys/values go into the slots after the committed prefix: scratch
@@ -414,10 +546,30 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
                                            /*enable_gqa=*/heads != kv_heads);
     }
     o = o.transpose(1, 2).reshape({batch, len, heads * hd});
+    if (fk) {
+      auto attn = torch::linear(o, l.o_proj).contiguous();
+      auto sum = torch::empty_like(x), m = torch::empty_like(x);
+      CheckLaunch(fused_->AddRmsNorm(Ptr(x), Ptr(attn), Ptr(l.post_norm), sum.data_ptr(), m.data_ptr(), rows, stream));
+      x = sum;
+      auto gu = torch::linear(m, l.gate_up_proj).contiguous();
+      auto act = torch::empty({batch, len, c.intermediate_size}, x.options());
+      CheckLaunch(fused_->SiluMul(Ptr(gu), act.data_ptr(), rows, stream));
+      pending = torch::linear(act, l.down_proj);
+      continue;
+    }
     x = x + torch::linear(o, l.o_proj);
     auto m = RmsNorm(x, l.post_norm);
-    x = x + torch::linear(torch::silu(torch::linear(m, l.gate_proj)) * torch::linear(m, l.up_proj), l.down_proj);
+    torch::Tensor act;
+    if (fused) {
+      auto gu = torch::linear(m, l.gate_up_proj);
+      const int64_t inter = c.intermediate_size;
+      act = torch::silu(gu.narrow(-1, 0, inter)) * gu.narrow(-1, inter, inter);
+    } else {
+      act = torch::silu(torch::linear(m, l.gate_proj)) * torch::linear(m, l.up_proj);
+    }
+    x = x + torch::linear(act, l.down_proj);
   }
+  if (pending.defined()) x = x + pending;
   return x;
 }
 

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -40,6 +41,8 @@
 
 namespace dice::generator {
 
+class SdarFusedKernels;  // sdar_fused_kernels.h
+
 /// Where and in what precision the model computes.
 struct SdarModelOptions {
   /// Device the weights live on and every forward runs on (CPU or cuda:N).
@@ -48,6 +51,24 @@ struct SdarModelOptions {
   /// kFloat16. Checkpoint tensors of another float dtype are converted on
   /// load. Norm statistics, RoPE angles and the returned logits are float32.
   torch::ScalarType dtype = torch::kFloat32;
+  /// Run the Q/K/V projections as one GEMM and gate/up as one GEMM in
+  /// forwards without autograd (Forward, the decoder, CUDA graphs; issue 19
+  /// item 2). The weights are stored fused either way (per layer one
+  /// [q+k+v, hidden] and one [2*intermediate, hidden] row-major matrix; the
+  /// Hugging Face-named tensors of NamedWeights() are row-slice views of
+  /// them), so this only picks the GEMMs. Forwards with autograd enabled
+  /// (ForwardPacked in training) always use the per-projection views, the
+  /// leaves the optimiser sees. f32 logits equal the unfused path within
+  /// 1e-5 absolute on CPU (SdarFusedProjectionTest); greedy tokens equal.
+  bool fuse_projections = true;
+  /// On a CUDA device, run the layer's elementwise chains as fused kernels
+  /// (sdar_fused_kernels.h: residual add + RMSNorm, q/k RMSNorm + RoPE,
+  /// SiLU*up) compiled with NVRTC at load, in forwards without autograd.
+  /// Needs fuse_projections. When the shape or dtype does not fit or the
+  /// compile fails, the model loads anyway on the unfused path and
+  /// SdarModel::fused_elementwise_note() (also printed to stderr) says why.
+  /// Tolerance against the unfused path: sdar_fused_kernels.h.
+  bool fuse_elementwise = true;
 };
 
 /// Keys and values of the committed prefix, per layer, for a batch of
@@ -181,10 +202,23 @@ class SdarModel {
   /// options().dtype on options().device.
   std::vector<std::pair<std::string, torch::Tensor>> NamedWeights() const;
 
+  /// True when no-grad forwards run the fused elementwise kernels
+  /// (SdarModelOptions::fuse_elementwise took effect).
+  bool fused_elementwise() const { return fused_ != nullptr; }
+  /// Why the fused elementwise kernels are off ("" when on): the option was
+  /// off, a CPU device, fuse_projections off, or the CheckFusedShape /
+  /// NVRTC / driver error that made the model fall back.
+  const std::string& fused_elementwise_note() const { return fused_note_; }
+
  private:
   struct Layer {
+    // q_proj/k_proj/v_proj are row slices (views) of qkv_proj, gate_proj/
+    // up_proj of gate_up_proj: one storage, so training the views trains the
+    // fused matrices the inference GEMMs read.
     torch::Tensor input_norm, q_proj, k_proj, v_proj, o_proj, q_norm, k_norm, post_norm, gate_proj, up_proj,
         down_proj;
+    torch::Tensor qkv_proj;      // [(heads + 2 kv_heads) * head_dim, hidden]
+    torch::Tensor gate_up_proj;  // [2 * intermediate, hidden]
   };
   friend struct SdarDecodeAccess;  // diffusion_decoder.cc: forwards on ids it made itself
   friend class SdarStepGraph;      // sdar_step_graph.h: the fixed-shape (CUDA graph) step forward
@@ -232,6 +266,8 @@ class SdarModel {
   SdarModelOptions options_;
   torch::Tensor embed_, final_norm_, lm_head_, inv_freq_;
   std::vector<Layer> layers_;
+  std::shared_ptr<const SdarFusedKernels> fused_;  // null: the LibTorch elementwise path
+  std::string fused_note_;
 };
 
 }  // namespace dice::generator

@@ -1,0 +1,118 @@
+// dice/generator/sdar_fused_kernels.h — the SDAR decoder's fused elementwise
+// kernels (issue 19 item 1): CUDA C++ written for one model shape, compiled
+// with NVRTC when the model loads and launched through the CUDA driver, both
+// through the runtime's public headers (dice/runtime/compiler.h,
+// dice/runtime/cuda_driver.h). Torch-free: SdarModel (sdar_model.h) hands
+// raw device pointers and its current stream.
+//
+// Three chains of the Qwen3 layer (sdar_model.h) become one launch each:
+//   AddRmsNorm   s = x + d (optional), n = w * RMSNorm(s)   [rows, hidden]
+//   QkNormRope   per head: q,k = w * RMSNorm over head_dim, then RoPE
+//                (rotate-half) with the step's cos/sin tables
+//   SiluMul      silu(gate) * up from the fused gate/up GEMM's output
+// Numerics follow the LibTorch path op by op: statistics in float32, and
+// every value LibTorch stores in the compute dtype is rounded to it at the
+// same point (x + d, the normed value before the weight, the weighted value,
+// q*cos, rot(q)*sin, their sum, silu(gate), the product). Only the order of
+// the float32 sums of squares (and rsqrtf's last bit) differs. Tolerances
+// against the unfused path, checked by SdarFusedGpuTest: f32 logits within
+// 1e-4 absolute; bf16 logits within 5% of the largest |logit| (one rounding
+// of an intermediate may land on the other side and propagate).
+//
+// Element types f32, bf16, f16 (float / __nv_bfloat16 / __half). Every
+// tensor is contiguous row-major in the element type, except the cos/sin
+// tables which are [seq_len, head_dim] in the element type too.
+// Thread-safety: the launch methods are const and stateless (safe from
+// several threads); Build must run with the model's device current.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dice/core/status.h"
+
+namespace dice::generator {
+
+/// The element type of the fused kernels.
+enum class FusedDtype { kF32, kBF16, kF16 };
+
+/// The model shape the sources are written for (SdarConfig's fields).
+struct SdarFusedShape {
+  int64_t hidden = 0;        ///< hidden_size
+  int64_t heads = 0;         ///< num_attention_heads
+  int64_t kv_heads = 0;      ///< num_key_value_heads
+  int64_t head_dim = 0;      ///< even, <= 1024
+  int64_t intermediate = 0;  ///< intermediate_size
+  double eps = 1e-6;         ///< rms_norm_eps
+  FusedDtype dtype = FusedDtype::kF32;
+};
+
+/// Why `shape` does not fit the fused kernels, or Ok. Limits: every size
+/// >= 1, head_dim even and <= 1024 (one thread per element of a head),
+/// hidden <= 32768 (the row lives in registers), heads a multiple of
+/// kv_heads. Errors: kInvalidArgument naming the field and the limit.
+Status CheckFusedShape(const SdarFusedShape& shape);
+
+/// The CUDA C++ source (NVRTC, -std=c++17) of the four kernels for
+/// `shape`: dice_sdar_rmsnorm, dice_sdar_add_rmsnorm, dice_sdar_qk_norm_rope,
+/// dice_sdar_silu_mul (extern "C"). Shapes and eps are compile-time
+/// constants; rows and seq_len are kernel arguments. Precondition:
+/// CheckFusedShape(shape) is Ok.
+std::string SdarFusedSource(const SdarFusedShape& shape);
+
+/// The kernel names SdarFusedSource defines, in a fixed order.
+std::vector<std::string> SdarFusedKernelNames();
+
+/// The compiled and loaded kernels of one model (one CUDA module in the
+/// device's primary context, unloaded on destruction). Not copyable.
+class SdarFusedKernels {
+ public:
+  /// Checks the shape, compiles SdarFusedSource for `arch` ("sm_90"; ""
+  /// = device `ordinal`'s, runtime::QueryDevice) and
+  /// loads it on CUDA device `ordinal` (its primary context is made current
+  /// when no context is). Errors: those of CheckFusedShape; kCompileError
+  /// with the NVRTC log; kNoDevice / kCudaError naming the driver call.
+  static Expected<std::unique_ptr<SdarFusedKernels>> Build(const SdarFusedShape& shape, const std::string& arch,
+                                                           int ordinal);
+  ~SdarFusedKernels();
+  SdarFusedKernels(const SdarFusedKernels&) = delete;
+  SdarFusedKernels& operator=(const SdarFusedKernels&) = delete;
+
+  const SdarFusedShape& shape() const { return shape_; }
+  double compile_ms() const { return compile_ms_; }
+
+  /// n = w * RMSNorm(x + d) over rows of `hidden`, and s = x + d into
+  /// `sum` (may alias x). `delta` null: n = w * RMSNorm(x), `sum` unused.
+  /// x, delta, sum, norm: [rows, hidden]; w: [hidden]. `stream`: a
+  /// CUstream / cudaStream_t (capturable). Errors: kCudaError naming
+  /// cuLaunchKernel; kInvalidArgument for rows < 1.
+  Status AddRmsNorm(const void* x, const void* delta, const void* w, void* sum, void* norm, int64_t rows,
+                    void* stream) const;
+
+  /// From qkv [rows, (heads + 2 kv_heads) * head_dim] (the fused QKV GEMM's
+  /// output; row r is token r % seq_len of its sequence): q_out [rows, heads,
+  /// head_dim] and k_out [rows, kv_heads, head_dim], each head RMS-normed
+  /// with q_w / k_w [head_dim] and rotated with cos/sin [seq_len, head_dim]
+  /// row r % seq_len. Errors: as AddRmsNorm; kInvalidArgument when rows is
+  /// not a multiple of seq_len.
+  Status QkNormRope(const void* qkv, const void* q_w, const void* k_w, const void* cos, const void* sin, void* q_out,
+                    void* k_out, int64_t rows, int64_t seq_len, void* stream) const;
+
+  /// out [rows, intermediate] = silu(gate) * up with gate_up [rows, 2 *
+  /// intermediate] (gate columns first). Errors: as AddRmsNorm.
+  Status SiluMul(const void* gate_up, void* out, int64_t rows, void* stream) const;
+
+ private:
+  SdarFusedKernels() = default;
+  Status Launch(int which, unsigned grid_x, unsigned grid_y, unsigned block, void** args, void* stream) const;
+  SdarFusedShape shape_;
+  const void* driver_ = nullptr;  // const runtime::CudaDriver*
+  void* module_ = nullptr;        // CUmodule
+  std::vector<void*> functions_;  // CUfunction, SdarFusedKernelNames order
+  unsigned norm_threads_ = 0, head_threads_ = 0;
+  double compile_ms_ = 0;
+};
+
+}  // namespace dice::generator
