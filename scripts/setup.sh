@@ -55,18 +55,25 @@ fi
   log "CUDA toolkit not found at /usr/local/cuda (NVRTC and headers are required)"; exit 1; }
 
 # 2. PyTorch (LibTorch comes with the wheel).
-torch_version() { python3 -c 'import torch,sys;sys.stdout.write(torch.__version__.split("+")[0])' 2>/dev/null || true; }
-if [ "$(torch_version)" != "$TORCH_VERSION" ]; then
+# One import of torch (~3 s) gives both its version and its CMake prefix:
+# "VERSION PREFIX", empty when torch does not import.
+torch_info() {
+  python3 -c 'import torch,sys;sys.stdout.write(torch.__version__.split("+")[0]+" "+torch.utils.cmake_prefix_path)' \
+    2>/dev/null || true
+}
+TORCH_INFO=$(torch_info)
+if [ "${TORCH_INFO%% *}" != "$TORCH_VERSION" ]; then
   log "installing torch==$TORCH_VERSION from PyPI"
   python3 -m pip install -q "torch==$TORCH_VERSION" numpy
+  TORCH_INFO=$(torch_info)
 fi
-[ "$(torch_version)" = "$TORCH_VERSION" ] || { log "torch $TORCH_VERSION is not importable by python3"; exit 1; }
+[ "${TORCH_INFO%% *}" = "$TORCH_VERSION" ] || { log "torch $TORCH_VERSION is not importable by python3"; exit 1; }
 if [ -d "$ROOT/.deps/wheels" ] && ! python3 -c 'import pytest, wheel' 2>/dev/null; then
   log "installing pytest from the carried wheels in .deps/wheels"
   python3 -m pip install -q --no-index --find-links "$ROOT/.deps/wheels" pytest wheel || log "pytest not installed"
 fi
 python3 -c 'import numpy' 2>/dev/null || python3 -m pip install -q numpy 2>/dev/null || log "numpy not installed (optional)"
-TORCH_PREFIX=$(python3 -c 'import torch,sys;sys.stdout.write(torch.utils.cmake_prefix_path)' 2>/dev/null)
+TORCH_PREFIX=${TORCH_INFO#* }
 
 # 2b. CUTLASS headers (header-only; the gemm template family's extension
 # candidates include them, runtime/extension_compiler.h passes -I). Pinned
@@ -108,10 +115,23 @@ command -v ninja >/dev/null && GEN=(-G Ninja)
 # Optional: with ccache installed, rebuilds (and other checkouts under the same
 # CCACHE_BASEDIR) reuse objects. Not installed by this script.
 command -v ccache >/dev/null && EXTRA+=("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
-log "configuring $BUILD_DIR ($BUILD_TYPE)"
-cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" -DCMAKE_PREFIX_PATH="$PREFIX_PATH" \
-  "${EXTRA[@]}" >"$BUILD_DIR.configure.log" 2>&1 || { cat "$BUILD_DIR.configure.log"; exit 1; }
-log "building (the first build takes 20-25 minutes on 2 cores, 3-4 on 16: LibTorch headers are heavy; with ccache installed, rebuilds are quick)"
+CONFIGURE=(cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" -DCMAKE_PREFIX_PATH="$PREFIX_PATH"
+  "${EXTRA[@]}")
+# A build dir configured with exactly these arguments is not configured again
+# (a second `bash scripts/main.sh` starts building at once): the build tool
+# re-runs CMake by itself when a CMakeLists.txt or a globbed directory
+# changes. The stamp is written only after a configure succeeded.
+STAMP="$BUILD_DIR/.dice-configure-args"
+if [ -f "$BUILD_DIR/CMakeCache.txt" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "${CONFIGURE[*]}" ] &&
+   { [ -f "$BUILD_DIR/build.ninja" ] || [ -f "$BUILD_DIR/Makefile" ]; }; then
+  log "$BUILD_DIR already configured with these arguments"
+else
+  log "configuring $BUILD_DIR ($BUILD_TYPE)"
+  rm -f "$STAMP"
+  "${CONFIGURE[@]}" >"$BUILD_DIR.configure.log" 2>&1 || { cat "$BUILD_DIR.configure.log"; exit 1; }
+  printf '%s' "${CONFIGURE[*]}" >"$STAMP"
+fi
+log "building (the first build takes 20-25 minutes on 2 cores, 3-4 on 16: LibTorch headers are heavy; with ccache installed, rebuilds are quick; an up-to-date build takes seconds)"
 # shellcheck disable=SC2086
 cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" ${BUILD_TARGETS:+--target $BUILD_TARGETS}
 log "done: $BUILD_DIR/cli/dice"
