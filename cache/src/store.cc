@@ -3,9 +3,12 @@
 // helpers (errors, binding, transactions, WAL switch) in sqlite_util.cc,
 // the paged summary queries (ListWinnerPage) in store_page.cc.
 // See the header for the contract; notes on the choices made here:
-//  - One connection per Store, opened with SQLITE_OPEN_NOMUTEX: the Store's
-//    own mutex serialises every call, so SQLite's per-connection mutex would
-//    be redundant.
+//  - One write connection per Store, opened with SQLITE_OPEN_NOMUTEX: the
+//    Store's own mutex serialises every call on it, so SQLite's
+//    per-connection mutex would be redundant. The reads a server answers
+//    (GetWinner, ListWinnerPage, ListWinners, ListAttempts) run on read-only
+//    connections of their own instead (store_readers.h: WAL lets readers
+//    run beside the writer), each leased by one thread at a time.
 //  - Every write runs in a BEGIN IMMEDIATE transaction: the write lock is
 //    taken up front, so two processes never deadlock upgrading a read
 //    transaction (which in WAL mode fails with SQLITE_BUSY_SNAPSHOT without
@@ -162,24 +165,28 @@ WinnerRecord ReadWinnerRow(sqlite3_stmt* s) {
 
 
 Expected<std::optional<WinnerRecord>> Store::GetWinner(const std::string& task_key) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto stmt = impl_->Prepare(
-      "SELECT " + std::string(kWinnerColumns) + " FROM winners WHERE task_key = ?1");
-  if (!stmt.ok()) return stmt.status();
-  sqlite3_stmt* s = *stmt;
-  BindText(s, 1, task_key);
-  int rc = sqlite3_step(s);
-  if (rc == SQLITE_DONE) {
+  auto found = impl_->Read([&task_key](Connection& c) -> Expected<std::optional<WinnerRecord>> {
+    auto stmt = c.Prepare("SELECT " + std::string(kWinnerColumns) + " FROM winners WHERE task_key = ?1");
+    if (!stmt.ok()) return stmt.status();
+    sqlite3_stmt* s = *stmt;
+    BindText(s, 1, task_key);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) {
+      sqlite3_reset(s);
+      return std::optional<WinnerRecord>();
+    }
+    if (rc != SQLITE_ROW) {
+      Status st = c.Error(rc, "read winner " + task_key);
+      sqlite3_reset(s);
+      return st;
+    }
+    WinnerRecord r = ReadWinnerRow(s);
     sqlite3_reset(s);
-    return std::optional<WinnerRecord>();
-  }
-  if (rc != SQLITE_ROW) {
-    Status st = impl_->Error(rc, "read winner " + task_key);
-    sqlite3_reset(s);
-    return st;
-  }
-  WinnerRecord r = ReadWinnerRow(s);
-  sqlite3_reset(s);
+    return std::optional<WinnerRecord>(std::move(r));
+  });
+  // The hash is checked after the connection went back to the pool.
+  if (!found.ok() || !found->has_value()) return found;
+  const WinnerRecord& r = **found;
   std::string computed = ContentHash(r);
   if (computed != r.content_hash) {
     return Status(StatusCode::kCorrupt, "cache database " + impl_->path + ": winner for task key " +
@@ -187,7 +194,7 @@ Expected<std::optional<WinnerRecord>> Store::GetWinner(const std::string& task_k
                                             r.content_hash + ", computed " + computed +
                                             "); not served");
   }
-  return std::optional<WinnerRecord>(std::move(r));
+  return found;
 }
 
 Expected<bool> Store::PutWinner(WinnerRecord rec) {
@@ -280,20 +287,20 @@ Expected<bool> Store::RemoveWinner(const std::string& task_key) {
 }
 
 Expected<std::vector<WinnerRecord>> Store::ListWinners() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto stmt = impl_->Prepare(
-      "SELECT " + std::string(kWinnerSummaryColumns) +
-      " FROM winners ORDER BY created_at DESC, task_key ASC");
-  if (!stmt.ok()) return stmt.status();
-  sqlite3_stmt* s = *stmt;
-  std::vector<WinnerRecord> out;
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    out.push_back(ReadWinnerRow(s));
-  }
-  sqlite3_reset(s);
-  if (rc != SQLITE_DONE) return impl_->Error(rc, "list winners");
-  return out;
+  return impl_->Read([](Connection& c) -> Expected<std::vector<WinnerRecord>> {
+    auto stmt = c.Prepare("SELECT " + std::string(kWinnerSummaryColumns) +
+                          " FROM winners ORDER BY created_at DESC, task_key ASC");
+    if (!stmt.ok()) return stmt.status();
+    sqlite3_stmt* s = *stmt;
+    std::vector<WinnerRecord> out;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+      out.push_back(ReadWinnerRow(s));
+    }
+    sqlite3_reset(s);
+    if (rc != SQLITE_DONE) return c.Error(rc, "list winners");
+    return out;
+  });
 }
 
 Expected<bool> Store::RecordHit(const std::string& task_key) {
@@ -493,29 +500,30 @@ Status Store::RecordAttempt(AttemptRecord rec) {
 }
 
 Expected<std::vector<AttemptRecord>> Store::ListAttempts(const std::string& task_key) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto stmt = impl_->Prepare(
-      "SELECT task_key, candidate_hash, origin, outcome, error, time_us, created_at FROM attempts"
-      " WHERE task_key = ?1 ORDER BY created_at ASC, candidate_hash ASC");
-  if (!stmt.ok()) return stmt.status();
-  sqlite3_stmt* s = *stmt;
-  BindText(s, 1, task_key);
-  std::vector<AttemptRecord> out;
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    AttemptRecord r;
-    r.task_key = ColumnText(s, 0);
-    r.candidate_hash = ColumnText(s, 1);
-    r.origin = ColumnText(s, 2);
-    r.outcome = ColumnText(s, 3);
-    r.error = ColumnText(s, 4);
-    r.time_us = sqlite3_column_double(s, 5);
-    r.created_at = sqlite3_column_int64(s, 6);
-    out.push_back(std::move(r));
-  }
-  sqlite3_reset(s);
-  if (rc != SQLITE_DONE) return impl_->Error(rc, "list attempts of " + task_key);
-  return out;
+  return impl_->Read([&task_key](Connection& c) -> Expected<std::vector<AttemptRecord>> {
+    auto stmt = c.Prepare(
+        "SELECT task_key, candidate_hash, origin, outcome, error, time_us, created_at FROM attempts"
+        " WHERE task_key = ?1 ORDER BY created_at ASC, candidate_hash ASC");
+    if (!stmt.ok()) return stmt.status();
+    sqlite3_stmt* s = *stmt;
+    BindText(s, 1, task_key);
+    std::vector<AttemptRecord> out;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+      AttemptRecord r;
+      r.task_key = ColumnText(s, 0);
+      r.candidate_hash = ColumnText(s, 1);
+      r.origin = ColumnText(s, 2);
+      r.outcome = ColumnText(s, 3);
+      r.error = ColumnText(s, 4);
+      r.time_us = sqlite3_column_double(s, 5);
+      r.created_at = sqlite3_column_int64(s, 6);
+      out.push_back(std::move(r));
+    }
+    sqlite3_reset(s);
+    if (rc != SQLITE_DONE) return c.Error(rc, "list attempts of " + task_key);
+    return out;
+  });
 }
 
 Expected<bool> Store::WasAttempted(const std::string& task_key, const std::string& candidate_hash) {

@@ -1,55 +1,45 @@
-// cache/src/store_impl.h — what the Store's query files share: the
-// connection with its prepared-statement cache and mutex (Store::Impl), and
-// the winners row reader. Private to cache/src: store.cc holds the single-
-// row queries and writes, store_page.cc the paged summary queries of the
-// list route and the dashboard.
+// cache/src/store_impl.h — what the Store's query files share: the Store's
+// state (Store::Impl: the one write connection, store_connection.h, with its
+// mutex, and the pool of read connections, store_readers.h) and the winners
+// row reader. Private
+// to cache/src: store.cc holds the single-row queries and writes,
+// store_page.cc the paged summary queries of the list route and the
+// dashboard, store_readers.cc the read connections.
 //
-// Thread-safety: every member is used with Impl::mu held.
+// Thread-safety: the write connection (Impl's Connection base) is used with
+// Impl::mu held; a read connection by the one thread holding its lease.
 #pragma once
 
 #include <sqlite3.h>
 
 #include <mutex>
 #include <string>
-#include <unordered_map>
+#include <utility>
 
 #include "dice/cache/store.h"
 #include "dice/core/status.h"
 #include "sqlite_util.h"
+#include "store_readers.h"
 
 namespace dice::cache {
 
-/// The connection, a prepared-statement cache and the mutex.
-struct Store::Impl {
-  sqlite3* db = nullptr;
-  std::string path;
+/// The Store's state: the write connection (the Connection base; every
+/// write, and the reads that must see the writer's own state, under `mu`)
+/// and the read connections (`readers`; Impl::Read).
+struct Store::Impl : Connection {
   std::mutex mu;
-  std::unordered_map<std::string, sqlite3_stmt*> stmts;  // keyed by SQL text
+  ReaderPool readers;
 
-  ~Impl() {
-    for (auto& [sql, stmt] : stmts) sqlite3_finalize(stmt);
-    if (db != nullptr) sqlite3_close_v2(db);
+  /// Runs `fn(Connection&)` on a read connection of the pool, or, when no
+  /// read connection could be opened, on the write connection under `mu`
+  /// (the behaviour before there were readers). `fn` must only read.
+  template <typename Fn>
+  auto Read(Fn&& fn) -> decltype(fn(std::declval<Connection&>())) {
+    ReaderPool::Lease lease = readers.Acquire(path);
+    if (lease) return fn(*lease);
+    std::lock_guard<std::mutex> lock(mu);
+    return fn(static_cast<Connection&>(*this));
   }
-
-  Status Error(int rc, const std::string& what) const { return sqlite::Error(db, rc, path, what); }
-
-  // Prepared statement for `sql`, reset and with bindings cleared. Owned by
-  // the cache; REQUIRES: mu held.
-  Expected<sqlite3_stmt*> Prepare(const std::string& sql) {
-    auto it = stmts.find(sql);
-    if (it != stmts.end()) {
-      sqlite3_reset(it->second);
-      sqlite3_clear_bindings(it->second);
-      return it->second;
-    }
-    sqlite3_stmt* stmt = nullptr;
-    int rc = sqlite3_prepare_v2(db, sql.c_str(), static_cast<int>(sql.size()), &stmt, nullptr);
-    if (rc != SQLITE_OK) return Error(rc, "prepare '" + sql + "'");
-    stmts.emplace(sql, stmt);
-    return stmt;
-  }
-
-  Status Exec(const char* sql) { return sqlite::Exec(db, path, sql); }
 };
 
 /// The winners columns in ReadWinnerRow's order (0..20).

@@ -10,10 +10,11 @@
 //    verified, so reading those from the table walks the cubin's overflow
 //    pages: that is why nothing but the returned rows is read from it.
 //  - The count is a third statement on the same filters, on the smallest
-//    index that holds them (the table only for an op filter).
+//    index that holds them (the table only for an op filter). The three run
+//    in one read transaction on a read connection of the Store's pool
+//    (store_readers.h), so they see one snapshot and wait for no writer.
 #include <sqlite3.h>
 
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -111,25 +112,47 @@ std::string RowSql(bool source, bool cubin) {
          " content_hash, verified, pulled_from, hits, last_used_at, length(cubin) FROM winners WHERE rowid = ?1";
 }
 
-}  // namespace
+// One read transaction around the count, the pick and the row reads, so
+// the three see the same snapshot (the total matches the rows a page
+// holds). Ended on every path: a connection left inside a read
+// transaction would keep its snapshot, and the WAL behind it, forever.
+class ReadTransaction {
+ public:
+  explicit ReadTransaction(Connection& c) : c_(c) {}
+  ~ReadTransaction() {
+    if (open_) sqlite3_exec(c_.db, "COMMIT", nullptr, nullptr, nullptr);
+  }
+  ReadTransaction(const ReadTransaction&) = delete;
+  ReadTransaction& operator=(const ReadTransaction&) = delete;
+  Status Begin() {
+    DICE_RETURN_IF_ERROR(c_.Exec("BEGIN"));
+    open_ = true;
+    return Status::Ok();
+  }
 
-Expected<WinnerPage> Store::ListWinnerPage(const WinnerQuery& query) {
-  DICE_RETURN_IF_ERROR(CheckQuery(query));
+ private:
+  Connection& c_;
+  bool open_ = false;
+};
+
+// Store::ListWinnerPage's queries on connection `c` (a checked query).
+Expected<WinnerPage> ReadPage(Connection& c, const WinnerQuery& query) {
   const std::string where = FilterSql(query);
   const auto [index, order] = IndexAndOrder(query);
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  ReadTransaction txn(c);
+  DICE_RETURN_IF_ERROR(txn.Begin());
   WinnerPage page;
 
-  auto count = impl_->Prepare(CountSql(query, where));
+  auto count = c.Prepare(CountSql(query, where));
   if (!count.ok()) return count.status();
   BindFilters(*count, query);
   int rc = sqlite3_step(*count);
   if (rc == SQLITE_ROW) page.total = sqlite3_column_int64(*count, 0);
   sqlite3_reset(*count);
-  if (rc != SQLITE_ROW) return impl_->Error(rc, "count winners");
+  if (rc != SQLITE_ROW) return c.Error(rc, "count winners");
   if (query.limit == 0 || page.total <= query.offset) return page;
 
-  auto pick = impl_->Prepare("SELECT rowid FROM winners" + index + where + order + " LIMIT :limit OFFSET :offset");
+  auto pick = c.Prepare("SELECT rowid FROM winners" + index + where + order + " LIMIT :limit OFFSET :offset");
   if (!pick.ok()) return pick.status();
   BindFilters(*pick, query);
   sqlite3_bind_int(*pick, sqlite3_bind_parameter_index(*pick, ":limit"), query.limit);
@@ -137,18 +160,18 @@ Expected<WinnerPage> Store::ListWinnerPage(const WinnerQuery& query) {
   std::vector<int64_t> rowids;
   while ((rc = sqlite3_step(*pick)) == SQLITE_ROW) rowids.push_back(sqlite3_column_int64(*pick, 0));
   sqlite3_reset(*pick);
-  if (rc != SQLITE_DONE) return impl_->Error(rc, "pick a page of winners");
+  if (rc != SQLITE_DONE) return c.Error(rc, "pick a page of winners");
 
   const bool check = query.check_content;
-  auto read = impl_->Prepare(RowSql(query.with_source || check, check));
+  auto read = c.Prepare(RowSql(query.with_source || check, check));
   if (!read.ok()) return read.status();
   for (int64_t rowid : rowids) {
     sqlite3_reset(*read);
     sqlite3_bind_int64(*read, 1, rowid);
     rc = sqlite3_step(*read);
-    if (rc == SQLITE_DONE) continue;  // removed since the pick
+    if (rc == SQLITE_DONE) continue;  // removed since the pick (only without the transaction's snapshot)
     if (rc != SQLITE_ROW) {
-      Status st = impl_->Error(rc, "read a page of winners");
+      Status st = c.Error(rc, "read a page of winners");
       sqlite3_reset(*read);
       return st;
     }
@@ -166,6 +189,13 @@ Expected<WinnerPage> Store::ListWinnerPage(const WinnerQuery& query) {
   }
   sqlite3_reset(*read);
   return page;
+}
+
+}  // namespace
+
+Expected<WinnerPage> Store::ListWinnerPage(const WinnerQuery& query) {
+  DICE_RETURN_IF_ERROR(CheckQuery(query));
+  return impl_->Read([&query](Connection& c) { return ReadPage(c, query); });
 }
 
 }  // namespace dice::cache

@@ -8,8 +8,14 @@
 // with several processes writing at once and after a kill -9 (SQLite's
 // atomic commit). Torch-free.
 //
-// Thread-safety: a Store object serialises its own calls with a mutex; use
-// one Store per process (or several — SQLite locking keeps them consistent).
+// Thread-safety: every method may be called from any thread. Writes (and
+// the other calls not named below) are serialised on the Store's one write
+// connection by a mutex; GetWinner, ListWinnerPage, ListWinners and
+// ListAttempts run on read-only connections of their own (up to 4, opened
+// on demand; WAL lets them read beside the writer), so they wait neither
+// for a write nor for each other. A read that starts after a write returned
+// sees it. Use one Store per process (or several — SQLite locking keeps
+// them consistent).
 #pragma once
 
 #include <cstdint>
