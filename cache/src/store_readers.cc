@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 
 #include "sqlite_util.h"
@@ -27,7 +28,16 @@ std::unique_ptr<Connection> OpenReader(const std::string& path) {
 
 }  // namespace
 
-ReaderPool::ReaderPool(int max_readers) : max_(std::max(1, max_readers)) {}
+int ReaderPool::MaxFromEnv() {
+  const char* v = std::getenv("DICE_CACHE_READ_CONNECTIONS");
+  if (v == nullptr || *v == '\0') return kDefaultMaxReaders;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 0 || n > 64) return kDefaultMaxReaders;
+  return static_cast<int>(n);
+}
+
+ReaderPool::ReaderPool(int max_readers) : max_(std::clamp(max_readers, 0, 64)), failed_(max_ == 0) {}
 
 ReaderPool::~ReaderPool() = default;
 

@@ -40,8 +40,14 @@ class ReaderPool {
   /// queue on the cores, not on the connections.
   static constexpr int kDefaultMaxReaders = 4;
 
-  /// `max_readers` >= 1 (smaller values are taken as 1).
-  explicit ReaderPool(int max_readers = kDefaultMaxReaders);
+  /// The maximum from $DICE_CACHE_READ_CONNECTIONS: an integer 0..64, 0 =
+  /// no read connections (every read on the write connection, as before
+  /// there were readers: an A/B switch for benchmarks); unset or anything
+  /// else: kDefaultMaxReaders.
+  static int MaxFromEnv();
+
+  /// `max_readers` 0..64 (clamped); 0: Acquire always returns an empty lease.
+  explicit ReaderPool(int max_readers = MaxFromEnv());
   ~ReaderPool();
   ReaderPool(const ReaderPool&) = delete;
   ReaderPool& operator=(const ReaderPool&) = delete;
@@ -82,7 +88,7 @@ class ReaderPool {
   std::condition_variable returned_;
   std::vector<std::unique_ptr<Connection>> idle_;  // guarded by mu_
   int open_ = 0;                                   // guarded by mu_
-  bool failed_ = false;                            // guarded by mu_: an open failed, use none
+  bool failed_ = false;                            // guarded by mu_: an open failed (or max 0), use none
 };
 
 }  // namespace dice::cache

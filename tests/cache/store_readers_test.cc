@@ -3,10 +3,12 @@
 // not behind the Store's write mutex, and still see every committed write.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <stdlib.h>
 
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -99,6 +101,42 @@ TEST_F(StoreReadersTest, ReadsAnswerWhileAWriteWaitsForTheFileLock) {
   auto after = store_->ListWinnerPage(all);
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(after->total, 2);
+}
+
+// DICE_CACHE_READ_CONNECTIONS=0 puts every read back on the write
+// connection (the A/B switch of bench/cache_load_bench): then a read does
+// wait for the blocked write, which is what the test above rules out.
+TEST_F(StoreReadersTest, WithoutReadConnectionsAReadWaitsForTheBlockedWrite) {
+  ::setenv("DICE_CACHE_READ_CONNECTIONS", "0", 1);
+  auto opened = Store::Open(db_path_);
+  ::unsetenv("DICE_CACHE_READ_CONNECTIONS");
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<Store> store = std::move(opened).value();
+  ASSERT_TRUE(store->PutWinner(Winner("old", 2.0)).ok());
+
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(db_path_.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE; INSERT OR REPLACE INTO meta(key, value) VALUES ('held', '1')",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  std::atomic<bool> put_returned{false}, read_returned{false};
+  auto put = std::async(std::launch::async, [&] {
+    auto r = store->PutWinner(Winner("new", 3.0));
+    put_returned = true;
+    return r.ok() && *r;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto read = std::async(std::launch::async, [&] {
+    auto r = store->GetWinner("old");
+    read_returned = true;
+    return r.ok() && r->has_value();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(read_returned.load()) << "the read did not wait although there are no read connections";
+  ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  EXPECT_TRUE(put.get());
+  EXPECT_TRUE(read.get());
 }
 
 // Eight reader threads and one writer on one Store for ~1 s: every read
