@@ -9,6 +9,7 @@
 
 #include <sqlite3.h>
 
+#include <cstdint>
 #include <string>
 #include <unordered_map>
 
@@ -23,6 +24,16 @@ struct Connection {
   sqlite3* db = nullptr;
   std::string path;
   std::unordered_map<std::string, sqlite3_stmt*> stmts;  // keyed by SQL text
+  /// A read-only connection of the pool (ReaderPool). Only there may
+  /// `counts` be used: PRAGMA data_version moves on commits by *other*
+  /// connections, and every write to the file is another connection's.
+  bool read_only = false;
+  /// Store::ListWinnerPage's totals (count SQL + filter values -> rows) as
+  /// of PRAGMA data_version `counts_version` (-1: none yet). A count walks a
+  /// whole index (3-5 ms at 100k entries, most of a page's cost); a page on
+  /// an unchanged file reuses it.
+  std::unordered_map<std::string, int64_t> counts;
+  int64_t counts_version = -1;
 
   Connection() = default;
   Connection(const Connection&) = delete;

@@ -135,6 +135,48 @@ class ReadTransaction {
   bool open_ = false;
 };
 
+// PRAGMA data_version of connection `c`'s current snapshot, or -1 on error.
+// Inside a read transaction, after a read opened its snapshot.
+int64_t DataVersion(Connection& c) {
+  auto v = c.Prepare("PRAGMA data_version");
+  if (!v.ok()) return -1;
+  const int64_t out = sqlite3_step(*v) == SQLITE_ROW ? sqlite3_column_int64(*v, 0) : -1;
+  sqlite3_reset(*v);
+  return out;
+}
+
+// The rows matching `query`'s filters (`where`: FilterSql), inside the
+// page's read transaction. On a read connection the count is remembered
+// while the file is unchanged (Connection::counts, PRAGMA data_version);
+// the write connection counts every time.
+Expected<int64_t> CountRows(Connection& c, const WinnerQuery& query, const std::string& where) {
+  const std::string sql = CountSql(query, where);
+  std::string key;
+  if (c.read_only) {
+    // Opens the snapshot (data_version is the pager's as of the last read).
+    if (auto first = c.Prepare("SELECT 1 FROM meta LIMIT 1"); first.ok()) {
+      sqlite3_step(*first);
+      sqlite3_reset(*first);
+    }
+    const int64_t version = DataVersion(c);
+    if (version < 0 || version != c.counts_version || c.counts.size() > 256) {
+      c.counts.clear();
+      c.counts_version = version;
+    }
+    key = sql + '\n' + query.task_key + '\n' + query.arch + '\n' + std::to_string(query.verified) + '\n' + query.op;
+    if (auto it = c.counts.find(key); version >= 0 && it != c.counts.end()) return it->second;
+  }
+  auto count = c.Prepare(sql);
+  if (!count.ok()) return count.status();
+  BindFilters(*count, query);
+  int rc = sqlite3_step(*count);
+  const int64_t total = rc == SQLITE_ROW ? sqlite3_column_int64(*count, 0) : 0;
+  sqlite3_reset(*count);
+  if (rc != SQLITE_ROW) return c.Error(rc, "count winners");
+  if (c.read_only && c.counts_version >= 0) c.counts.emplace(std::move(key), total);
+  return total;
+}
+
 // Store::ListWinnerPage's queries on connection `c` (a checked query).
 Expected<WinnerPage> ReadPage(Connection& c, const WinnerQuery& query) {
   const std::string where = FilterSql(query);
@@ -143,14 +185,12 @@ Expected<WinnerPage> ReadPage(Connection& c, const WinnerQuery& query) {
   DICE_RETURN_IF_ERROR(txn.Begin());
   WinnerPage page;
 
-  auto count = c.Prepare(CountSql(query, where));
-  if (!count.ok()) return count.status();
-  BindFilters(*count, query);
-  int rc = sqlite3_step(*count);
-  if (rc == SQLITE_ROW) page.total = sqlite3_column_int64(*count, 0);
-  sqlite3_reset(*count);
-  if (rc != SQLITE_ROW) return c.Error(rc, "count winners");
+  auto total = CountRows(c, query, where);
+  if (!total.ok()) return total.status();
+  page.total = *total;
   if (query.limit == 0 || page.total <= query.offset) return page;
+
+  int rc;
 
   auto pick = c.Prepare("SELECT rowid FROM winners" + index + where + order + " LIMIT :limit OFFSET :offset");
   if (!pick.ok()) return pick.status();

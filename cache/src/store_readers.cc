@@ -18,6 +18,7 @@ namespace {
 std::unique_ptr<Connection> OpenReader(const std::string& path) {
   auto conn = std::make_unique<Connection>();
   conn->path = path;
+  conn->read_only = true;
   int rc = sqlite3_open_v2(path.c_str(), &conn->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) return nullptr;  // ~Connection closes the handle SQLite returns on failure too
   sqlite3_extended_result_codes(conn->db, 1);

@@ -192,6 +192,41 @@ TEST_F(StoreReadersTest, ConcurrentReadersAndOneWriterStayConsistent) {
   EXPECT_EQ(count->total, 20 + written.load());
 }
 
+// A page's total is remembered on a read connection only while the file is
+// unchanged: every write, through this Store or another connection, and
+// every filter gets its own, fresh count.
+TEST_F(StoreReadersTest, PageTotalFollowsEveryWriteAndFilter) {
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(store_->PutWinner(Winner("t" + std::to_string(i), 2.0)).ok());
+  WinnerRecord other_arch = Winner("t-sm80", 2.0);
+  other_arch.arch = "sm_80";
+  ASSERT_TRUE(store_->PutWinner(other_arch).ok());
+  auto total = [this](const std::string& arch) {
+    WinnerQuery q;
+    q.arch = arch;
+    q.limit = 2;
+    auto page = store_->ListWinnerPage(q);
+    EXPECT_TRUE(page.ok()) << page.status().ToString();
+    return page.ok() ? page->total : -1;
+  };
+  EXPECT_EQ(total(""), 6);
+  EXPECT_EQ(total(""), 6);  // counted once, reused
+  EXPECT_EQ(total("sm_80"), 1);
+  EXPECT_EQ(total("sm_90"), 5);
+  ASSERT_TRUE(store_->PutWinner(Winner("t5", 2.0)).ok());
+  EXPECT_EQ(total(""), 7);
+  EXPECT_EQ(total("sm_90"), 6);
+  ASSERT_TRUE(store_->RemoveWinner("t0").ok());
+  EXPECT_EQ(total(""), 6);
+  testing::RawSql(db_path_, "DELETE FROM winners WHERE task_key = 't-sm80'");  // another connection
+  EXPECT_EQ(total(""), 5);
+  EXPECT_EQ(total("sm_80"), 0);
+  WinnerQuery verified;
+  verified.verified = 0;
+  auto none = store_->ListWinnerPage(verified);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->total, 0);
+}
+
 // A damaged row read on a read connection is still refused by its content
 // hash, naming the key (GetWinner checks after the lease is returned).
 TEST_F(StoreReadersTest, DamagedRowIsRefusedOnTheReadPath) {
