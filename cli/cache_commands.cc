@@ -17,12 +17,7 @@
 #include "dice/core/ir.h"
 
 namespace dice::cli {
-namespace {
 
-// Why there is no cache database at `dir` yet ("the directory D does not
-// exist", "D holds no kernels.db"), or "" when there is one or when opening
-// it should report the problem (a path through a file, a permission error:
-// Store::Open says what is wrong). Reads only: never creates anything.
 std::string NoCacheYet(const std::string& dir) {
   struct stat st {};
   const std::string db = dice::cache::DatabasePath(dir);
@@ -30,6 +25,8 @@ std::string NoCacheYet(const std::string& dir) {
   if (::stat(dir.c_str(), &st) != 0) return errno == ENOENT ? "the directory " + dir + " does not exist" : "";
   return S_ISDIR(st.st_mode) ? dir + " holds no " + db.substr(db.rfind('/') + 1) : "";
 }
+
+namespace {
 
 int CmdCache(const std::string& action, const std::string& key, const std::string& cache_dir_arg) {
   const std::string dir = cache_dir_arg.empty() ? dice::cache::DefaultCacheDir() : cache_dir_arg;

@@ -13,6 +13,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+
 #include "command.h"
 
 namespace dice::cli {
@@ -23,5 +25,14 @@ namespace dice::cli {
 /// where cache_dir is the group's --cache value ("" = DICE_CACHE_DIR or
 /// ~/.cache/dice), read when the command runs.
 void RegisterCache(CLI::App& app, CommandTable& table);
+
+/// Why there is no cache database in cache directory `dir` yet ("the
+/// directory D does not exist", "D holds no kernels.db"), or "" when there
+/// is one or when opening it should report the problem (a path through a
+/// file, a permission error: Store::Open says what is wrong). Reads only:
+/// never creates anything. The commands that only read a cache (ls, show,
+/// rm, stats, gc, export, push) answer from it instead of creating the
+/// directory and an empty database (issue 20 item 8).
+std::string NoCacheYet(const std::string& dir);
 
 }  // namespace dice::cli

@@ -21,6 +21,7 @@
 #include "dice/core/candidate.h"
 #include "dice/core/log.h"
 #include "dice/core/task.h"
+#include "cache_commands.h"
 #include "progress.h"
 
 namespace dice::cli {
@@ -62,9 +63,10 @@ bool ValidUrl(const std::string& url) {
   return (url.rfind("http://", 0) == 0 && url.size() > 7) || (url.rfind("https://", 0) == 0 && url.size() > 8);
 }
 
+std::string CacheDir(const std::string& dir_arg) { return dir_arg.empty() ? DefaultCacheDir() : dir_arg; }
+
 Expected<std::unique_ptr<Store>> OpenLocal(const std::string& dir_arg) {
-  const std::string dir = dir_arg.empty() ? DefaultCacheDir() : dir_arg;
-  return Store::Open(DatabasePath(dir));
+  return Store::Open(DatabasePath(CacheDir(dir_arg)));
 }
 
 // The token for writes: first line of --token-file, else $DICE_REMOTE_TOKEN.
@@ -187,6 +189,10 @@ int Push(const CacheShareCommands& c, const std::string& cache_dir) {
   if (!ValidUrl(c.url)) return Fail(kExitBadInput, "URL '" + c.url + "' is not http://HOST:PORT or https://...");
   auto token = ReadToken(c.token_file);
   if (!token.ok()) return FailWith(token.status());
+  if (const std::string why = NoCacheYet(CacheDir(cache_dir)); !why.empty()) {  // read only: create nothing
+    std::printf("pushed 0 winner(s) to %s: no local cache yet (%s)\n", c.url.c_str(), why.c_str());
+    return kExitOk;
+  }
   auto store = OpenLocal(cache_dir);
   if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
   auto rows = (*store)->ListWinners();
@@ -280,6 +286,9 @@ int Pull(const CacheShareCommands& c, const std::string& cache_dir) {
 }
 
 int Export(const CacheShareCommands& c, const std::string& cache_dir) {
+  if (const std::string why = NoCacheYet(CacheDir(cache_dir)); !why.empty()) {  // read only: create nothing
+    return Fail(kExitBadInput, "nothing to export to " + c.file + ": no cache yet (" + why + ")");
+  }
   auto store = OpenLocal(cache_dir);
   if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
   auto r = ExportBundle(**store, c.file, c.arch);
@@ -319,6 +328,10 @@ int Gc(const CacheShareCommands& c, const std::string& cache_dir) {
     if (!s) return Fail(kExitBadInput, "--older-than '" + c.older_than + "' is not an age (e.g. 30d, 12h, 90m)");
     o.older_than_s = *s;
   }
+  if (const std::string why = NoCacheYet(CacheDir(cache_dir)); !why.empty()) {  // nothing to collect: create nothing
+    std::printf("removed 0 winner(s): no cache yet (%s)\n", why.c_str());
+    return kExitOk;
+  }
   auto store = OpenLocal(cache_dir);
   if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
   auto r = (*store)->CollectGarbage(o);
@@ -330,14 +343,21 @@ int Gc(const CacheShareCommands& c, const std::string& cache_dir) {
 }
 
 int Stats(const CacheShareCommands& c, const std::string& cache_dir) {
-  auto store = OpenLocal(cache_dir);
-  if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
-  auto s = (*store)->Stats();
-  if (!s.ok()) return FailWith(s.status());
+  // A cache that is not there yet reads as an empty one, and stays not there.
+  const std::string missing = NoCacheYet(CacheDir(cache_dir));
+  Expected<CacheStats> s = CacheStats{};
+  std::string path = DatabasePath(CacheDir(cache_dir));
+  if (missing.empty()) {
+    auto store = OpenLocal(cache_dir);
+    if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
+    s = (*store)->Stats();
+    if (!s.ok()) return FailWith(s.status());
+    path = (*store)->path();
+  }
   if (c.json) {
     nlohmann::json archs = nlohmann::json::object();
     for (const auto& [arch, n] : s->archs) archs[arch] = n;
-    nlohmann::json j{{"path", (*store)->path()},         {"entries", s->entries},
+    nlohmann::json j{{"path", path},                     {"entries", s->entries},
                      {"unverified", s->unverified},       {"pulled", s->pulled},
                      {"hits", s->hits},                   {"payload_bytes", s->payload_bytes},
                      {"file_bytes", s->file_bytes},       {"geomean_speedup", nullptr},
@@ -349,7 +369,7 @@ int Stats(const CacheShareCommands& c, const std::string& cache_dir) {
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }
-  std::printf("cache:           %s\n", (*store)->path().c_str());
+  std::printf("cache:           %s%s\n", path.c_str(), missing.empty() ? "" : (" (not there yet: " + missing + ")").c_str());
   std::printf("entries:         %lld (%lld unverified, not served; %lld pulled or imported)\n",
               static_cast<long long>(s->entries), static_cast<long long>(s->unverified),
               static_cast<long long>(s->pulled));

@@ -244,6 +244,32 @@ TEST(CacheLsTest, MissingDirectoryIsReportedEmptyAndNotCreated) {
   EXPECT_FALSE(Exists(dir.path() + "/no")) << "cache show created the directory";
 }
 
+// The other commands that only read a cache (stats, gc, export, push) answer
+// for a missing directory without creating it or a database in it.
+TEST(CacheLsTest, ReadOnlyCacheCommandsDoNotCreateAMissingDirectory) {
+  ScratchDir dir("dice_ro_missing");
+  const std::string missing = dir.path() + "/no/such/cache";
+  DiceResult stats = RunDice("cache stats --cache " + missing);
+  EXPECT_EQ(stats.code, 0) << stats.output;
+  EXPECT_NE(stats.output.find("entries:         0"), std::string::npos) << stats.output;
+  EXPECT_NE(stats.output.find("does not exist"), std::string::npos) << "it says why:\n" << stats.output;
+  DiceResult json = RunDice("cache stats --json --cache " + missing);
+  EXPECT_EQ(json.code, 0) << json.output;
+  EXPECT_NE(json.output.find("\"entries\": 0"), std::string::npos) << json.output;
+  EXPECT_NE(json.output.find("\"geomean_speedup\": null"), std::string::npos) << json.output;
+  DiceResult gc = RunDice("cache gc --max-size 1GB --cache " + missing);
+  EXPECT_EQ(gc.code, 0) << gc.output;
+  EXPECT_NE(gc.output.find("removed 0"), std::string::npos) << gc.output;
+  DiceResult exported = RunDice("cache export " + dir.path() + "/b.json --cache " + missing);
+  EXPECT_EQ(exported.code, 2) << exported.output;
+  EXPECT_NE(exported.output.find("no cache yet"), std::string::npos) << exported.output;
+  DiceResult push = RunDice("cache push http://127.0.0.1:9 --cache " + missing);
+  EXPECT_EQ(push.code, 0) << push.output;
+  EXPECT_NE(push.output.find("pushed 0"), std::string::npos) << push.output;
+  EXPECT_FALSE(Exists(dir.path() + "/no")) << "a read-only cache command created the directory";
+  EXPECT_FALSE(Exists(dir.path() + "/b.json")) << "export wrote a bundle of nothing";
+}
+
 // 64 hex digits ending in n.
 std::string Key(int n) {
   std::string k(64, 'a');
