@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -116,6 +117,60 @@ bool LoadModel(const ModelArgs& args, bool want_gpu, LoadedModel* out, std::stri
 
 void Sync(bool gpu) {
   if (gpu) torch::cuda::synchronize();
+}
+
+/// Intra-op threads of the timed CPU regions: $DICE_CPU_TIMING_THREADS, an
+/// integer 1..256, default 1. Sets *error (naming the variable) and returns
+/// 0 for anything else.
+///
+/// Why 1: ATen's intra-op pool (OpenMP) splits each op across its threads
+/// and waits for the slowest. On a machine whose cores other processes use
+/// too (this project's 2-core CPU machine), one of them is often
+/// descheduled, and the op then waits for the scheduler to run it again:
+/// CPU times came out as multiples of ~4 ms (the kernel's tick at 250 Hz)
+/// and moved by 2x between runs (dice profile, 256x24576 gelu: 8.0 ms with
+/// the default 2 threads, 4.2-4.6 ms with one). One thread measures each
+/// op's own cost; both sides of every comparison (before/after, eager/
+/// tuned) are timed with the same count, and the output says which. On an
+/// idle machine more threads are faster (the same gelu: 1.7 ms with 2), so
+/// DICE_CPU_TIMING_THREADS=2 is the choice there.
+int CpuTimingThreads(std::string* error) {
+  const char* v = std::getenv("DICE_CPU_TIMING_THREADS");
+  if (v == nullptr || *v == '\0') return 1;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 1 || n > 256) {
+    *error = std::string("DICE_CPU_TIMING_THREADS='") + v + "' is not a thread count (1..256)";
+    return 0;
+  }
+  return static_cast<int>(n);
+}
+
+/// While alive on a CPU run, ATen runs `threads` intra-op threads
+/// (at::set_num_threads); the previous count comes back on destruction.
+/// Does nothing on a GPU run (GPU work is timed as it runs).
+class CpuTimingScope {
+ public:
+  CpuTimingScope(bool gpu, int threads) {
+    if (gpu || threads <= 0) return;
+    previous_ = at::get_num_threads();
+    if (previous_ != threads) at::set_num_threads(threads);
+  }
+  ~CpuTimingScope() {
+    if (previous_ > 0 && previous_ != at::get_num_threads()) at::set_num_threads(previous_);
+  }
+  CpuTimingScope(const CpuTimingScope&) = delete;
+  CpuTimingScope& operator=(const CpuTimingScope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+/// "GPU", or "CPU, N intra-op thread(s)" for the timing lines.
+std::string TimedOn(bool gpu, int threads) {
+  if (gpu) return "GPU";
+  return "CPU, " + std::to_string(threads) + " intra-op thread" + (threads == 1 ? "" : "s") +
+         ", see DICE_CPU_TIMING_THREADS";
 }
 
 /// Median wall time of module.forward(inputs) in µs after warm-up; GPU work is synchronised.
@@ -368,6 +423,8 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   const bool gpu = device.ok() && torch::cuda::is_available();
   const std::string no_gpu_why = gpu ? "" : device.ok() ? "PyTorch sees no CUDA device" : device.status().message();
   if (!gpu && require_gpu) return Fail(kExitNoGpu, "no CUDA device present (" + no_gpu_why + ")");
+  const int cpu_threads = gpu ? 0 : CpuTimingThreads(&error);
+  if (!error.empty()) return Fail(kExitBadInput, error);
   LoadedModel eager, tuned;
   if (!LoadModel(args, gpu, &eager, &error) || !LoadModel(args, gpu, &tuned, &error) ||
       !CheckCache(args.cache_dir, &error)) {
@@ -438,15 +495,19 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   PrintGroupTable(*tuned_reports, calls);
   std::string detail;
   const bool match = OutputsMatch(got, reference, &detail);
-  const SideBySide t = TimeSideBySide(eager, gpu ? &captured : nullptr, tuned, options, args.reps);
+  SideBySide t;
+  {
+    CpuTimingScope timing(gpu, cpu_threads);
+    t = TimeSideBySide(eager, gpu ? &captured : nullptr, tuned, options, args.reps);
+  }
   if (gpu) {
     std::printf("\nend to end (median of %d, round-robin): original %.1f µs, captured %.1f µs (frozen graph, no dice "
                 "group), optimized %.1f µs; outputs %s eager (%s)\n", args.reps, t.original_us, t.captured_us,
                 t.optimized_us, match ? "match" : "DIFFER FROM", detail.c_str());
   } else {
-    std::printf("\nend to end (CPU, every group on its fallback; not a speedup measurement): before %.1f µs, "
-                "after %.1f µs; outputs %s eager (%s)\n", t.original_us, t.optimized_us, match ? "match" : "DIFFER FROM",
-                detail.c_str());
+    std::printf("\nend to end (%s, every group on its fallback; not a speedup measurement): before %.1f µs, "
+                "after %.1f µs; outputs %s eager (%s)\n", TimedOn(gpu, cpu_threads).c_str(), t.original_us,
+                t.optimized_us, match ? "match" : "DIFFER FROM", detail.c_str());
   }
   const Attribution attribution = gpu ? Attribute(t.original_us, t.captured_us, t.optimized_us) : Attribution{};
   std::printf("%s\n", AttributionLine(attribution, report->frozen, report->memory_format).c_str());
@@ -464,6 +525,8 @@ int CmdRunOrProfile(const ModelArgs& args, bool profile) {
   const bool gpu = dice::runtime::QueryDevice(0).ok() && torch::cuda::is_available();
   LoadedModel m;
   std::string error;
+  const int cpu_threads = gpu ? 0 : CpuTimingThreads(&error);
+  if (!error.empty()) return Fail(kExitBadInput, error);
   if (!LoadModel(args, gpu, &m, &error) || (!profile && !CheckCache(args.cache_dir, &error))) {
     return Fail(kExitBadInput, error);
   }
@@ -481,6 +544,7 @@ int CmdRunOrProfile(const ModelArgs& args, bool profile) {
   dice::torch_ext::ResetGroupStats();
   double us = 0;
   try {
+    CpuTimingScope timing(gpu, cpu_threads);  // the group times of observe mode are taken in here too
     us = TimeForward(m.module, m.inputs, gpu, args.reps);
   } catch (const std::exception& e) {
     return Fail(kExitBadInput, ModelRunError(args, e));
@@ -488,7 +552,7 @@ int CmdRunOrProfile(const ModelArgs& args, bool profile) {
   auto stats = dice::torch_ext::GetGroupStats();
   if (profile) {
     std::printf("%s", dice::torch_ext::FormatProfile(stats).c_str());
-    std::printf("step: %.1f µs median over %d runs (%s)\n", us, args.reps, gpu ? "GPU" : "CPU");
+    std::printf("step: %.1f µs median over %d runs (%s)\n", us, args.reps, TimedOn(gpu, cpu_threads).c_str());
     for (const auto& n : report->left_out) std::printf("  left with PyTorch: %s (%s)\n", n.kind.c_str(), n.reason.c_str());
     return kExitOk;
   }
@@ -500,7 +564,8 @@ int CmdRunOrProfile(const ModelArgs& args, bool profile) {
     std::string reason = s.fallback_reasons.empty() ? "" : s.fallback_reasons.front().first;
     std::printf("%-4d %-8s %-28s %s\n", s.id, hit ? "hit" : "miss", reason.c_str(), s.summary.c_str());
   }
-  std::printf("%d/%zu groups served from the cache; step %.1f µs median\n", hits, stats.size(), us);
+  std::printf("%d/%zu groups served from the cache; step %.1f µs median (%s)\n", hits, stats.size(), us,
+              TimedOn(gpu, cpu_threads).c_str());
   return kExitOk;
 }
 

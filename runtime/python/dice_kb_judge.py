@@ -26,6 +26,7 @@ Exit status 0 whenever a RESULT line was printed.
 import argparse
 import importlib.util
 import json
+import os
 import sys
 import time
 
@@ -53,10 +54,37 @@ def to_device(xs, device):
     return [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]
 
 
+def cpu_timing_threads():
+    """Intra-op threads for timing on the CPU: $DICE_CPU_TIMING_THREADS
+    (1..256), default 1, as the dice CLI times (cli/model_commands.cc
+    CpuTimingThreads: with several threads on shared cores an op waits for a
+    descheduled thread, and times come in scheduler ticks). Raises
+    ValueError for another value."""
+    v = os.environ.get("DICE_CPU_TIMING_THREADS", "")
+    if not v:
+        return 1
+    if not v.isdigit() or not 1 <= int(v) <= 256:
+        raise ValueError("DICE_CPU_TIMING_THREADS=%r is not a thread count (1..256)" % v)
+    return int(v)
+
+
 def median_ms(fn, reps, device="cuda"):
-    """Median wall time of fn() in ms over `reps` runs after 3 warm-ups."""
+    """Median wall time of fn() in ms over `reps` runs after 3 warm-ups; on
+    the CPU with cpu_timing_threads() intra-op threads (restored after)."""
     import torch
     cuda = device.startswith("cuda")
+    if not cuda:
+        previous = torch.get_num_threads()
+        torch.set_num_threads(cpu_timing_threads())
+        try:
+            return _median_ms(fn, reps, False)
+        finally:
+            torch.set_num_threads(previous)
+    return _median_ms(fn, reps, True)
+
+
+def _median_ms(fn, reps, cuda):
+    import torch
     for _ in range(3):
         fn()
     if cuda:

@@ -90,6 +90,27 @@ TEST_F(CliTest, WrongNumberOfInputsIsBadInput) {
   EXPECT_NE(r.output.find("does not run on these inputs"), std::string::npos) << r.output;
 }
 
+// CPU times are taken with one intra-op thread unless
+// DICE_CPU_TIMING_THREADS says otherwise, and the timing line says which; a
+// value that is not a count is bad input naming the variable.
+TEST_F(CliTest, CpuTimingUsesOneIntraOpThreadUnlessToldAndSaysSo) {
+  if (dice::runtime::QueryDevice(0).ok()) GTEST_SKIP() << "CPU timing only: a GPU is present";
+  const std::string args = "profile " + model_ + " --input 64x64:f32 --reps 3 --cache " + Cache();
+  DiceResult one = RunDice(args);
+  EXPECT_EQ(one.code, 0) << one.output;
+  EXPECT_NE(one.output.find("(CPU, 1 intra-op thread, see DICE_CPU_TIMING_THREADS)"), std::string::npos) << one.output;
+  ::setenv("DICE_CPU_TIMING_THREADS", "2", 1);
+  DiceResult two = RunDice(args);
+  ::setenv("DICE_CPU_TIMING_THREADS", "two", 1);
+  DiceResult bad = RunDice(args);
+  ::unsetenv("DICE_CPU_TIMING_THREADS");
+  EXPECT_EQ(two.code, 0) << two.output;
+  EXPECT_NE(two.output.find("(CPU, 2 intra-op threads, see DICE_CPU_TIMING_THREADS)"), std::string::npos)
+      << two.output;
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("DICE_CPU_TIMING_THREADS='two'"), std::string::npos) << bad.output;
+}
+
 TEST_F(CliTest, UnwritableCacheDirectoryIsBadInput) {
   const fs::path file = dir_ / "a_file";
   std::ofstream(file) << "x";
