@@ -94,6 +94,35 @@ TEST_F(ProgressCliTest, CompileOnlyTunePrintsEachGroupsProgressInOrderBeforeTheT
   EXPECT_EQ(groups, 2) << out;
 }
 
+// Piped stdout is flushed line by line: each line reaches the reader when
+// it is printed, not all at exit. A shell stamps every line as it arrives
+// (bash's $EPOCHREALTIME, no fork); the no-GPU notice, printed before the
+// candidates compile, must arrive well before the result table.
+TEST_F(ProgressCliTest, PipedLinesArriveWhenPrintedNotAtExit) {
+  if (dice::runtime::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: this checks the compile-only path";
+  const std::string cmd = "bash -c '" + std::string(DICE_CLI_PATH) + " " + Tune("") +
+                          " 2>/dev/null | while IFS= read -r l; do echo \"$EPOCHREALTIME $l\"; done'";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  ASSERT_EQ(pclose(p), 0) << out;
+  // "<seconds.micros> <line>" of the first line holding `needle`; -1 when none.
+  auto arrived = [&out](const std::string& needle) {
+    const size_t at = out.find(needle);
+    if (at == std::string::npos) return -1.0;
+    const size_t begin = out.rfind('\n', at);
+    return std::stod(out.substr(begin == std::string::npos ? 0 : begin + 1));
+  };
+  const double notice = arrived("dice: running compile-only");
+  const double table = arrived("tried/comp/ver");
+  ASSERT_GT(notice, 0) << out;
+  ASSERT_GT(table, 0) << out;
+  EXPECT_GT(table - notice, 0.2) << "the lines arrived together, as if stdout were flushed only at exit:\n" << out;
+}
+
 TEST_F(ProgressCliTest, LogLevelWarnHidesProgressButNotTheResults) {
   if (dice::runtime::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: this checks the compile-only path";
   DiceResult r = RunDice(Tune(" --log-level warn"));
