@@ -118,6 +118,13 @@ TEST_F(CacheShareCliTest, PushThenPullCarriesVerifiedWinnersAndMarksThemUnverifi
   ASSERT_EQ(push.code, 0) << push.output;
   EXPECT_NE(push.output.find("2 pushed"), std::string::npos) << push.output;
   EXPECT_NE(push.output.find("1 unverified left out"), std::string::npos) << push.output;
+  {  // progress (issue 20 item 1): the first and the last count, in order, before the summary
+    const size_t first = push.output.find("dice: push: done 0/3 entries (");
+    const size_t last = push.output.find("dice: push: done 3/3 entries (");
+    const size_t summary = push.output.find("considered:");
+    EXPECT_TRUE(first != std::string::npos && last != std::string::npos && first < last && last < summary)
+        << push.output;
+  }
   DiceResult again = RunDice("cache push " + server_.url() + " --token-file " + dir_ + "/token " + CacheArg("a"));
   ASSERT_EQ(again.code, 0) << again.output;
   EXPECT_NE(again.output.find("0 pushed, 2 kept"), std::string::npos) << again.output;
@@ -125,6 +132,15 @@ TEST_F(CacheShareCliTest, PushThenPullCarriesVerifiedWinnersAndMarksThemUnverifi
   DiceResult pull = RunDice("cache pull " + server_.url() + " --arch sm_90 " + CacheArg("b"));
   ASSERT_EQ(pull.code, 0) << pull.output;
   EXPECT_NE(pull.output.find("1 stored"), std::string::npos) << pull.output;
+  {
+    const size_t fetching = pull.output.find("dice: pull: fetching 1 entry from " + server_.url());
+    const size_t first = pull.output.find("dice: pull: done 0/1 entries (");
+    const size_t last = pull.output.find("dice: pull: done 1/1 entries (");
+    const size_t summary = pull.output.find("on the server:");
+    EXPECT_TRUE(fetching != std::string::npos && first != std::string::npos && last != std::string::npos &&
+                fetching < first && first < last && last < summary)
+        << pull.output;
+  }
   EXPECT_NE(pull.output.find("re-verified"), std::string::npos) << pull.output;
   {
     auto b = Open("b");
