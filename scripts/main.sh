@@ -10,7 +10,7 @@
 # is newer than the task file and the converter and was made for this
 # machine's device, and a model is not tuned again while its tune.json is
 # newer than the model and the dice binary (same for the C++ example and its
-# log). Each skip says so.
+# log, one per kind of machine). Each skip says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -37,7 +37,8 @@ up_to_date() {
 }
 
 # 1. The C++-only example: a transformer MLP block built from TorchScript source.
-MLP_LOG="$OUT/mlp_block.log"
+# One log per kind of machine: a CPU run's log never stands for a GPU run.
+MLP_LOG="$OUT/mlp_block.$([ "$GPU" = 1 ] && echo gpu || echo cpu).log"
 if up_to_date "$MLP_LOG" "$BUILD_DIR/examples/mlp_block"; then
   echo "[main] examples/mlp_block: up to date, its last run: $MLP_LOG (FORCE=1 runs it again)"
 else
