@@ -13,6 +13,14 @@
 # log, one per kind of machine). Each skip says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# KernelBench task files: $KB_DIR, else ../shared/data/kernelbench, else .deps/kernelbench.
+# Looked for before the build, so a missing copy is said up front, not after it.
+KB=""
+for d in ${KB_DIR:+"$KB_DIR"} ../shared/data/kernelbench .deps/kernelbench; do [ -d "$d/level1" ] && { KB=$d; break; }; done
+if [ -n "${KB_DIR:-}" ] && [ "$KB" != "$KB_DIR" ]; then
+  echo "[main] KB_DIR=$KB_DIR has no level1/ folder of KernelBench task files" >&2; exit 2
+fi
+[ -n "$KB" ] || echo "[main] KernelBench task files not found (set KB_DIR, or put them at ../shared/data/kernelbench or .deps/kernelbench): only the C++ example will run"
 bash scripts/setup.sh
 source scripts/deps_env.sh
 BUILD_DIR=${BUILD_DIR:-build}
@@ -20,8 +28,6 @@ DICE="$BUILD_DIR/cli/dice"
 OUT=${MODELS_DIR:-models}
 mkdir -p "$OUT"
 
-KB=""
-for d in ../shared/data/kernelbench .deps/kernelbench; do [ -d "$d/level1" ] && { KB=$d; break; }; done
 GPU=0
 python3 -c 'import torch,sys;sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && GPU=1
 SMALL=()
@@ -53,7 +59,7 @@ fi
 
 # 2. KernelBench tasks -> TorchScript models -> dice tune.
 if [ -z "$KB" ]; then
-  echo "[main] KernelBench task files not found (../shared/data/kernelbench or .deps/kernelbench); skipping"
+  echo "[main] KernelBench task files not found (KB_DIR, ../shared/data/kernelbench or .deps/kernelbench); skipping"
   exit 0
 fi
 TASKS=${TASKS:-"level1/23_Softmax.py level1/26_GELU_.py level1/36_RMSNorm_.py level1/40_LayerNorm.py level2/12_Gemm_Multiply_LeakyReLU.py"}
