@@ -12,6 +12,8 @@
 # newer than the model and the dice binary (same for the C++ example and its
 # log, one per kind of machine). Each skip says so.
 set -euo pipefail
+# A relative KB_DIR names a folder from where the command was typed.
+if [ -n "${KB_DIR:-}" ] && [ -d "$KB_DIR" ]; then KB_DIR=$(cd "$KB_DIR" && pwd); fi
 cd "$(dirname "$0")/.."
 # KernelBench task files: $KB_DIR, else ../shared/data/kernelbench, else .deps/kernelbench.
 # Looked for before the build, so a missing copy is said up front, not after it.
@@ -59,7 +61,7 @@ fi
 
 # 2. KernelBench tasks -> TorchScript models -> dice tune.
 if [ -z "$KB" ]; then
-  echo "[main] KernelBench task files not found (KB_DIR, ../shared/data/kernelbench or .deps/kernelbench); skipping"
+  echo "[main] no KernelBench task files (see the first line); skipping the models"
   exit 0
 fi
 TASKS=${TASKS:-"level1/23_Softmax.py level1/26_GELU_.py level1/36_RMSNorm_.py level1/40_LayerNorm.py level2/12_Gemm_Multiply_LeakyReLU.py"}
