@@ -71,9 +71,8 @@ class FusedConv(nn.Module):
             scale = bn.weight.detach() / torch.sqrt(bn.running_var + bn.eps)
             w = w * scale[:, None, None, None]
             b = (b - bn.running_mean) * scale + bn.bias.detach()
-        if channels_last:
-            w = w.contiguous(memory_format=torch.channels_last)
-        self.register_buffer("w", w.contiguous(memory_format=torch.channels_last) if channels_last else w.contiguous())
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        self.register_buffer("w", w.contiguous(memory_format=fmt))
         self.register_buffer("b", b.contiguous())
         self.args = (list(conv.stride), list(conv.padding), list(conv.dilation), conv.groups)
 
