@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "dice/core/env.h"
 #include "sqlite_util.h"
 
 namespace dice::cache {
@@ -30,12 +31,7 @@ std::unique_ptr<Connection> OpenReader(const std::string& path) {
 }  // namespace
 
 int ReaderPool::MaxFromEnv() {
-  const char* v = std::getenv("DICE_CACHE_READ_CONNECTIONS");
-  if (v == nullptr || *v == '\0') return kDefaultMaxReaders;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 0 || n > 64) return kDefaultMaxReaders;
-  return static_cast<int>(n);
+  return static_cast<int>(EnvInt("DICE_CACHE_READ_CONNECTIONS", kDefaultMaxReaders, 0, 64));
 }
 
 ReaderPool::ReaderPool(int max_readers) : max_(std::clamp(max_readers, 0, 64)), failed_(max_ == 0) {}

@@ -42,8 +42,9 @@ class ReaderPool {
 
   /// The maximum from $DICE_CACHE_READ_CONNECTIONS: an integer 0..64, 0 =
   /// no read connections (every read on the write connection, as before
-  /// there were readers: an A/B switch for benchmarks); unset or anything
-  /// else: kDefaultMaxReaders.
+  /// there were readers: an A/B switch for benchmarks); unset:
+  /// kDefaultMaxReaders; anything else: kDefaultMaxReaders after one warning
+  /// (EnvInt, dice/core/env.h).
   static int MaxFromEnv();
 
   /// `max_readers` 0..64 (clamped); 0: Acquire always returns an empty lease.
