@@ -7,7 +7,9 @@
 // directory rule (cache::DefaultCacheDir: $DICE_CACHE_DIR, $HOME), and
 // concurrent misses leave one complete entry. nvcc is a stand-in script that
 // writes a fixed library and counts its runs (the one real CUTLASS build and
-// its cache hit are in tests/generator/gemm_template_test.cc).
+// its cache hit are in tests/generator/gemm_template_test.cc). Also
+// PrebuildExtensions (prebuild.h): distinct sources built once, in parallel,
+// into the same cache the tunes read.
 #include <gtest/gtest.h>
 #include <dirent.h>
 #include <sys/stat.h>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "dice/runtime/extension_compiler.h"
+#include "dice/runtime/prebuild.h"
 
 namespace dice::runtime {
 namespace {
@@ -254,6 +257,61 @@ TEST_F(BuildCacheTest, CompileErrorsAreNotCached) {
   EXPECT_EQ(b.status().code(), StatusCode::kCompileError);
   EXPECT_EQ(Calls(), 0);
   EXPECT_TRUE(Entries(dir, "").empty());
+}
+
+// Prebuild (issue 17, first-call time): four items, two of them the same
+// source, one without dice_forward: two nvcc runs, one failure counted with
+// its cause, and the tune's own CompileExtensionCached afterwards is a hit.
+TEST_F(BuildCacheTest, PrebuildBuildsEachDistinctSourceOnceAndTheTuneThenHitsTheCache) {
+  const std::string dir = root_ + "/cache";
+  Candidate bad = Source();
+  bad.origin = "test:no-entry";
+  bad.source = "// no host function\n";
+  std::vector<PrebuildItem> items = {{Source(), "sm_90", 1}, {Source(), "sm_90", 1},
+                                     {Source("return in0 + 1;"), "sm_90", 1}, {bad, "sm_90", 1}};
+  PrebuildReport r = PrebuildExtensions(items, 4, Options(dir));
+  EXPECT_EQ(r.requested, 4);
+  EXPECT_EQ(r.distinct, 3);
+  EXPECT_EQ(r.built, 2);
+  EXPECT_EQ(r.cached, 0);
+  EXPECT_EQ(r.failed, 1);
+  EXPECT_NE(r.first_error.find("test:no-entry"), std::string::npos) << r.first_error;
+  EXPECT_EQ(Calls(), 2);
+  EXPECT_EQ(Entries(dir, ".so").size(), 2u);
+  EXPECT_TRUE(Build(Source(), Options(dir))->from_cache());
+  EXPECT_EQ(Calls(), 2);
+
+  PrebuildReport again = PrebuildExtensions(items, 2, Options(dir));
+  EXPECT_EQ(again.built, 0);
+  EXPECT_EQ(again.cached, 2);
+  EXPECT_EQ(Calls(), 2);
+}
+
+TEST_F(BuildCacheTest, PrebuildWithTheBuildCacheOffBuildsNothing) {
+  std::vector<PrebuildItem> items = {{Source(), "sm_90", 1}};
+  PrebuildReport r = PrebuildExtensions(items, 2, Options("off"));
+  EXPECT_EQ(r.distinct, 1);
+  EXPECT_EQ(r.built + r.cached + r.failed, 0);
+  EXPECT_EQ(Calls(), 0);
+  ::setenv("DICE_BUILD_CACHE", "off", 1);
+  r = PrebuildExtensions(items, 2, Options(root_ + "/cache"));
+  EXPECT_EQ(r.built, 0);
+  EXPECT_EQ(Calls(), 0);
+}
+
+TEST(PrebuildJobs, EnvironmentSetsTheCountZeroTurnsItOffJunkFallsBackToHalfTheThreads) {
+  ::setenv("DICE_PREBUILD_JOBS", "3", 1);
+  EXPECT_EQ(DefaultPrebuildJobs(), 3);
+  ::setenv("DICE_PREBUILD_JOBS", "0", 1);
+  EXPECT_EQ(DefaultPrebuildJobs(), 0);
+  for (const char* junk : {"x", "-1", "65", "4k"}) {
+    ::setenv("DICE_PREBUILD_JOBS", junk, 1);
+    const int n = DefaultPrebuildJobs();
+    EXPECT_GE(n, 1) << junk;
+    EXPECT_LE(n, 16) << junk;
+  }
+  ::unsetenv("DICE_PREBUILD_JOBS");
+  EXPECT_GE(DefaultPrebuildJobs(), 1);
 }
 
 }  // namespace

@@ -550,6 +550,19 @@ Tuner::Tuner(cache::Store* store, std::vector<std::shared_ptr<KernelGenerator>> 
 
 Tuner::~Tuner() = default;
 
+Expected<std::vector<Candidate>> Tuner::PendingExtensionCandidates(const Task& task) {
+  const std::string key = task.Key();
+  auto cached = impl_->LookupCache(key);
+  if (!cached.ok()) return cached.status();
+  if (cached->has_value() && (**cached).verified) return std::vector<Candidate>();
+  auto generated = impl_->Generate(task, key, std::nullopt, Clock::now());
+  if (!generated.ok()) return generated.status();
+  std::vector<Candidate> out;
+  for (Candidate& c : generated->candidates)
+    if (c.form == CandidateForm::kExtension) out.push_back(std::move(c));
+  return out;
+}
+
 // LookupCache -> Generate -> (CompileOnly | RunInWorker) -> SelectWinner -> Persist.
 Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string>* captured_inputs,
                                  const TuneProgressCallback& on_progress) {

@@ -166,6 +166,16 @@ class Tuner {
   Expected<TuneReport> Tune(const Task& task, const std::vector<std::string>* captured_inputs = nullptr,
                             const TuneProgressCallback& on_progress = {});
 
+  /// The extension-form (nvcc) candidates a Tune of `task` would build now,
+  /// for building them ahead of it (prebuild.h): none when the cache holds a
+  /// verified winner for the task's key, else the extension-form ones of
+  /// Generate (deduped, minus those the attempts table records for the key
+  /// and those the precision policy forbids), in generator order. Nothing
+  /// is compiled, run or stored; no worker is started.
+  /// Errors: the cache store's read errors (generator errors are skipped,
+  /// as Tune skips them).
+  Expected<std::vector<Candidate>> PendingExtensionCandidates(const Task& task);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
