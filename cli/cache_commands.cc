@@ -38,10 +38,10 @@ int CmdCache(const std::string& action, const std::string& key, const std::strin
     return kExitOk;
   }
   auto store = dice::cache::Store::Open(dice::cache::DatabasePath(dir));
-  if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
+  if (!store.ok()) return Fail(kExitBadInput, store.status().message());
   if (action == "ls") {
     auto rows = (*store)->ListWinners();
-    if (!rows.ok()) return Fail(kExitFailure, rows.status().ToString());
+    if (!rows.ok()) return Fail(kExitFailure, rows.status().message());
     std::printf("%-16s %-6s %-28s %-30s %8s %s\n", "key", "arch", "ops", "inputs", "speedup", "origin");
     for (const auto& r : *rows) {
       auto g = dice::ir::Parse(r.graph_canonical);
@@ -54,7 +54,7 @@ int CmdCache(const std::string& action, const std::string& key, const std::strin
   }
   // show / rm accept a unique key prefix.
   auto rows = (*store)->ListWinners();
-  if (!rows.ok()) return Fail(kExitFailure, rows.status().ToString());
+  if (!rows.ok()) return Fail(kExitFailure, rows.status().message());
   std::vector<std::string> matches;
   for (const auto& r : *rows) {
     if (!key.empty() && r.task_key.rfind(key, 0) == 0) matches.push_back(r.task_key);
@@ -65,12 +65,12 @@ int CmdCache(const std::string& action, const std::string& key, const std::strin
   }
   if (action == "rm") {
     auto removed = (*store)->RemoveWinner(matches[0]);
-    if (!removed.ok()) return Fail(kExitFailure, removed.status().ToString());
+    if (!removed.ok()) return Fail(kExitFailure, removed.status().message());
     std::printf("removed %s\n", matches[0].c_str());
     return kExitOk;
   }
   auto rec = (*store)->GetWinner(matches[0]);
-  if (!rec.ok()) return Fail(kExitFailure, rec.status().ToString());
+  if (!rec.ok()) return Fail(kExitFailure, rec.status().message());
   const auto& r = **rec;
   std::printf("key:       %s\narch:      %s (%s)\ninputs:    %s\norigin:    %s\nbaseline:  %.2f µs\nbest:      %.2f µs\n"
               "speedup:   %.2fx\nversions:  %s\ncubin:     %zu bytes\nlaunch:    %s\n\n--- IR ---\n%s\n--- source ---\n%s\n",

@@ -41,7 +41,7 @@ int CmdServe(const std::string& db, const std::string& listen, const std::string
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // before Start: server threads inherit the mask
   dice::cache::CacheServer server;
   dice::Status st = server.Start(db, listen.substr(0, colon), port, token);
-  if (!st.ok()) return Fail(kExitBadInput, st.ToString());
+  if (!st.ok()) return Fail(kExitBadInput, st.message());
   std::printf("dice: serving %s on %s (%s)\n", db.c_str(), server.url().c_str(),
               token.empty() ? "read-only: no --token-file" : "writes need the bearer token");
   std::fflush(stdout);

@@ -42,7 +42,7 @@ struct CacheShareCommands {
 // everything else (no connection, I/O) exit 1.
 int FailWith(const Status& st) {
   const bool bad_input = st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kNotFound;
-  return Fail(bad_input ? kExitBadInput : kExitFailure, st.ToString());
+  return Fail(bad_input ? kExitBadInput : kExitFailure, st.message());
 }
 
 std::string Bytes(int64_t n) {
@@ -194,7 +194,7 @@ int Push(const CacheShareCommands& c, const std::string& cache_dir) {
     return kExitOk;
   }
   auto store = OpenLocal(cache_dir);
-  if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
+  if (!store.ok()) return Fail(kExitBadInput, store.status().message());
   auto rows = (*store)->ListWinners();
   if (!rows.ok()) return FailWith(rows.status());
   CacheClient client(c.url, *token, std::chrono::milliseconds(c.timeout_ms));
@@ -236,7 +236,7 @@ int Push(const CacheShareCommands& c, const std::string& cache_dir) {
 int Pull(const CacheShareCommands& c, const std::string& cache_dir) {
   if (!ValidUrl(c.url)) return Fail(kExitBadInput, "URL '" + c.url + "' is not http://HOST:PORT or https://...");
   auto store = OpenLocal(cache_dir);
-  if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
+  if (!store.ok()) return Fail(kExitBadInput, store.status().message());
   CacheClient client(c.url, "", std::chrono::milliseconds(c.timeout_ms));
   auto list = client.List();  // every arch: --arch is applied here, so that what it leaves out is counted
   if (!list.ok()) return FailRequest(c.url, list.status());
@@ -290,7 +290,7 @@ int Export(const CacheShareCommands& c, const std::string& cache_dir) {
     return Fail(kExitBadInput, "nothing to export to " + c.file + ": no cache yet (" + why + ")");
   }
   auto store = OpenLocal(cache_dir);
-  if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
+  if (!store.ok()) return Fail(kExitBadInput, store.status().message());
   auto r = ExportBundle(**store, c.file, c.arch);
   if (!r.ok()) return FailWith(r.status());
   std::printf("exported %lld winner(s)%s to %s (%s, bundle format %d, schema %d); %lld unverified left out\n",
@@ -302,7 +302,7 @@ int Export(const CacheShareCommands& c, const std::string& cache_dir) {
 
 int Import(const CacheShareCommands& c, const std::string& cache_dir) {
   auto store = OpenLocal(cache_dir);
-  if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
+  if (!store.ok()) return Fail(kExitBadInput, store.status().message());
   auto r = ImportBundle(**store, c.file, c.arch, c.trust);
   if (!r.ok()) return FailWith(r.status());
   std::printf("imported %s: %lld entr%s%s, %lld stored, %lld kept (the local entry is verified or faster)%s\n",
@@ -333,7 +333,7 @@ int Gc(const CacheShareCommands& c, const std::string& cache_dir) {
     return kExitOk;
   }
   auto store = OpenLocal(cache_dir);
-  if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
+  if (!store.ok()) return Fail(kExitBadInput, store.status().message());
   auto r = (*store)->CollectGarbage(o);
   if (!r.ok()) return FailWith(r.status());
   std::printf("removed %lld winner(s) (%s); %lld left (%s of kernels, IR and plans)\n",
@@ -349,7 +349,7 @@ int Stats(const CacheShareCommands& c, const std::string& cache_dir) {
   std::string path = DatabasePath(CacheDir(cache_dir));
   if (missing.empty()) {
     auto store = OpenLocal(cache_dir);
-    if (!store.ok()) return Fail(kExitBadInput, store.status().ToString());
+    if (!store.ok()) return Fail(kExitBadInput, store.status().message());
     s = (*store)->Stats();
     if (!s.ok()) return FailWith(s.status());
     path = (*store)->path();

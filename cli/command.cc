@@ -1,7 +1,10 @@
 // cli/command.h: the pieces every command shares.
 #include "command.h"
 
+#include <stdlib.h>
+
 #include <cstdio>
+#include <cstdlib>
 
 #include "dice/core/log.h"
 
@@ -36,6 +39,17 @@ int ApplyLogLevel(const std::string& flag) {
   }
   SetLogLevel(*level);
   return kExitOk;
+}
+
+std::string BuildCacheDirFor(const std::string& cache_flag, const char* build_cache_env) {
+  if (build_cache_env != nullptr && *build_cache_env != '\0') return "";
+  if (cache_flag.empty()) return "";
+  return cache_flag + "/builds";
+}
+
+void UseCacheDirForBuilds(const std::string& cache_flag) {
+  const std::string dir = BuildCacheDirFor(cache_flag, std::getenv("DICE_BUILD_CACHE"));
+  if (!dir.empty()) ::setenv("DICE_BUILD_CACHE", dir.c_str(), /*overwrite=*/1);
 }
 
 }  // namespace dice::cli

@@ -42,6 +42,28 @@ int Fail(int code, const std::string& message);
 /// the Register functions: subcommands inherit the fall-through).
 void AddLogLevelOption(CLI::App& app, std::string* level);
 
+/// The help of the --cache flag of the commands that tune (tune, run,
+/// profile, warmup): where winners and built libraries go.
+inline constexpr const char* kCacheFlagHelp =
+    "cache directory of the winners (default $DICE_CACHE_DIR, else ~/.cache/dice); built CUTLASS candidates go "
+    "to $DICE_BUILD_CACHE when set, else DIR/builds of this flag, else $DICE_CACHE_DIR/builds";
+
+/// Where built extension libraries (CUTLASS candidates, nvcc) go for a
+/// command given `--cache cache_flag`, as the value to export as
+/// $DICE_BUILD_CACHE; "" = leave the environment as it is. Precedence:
+/// `build_cache_env` ($DICE_BUILD_CACHE, "off" included) when set and
+/// non-empty, then `<cache_flag>/builds` when --cache was given, else ""
+/// (the runtime then uses $DICE_CACHE_DIR/builds, else
+/// ~/.cache/dice/builds). Pure.
+std::string BuildCacheDirFor(const std::string& cache_flag, const char* build_cache_env);
+
+/// Exports BuildCacheDirFor(cache_flag, getenv("DICE_BUILD_CACHE")) as
+/// $DICE_BUILD_CACHE when it is not "", so that this process and the
+/// dice-worker processes it spawns (they inherit the environment) keep the
+/// builds beside the winners of `--cache DIR`. Call it on main's thread
+/// before any worker or tuner thread starts (setenv is not thread-safe).
+void UseCacheDirForBuilds(const std::string& cache_flag);
+
 /// Sets the process's log level (dice/core/log.h) before a command runs:
 /// from $DICE_LOG_LEVEL, then from `flag` (the --log-level value, "" when
 /// not given), which wins. A bad DICE_LOG_LEVEL is a warning on stderr and

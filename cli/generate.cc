@@ -62,12 +62,12 @@ int RunGenerate(const GenerateArgs& a) {
   generator::PromptTemplates templates = generator::PromptTemplates::Default();
   if (!a.templates_path.empty()) {
     auto t = generator::PromptTemplates::Load(a.templates_path);
-    if (!t.ok()) return Fail(kExitBadInput, t.status().ToString());
+    if (!t.ok()) return Fail(kExitBadInput, t.status().message());
     templates = std::move(*t);
   }
   auto prompt = a.mode == "e2e" ? generator::BuildEndToEndPrompt(templates, task)
                                 : generator::BuildInfillingPrompt(templates, task, prefix, suffix);
-  if (!prompt.ok()) return Fail(kExitBadInput, prompt.status().ToString());
+  if (!prompt.ok()) return Fail(kExitBadInput, prompt.status().message());
 
   generator::SdarModelOptions mopts;
   try {
@@ -80,11 +80,11 @@ int RunGenerate(const GenerateArgs& a) {
   }
   mopts.dtype = a.dtype == "bf16" ? torch::kBFloat16 : a.dtype == "f16" ? torch::kFloat16 : torch::kFloat32;
   auto tok = generator::Tokenizer::Load(a.model_dir);
-  if (!tok.ok()) return Fail(kExitBadInput, tok.status().ToString());
+  if (!tok.ok()) return Fail(kExitBadInput, tok.status().message());
   auto model = generator::SdarModel::Load(a.model_dir, mopts);
   if (!model.ok()) {
     return Fail(model.status().code() == StatusCode::kInternal ? kExitFailure : kExitBadInput,
-                model.status().ToString());
+                model.status().message());
   }
   const std::vector<int32_t> ids = tok->Encode(*prompt);
   if (tok->vocab_size() > model->config().vocab_size) {
@@ -128,7 +128,7 @@ int RunGenerate(const GenerateArgs& a) {
   auto result = generator::Decode(*model, ids, o);
   if (!result.ok()) {
     return Fail(result.status().code() == StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure,
-                result.status().ToString());
+                result.status().message());
   }
   int64_t total = 0;
   nlohmann::json samples = nlohmann::json::array();

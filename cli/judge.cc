@@ -82,7 +82,7 @@ int RunJudge(JudgeArgs& a) {
   }
   auto v = runtime::JudgeProgram(reference, candidate, a.options);
   if (!v.ok()) {
-    std::fprintf(stderr, "dice judge: %s\n", v.status().ToString().c_str());
+    std::fprintf(stderr, "dice judge: %s\n", v.status().message().c_str());
     return 1;
   }
   nlohmann::json j = {{"outcome", v->outcome}, {"compiled", v->compiled}, {"correct", v->correct},

@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
   LineBufferStdout();
   CLI::App app{"dice: JIT autotuning runtime for PyTorch models (fusion groups -> tuned CUDA kernels)"};
   app.require_subcommand(1);
+  // Every option's --help line shows its default (`--reps INT=20`): set
+  // before any option or command is added, which copy it.
+  app.option_defaults()->always_capture_default();
   std::string log_level;
   AddLogLevelOption(app, &log_level);  // before the commands: they inherit its fall-through
   CommandTable table;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "dice/cache/store.h"
+#include "dice/core/env.h"
 #include "dice/core/ir.h"
 #include "dice/core/log.h"
 #include "dice/generator/dice_generator.h"
@@ -120,8 +121,8 @@ void Sync(bool gpu) {
 }
 
 /// Intra-op threads of the timed CPU regions: $DICE_CPU_TIMING_THREADS, an
-/// integer 1..256, default 1. Sets *error (naming the variable) and returns
-/// 0 for anything else.
+/// integer 1..256, default 1; any other value is the default after one
+/// warning naming the variable (EnvInt, dice/core/env.h).
 ///
 /// Why 1: ATen's intra-op pool (OpenMP) splits each op across its threads
 /// and waits for the slowest. On a machine whose cores other processes use
@@ -134,17 +135,7 @@ void Sync(bool gpu) {
 /// tuned) are timed with the same count, and the output says which. On an
 /// idle machine more threads are faster (the same gelu: 1.7 ms with 2), so
 /// DICE_CPU_TIMING_THREADS=2 is the choice there.
-int CpuTimingThreads(std::string* error) {
-  const char* v = std::getenv("DICE_CPU_TIMING_THREADS");
-  if (v == nullptr || *v == '\0') return 1;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 1 || n > 256) {
-    *error = std::string("DICE_CPU_TIMING_THREADS='") + v + "' is not a thread count (1..256)";
-    return 0;
-  }
-  return static_cast<int>(n);
-}
+int CpuTimingThreads() { return static_cast<int>(EnvInt("DICE_CPU_TIMING_THREADS", 1, 1, 256)); }
 
 /// While alive on a CPU run, ATen runs `threads` intra-op threads
 /// (at::set_num_threads); the previous count comes back on destruction.
@@ -282,7 +273,7 @@ bool WriteTuneOutputs(const ModelArgs& args, const nlohmann::json& doc, std::str
   if (!args.report_path.empty()) {
     const Status st = WriteReport(doc, args.report_path);
     if (!st.ok()) {
-      *error = st.ToString();
+      *error = st.message();
       return false;
     }
     std::printf("dice: report written to %s\n", args.report_path.c_str());
@@ -342,7 +333,7 @@ bool OutputsMatch(const c10::IValue& got, const c10::IValue& want, std::string* 
 bool CheckCache(const std::string& cache_dir, std::string* error) {
   const std::string dir = cache_dir.empty() ? dice::cache::DefaultCacheDir() : cache_dir;
   auto store = dice::cache::Store::Open(dice::cache::DatabasePath(dir));
-  if (!store.ok()) *error = "kernel cache unusable: " + store.status().ToString();
+  if (!store.ok()) *error = "kernel cache unusable: " + store.status().message();
   return store.ok();
 }
 
@@ -367,7 +358,7 @@ bool LoadCaptured(const ModelArgs& args, LoadedModel* out, dice::torch_ext::Opti
   dice::torch_ext::Options off = BaseOptions(args, out->inputs);
   off.mode = dice::torch_ext::Mode::kOff;
   auto report = dice::torch_ext::optimize(out->module, off);
-  if (!report.ok()) *error = "capturing the model for its capture-alone time: " + report.status().ToString();
+  if (!report.ok()) *error = "capturing the model for its capture-alone time: " + report.status().message();
   if (report.ok()) *report_out = *report;
   return report.ok();
 }
@@ -403,7 +394,7 @@ bool MakeGenerators(const GeneratorArgs& g, bool gpu, std::vector<std::shared_pt
            gpu ? "cuda:0 (bf16)" : "cpu (f32)");
     auto gen = dice::generator::DiceGenerator::Load(std::move(o));
     if (!gen.ok()) {
-      *error = "--model " + g.model_dir + ": " + gen.status().ToString();
+      *error = "--model " + g.model_dir + ": " + gen.status().message();
       return false;
     }
     out->push_back(std::shared_ptr<dice::KernelGenerator>(std::move(*gen)));
@@ -423,11 +414,9 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   const bool gpu = device.ok() && torch::cuda::is_available();
   const std::string no_gpu_why = gpu ? "" : device.ok() ? "PyTorch sees no CUDA device" : device.status().message();
   if (!gpu && require_gpu) return Fail(kExitNoGpu, "no CUDA device present (" + no_gpu_why + ")");
-  const int cpu_threads = gpu ? 0 : CpuTimingThreads(&error);
-  if (!error.empty()) return Fail(kExitBadInput, error);
+  const int cpu_threads = gpu ? 0 : CpuTimingThreads();
   LoadedModel eager, tuned;
-  if (!LoadModel(args, gpu, &eager, &error) || !LoadModel(args, gpu, &tuned, &error) ||
-      !CheckCache(args.cache_dir, &error)) {
+  if (!LoadModel(args, gpu, &eager, &error) || !LoadModel(args, gpu, &tuned, &error)) {
     return Fail(kExitBadInput, error);
   }
   c10::IValue reference;
@@ -439,6 +428,9 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
       return Fail(kExitBadInput, ModelRunError(args, e));
     }
   }
+  // The cache last: opening it creates it, and a rejected command leaves nothing behind.
+  if (!CheckCache(args.cache_dir, &error)) return Fail(kExitBadInput, error);
+  UseCacheDirForBuilds(args.cache_dir);
   if (!gpu) {
     Notice(dice::LogLevel::kWarn, "dice: no CUDA device present (%s).\n"
            "dice: running compile-only: candidates are generated and compiled for sm_90 (NVRTC for device form, nvcc for extension form); "
@@ -467,7 +459,7 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
                                                                             : dice::torch_ext::MemoryFormat::kContiguous;
   }
   auto report = dice::torch_ext::optimize(tuned.module, options);
-  if (!report.ok()) return Fail(kExitFailure, report.status().ToString());
+  if (!report.ok()) return Fail(kExitFailure, report.status().message());
   for (const auto& w : report->warnings) Warn(w);
   const auto& layout = gpu ? capture_report : *report;
   Notice(dice::LogLevel::kInfo, "dice: memory format: %s (%s)", layout.memory_format.c_str(),
@@ -480,7 +472,7 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
         ShowTuneProgress(progress, "dice: ", g.group, g.groups, g.tune);
       });
   progress.Finish();
-  if (!tuned_reports.ok()) return Fail(kExitFailure, tuned_reports.status().ToString());
+  if (!tuned_reports.ok()) return Fail(kExitFailure, tuned_reports.status().message());
 
   // End to end: one forward of the optimized module serving the cached
   // winners (mode cache) checks its outputs and counts each group's calls;
@@ -511,7 +503,15 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   }
   const Attribution attribution = gpu ? Attribute(t.original_us, t.captured_us, t.optimized_us) : Attribution{};
   std::printf("%s\n", AttributionLine(attribution, report->frozen, report->memory_format).c_str());
-  EndToEnd e2e{gpu, t.original_us, t.captured_us, t.optimized_us, match, detail, report->frozen, calls};
+  EndToEnd e2e;  // field by field: an aggregate list would leave the later fields to -Wmissing-field-initializers
+  e2e.timed = gpu;
+  e2e.before_us = t.original_us;
+  e2e.captured_us = t.captured_us;
+  e2e.after_us = t.optimized_us;
+  e2e.outputs_match = match;
+  e2e.match_detail = detail;
+  e2e.frozen = report->frozen;
+  e2e.calls_per_forward = calls;
   e2e.memory_format = layout.memory_format;
   e2e.memory_format_reason = layout.memory_format_reason;
   e2e.memory_format_us = layout.memory_format_us;
@@ -525,21 +525,20 @@ int CmdRunOrProfile(const ModelArgs& args, bool profile) {
   const bool gpu = dice::runtime::QueryDevice(0).ok() && torch::cuda::is_available();
   LoadedModel m;
   std::string error;
-  const int cpu_threads = gpu ? 0 : CpuTimingThreads(&error);
-  if (!error.empty()) return Fail(kExitBadInput, error);
-  if (!LoadModel(args, gpu, &m, &error) || (!profile && !CheckCache(args.cache_dir, &error))) {
-    return Fail(kExitBadInput, error);
-  }
+  const int cpu_threads = gpu ? 0 : CpuTimingThreads();
+  if (!LoadModel(args, gpu, &m, &error)) return Fail(kExitBadInput, error);
   try {  // bad inputs are the user's error (exit 2), found before any pass runs
     torch::NoGradGuard no_grad;
     m.module.forward(m.inputs);
   } catch (const std::exception& e) {
     return Fail(kExitBadInput, ModelRunError(args, e));
   }
+  // The cache after the inputs: opening it creates it, and a rejected command leaves nothing behind.
+  if (!profile && !CheckCache(args.cache_dir, &error)) return Fail(kExitBadInput, error);
   auto options = BaseOptions(args, m.inputs);
   options.mode = profile ? dice::torch_ext::Mode::kObserve : dice::torch_ext::Mode::kCache;
   auto report = dice::torch_ext::optimize(m.module, options);
-  if (!report.ok()) return Fail(kExitFailure, report.status().ToString());
+  if (!report.ok()) return Fail(kExitFailure, report.status().message());
   for (const auto& w : report->warnings) Warn(w);
   dice::torch_ext::ResetGroupStats();
   double us = 0;
@@ -572,8 +571,7 @@ int CmdRunOrProfile(const ModelArgs& args, bool profile) {
 void AddModelArgs(CLI::App* cmd, ModelArgs* args) {
   cmd->add_option("model", args->model_path, "TorchScript model file (torch.jit.save)")->required();
   cmd->add_option("--input,-i", args->input_specs, "forward() argument spec, e.g. 1024x8192:f32 (repeat per argument)");
-  cmd->add_option("--cache", args->cache_dir, "cache directory of the winners (default $DICE_CACHE_DIR or ~/.cache/dice); built CUTLASS "
-                  "candidates go to $DICE_BUILD_CACHE, default $DICE_CACHE_DIR/builds, whatever --cache says");
+  cmd->add_option("--cache", args->cache_dir, kCacheFlagHelp);
   cmd->add_option("--reps", args->reps, "timed repetitions for end-to-end times")->check(CLI::Range(1, 100000));
   cmd->add_option("--seed", args->seed, "seed for the random inputs");
   cmd->add_option("--json", args->json_path, "also write the report as JSON to this file (docs/CLI.md)");

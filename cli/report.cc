@@ -272,7 +272,7 @@ int CmdReport(const std::string& source, const std::string& out_path) {
   struct stat st{};
   if (::stat(source.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     auto d = CacheDocument(source);
-    if (!d.ok()) return Fail(kExitBadInput, d.status().ToString());
+    if (!d.ok()) return Fail(kExitBadInput, d.status().message());
     doc = std::move(*d);
   } else {
     std::ifstream in(source);
@@ -286,7 +286,7 @@ int CmdReport(const std::string& source, const std::string& out_path) {
     }
   }
   Status written = WriteReport(doc, out_path);
-  if (!written.ok()) return Fail(kExitFailure, written.ToString());
+  if (!written.ok()) return Fail(kExitFailure, written.message());
   std::printf("dice: report of %s (%zu group(s)) written to %s\n", source.c_str(), ArrayAt(doc, "groups").size(),
               out_path.c_str());
   return kExitOk;
@@ -351,7 +351,8 @@ Expected<json> CacheDocument(const std::string& cache_dir) {
   const std::string path = cache::DatabasePath(cache_dir);
   struct stat st{};
   if (::stat(path.c_str(), &st) != 0) {
-    return Status(StatusCode::kNotFound, "'" + cache_dir + "' is not a kernel cache (no kernels.db in it)");
+    return Status(StatusCode::kNotFound, "'" + cache_dir + "' is a directory but not a kernel cache (no kernels.db in it); expected "
+                                              "a cache directory (`dice tune --cache DIR`) or a `dice tune --json` file");
   }
   auto store = cache::Store::Open(path);
   if (!store.ok()) return store.status();

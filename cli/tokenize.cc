@@ -19,7 +19,7 @@ namespace {
 /// it with another tokenizer.
 int CmdTokenize(const std::string& model_dir) {
   auto tok = dice::generator::Tokenizer::Load(model_dir);
-  if (!tok.ok()) return Fail(kExitBadInput, tok.status().ToString());
+  if (!tok.ok()) return Fail(kExitBadInput, tok.status().message());
   std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
   std::printf("%s\n", nlohmann::json(tok->Encode(text)).dump().c_str());
   return kExitOk;

@@ -57,7 +57,7 @@ int ExitFor(const Status& s) {
 }
 
 int Fail(const Status& s) {
-  std::fprintf(stderr, "dice train: %s\n", s.ToString().c_str());
+  std::fprintf(stderr, "dice train: %s\n", s.message().c_str());
   return ExitFor(s);
 }
 

@@ -150,11 +150,6 @@ int Warmup(const WarmupCommand& c) {
     if (!specs.ok()) return Fail(kExitBadInput, specs.status().message());
     sets.push_back(*specs);
   }
-  {
-    const std::string dir = c.cache_dir.empty() ? cache::DefaultCacheDir() : c.cache_dir;
-    auto store = cache::Store::Open(cache::DatabasePath(dir));
-    if (!store.ok()) return Fail(kExitBadInput, "kernel cache unusable: " + store.status().ToString());
-  }
   if (const int rc = CheckModelTakesEverySet(c, sets); rc != kExitOk) return rc;
   // Under torchrun / Slurm each rank warms up on its own GPU (cuda:LOCAL_RANK).
   auto local = runtime::LocalDeviceFromEnv(static_cast<int>(torch::cuda::device_count()));
@@ -179,6 +174,7 @@ int Warmup(const WarmupCommand& c) {
                               : c10::Device(c10::kCPU);
   const auto start = std::chrono::steady_clock::now();
   int done = 0, groups = 0, winners = 0, cached = 0, failed = 0;
+  bool cache_checked = false;
   for (size_t k = 0; k < sets.size(); ++k) {
     if (static_cast<int>(k % static_cast<size_t>(shards)) != shard) continue;
     const auto t0 = std::chrono::steady_clock::now();
@@ -209,6 +205,15 @@ int Warmup(const WarmupCommand& c) {
       return Fail(kExitBadInput, "--input '" + c.sets[k] + "': the model does not run on these inputs: " +
                                      TorchErrorCause(e));
     }
+    // The cache once the first set has run: opening it creates it, and a
+    // rejected command leaves nothing behind.
+    if (!cache_checked) {
+      const std::string dir = c.cache_dir.empty() ? cache::DefaultCacheDir() : c.cache_dir;
+      auto store = cache::Store::Open(cache::DatabasePath(dir));
+      if (!store.ok()) return Fail(kExitBadInput, "kernel cache unusable: " + store.status().message());
+      UseCacheDirForBuilds(c.cache_dir);
+      cache_checked = true;
+    }
     auto env = torch_ext::Options::FromEnv();
     torch_ext::Options options = env.ok() ? *env : torch_ext::Options{};
     if (!c.cache_dir.empty()) options.cache_dir = c.cache_dir;
@@ -218,7 +223,7 @@ int Warmup(const WarmupCommand& c) {
     options.tune.budget_s = c.budget_s;
     options.tune.max_candidates = c.max_candidates;
     auto report = torch_ext::optimize(module, options);
-    if (!report.ok()) return Fail(kExitFailure, "--input '" + c.sets[k] + "': " + report.status().ToString());
+    if (!report.ok()) return Fail(kExitFailure, "--input '" + c.sets[k] + "': " + report.status().message());
     for (const auto& w : report->warnings) Warn(w);
     // Each group's progress, as "[i/n] set k: group 1/2 compile: ..." (cli/progress.h).
     ProgressLine progress;
@@ -232,7 +237,7 @@ int Warmup(const WarmupCommand& c) {
     if (!tuned.ok()) {
       ++failed;
       std::printf("[%d/%d] set %zu (%s): tuning failed: %s\n", done, mine, k + 1, c.sets[k].c_str(),
-                  tuned.status().ToString().c_str());
+                  tuned.status().message().c_str());
       std::fflush(stdout);
       continue;
     }
@@ -274,8 +279,7 @@ void RegisterWarmup(CLI::App& app, CommandTable& table) {
                   "one shape set per flag: the forward() arguments, comma separated (8x4096:bf16[,4096:bf16])");
   cmd->add_option("--shard", c->shard, "i/n: warm only the sets k with k % n == i (default: torchrun's "
                                        "RANK/WORLD_SIZE, else Slurm's SLURM_PROCID/SLURM_NTASKS, else 0/1)");
-  cmd->add_option("--cache", c->cache_dir, "cache directory of the winners (default $DICE_CACHE_DIR or ~/.cache/dice); built CUTLASS "
-                  "candidates go to $DICE_BUILD_CACHE, default $DICE_CACHE_DIR/builds, whatever --cache says");
+  cmd->add_option("--cache", c->cache_dir, kCacheFlagHelp);
   cmd->add_option("--budget-s", c->budget_s, "tuning budget per fusion group, seconds")->capture_default_str();
   cmd->add_option("--max-candidates", c->max_candidates, "candidates per generator and group")
       ->check(CLI::Range(1, 256));

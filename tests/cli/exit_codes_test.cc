@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -128,6 +129,28 @@ TEST_F(InputExitCodeTest, RankOrDtypeTheModelRejectsIsOneLineForEveryCommand) {
   DiceResult warmup = RunDice("warmup " + Model("mm.pt") + " --input 8x8x8:f32" + Cache());
   ExpectOneLineBadInput(warmup, "warmup rank");
   EXPECT_NE(warmup.output.find("--input '8x8x8:f32'"), std::string::npos) << warmup.output;
+}
+
+// A command rejected for its --input (bad syntax, a rank or dtype the model
+// refuses) exits 2 before the cache is opened: the --cache directory it
+// named is not created, nor a kernels.db in it.
+TEST_F(InputExitCodeTest, ARejectedCommandCreatesNoCacheDirectory) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"tune", " --input 8x:f32"},       // syntax
+      {"tune", " --input 8x8x8:f32"},    // rank
+      {"tune", " --input 8x8:f16"},      // dtype: the first forward fails
+      {"run", " --input 8x8:f16"},
+      {"warmup", " --input 8x8x8:f32"},
+      {"warmup", " --input 8x8:f16"},
+  };
+  for (const auto& [cmd, input] : cases) {
+    ScratchDir dir("dice_no_cache");
+    const std::string cache = dir.path() + "/fresh";
+    DiceResult r = RunDice(cmd + " " + Model("mm.pt") + input + " --cache " + cache);
+    ExpectOneLineBadInput(r, cmd + input);
+    EXPECT_FALSE(Exists(cache)) << cmd << input << " created " << cache << "\n" << r.output;
+    EXPECT_FALSE(Exists(cache + "/kernels.db")) << cmd << input;
+  }
 }
 
 TEST_F(InputExitCodeTest, ForwardsFirstParameterIsTheModuleWhateverItIsNamed) {
@@ -362,6 +385,52 @@ TEST(RemoteCacheUrlTest, AMalformedDiceRemoteCacheExitsTwoAtStartAndMasksThePass
   DiceResult ok = RunDice("cache ls --cache " + dir.path());
   ::unsetenv("DICE_REMOTE_CACHE");
   EXPECT_EQ(ok.code, 0) << ok.output;
+}
+
+// No error line leaks a StatusCode name ("dice: error: NotFound: ..."): it
+// names the path and what was expected, with the documented exit code.
+const std::regex& CodeNamePrefix() {
+  static const std::regex r(
+      "(error|dice train|dice judge): (InvalidArgument|NotFound|Unsupported|IoError|Corrupt|CompileError|"
+      "CudaError|NoDevice|Timeout|Crashed|VerifyFailed|Internal): ");
+  return r;
+}
+
+TEST(ErrorLineTest, ReportOnADirectoryThatIsNotACacheNamesItAndWhatWasExpected) {
+  ScratchDir dir("dice_report_notcache");
+  DiceResult r = RunDice("report " + dir.path() + " -o " + dir.path() + "/r.html");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(CountLines(r.output, "dice: error"), 1) << r.output;
+  EXPECT_NE(r.output.find("dice: error: '" + dir.path() + "' is a directory but not a kernel cache (no kernels.db in "
+                          "it); expected a cache directory"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::regex_search(r.output, CodeNamePrefix())) << r.output;
+  EXPECT_FALSE(Exists(dir.path() + "/kernels.db")) << "report created a cache";
+  EXPECT_FALSE(Exists(dir.path() + "/r.html"));
+}
+
+TEST(ErrorLineTest, NoCommandPrefixesItsErrorWithAStatusCodeName) {
+  ScratchDir dir("dice_code_names");
+  const std::string d = dir.path();
+  std::ofstream(d + "/not_a_db") << "this is not an SQLite database, it is long enough to be read as one\n";
+  std::ofstream(d + "/junk.json") << "{ not json";
+  ASSERT_EQ(::mkdir((d + "/cache").c_str(), 0755), 0);
+  std::ofstream(d + "/cache/kernels.db") << "not an SQLite database either, but long enough to be opened\n";
+  const std::pair<std::string, int> cases[] = {
+      {"report " + d + "/cache -o " + d + "/r.html", 2},        // a corrupt cache
+      {"cache ls --cache " + d + "/cache", 2},
+      {"cache show abc --cache " + d + "/cache", 2},
+      {"cache stats --cache " + d + "/cache", 2},
+      {"cache export " + d + "/b.json --cache " + d + "/cache", 2},
+      {"cache import " + d + "/junk.json --cache " + d + "/c2", 2},
+      {"cache serve --db " + d + "/not_a_db --listen 127.0.0.1:0", 2},
+      {"tokenize --model " + d + "/no_such_model < /dev/null", 2},
+  };
+  for (const auto& [args, code] : cases) {
+    DiceResult r = RunDice(args);
+    EXPECT_EQ(r.code, code) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("dice: error: "), std::string::npos) << args << "\n" << r.output;
+    EXPECT_FALSE(std::regex_search(r.output, CodeNamePrefix())) << args << "\n" << r.output;
+  }
 }
 
 }  // namespace

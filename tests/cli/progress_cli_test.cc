@@ -173,7 +173,7 @@ TEST_F(ProgressCliTest, LogLevelOffStillPrintsTheErrorThatFailsTheCommand) {
 }
 
 TEST_F(ProgressCliTest, BadLogLevelIsBadInputNamingTheFlag) {
-  for (const std::string args : {"--log-level bogus cache ls --cache " + dir_.path() + "/cache",
+  for (const std::string& args : {"--log-level bogus cache ls --cache " + dir_.path() + "/cache",
                                  "cache ls --cache " + dir_.path() + "/cache --log-level LOUD",
                                  Tune(" --log-level 3")}) {
     DiceResult r = RunDice(args);

@@ -33,6 +33,20 @@ using ::dice::cli_test::RunDice;
 using ::dice::cli_test::ScratchDir;
 using nlohmann::json;
 
+// A GPU run's end-to-end times: original 100 µs, captured 80, optimized 50;
+// outputs match; frozen; calls per forward not known.
+EndToEnd Measured() {
+  EndToEnd e;
+  e.timed = true;
+  e.before_us = 100;
+  e.captured_us = 80;
+  e.after_us = 50;
+  e.outputs_match = true;
+  e.match_detail = "max abs err 0";
+  e.frozen = true;
+  return e;
+}
+
 const char* kDash = "\u2014";
 
 // Two measured groups (one tuned here, one served from the cache) and one
@@ -264,7 +278,7 @@ TEST(ReportJsonTest, TimedRunCarriesEachCandidatesSpeedupOverTheBaseline) {
   failed.outcome = runtime::Outcome::kVerifyFailed;
   failed.error = "output 0 differs";
   r.outcomes = {w, failed};
-  EndToEnd e2e{true, 100, 80, 50, true, "max abs err 0", true, {}};
+  EndToEnd e2e = Measured();
   const json doc = TuneDocument("m.pt", {r}, e2e);
   EXPECT_DOUBLE_EQ(doc["capture_speedup"].get<double>(), 1.25);
   EXPECT_DOUBLE_EQ(doc["winners_speedup"].get<double>(), 1.6);
@@ -280,7 +294,7 @@ TEST(ReportJsonTest, TimedRunCarriesEachCandidatesSpeedupOverTheBaseline) {
 
 TEST(ReportJsonTest, CarriesTheMemoryFormatDecisionWithBothTimesOrNull) {
   runtime::TuneReport r;
-  EndToEnd measured{true, 100, 80, 50, true, "max abs err 0", true, {}};
+  EndToEnd measured = Measured();
   measured.memory_format = "channels_last";
   measured.memory_format_reason = "auto: channels_last 70.0 µs vs contiguous 80.0 µs";
   measured.memory_format_us = {80.0, 70.0};
@@ -309,7 +323,7 @@ TEST(ReportJsonTest, CreditsEachWinnerWithWhatItSavedPerForwardOrPerCall) {
   runtime::TuneReport no_winner;
   no_winner.task_key = "k0";
   no_winner.baseline_us = 30;
-  EndToEnd e2e{true, 100, 80, 50, true, "max abs err 0", true, {}};
+  EndToEnd e2e = Measured();
   e2e.frozen = false;
   e2e.calls_per_forward = {{"k3", 3}, {"k0", 1}};
   const json doc = TuneDocument("m.pt", {repeated, unknown, no_winner}, e2e);
