@@ -9,6 +9,7 @@
 
 #include "dice/cache/redis_cache.h"
 #include "dice/cache/remote_url.h"
+#include "dice/core/env.h"
 
 namespace dice::cache {
 namespace {
@@ -80,15 +81,8 @@ Expected<RemoteCacheOptions> RemoteCacheOptions::FromEnv() {
     const std::string t = trust;
     o.trust = t == "1" || t == "true" || t == "yes";
   }
-  if (const char* ms = std::getenv("DICE_REMOTE_TIMEOUT_MS")) {
-    char* end = nullptr;
-    const long v = std::strtol(ms, &end, 10);
-    if (end == ms || *end != '\0' || v < 1 || v > 60000) {
-      return Status(StatusCode::kInvalidArgument,
-                    std::string("DICE_REMOTE_TIMEOUT_MS '") + ms + "' is not an integer in [1, 60000]");
-    }
-    o.timeout = std::chrono::milliseconds(v);
-  }
+  // Junk or out of range: the default, after one warning (dice/core/env.h).
+  o.timeout = std::chrono::milliseconds(EnvInt("DICE_REMOTE_TIMEOUT_MS", o.timeout.count(), 1, 60000));
   return o;
 }
 

@@ -590,8 +590,10 @@ TEST(RemoteCacheOptionsTest, ReadsTheEnvironmentAndRejectsABadUrl) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("cache.example:8470"), std::string::npos);
   ::setenv("DICE_REMOTE_CACHE", "http://ok", 1);
-  ::setenv("DICE_REMOTE_TIMEOUT_MS", "fast", 1);
-  EXPECT_EQ(RemoteCacheOptions::FromEnv().status().code(), StatusCode::kInvalidArgument);
+  ::setenv("DICE_REMOTE_TIMEOUT_MS", "fast", 1);  // junk: the default, with a warning (dice/core/env.h)
+  auto junk = RemoteCacheOptions::FromEnv();
+  ASSERT_TRUE(junk.ok()) << junk.status().ToString();
+  EXPECT_EQ(junk->timeout.count(), 300);
   for (const char* v : {"DICE_REMOTE_CACHE", "DICE_REMOTE_TOKEN", "DICE_TRUST_REMOTE", "DICE_REMOTE_TIMEOUT_MS"}) {
     ::unsetenv(v);
   }

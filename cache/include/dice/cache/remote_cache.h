@@ -68,10 +68,11 @@ struct RemoteCacheOptions {
 
   /// url from $DICE_REMOTE_CACHE, token from $DICE_REMOTE_TOKEN, trust from
   /// $DICE_TRUST_REMOTE ("1", "true", "yes"), timeout from
-  /// $DICE_REMOTE_TIMEOUT_MS (1..60000). Errors: kInvalidArgument for a URL
-  /// that ParseRemoteUrl refuses (the message starts "DICE_REMOTE_CACHE: "
-  /// and names the cause: unknown scheme, missing host, bad port, ...; the
-  /// password masked), or a bad timeout (names DICE_REMOTE_TIMEOUT_MS).
+  /// $DICE_REMOTE_TIMEOUT_MS (1..60000; junk or out of range is the default
+  /// 300 after one warning, dice/core/env.h's EnvInt). Errors:
+  /// kInvalidArgument for a URL that ParseRemoteUrl refuses (the message
+  /// starts "DICE_REMOTE_CACHE: " and names the cause: unknown scheme,
+  /// missing host, bad port, ...; the password masked).
   /// Programs call it at start-up: the CLI exits 2 on an error, the runtime
   /// reports it once and disables remote lookups.
   static Expected<RemoteCacheOptions> FromEnv();
