@@ -172,6 +172,7 @@ const OpInfo kOpTable[] = {
     {OpKind::kLayerNorm, "layer_norm", OpCategory::kNormalization, 1, 3, 1},
     {OpKind::kGroupNorm, "group_norm", OpCategory::kNormalization, 1, 3, 1},
     {OpKind::kLinear, "linear", OpCategory::kContraction, 2, 3, 0},
+    {OpKind::kConv2d, "conv2d", OpCategory::kContraction, 2, 3, 0},
 };
 constexpr size_t kNumOps = sizeof(kOpTable) / sizeof(kOpTable[0]);
 }  // namespace
@@ -210,11 +211,29 @@ bool Graph::operator==(const Graph& o) const {
 // ------------------------------------------------------------ validation ----
 
 namespace {
-bool UsesDims(OpCategory c) { return c == OpCategory::kReduction || c == OpCategory::kNormalization; }
+bool UsesDims(const Op& op, OpCategory c) {
+  return c == OpCategory::kReduction || c == OpCategory::kNormalization || op.kind == OpKind::kConv2d;
+}
 
 Status OpError(size_t index, const Op& op, const std::string& what) {
   return Status(StatusCode::kInvalidArgument,
                 "op " + std::to_string(index) + " (" + GetOpInfo(op.kind).name + "): " + what);
+}
+
+// conv2d's ranks and attributes (ir.h: dims = {sh, sw, ph, pw, dh, dw}, ivalue = groups).
+Status CheckConv2dTypes(size_t i, const Op& op, const std::vector<ValueType>& types) {
+  if (types[op.args[0]].rank != 4) return OpError(i, op, "input must be rank 4 [N, C, H, W]");
+  if (types[op.args[1]].rank != 4) return OpError(i, op, "weight must be rank 4 [K, C/groups, R, S]");
+  if (op.args.size() > 2 && types[op.args[2]].rank != 1) return OpError(i, op, "bias must be rank 1 [K]");
+  if (op.dims.size() != 6) {
+    return OpError(i, op, "needs dims = [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w], got " +
+                              std::to_string(op.dims.size()) + " values");
+  }
+  if (op.dims[0] < 1 || op.dims[1] < 1) return OpError(i, op, "stride must be >= 1");
+  if (op.dims[2] < 0 || op.dims[3] < 0) return OpError(i, op, "padding must be >= 0");
+  if (op.dims[4] < 1 || op.dims[5] < 1) return OpError(i, op, "dilation must be >= 1");
+  if (op.ivalue < 1) return OpError(i, op, "groups must be >= 1");
+  return Status::Ok();
 }
 }  // namespace
 
@@ -246,7 +265,7 @@ Expected<std::vector<ValueType>> InferTypes(const Graph& graph) {
       return OpError(i, op, "needs " + std::to_string(info.num_scalars) + " scalars, got " +
                                 std::to_string(op.scalars.size()));
     }
-    if (!UsesDims(info.category) && !op.dims.empty()) return OpError(i, op, "takes no dims");
+    if (!UsesDims(op, info.category) && !op.dims.empty()) return OpError(i, op, "takes no dims");
     if (info.category != OpCategory::kReduction && op.keepdim) return OpError(i, op, "takes no keepdim");
     ValueType out{DType::kFloat32, 0, false};
     switch (info.category) {
@@ -328,14 +347,19 @@ Expected<std::vector<ValueType>> InferTypes(const Graph& graph) {
         out = {x.dtype, x.rank, false};
         break;
       }
-      case OpCategory::kContraction: {  // linear
+      case OpCategory::kContraction: {  // linear, conv2d
         const ValueType& x = types[op.args[0]];
-        if (op.ivalue != 0) return OpError(i, op, "takes no integer attribute");
         for (size_t k = 0; k < op.args.size(); ++k) {
           const ValueType& t = types[op.args[k]];
           if (t.is_scalar_constant) return OpError(i, op, "operands must be tensors");
           if (t.dtype != x.dtype) return OpError(i, op, "operands must share one dtype");
         }
+        if (op.kind == OpKind::kConv2d) {
+          DICE_RETURN_IF_ERROR(CheckConv2dTypes(i, op, types));
+          out = {x.dtype, 4, false};
+          break;
+        }
+        if (op.ivalue != 0) return OpError(i, op, "takes no integer attribute");
         if (x.rank < 1) return OpError(i, op, "input must have rank >= 1 ([..., K])");
         if (types[op.args[1]].rank != 2) return OpError(i, op, "weight must be rank 2 [N, K]");
         if (op.args.size() > 2 && types[op.args[2]].rank != 1) return OpError(i, op, "bias must be rank 1 [N]");
@@ -372,6 +396,36 @@ Expected<std::vector<int64_t>> Broadcast(const std::vector<int64_t>& a, const st
       return Status(StatusCode::kInvalidArgument, "shapes [" + JoinInts(a) + "] and [" + JoinInts(b) + "] do not broadcast");
     }
     out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+// conv2d: x [N, C, H, W], weight [K, C/groups, R, S][, bias [K]] -> [N, K, P, Q]
+// (torch.nn.Conv2d's output size formula).
+Expected<std::vector<int64_t>> Conv2dShape(size_t i, const Op& op, const std::vector<std::vector<int64_t>>& shapes) {
+  const auto& x = shapes[op.args[0]];
+  const auto& w = shapes[op.args[1]];
+  const int64_t groups = op.ivalue;
+  if (x[1] != w[1] * groups) {
+    return OpError(i, op, "input channels " + std::to_string(x[1]) + " != weight's C/groups " + std::to_string(w[1]) +
+                              " x groups " + std::to_string(groups));
+  }
+  if (w[0] % groups != 0) {
+    return OpError(i, op, "output channels " + std::to_string(w[0]) + " not divisible by groups " + std::to_string(groups));
+  }
+  if (op.args.size() > 2 && shapes[op.args[2]] != std::vector<int64_t>{w[0]}) {
+    return OpError(i, op, "bias shape [" + JoinInts(shapes[op.args[2]]) + "] != [K] = [" + std::to_string(w[0]) + "]");
+  }
+  std::vector<int64_t> out = {x[0], w[0], 0, 0};
+  for (int d = 0; d < 2; ++d) {
+    const int64_t stride = op.dims[d], pad = op.dims[2 + d], dil = op.dims[4 + d];
+    const int64_t span = x[2 + d] + 2 * pad - dil * (w[2 + d] - 1) - 1;
+    if (span < 0) {
+      return OpError(i, op, std::string("the dilated kernel (") + std::to_string(w[2 + d]) + ", dilation " +
+                                std::to_string(dil) + ") is larger than the padded input (" + std::to_string(x[2 + d]) +
+                                " + 2 x " + std::to_string(pad) + ") along " + (d == 0 ? "H" : "W"));
+    }
+    out[2 + d] = span / stride + 1;
   }
   return out;
 }
@@ -444,6 +498,12 @@ Expected<std::vector<std::vector<int64_t>>> InferShapes(const Graph& graph, cons
         break;
       }
       case OpCategory::kContraction: {  // linear: [..., K] x [N, K]^T (+ [N]) -> [..., N]
+        if (op.kind == OpKind::kConv2d) {
+          auto conv = Conv2dShape(i, op, shapes);
+          if (!conv.ok()) return conv.status();
+          out = std::move(conv).value();
+          break;
+        }
         const auto& x = shapes[op.args[0]];
         const auto& w = shapes[op.args[1]];
         if (x.back() != w[1]) {

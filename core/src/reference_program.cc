@@ -151,6 +151,11 @@ std::string OpExpression(const Op& op, const std::vector<std::string>& a, int a_
              ", " + (a.size() > 2 ? a[2] : "None") + ", " + PyFloat(s[0]) + ")";
     case OpKind::kLinear:
       return "F.linear(" + a[0] + ", " + a[1] + (a.size() > 2 ? ", " + a[2] : std::string()) + ")";
+    case OpKind::kConv2d: {
+      auto pair = [&](size_t k) { return "(" + std::to_string(op.dims[k]) + ", " + std::to_string(op.dims[k + 1]) + ")"; };
+      return "F.conv2d(" + a[0] + ", " + a[1] + ", " + (a.size() > 2 ? a[2] : "None") + ", stride=" + pair(0) +
+             ", padding=" + pair(2) + ", dilation=" + pair(4) + ", groups=" + std::to_string(op.ivalue) + ")";
+    }
   }
   return "None";
 }

@@ -210,10 +210,15 @@ Expected<Value> EvalOp(const ir::Op& op, const std::vector<Value>& values, const
     case ir::OpCategory::kBinary: r = Binary(op, *args[0], *args[1]); break;
     case ir::OpCategory::kReduction: r = Reduce(op, args[0]->tensor); break;
     case ir::OpCategory::kNormalization: r = Normalize(op, args); break;
-    case ir::OpCategory::kContraction: {  // linear (F.linear; upcast operands are float64 already)
+    case ir::OpCategory::kContraction: {  // F.linear / F.conv2d; upcast operands are float64 already
       std::optional<at::Tensor> bias;
       if (args.size() > 2) bias = args[2]->tensor;
-      r = at::linear(args[0]->tensor, args[1]->tensor, bias);
+      if (op.kind == ir::OpKind::kConv2d) {  // dims = {sh, sw, ph, pw, dh, dw}, ivalue = groups (ir.h)
+        const auto& d = op.dims;
+        r = at::conv2d(args[0]->tensor, args[1]->tensor, bias, {d[0], d[1]}, {d[2], d[3]}, {d[4], d[5]}, op.ivalue);
+      } else {
+        r = at::linear(args[0]->tensor, args[1]->tensor, bias);
+      }
       break;
     }
     case ir::OpCategory::kConstant: break;

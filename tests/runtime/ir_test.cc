@@ -156,6 +156,84 @@ TEST(IrTest, LinearRejectsMismatchedKBiasAndRanks) {
   EXPECT_NE(mixed_types.status().message().find("one dtype"), std::string::npos) << mixed_types.status().message();
 }
 
+// x:[N, C, H, W], w:[K, C/g, R, S], b:[K] -> mish(conv2d(x, w, b)) (issue 18 item 2: conv + epilogue).
+Graph ConvMish(std::vector<int64_t> dims = {1, 1, 1, 1, 1, 1}, int64_t groups = 1) {
+  Graph g;
+  g.inputs = {{DType::kFloat32, 4}, {DType::kFloat32, 4}, {DType::kFloat32, 1}};
+  Op conv; conv.kind = OpKind::kConv2d; conv.args = {0, 1, 2}; conv.dims = std::move(dims); conv.ivalue = groups;
+  Op mish; mish.kind = OpKind::kMish; mish.args = {3};
+  g.ops = {conv, mish};
+  g.outputs = {4};
+  return g;
+}
+
+std::vector<TensorSpec> ConvSpecs(std::vector<int64_t> x, std::vector<int64_t> w, int64_t bias) {
+  return {TensorSpec::Contiguous(DType::kFloat32, std::move(x)), TensorSpec::Contiguous(DType::kFloat32, std::move(w)),
+          TensorSpec::Contiguous(DType::kFloat32, {bias})};
+}
+
+TEST(IrTest, Conv2dRoundTripsItsAttributesThroughTheCanonicalText) {
+  const Graph g = ConvMish({2, 1, 3, 0, 2, 1}, 4);
+  const std::string text = Canonical(g);
+  EXPECT_NE(text.find("%3 = conv2d(%0, %1, %2) dims=[2,1,3,0,2,1] i=4"), std::string::npos) << text;
+  auto parsed = Parse(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(*parsed, g);
+  EXPECT_NE(GraphHash(g), GraphHash(ConvMish({1, 2, 3, 0, 2, 1}, 4)));  // stride order matters
+  EXPECT_NE(GraphHash(g), GraphHash(ConvMish({2, 1, 3, 0, 2, 1}, 2)));  // groups matter
+  EXPECT_FALSE(g == ConvMish({2, 1, 3, 0, 2, 2}, 4));
+  EXPECT_EQ(GetOpInfo(OpKind::kConv2d).category, OpCategory::kContraction);
+  EXPECT_EQ(Summary(g), "conv2d+mish");
+}
+
+TEST(IrTest, Conv2dInfersTorchsOutputSize) {
+  // 3x3, stride 1, pad 1: same size.
+  auto same = InferShapes(ConvMish(), ConvSpecs({8, 64, 32, 32}, {128, 64, 3, 3}, 128));
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_EQ((*same)[3], (std::vector<int64_t>{8, 128, 32, 32}));
+  EXPECT_EQ((*same)[4], (std::vector<int64_t>{8, 128, 32, 32}));
+  // H: (31 + 2*3 - 2*(5-1) - 1) / 2 + 1 = 15; W: (20 + 0 - 1*(3-1) - 1) / 1 + 1 = 18; groups 4: C = 4 x 2.
+  auto strided = InferShapes(ConvMish({2, 1, 3, 0, 2, 1}, 4), ConvSpecs({1, 8, 31, 20}, {12, 2, 5, 3}, 12));
+  ASSERT_TRUE(strided.ok()) << strided.status().ToString();
+  EXPECT_EQ((*strided)[3], (std::vector<int64_t>{1, 12, 15, 18}));
+  auto specs = InferOutputSpecs(ConvMish(), ConvSpecs({2, 3, 5, 5}, {4, 3, 1, 1}, 4));
+  ASSERT_TRUE(specs.ok()) << specs.status().ToString();
+  EXPECT_EQ((*specs)[0].shape, (std::vector<int64_t>{2, 4, 7, 7}));
+}
+
+TEST(IrTest, Conv2dRejectsBadChannelsBiasKernelAndAttributes) {
+  auto msg = [](const Expected<std::vector<std::vector<int64_t>>>& r) { return r.ok() ? std::string() : r.status().message(); };
+  auto chans = InferShapes(ConvMish(), ConvSpecs({8, 64, 32, 32}, {128, 32, 3, 3}, 128));
+  EXPECT_NE(msg(chans).find("input channels 64 != weight's C/groups 32 x groups 1"), std::string::npos) << msg(chans);
+  auto kgroups = InferShapes(ConvMish({1, 1, 0, 0, 1, 1}, 2), ConvSpecs({1, 4, 8, 8}, {3, 2, 1, 1}, 3));
+  EXPECT_NE(msg(kgroups).find("output channels 3 not divisible by groups 2"), std::string::npos) << msg(kgroups);
+  auto bias = InferShapes(ConvMish(), ConvSpecs({8, 64, 32, 32}, {128, 64, 3, 3}, 127));
+  EXPECT_NE(msg(bias).find("bias shape [127] != [K] = [128]"), std::string::npos) << msg(bias);
+  auto big = InferShapes(ConvMish({1, 1, 0, 0, 1, 1}), ConvSpecs({1, 4, 2, 8}, {4, 4, 3, 3}, 4));
+  EXPECT_NE(msg(big).find("larger than the padded input (2 + 2 x 0) along H"), std::string::npos) << msg(big);
+  auto type_msg = [](const Graph& g) {
+    auto t = InferTypes(g);
+    return t.ok() ? std::string() : t.status().message();
+  };
+  EXPECT_NE(type_msg(ConvMish({1, 1, 1, 1})).find("needs dims = [stride_h"), std::string::npos);
+  EXPECT_NE(type_msg(ConvMish({0, 1, 1, 1, 1, 1})).find("stride must be >= 1"), std::string::npos);
+  EXPECT_NE(type_msg(ConvMish({1, 1, 1, 1, 0, 1})).find("dilation must be >= 1"), std::string::npos);
+  EXPECT_NE(type_msg(ConvMish({1, 1, 1, 1, 1, 1}, 0)).find("groups must be >= 1"), std::string::npos);
+  Graph rank = ConvMish();
+  rank.inputs[0].rank = 3;
+  EXPECT_NE(type_msg(rank).find("input must be rank 4 [N, C, H, W]"), std::string::npos) << type_msg(rank);
+  rank = ConvMish();
+  rank.inputs[1].rank = 2;
+  EXPECT_NE(type_msg(rank).find("weight must be rank 4"), std::string::npos) << type_msg(rank);
+  Graph mixed = ConvMish();
+  mixed.inputs[1].dtype = DType::kBFloat16;
+  EXPECT_NE(type_msg(mixed).find("one dtype"), std::string::npos) << type_msg(mixed);
+  // linear still takes no dims.
+  Graph lin = LinearRelu();
+  lin.ops[0].dims = {1};
+  EXPECT_NE(type_msg(lin).find("takes no dims"), std::string::npos) << type_msg(lin);
+}
+
 TEST(IrTest, RejectsShapesThatDoNotBroadcast) {
   auto shapes = InferShapes(BiasGeluSum(), {TensorSpec::Contiguous(DType::kFloat32, {64, 128}),
                                             TensorSpec::Contiguous(DType::kFloat32, {100})});

@@ -96,6 +96,19 @@ TEST(ReferenceProgramTest, SpellsLinearWithTorchFunctional) {
   ExpectContains(p, "        v4 = F.linear(v3, x1)\n");
 }
 
+TEST(ReferenceProgramTest, SpellsConv2dWithItsAttributes) {
+  Graph g;
+  g.inputs = {{DType::kFloat32, 4}, {DType::kFloat32, 4}, {DType::kFloat32, 1}};
+  g.ops = {MakeOp(OpKind::kConv2d, {0, 1, 2}, {}, 2, {2, 1, 1, 0, 1, 3}), MakeOp(OpKind::kConv2d, {3, 1}, {}, 1, {1, 1, 0, 0, 1, 1})};
+  g.outputs = {4};
+  const std::string p = RenderReferenceProgram(g, {TensorSpec::Contiguous(DType::kFloat32, {2, 8, 16, 16}),
+                                                   TensorSpec::Contiguous(DType::kFloat32, {8, 4, 3, 3}),
+                                                   TensorSpec::Contiguous(DType::kFloat32, {8})},
+                                               "cpu");
+  ExpectContains(p, "        v3 = F.conv2d(x0, x1, x2, stride=(2, 1), padding=(1, 0), dilation=(1, 3), groups=2)\n");
+  ExpectContains(p, "        v4 = F.conv2d(v3, x1, None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1)\n");
+}
+
 TEST(ReferenceProgramTest, SpellsNormalisationsWithTorchFunctional) {
   Graph g;
   g.inputs = {{DType::kFloat32, 3}, {DType::kFloat32, 1}, {DType::kFloat32, 1}};

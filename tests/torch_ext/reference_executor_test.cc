@@ -304,6 +304,27 @@ TEST_F(ReferenceExecutorTest, LinearIsXTimesWeightTransposedPlusBiasAndUpcasts) 
   EXPECT_TRUE(at::allclose(up, at::matmul(x.to(at::kDouble), w.to(at::kDouble).t()) + b.to(at::kDouble), 1e-12, 1e-12));
 }
 
+TEST_F(ReferenceExecutorTest, Conv2dIsAtConv2dWithItsAttributesAndUpcasts) {
+  at::Tensor x = Randn({2, 4, 9, 7});
+  at::Tensor w = Randn({6, 2, 3, 2});
+  at::Tensor b = Randn({6});
+  // dims = {sh, sw, ph, pw, dh, dw}, ivalue = groups (ir.h).
+  ir::Graph with_bias = MakeGraph({{DType::kFloat32, 4}, {DType::kFloat32, 4}, {DType::kFloat32, 1}},
+                                  {MakeOp(OpKind::kConv2d, {0, 1, 2}, {}, 2, {2, 1, 1, 0, 1, 2}), MakeOp(OpKind::kMish, {3})});
+  ExpectSame(RunOne(with_bias, {x, w, b}), at::mish(at::conv2d(x, w, b, {2, 1}, {1, 0}, {1, 2}, 2)));
+  ir::Graph no_bias = MakeGraph({{DType::kFloat32, 4}, {DType::kFloat32, 4}},
+                                {MakeOp(OpKind::kConv2d, {0, 1}, {}, 1, {1, 1, 1, 1, 1, 1})});
+  at::Tensor w1 = Randn({3, 4, 3, 3});
+  at::Tensor plain = RunOne(no_bias, {x, w1});
+  ExpectSame(plain, at::conv2d(x, w1, {}, {1, 1}, {1, 1}));
+  EXPECT_EQ(plain.sizes().vec(), (std::vector<int64_t>{2, 3, 9, 7}));
+  at::Tensor up = RunOne(with_bias, {x, w, b}, /*upcast=*/true);
+  ASSERT_TRUE(up.defined());
+  EXPECT_EQ(up.scalar_type(), at::kDouble);
+  at::Tensor want = at::mish(at::conv2d(x.to(at::kDouble), w.to(at::kDouble), b.to(at::kDouble), {2, 1}, {1, 0}, {1, 2}, 2));
+  EXPECT_TRUE(at::allclose(up, want, 1e-12, 1e-12));
+}
+
 TEST_F(ReferenceExecutorTest, LayerNormWithAndWithoutAffine) {
   at::Tensor x = Randn({3, 4, 8});
   at::Tensor w = Randn({4, 8});

@@ -554,6 +554,15 @@ Expected<std::vector<c10::SymDimVector>> SymbolicShapes(const ir::Graph& graph, 
         break;
       }
       case ir::OpCategory::kContraction: {  // linear: [..., K] x [N, K] -> [..., N]
+        if (o.kind == ir::OpKind::kConv2d) {  // [N, C, H, W] * [K, C/g, R, S] -> [N, K, P, Q] (ir.h)
+          const auto& x = shapes[o.args[0]];
+          const auto& w = shapes[o.args[1]];
+          out = {x[0], w[0], 0, 0};
+          for (int d = 0; d < 2; ++d) {
+            out[2 + d] = (x[2 + d] + 2 * o.dims[2 + d] - o.dims[4 + d] * (w[2 + d] - 1) - 1) / o.dims[d] + 1;
+          }
+          break;
+        }
         out = shapes[o.args[0]];
         if (out.empty() || shapes[o.args[1]].size() != 2) {
           return Status(StatusCode::kInvalidArgument, "op " + std::to_string(i) + " (linear): needs x [..., K] and weight [N, K]");

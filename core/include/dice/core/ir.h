@@ -98,11 +98,17 @@ enum class OpKind : uint8_t {
   kGroupNorm,   ///< ivalue: groups; scalars: eps; args x[, weight[, bias]] (x is [N, C, *])
   // contractions
   kLinear,      ///< F.linear: args x [..., K], weight [N, K][, bias [N]] -> [..., N]; one dtype; no attributes
+  /// F.conv2d: args x [N, C, H, W], weight [K, C/groups, R, S][, bias [K]] -> [N, K, P, Q]
+  /// with P = (H + 2 ph - dh (R - 1) - 1) / sh + 1 (Q likewise with w); one dtype.
+  /// dims = {sh, sw, ph, pw, dh, dw} (stride >= 1, padding >= 0, dilation >= 1,
+  /// in this order, NOT sorted); ivalue = groups (>= 1; C and K divisible by it).
+  kConv2d,
 };
 
 /// Broad category of an op, used by passes and code generators.
-/// kContraction (kLinear) sums products over an input dim; the elementwise
-/// and row templates refuse it and the gemm family serves it (issue 18).
+/// kContraction (kLinear, kConv2d) sums products over input dims; the
+/// elementwise and row templates refuse it, the gemm family serves linear and
+/// the conv family conv2d (issue 18).
 enum class OpCategory : uint8_t { kConstant, kUnary, kBinary, kReduction, kNormalization, kContraction };
 
 /// Static facts about an OpKind: name in the canonical text ("add"), the
@@ -123,9 +129,9 @@ Expected<OpKind> OpKindFromName(std::string_view name);
 struct Op {
   OpKind kind = OpKind::kConstant;
   std::vector<int32_t> args;     ///< value ids, each < this op's own value id
-  std::vector<int64_t> dims;     ///< reductions / softmax; non-negative, sorted
+  std::vector<int64_t> dims;     ///< reductions / softmax: non-negative, sorted; conv2d: {sh, sw, ph, pw, dh, dw}
   bool keepdim = false;          ///< reductions
-  int64_t ivalue = 0;            ///< gelu approximation, cast dtype, layer_norm ndim, groups
+  int64_t ivalue = 0;            ///< gelu approximation, cast dtype, layer_norm ndim, group_norm / conv2d groups
   std::vector<double> scalars;   ///< see OpKind
 
   bool operator==(const Op& o) const;
