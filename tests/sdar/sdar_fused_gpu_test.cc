@@ -3,14 +3,18 @@
 // unfused LibTorch path (prefill with the block-causal mask, a cached
 // denoising step, a merged commit), bf16 within the documented tolerance,
 // greedy tokens equal with CUDA graphs on and off, and a shape the kernels
-// do not take falling back to the unfused path with a message.
+// do not take falling back to the unfused path with a message; the KV cache
+// written by QkNormRope itself bit-identical to copy_ / index_copy_ of its
+// outputs; the vectorized and the scalar add + RMSNorm agreeing.
 #include <gtest/gtest.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/cuda.h>
 
 #include <cstdio>
 
 #include "tiny_sdar_config.h"
 #include "dice/generator/diffusion_decoder.h"
+#include "dice/generator/sdar_fused_kernels.h"
 #include "dice/generator/sdar_model.h"
 
 namespace dice::generator {
@@ -148,6 +152,96 @@ TEST(SdarFusedGpuTest, FusedKernelsNeedTheFusedProjections) {
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_FALSE(m->fused_elementwise());
   EXPECT_NE(m->fused_elementwise_note().find("fuse_projections"), std::string::npos);
+}
+
+// The new keys/values QkNormRope stores into the cache (KvCacheWrite) are
+// the bits the unfused path's index_copy_ (graph form, slots) and
+// narrow().copy_ (eager form, start) store from its k_out and the QKV slice.
+TEST(SdarFusedGpuTest, CacheWrittenByTheKernelEqualsTheCopiedKeysAndValues) {
+  DICE_REQUIRE_CUDA();
+  const SdarConfig c = MidConfig();
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    SdarFusedShape shape;
+    shape.hidden = c.hidden_size, shape.heads = c.num_attention_heads, shape.kv_heads = c.num_key_value_heads;
+    shape.head_dim = c.head_dim, shape.intermediate = c.intermediate_size, shape.eps = c.rms_norm_eps;
+    shape.dtype = dtype == torch::kFloat32 ? FusedDtype::kF32 : FusedDtype::kBF16;
+    auto k = SdarFusedKernels::Build(shape, "", 0);
+    ASSERT_TRUE(k.ok()) << k.status().ToString();
+    const int64_t batch = 3, len = 4, cap = 40, hd = c.head_dim, kvh = c.num_key_value_heads;
+    const int64_t width = (c.num_attention_heads + 2 * kvh) * hd;
+    auto opts = torch::TensorOptions().device(torch::kCUDA, 0).dtype(dtype);
+    torch::manual_seed(7);
+    auto qkv = torch::randn({batch * len, width}, opts);
+    auto qw = torch::randn({hd}, opts) * 0.1 + 1, kw = torch::randn({hd}, opts) * 0.1 + 1;
+    auto cos = torch::randn({len, hd}, opts), sin = torch::randn({len, hd}, opts);
+    void* stream = c10::cuda::getCurrentCUDAStream(0).stream();
+    auto q_ref = torch::empty({batch, len, c.num_attention_heads, hd}, opts), q = torch::empty_like(q_ref);
+    auto k_ref = torch::empty({batch, len, kvh, hd}, opts);
+    ASSERT_TRUE((*k)->QkNormRope(qkv.data_ptr(), qw.data_ptr(), kw.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+                                 q_ref.data_ptr(), k_ref.data_ptr(), batch * len, len, stream).ok());
+    auto v_ref = qkv.narrow(-1, (c.num_attention_heads + kvh) * hd, kvh * hd).view({batch, len, kvh, hd});
+    auto slots = torch::tensor({9, 3, 17, 30}, torch::TensorOptions().dtype(torch::kLong).device(torch::kCUDA, 0));
+    for (const bool graph_form : {true, false}) {
+      auto kc_ref = torch::zeros({batch, kvh, cap, hd}, opts), vc_ref = torch::zeros_like(kc_ref);
+      auto kc = torch::zeros_like(kc_ref), vc = torch::zeros_like(kc_ref);
+      const int64_t start = 21;
+      if (graph_form) {
+        kc_ref.index_copy_(2, slots, k_ref.transpose(1, 2));
+        vc_ref.index_copy_(2, slots, v_ref.transpose(1, 2));
+      } else {
+        kc_ref.narrow(2, start, len).copy_(k_ref.transpose(1, 2));
+        vc_ref.narrow(2, start, len).copy_(v_ref.transpose(1, 2));
+      }
+      KvCacheWrite kv;
+      kv.k_cache = kc.data_ptr(), kv.v_cache = vc.data_ptr(), kv.capacity = cap;
+      kv.slots = graph_form ? slots.data_ptr<int64_t>() : nullptr;
+      kv.start = graph_form ? 0 : start;
+      ASSERT_TRUE((*k)->QkNormRope(qkv.data_ptr(), qw.data_ptr(), kw.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+                                   q.data_ptr(), nullptr, batch * len, len, stream, &kv).ok());
+      EXPECT_TRUE(torch::equal(q, q_ref)) << "graph form " << graph_form;
+      EXPECT_TRUE(torch::equal(kc, kc_ref)) << "graph form " << graph_form;
+      EXPECT_TRUE(torch::equal(vc, vc_ref)) << "graph form " << graph_form;
+    }
+  }
+}
+
+// dice_sdar_add_rmsnorm (16-byte loads) and dice_sdar_add_rmsnorm_s (an
+// unaligned view takes the scalar form): the sums x + d bit-equal; the
+// normed rows within a bf16 rounding of each other and of the LibTorch
+// formula (only the order of the float32 sum of squares differs).
+TEST(SdarFusedGpuTest, VectorAndScalarAddRmsNormAgree) {
+  DICE_REQUIRE_CUDA();
+  const SdarConfig c = MidConfig();
+  SdarFusedShape shape;
+  shape.hidden = c.hidden_size, shape.heads = c.num_attention_heads, shape.kv_heads = c.num_key_value_heads;
+  shape.head_dim = c.head_dim, shape.intermediate = c.intermediate_size, shape.eps = c.rms_norm_eps;
+  shape.dtype = FusedDtype::kBF16;
+  auto k = SdarFusedKernels::Build(shape, "", 0);
+  ASSERT_TRUE(k.ok()) << k.status().ToString();
+  auto opts = torch::TensorOptions().device(torch::kCUDA, 0).dtype(torch::kBFloat16);
+  const int64_t rows = 4, h = c.hidden_size;
+  auto x = torch::randn({rows, h}, opts), d = torch::randn({rows, h}, opts), w = torch::randn({h}, opts);
+  // The same values one element past a 16-byte boundary: the scalar form.
+  auto xs = torch::empty({rows * h + 1}, opts), ds = torch::empty_like(xs);
+  xs.narrow(0, 1, rows * h).copy_(x.reshape(-1));
+  ds.narrow(0, 1, rows * h).copy_(d.reshape(-1));
+  void* stream = c10::cuda::getCurrentCUDAStream(0).stream();
+  auto sum = torch::empty_like(x), norm = torch::empty_like(x), sum_s = torch::empty_like(xs),
+       norm_s = torch::empty_like(xs);
+  ASSERT_TRUE((*k)->AddRmsNorm(x.data_ptr(), d.data_ptr(), w.data_ptr(), sum.data_ptr(), norm.data_ptr(), rows,
+                               stream).ok());
+  auto* base = static_cast<at::BFloat16*>(xs.data_ptr());
+  ASSERT_TRUE((*k)->AddRmsNorm(base + 1, static_cast<at::BFloat16*>(ds.data_ptr()) + 1, w.data_ptr(),
+                               static_cast<at::BFloat16*>(sum_s.data_ptr()) + 1,
+                               static_cast<at::BFloat16*>(norm_s.data_ptr()) + 1, rows, stream).ok());
+  auto sum_b = sum_s.narrow(0, 1, rows * h).view({rows, h}), norm_b = norm_s.narrow(0, 1, rows * h).view({rows, h});
+  EXPECT_TRUE(torch::equal(sum, sum_b));
+  auto ref = (x.to(torch::kFloat32) + d.to(torch::kFloat32)).to(torch::kBFloat16).to(torch::kFloat32);
+  auto rms = torch::rsqrt(ref.pow(2).mean(-1, true) + c.rms_norm_eps);
+  auto want = (w.to(torch::kFloat32) * (ref * rms).to(torch::kBFloat16).to(torch::kFloat32));
+  const double scale = want.abs().max().item<double>();
+  EXPECT_LE((norm.to(torch::kFloat32) - want).abs().max().item<double>(), 0.02 * scale);
+  EXPECT_LE((norm_b.to(torch::kFloat32) - norm.to(torch::kFloat32)).abs().max().item<double>(), 0.02 * scale);
 }
 
 }  // namespace

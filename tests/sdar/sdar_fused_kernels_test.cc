@@ -48,6 +48,17 @@ TEST(SdarFusedKernelsTest, SourceBakesTheShapeIn) {
   for (const auto& name : SdarFusedKernelNames()) EXPECT_NE(src.find(name), std::string::npos) << name;
 }
 
+TEST(SdarFusedKernelsTest, NormsUse16ByteLoadsWhenTheRowFillsThemAndQkNormRopeWritesTheCache) {
+  const std::string bf16 = SdarFusedSource(Shape(2560, 32, 8, 128, 9728, FusedDtype::kBF16));
+  EXPECT_NE(bf16.find("#define NORM_VEC 8\n"), std::string::npos);
+  EXPECT_NE(bf16.find("#define NORM_THREADS 320\n"), std::string::npos);  // one 16-byte load a thread
+  EXPECT_NE(SdarFusedSource(Shape(2560, 32, 8, 128, 9728, FusedDtype::kF32)).find("#define NORM_VEC 4\n"),
+            std::string::npos);
+  EXPECT_NE(SdarFusedSource(Shape(5001, 32, 8, 128, 9728, FusedDtype::kBF16)).find("#define NORM_VEC 1\n"),
+            std::string::npos);
+  EXPECT_NE(bf16.find("T* k_cache, T* v_cache, const long long* slots"), std::string::npos);
+}
+
 TEST(SdarFusedKernelsTest, ShapesThatDoNotFitAreRefusedNamingTheField) {
   auto odd = CheckFusedShape(Shape(32, 4, 2, 7, 64, FusedDtype::kF32));
   ASSERT_FALSE(odd.ok());

@@ -4,6 +4,7 @@
 #include "dice/generator/sdar_fused_kernels.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <sstream>
 
 #include "dice/core/candidate.h"
@@ -15,15 +16,26 @@ namespace {
 
 using runtime::CudaDriver;
 
-enum Kernel { kRmsNorm = 0, kAddRmsNorm = 1, kQkNormRope = 2, kSiluMul = 3 };
+enum Kernel { kRmsNorm = 0, kAddRmsNorm = 1, kQkNormRope = 2, kSiluMul = 3, kRmsNormScalar = 4, kAddRmsNormScalar = 5 };
 
 constexpr unsigned kSiluThreads = 256;
 
-// Threads of a norm block: about 8 elements a thread, whole warps, at most 1024.
-unsigned NormThreads(int64_t hidden) {
-  const int64_t per8 = (hidden + 7) / 8;
-  return static_cast<unsigned>(std::clamp<int64_t>((per8 + 31) / 32 * 32, 32, 1024));
+// Elements of one 16-byte load of the norm kernels: 16 / element size when
+// hidden is a multiple of it, else 1 (scalar loads only).
+int NormVec(const SdarFusedShape& s) {
+  const int v = s.dtype == FusedDtype::kF32 ? 4 : 8;
+  return s.hidden % v == 0 ? v : 1;
 }
+
+// Threads of a norm block: one 16-byte load a thread (about 8 elements a
+// thread without vectors), whole warps, at most 1024.
+unsigned NormThreads(const SdarFusedShape& s) {
+  const int vec = NormVec(s);
+  const int64_t units = vec > 1 ? s.hidden / vec : (s.hidden + 7) / 8;
+  return static_cast<unsigned>(std::clamp<int64_t>((units + 31) / 32 * 32, 32, 1024));
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 unsigned HeadThreads(int64_t head_dim) { return static_cast<unsigned>(std::max<int64_t>(32, (head_dim + 31) / 32 * 32)); }
 
@@ -57,52 +69,127 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
   return s;
 }
 
+// V consecutive elements of p as floats: one 16-byte load when V elements
+// fill 16 bytes (the caller guarantees the alignment), else V scalar loads.
+template <int V>
+__device__ __forceinline__ void LoadV(const T* p, float* out) {
+  if constexpr (V * sizeof(T) == 16) {
+    union { uint4 u; T h[V]; } b;
+    b.u = *reinterpret_cast<const uint4*>(p);
+#pragma unroll
+    for (int i = 0; i < V; ++i) out[i] = dice_to_float(b.h[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) out[i] = L(p, i);
+  }
+}
+template <int V>
+__device__ __forceinline__ void StoreV(T* p, const float* in) {
+  if constexpr (V * sizeof(T) == 16) {
+    union { uint4 u; T h[V]; } b;
+#pragma unroll
+    for (int i = 0; i < V; ++i) b.h[i] = dice_from_float(in[i]);
+    *reinterpret_cast<uint4*>(p) = b.u;
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) p[i] = dice_from_float(in[i]);
+  }
+}
+
 // One block per row; the row's values stay in registers between the passes.
-template <bool ADD>
+// Every load (x, d, w) is issued before the first store: `sum` may alias x,
+// so a store between two loads would serialise them (one memory round trip
+// each). V elements a load (16 bytes when V = NORM_VEC > 1).
+template <bool ADD, int V>
 __device__ __forceinline__ void RowNorm(const T* x, const T* d, const T* w, T* sum, T* norm) {
+  constexpr int NV = (HIDDEN / V + NORM_THREADS - 1) / NORM_THREADS;
   __shared__ float scratch[32];
   const long base = (long)blockIdx.x * HIDDEN;
-  float v[NORM_ELEMS];
+  float v[NV][V], dv[NV][V], wv[NV][V];
+#pragma unroll
+  for (int e = 0; e < NV; ++e) {
+    const int j = (threadIdx.x + e * NORM_THREADS) * V;
+    if (j < HIDDEN) {
+      LoadV<V>(x + base + j, v[e]);
+      if (ADD) LoadV<V>(d + base + j, dv[e]);
+      LoadV<V>(w + j, wv[e]);
+    }
+  }
   float ss = 0.f;
 #pragma unroll
-  for (int e = 0; e < NORM_ELEMS; ++e) {
-    const int j = threadIdx.x + e * NORM_THREADS;
-    v[e] = 0.f;
+  for (int e = 0; e < NV; ++e) {
+    const int j = (threadIdx.x + e * NORM_THREADS) * V;
     if (j < HIDDEN) {
-      float s = L(x, base + j);
       if (ADD) {
-        s = R(s + L(d, base + j));
-        sum[base + j] = dice_from_float(s);
+#pragma unroll
+        for (int i = 0; i < V; ++i) v[e][i] = R(v[e][i] + dv[e][i]);
+        StoreV<V>(sum + base + j, v[e]);
       }
-      v[e] = s;
-      ss += s * s;
+#pragma unroll
+      for (int i = 0; i < V; ++i) ss += v[e][i] * v[e][i];
     }
   }
   const float r = rsqrtf(BlockSum<NORM_THREADS>(ss, scratch) / (float)HIDDEN + EPS);
 #pragma unroll
-  for (int e = 0; e < NORM_ELEMS; ++e) {
-    const int j = threadIdx.x + e * NORM_THREADS;
-    if (j < HIDDEN) norm[base + j] = dice_from_float(L(w, j) * R(v[e] * r));
+  for (int e = 0; e < NV; ++e) {
+    const int j = (threadIdx.x + e * NORM_THREADS) * V;
+    if (j < HIDDEN) {
+      float o[V];
+#pragma unroll
+      for (int i = 0; i < V; ++i) o[i] = wv[e][i] * R(v[e][i] * r);
+      StoreV<V>(norm + base + j, o);
+    }
   }
 }
 
+// 16-byte (NORM_VEC elements) loads; the _s forms take any alignment.
 extern "C" __global__ void __launch_bounds__(NORM_THREADS)
-dice_sdar_rmsnorm(const T* x, const T* w, T* norm) { RowNorm<false>(x, nullptr, w, nullptr, norm); }
+dice_sdar_rmsnorm(const T* x, const T* w, T* norm) { RowNorm<false, NORM_VEC>(x, nullptr, w, nullptr, norm); }
 
 extern "C" __global__ void __launch_bounds__(NORM_THREADS)
-dice_sdar_add_rmsnorm(const T* x, const T* d, const T* w, T* sum, T* norm) { RowNorm<true>(x, d, w, sum, norm); }
+dice_sdar_add_rmsnorm(const T* x, const T* d, const T* w, T* sum, T* norm) {
+  RowNorm<true, NORM_VEC>(x, d, w, sum, norm);
+}
 
-// grid (rows, HEADS + KV_HEADS), HEAD_THREADS threads: one head of one row.
+extern "C" __global__ void __launch_bounds__(NORM_THREADS)
+dice_sdar_rmsnorm_s(const T* x, const T* w, T* norm) { RowNorm<false, 1>(x, nullptr, w, nullptr, norm); }
+
+extern "C" __global__ void __launch_bounds__(NORM_THREADS)
+dice_sdar_add_rmsnorm_s(const T* x, const T* d, const T* w, T* sum, T* norm) { RowNorm<true, 1>(x, d, w, sum, norm); }
+
+// Where row `row` (token row % seq_len of sequence row / seq_len), head
+// `kh`, element t of a new key/value goes in a [batch, KV_HEADS, capacity,
+// HEAD_DIM] cache: slot slots[token] (null: start + token); -1 outside it.
+__device__ __forceinline__ long long CacheAt(long row, int kh, int t, int seq_len, const long long* slots,
+                                             long long start, long long capacity) {
+  const long b = row / seq_len, tok = row % seq_len;
+  const long long slot = slots != nullptr ? slots[tok] : start + tok;
+  if (slot < 0 || slot >= capacity) return -1;
+  return (((long long)b * KV_HEADS + kh) * capacity + slot) * HEAD_DIM + t;
+}
+
+// grid (rows, HEADS + KV_HEADS [+ KV_HEADS when v_cache]), HEAD_THREADS
+// threads: one head of one row. Blocks y >= HEADS + KV_HEADS copy a value
+// head into v_cache unchanged; k_cache (non-null) receives the normed and
+// rotated key, k_out (non-null) too.
 extern "C" __global__ void __launch_bounds__(HEAD_THREADS)
 dice_sdar_qk_norm_rope(const T* qkv, const T* qw, const T* kw, const T* cos_t, const T* sin_t, T* q_out, T* k_out,
-                       int seq_len) {
+                       int seq_len, T* k_cache, T* v_cache, const long long* slots, long long start,
+                       long long capacity) {
   __shared__ float scratch[32];
   __shared__ float normed[HEAD_DIM];
   const long row = blockIdx.x;
   const int head = blockIdx.y, t = threadIdx.x;
+  const long in = row * (long)((HEADS + 2 * KV_HEADS) * HEAD_DIM) + (long)head * HEAD_DIM;
+  if (head >= HEADS + KV_HEADS) {  // a value head: a copy (whole block, before any barrier)
+    if (t < HEAD_DIM) {
+      const long long at = CacheAt(row, head - HEADS - KV_HEADS, t, seq_len, slots, start, capacity);
+      if (at >= 0) v_cache[at] = qkv[in + t];
+    }
+    return;
+  }
   const bool is_q = head < HEADS;
   const T* w = is_q ? qw : kw;
-  const long in = row * (long)((HEADS + 2 * KV_HEADS) * HEAD_DIM) + (long)head * HEAD_DIM;
   const float v = t < HEAD_DIM ? L(qkv, in + t) : 0.f;
   const float r = rsqrtf(BlockSum<HEAD_THREADS>(v * v, scratch) / (float)HEAD_DIM + EPS);
   if (t < HEAD_DIM) normed[t] = R(L(w, t) * R(v * r));
@@ -116,7 +203,11 @@ dice_sdar_qk_norm_rope(const T* qkv, const T* qw, const T* kw, const T* cos_t, c
   if (is_q) {
     q_out[(row * HEADS + head) * HEAD_DIM + t] = dice_from_float(out);
   } else {
-    k_out[(row * KV_HEADS + (head - HEADS)) * HEAD_DIM + t] = dice_from_float(out);
+    if (k_out != nullptr) k_out[(row * KV_HEADS + (head - HEADS)) * HEAD_DIM + t] = dice_from_float(out);
+    if (k_cache != nullptr) {
+      const long long at = CacheAt(row, head - HEADS, t, seq_len, slots, start, capacity);
+      if (at >= 0) k_cache[at] = dice_from_float(out);
+    }
   }
 }
 
@@ -157,11 +248,12 @@ Status CheckFusedShape(const SdarFusedShape& s) {
 }
 
 std::vector<std::string> SdarFusedKernelNames() {
-  return {"dice_sdar_rmsnorm", "dice_sdar_add_rmsnorm", "dice_sdar_qk_norm_rope", "dice_sdar_silu_mul"};
+  return {"dice_sdar_rmsnorm",   "dice_sdar_add_rmsnorm",  "dice_sdar_qk_norm_rope",
+          "dice_sdar_silu_mul",  "dice_sdar_rmsnorm_s",    "dice_sdar_add_rmsnorm_s"};
 }
 
 std::string SdarFusedSource(const SdarFusedShape& s) {
-  const unsigned nt = NormThreads(s.hidden);
+  const unsigned nt = NormThreads(s);
   std::ostringstream o;
   o.precision(17);
   o << "// SDAR fused elementwise kernels (dice/generator/sdar_fused_kernels.h)\n"
@@ -183,8 +275,8 @@ std::string SdarFusedSource(const SdarFusedShape& s) {
   }
   o << "#define HIDDEN " << s.hidden << "\n#define HEADS " << s.heads << "\n#define KV_HEADS " << s.kv_heads
     << "\n#define HEAD_DIM " << s.head_dim << "\n#define INTER " << s.intermediate << "\n#define EPS "
-    << static_cast<float>(s.eps) << "f\n#define NORM_THREADS " << nt << "\n#define NORM_ELEMS "
-    << (s.hidden + nt - 1) / nt << "\n#define HEAD_THREADS " << HeadThreads(s.head_dim) << "\n#define SILU_THREADS "
+    << static_cast<float>(s.eps) << "f\n#define NORM_THREADS " << nt << "\n#define NORM_VEC "
+    << NormVec(s) << "\n#define HEAD_THREADS " << HeadThreads(s.head_dim) << "\n#define SILU_THREADS "
     << kSiluThreads << "\n"
     << kBody;
   return o.str();
@@ -219,7 +311,7 @@ Expected<std::unique_ptr<SdarFusedKernels>> SdarFusedKernels::Build(const SdarFu
   std::unique_ptr<SdarFusedKernels> k(new SdarFusedKernels());
   k->shape_ = shape;
   k->driver_ = d;
-  k->norm_threads_ = NormThreads(shape.hidden);
+  k->norm_threads_ = NormThreads(shape);
   k->head_threads_ = HeadThreads(shape.head_dim);
   k->compile_ms_ = compiled->compile_ms;
   runtime::CUmodule_t module = nullptr;
@@ -251,26 +343,41 @@ Status SdarFusedKernels::Launch(int which, unsigned grid_x, unsigned grid_y, uns
 Status SdarFusedKernels::AddRmsNorm(const void* x, const void* delta, const void* w, void* sum, void* norm,
                                     int64_t rows, void* stream) const {
   if (rows < 1 || rows > 0x7fffffff) return Status(StatusCode::kInvalidArgument, "SDAR fused AddRmsNorm: bad rows");
+  // The 16-byte forms need every row start aligned: the base pointers (rows
+  // of hidden elements stay aligned when hidden is a multiple of NORM_VEC).
+  const bool vec = Aligned16(x) && Aligned16(w) && Aligned16(norm) &&
+                   (delta == nullptr || (Aligned16(delta) && Aligned16(sum)));
   if (delta == nullptr) {
     void* args[] = {&x, &w, &norm};
-    return Launch(kRmsNorm, static_cast<unsigned>(rows), 1, norm_threads_, args, stream);
+    return Launch(vec ? kRmsNorm : kRmsNormScalar, static_cast<unsigned>(rows), 1, norm_threads_, args, stream);
   }
   void* args[] = {&x, &delta, &w, &sum, &norm};
-  return Launch(kAddRmsNorm, static_cast<unsigned>(rows), 1, norm_threads_, args, stream);
+  return Launch(vec ? kAddRmsNorm : kAddRmsNormScalar, static_cast<unsigned>(rows), 1, norm_threads_, args, stream);
 }
 
 Status SdarFusedKernels::QkNormRope(const void* qkv, const void* q_w, const void* k_w, const void* cos,
                                     const void* sin, void* q_out, void* k_out, int64_t rows, int64_t seq_len,
-                                    void* stream) const {
+                                    void* stream, const KvCacheWrite* kv) const {
   if (rows < 1 || rows > 0x7fffffff || seq_len < 1 || rows % seq_len != 0) {
     return Status(StatusCode::kInvalidArgument, "SDAR fused QkNormRope: rows " + std::to_string(rows) +
                                                     " is not a positive multiple of seq_len " +
                                                     std::to_string(seq_len));
   }
+  if (kv != nullptr && (kv->k_cache == nullptr || kv->v_cache == nullptr || kv->capacity < 1 || kv->start < 0)) {
+    return Status(StatusCode::kInvalidArgument, "SDAR fused QkNormRope: the KV cache write needs both caches, "
+                                                "capacity >= 1 and start >= 0");
+  }
+  if (kv == nullptr && k_out == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "SDAR fused QkNormRope: k_out is null and no KV cache is given");
+  }
   int len = static_cast<int>(seq_len);
-  void* args[] = {&qkv, &q_w, &k_w, &cos, &sin, &q_out, &k_out, &len};
-  return Launch(kQkNormRope, static_cast<unsigned>(rows), static_cast<unsigned>(shape_.heads + shape_.kv_heads),
-                head_threads_, args, stream);
+  void* k_cache = kv ? kv->k_cache : nullptr;
+  void* v_cache = kv ? kv->v_cache : nullptr;
+  const void* slots = kv ? static_cast<const void*>(kv->slots) : nullptr;
+  long long start = kv ? kv->start : 0, capacity = kv ? kv->capacity : 0;
+  void* args[] = {&qkv, &q_w, &k_w, &cos, &sin, &q_out, &k_out, &len, &k_cache, &v_cache, &slots, &start, &capacity};
+  const int64_t heads = shape_.heads + shape_.kv_heads + (kv ? shape_.kv_heads : 0);
+  return Launch(kQkNormRope, static_cast<unsigned>(rows), static_cast<unsigned>(heads), head_threads_, args, stream);
 }
 
 Status SdarFusedKernels::SiluMul(const void* gate_up, void* out, int64_t rows, void* stream) const {

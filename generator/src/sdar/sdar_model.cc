@@ -79,6 +79,24 @@ std::shared_ptr<const SdarFusedKernels> BuildFused(const SdarConfig& c, const Sd
   return std::shared_ptr<const SdarFusedKernels>(std::move(*built));
 }
 
+// Whether QkNormRope can store layer i's new keys/values into `cache`
+// itself: both tensors contiguous [batch, kv_heads, capacity, head_dim] of
+// x's dtype on x's device, and the slots (graph form) a contiguous int64
+// [len] tensor there. Otherwise RunLayers copies them as the unfused path does.
+bool FusedCacheWritable(const torch::Tensor& kc, const torch::Tensor& vc, int64_t kv_heads, int64_t capacity,
+                        int64_t head_dim, const torch::Tensor& x, const torch::Tensor& slots, int64_t len) {
+  for (const auto* t : {&kc, &vc}) {
+    if (!t->is_contiguous() || t->dim() != 4 || t->size(0) != x.size(0) || t->size(1) != kv_heads ||
+        t->size(2) != capacity || t->size(3) != head_dim || t->scalar_type() != x.scalar_type() ||
+        t->device() != x.device()) {
+      return false;
+    }
+  }
+  if (!slots.defined()) return true;
+  return slots.dim() == 1 && slots.size(0) == len && slots.scalar_type() == torch::kLong && slots.is_contiguous() &&
+         slots.device() == x.device();
+}
+
 torch::Tensor RotateHalf(const torch::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
@@ -487,14 +505,32 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
       a = RmsNorm(x, l.input_norm);
     }
     torch::Tensor q, k, v;
+    // fk with a cache the kernel can address: QkNormRope stores the new keys
+    // and values into it itself (no copy_ / index_copy_ launches below).
+    bool kv_written = false;
     if (fk) {
       auto qkv = torch::linear(a, l.qkv_proj).contiguous();
       auto qo = torch::empty({batch, len, heads, hd}, x.options());
-      auto ko = torch::empty({batch, len, kv_heads, hd}, x.options());
-      CheckLaunch(fused_->QkNormRope(Ptr(qkv), Ptr(l.q_norm), Ptr(l.k_norm), Ptr(cos_c), Ptr(sin_c), qo.data_ptr(),
-                                     ko.data_ptr(), rows, len, stream));
-      q = qo.transpose(1, 2), k = ko.transpose(1, 2);
-      v = qkv.narrow(-1, (heads + kv_heads) * hd, kv_heads * hd).view({batch, len, kv_heads, hd}).transpose(1, 2);
+      KvCacheWrite kvw;
+      const bool direct = cache != nullptr && FusedCacheWritable(cache->k_[i], cache->v_[i], kv_heads,
+                                                                 cache->capacity_, hd, x, slots, len);
+      if (direct) {
+        kvw.k_cache = cache->k_[i].data_ptr();
+        kvw.v_cache = cache->v_[i].data_ptr();
+        kvw.slots = slots.defined() ? slots.data_ptr<int64_t>() : nullptr;
+        kvw.start = start;
+        kvw.capacity = cache->capacity_;
+        CheckLaunch(fused_->QkNormRope(Ptr(qkv), Ptr(l.q_norm), Ptr(l.k_norm), Ptr(cos_c), Ptr(sin_c), qo.data_ptr(),
+                                       nullptr, rows, len, stream, &kvw));
+        kv_written = true;
+      } else {
+        auto ko = torch::empty({batch, len, kv_heads, hd}, x.options());
+        CheckLaunch(fused_->QkNormRope(Ptr(qkv), Ptr(l.q_norm), Ptr(l.k_norm), Ptr(cos_c), Ptr(sin_c), qo.data_ptr(),
+                                       ko.data_ptr(), rows, len, stream));
+        k = ko.transpose(1, 2);
+        v = qkv.narrow(-1, (heads + kv_heads) * hd, kv_heads * hd).view({batch, len, kv_heads, hd}).transpose(1, 2);
+      }
+      q = qo.transpose(1, 2);
     } else {
       torch::Tensor qp, kp, vp;  // [B, L, n * head_dim] each
       if (fused) {
@@ -517,7 +553,9 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
       // New keys/values go into the slots after the committed prefix: scratch
       // for a denoising step, the prefix itself once committed. The static
       // (graph) form names the slots by a device index tensor instead.
-      if (slots.defined()) {
+      if (kv_written) {
+        // QkNormRope stored them.
+      } else if (slots.defined()) {
         cache->k_[i].index_copy_(2, slots, k);
         cache->v_[i].index_copy_(2, slots, v);
       } else {

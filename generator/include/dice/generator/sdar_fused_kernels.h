@@ -8,7 +8,8 @@
 // Three chains of the Qwen3 layer (sdar_model.h) become one launch each:
 //   AddRmsNorm   s = x + d (optional), n = w * RMSNorm(s)   [rows, hidden]
 //   QkNormRope   per head: q,k = w * RMSNorm over head_dim, then RoPE
-//                (rotate-half) with the step's cos/sin tables
+//                (rotate-half) with the step's cos/sin tables; optionally
+//                the new keys and values stored into the KV cache too
 //   SiluMul      silu(gate) * up from the fused gate/up GEMM's output
 // Numerics follow the LibTorch path op by op: statistics in float32, and
 // every value LibTorch stores in the compute dtype is rounded to it at the
@@ -55,15 +56,34 @@ struct SdarFusedShape {
 /// kv_heads. Errors: kInvalidArgument naming the field and the limit.
 Status CheckFusedShape(const SdarFusedShape& shape);
 
-/// The CUDA C++ source (NVRTC, -std=c++17) of the four kernels for
-/// `shape`: dice_sdar_rmsnorm, dice_sdar_add_rmsnorm, dice_sdar_qk_norm_rope,
-/// dice_sdar_silu_mul (extern "C"). Shapes and eps are compile-time
+/// The CUDA C++ source (NVRTC, -std=c++17) of the kernels for `shape`:
+/// dice_sdar_rmsnorm, dice_sdar_add_rmsnorm (16-byte loads when hidden is a
+/// multiple of 16 bytes of elements), dice_sdar_qk_norm_rope,
+/// dice_sdar_silu_mul, and dice_sdar_rmsnorm_s / dice_sdar_add_rmsnorm_s
+/// (the norms with scalar loads, for pointers not 16-byte aligned), all
+/// extern "C". Shapes and eps are compile-time
 /// constants; rows and seq_len are kernel arguments. Precondition:
 /// CheckFusedShape(shape) is Ok.
 std::string SdarFusedSource(const SdarFusedShape& shape);
 
 /// The kernel names SdarFusedSource defines, in a fixed order.
 std::vector<std::string> SdarFusedKernelNames();
+
+/// Where QkNormRope also stores the new keys and values: one layer's KV
+/// cache, k_cache and v_cache [batch, kv_heads, capacity, head_dim] of the
+/// element type, contiguous, batch = rows / seq_len. Token t of every
+/// sequence goes to slot slots[t] (device int64 [seq_len], the CUDA-graph
+/// form's index tensor) or, when slots is null, to slot start + t. A slot
+/// outside [0, capacity) is skipped (not written). The bits stored are those
+/// the unfused path's copy_ / index_copy_ would store: the normed and rotated
+/// key, and the value as the QKV GEMM wrote it.
+struct KvCacheWrite {
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  const int64_t* slots = nullptr;  ///< device pointer, or null
+  int64_t start = 0;               ///< first slot when slots is null
+  int64_t capacity = 0;            ///< the cache's slot count (dim 2)
+};
 
 /// The compiled and loaded kernels of one model (one CUDA module in the
 /// device's primary context, unloaded on destruction). Not copyable.
@@ -85,6 +105,8 @@ class SdarFusedKernels {
 
   /// n = w * RMSNorm(x + d) over rows of `hidden`, and s = x + d into
   /// `sum` (may alias x). `delta` null: n = w * RMSNorm(x), `sum` unused.
+  /// One block a row issues all its loads (16 bytes each when every pointer
+  /// is 16-byte aligned, else scalar: dice_sdar_*_s) before any store.
   /// x, delta, sum, norm: [rows, hidden]; w: [hidden]. `stream`: a
   /// CUstream / cudaStream_t (capturable). Errors: kCudaError naming
   /// cuLaunchKernel; kInvalidArgument for rows < 1.
@@ -95,10 +117,15 @@ class SdarFusedKernels {
   /// output; row r is token r % seq_len of its sequence): q_out [rows, heads,
   /// head_dim] and k_out [rows, kv_heads, head_dim], each head RMS-normed
   /// with q_w / k_w [head_dim] and rotated with cos/sin [seq_len, head_dim]
-  /// row r % seq_len. Errors: as AddRmsNorm; kInvalidArgument when rows is
-  /// not a multiple of seq_len.
+  /// row r % seq_len. `kv` non-null: the new keys and values also go
+  /// straight into that layer's cache (KvCacheWrite; replaces the copy_ /
+  /// index_copy_ launches), and k_out may be null. Errors: as AddRmsNorm;
+  /// kInvalidArgument when rows is not a multiple of seq_len, when k_out is
+  /// null without `kv`, or for a `kv` without both caches or with capacity
+  /// < 1 or start < 0.
   Status QkNormRope(const void* qkv, const void* q_w, const void* k_w, const void* cos, const void* sin, void* q_out,
-                    void* k_out, int64_t rows, int64_t seq_len, void* stream) const;
+                    void* k_out, int64_t rows, int64_t seq_len, void* stream,
+                    const KvCacheWrite* kv = nullptr) const;
 
   /// out [rows, intermediate] = silu(gate) * up with gate_up [rows, 2 *
   /// intermediate] (gate columns first). Errors: as AddRmsNorm.
