@@ -9,6 +9,7 @@
 //                    [--keys 1000] [--payload-bytes 16384]
 //                    [--payload-max-bytes B] [--spread-fraction 1]
 //                    [--db FILE] [--no-integrity-check 1] [--log-requests 1]
+//                    [--server-times 1] [--server-cpu N --client-cpu M]
 //
 // Each client thread has one keep-alive connection; its GETs parse the
 // answer and check the content hash as CacheClient::Get does. The body of a
@@ -22,10 +23,20 @@
 // page drawn uniformly from all pages. The server's per-request log lines
 // (spdlog, info) are off unless --log-requests 1.
 //
+// --server-times 1 reads the server's request log (the ms= field of each
+// line, pre-routing to answer written; lines are parsed, not printed) and
+// prints the server-side p50/p99 per route beside the client-side figures,
+// so the gap between the two is what queueing and the clients cost.
+// --server-cpu N --client-cpu M pin the server's threads (accept loop and
+// workers, which inherit the mask of the thread that starts the server) to
+// CPU N and the client threads to CPU M (both or neither).
+//
 // Prints req/s and p50/p99 latency (µs) per route and overall, and "lost:
 // 0". Exit 0 when nothing was lost and no request failed, 1 otherwise, 2 on
 // bad arguments. Numbers go to docs/PERF.md.
 #include <httplib.h>
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 // spdlog as http_server.cc uses it (header-only on Debian's external fmt).
@@ -35,6 +46,7 @@
 #if !defined(FMT_SHARED) && !defined(FMT_HEADER_ONLY)
 #define FMT_HEADER_ONLY 1
 #endif
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -46,7 +58,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -77,6 +91,9 @@ struct Args {
   double spread_fraction = 1;
   bool integrity_check = true;
   bool log_requests = false;
+  bool server_times = false;
+  int server_cpu = -1;  // -1: not pinned
+  int client_cpu = -1;
   std::string db;
 };
 
@@ -156,6 +173,9 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     else if (flag == "--spread-fraction") a->spread_fraction = std::atof(v);
     else if (flag == "--no-integrity-check") a->integrity_check = std::atoi(v) == 0;
     else if (flag == "--log-requests") a->log_requests = std::atoi(v) != 0;
+    else if (flag == "--server-times") a->server_times = std::atoi(v) != 0;
+    else if (flag == "--server-cpu") a->server_cpu = std::atoi(v);
+    else if (flag == "--client-cpu") a->client_cpu = std::atoi(v);
     else if (flag == "--db") a->db = v;
     else return false;
   }
@@ -163,8 +183,43 @@ bool ParseArgs(int argc, char** argv, Args* a) {
   return a->clients >= 1 && a->clients <= 1024 && a->seconds > 0 && a->seconds <= 600 && a->put_fraction >= 0 &&
          a->list_fraction >= 0 && a->dashboard_fraction >= 0 &&
          a->put_fraction + a->list_fraction + a->dashboard_fraction <= 1 && a->keys >= 1 && a->payload_bytes >= 1 &&
-         largest <= (40u << 20) && a->spread_fraction >= 0 && a->spread_fraction <= 1;
+         largest <= (40u << 20) && a->spread_fraction >= 0 && a->spread_fraction <= 1 &&
+         (a->server_cpu < 0) == (a->client_cpu < 0) && a->server_cpu < CPU_SETSIZE && a->client_cpu < CPU_SETSIZE;
 }
+
+// Pins the calling thread (and the threads it starts from now on) to `cpu`.
+bool PinThisThread(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  const int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  if (rc != 0) std::fprintf(stderr, "cannot pin to CPU %d: %s\n", cpu, std::strerror(rc));
+  return rc == 0;
+}
+
+// The server's request log as a sink: per route label, the ms= of each
+// line (the server's own handling time), nothing printed.
+class ServerTimesSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  // Route label -> server-side ms of each request, after the run.
+  std::map<std::string, std::vector<double>> TakeTimes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::move(ms_);
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    const std::string_view line(msg.payload.data(), msg.payload.size());
+    const size_t r = line.find(" route="), m = line.find(" ms=");
+    if (r == std::string_view::npos || m == std::string_view::npos) return;
+    const size_t r_end = line.find(' ', r + 7);
+    ms_[std::string(line.substr(r + 7, r_end - r - 7))].push_back(std::atof(std::string(line.substr(m + 4)).c_str()));
+  }
+  void flush_() override {}
+
+ private:
+  std::map<std::string, std::vector<double>> ms_;  // guarded by base_sink's mutex_
+};
 
 // Seeds entries 0..keys-1 through the Store unless the file already has them.
 bool Seed(const Args& a) {
@@ -281,10 +336,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: cache_load_bench [--clients N<=1024] [--seconds S<=600] [--put-fraction F] "
                          "[--list-fraction F] [--dashboard-fraction F] [--keys K] [--payload-bytes B] "
                          "[--payload-max-bytes B] [--spread-fraction F] [--db FILE] [--no-integrity-check 1] "
-                         "[--log-requests 1]\n");
+                         "[--log-requests 1] [--server-times 1] [--server-cpu N --client-cpu M]\n");
     return 2;
   }
-  if (!args.log_requests) spdlog::set_level(spdlog::level::warn);
+  std::shared_ptr<ServerTimesSink> times;
+  if (args.server_times) {
+    times = std::make_shared<ServerTimesSink>();
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("cache_load_bench", times));
+    spdlog::set_level(spdlog::level::info);
+  } else if (!args.log_requests) {
+    spdlog::set_level(spdlog::level::warn);
+  }
   std::string tmpdir;
   if (args.db.empty()) {
     char tmpl[] = "/tmp/dice_cache_load_XXXXXX";
@@ -294,6 +356,7 @@ int main(int argc, char** argv) {
   }
   if (!Seed(args)) return 1;
   const std::string token = "load-token";
+  if (args.server_cpu >= 0 && !PinThisThread(args.server_cpu)) return 1;
   CacheServer server;
   dice::Status st = server.Start(args.db, "127.0.0.1", 0, token);
   if (!st.ok()) {
@@ -303,6 +366,10 @@ int main(int argc, char** argv) {
   std::printf("server %s, %d entries; %d clients, %.0f s, %.0f%% PUT, %.0f%% list, %.0f%% dashboard, rest GET\n",
               server.url().c_str(), args.keys, args.clients, args.seconds, 100 * args.put_fraction,
               100 * args.list_fraction, 100 * args.dashboard_fraction);
+  if (args.client_cpu >= 0) {
+    if (!PinThisThread(args.client_cpu)) return 1;
+    std::printf("server threads pinned to CPU %d, client threads to CPU %d\n", args.server_cpu, args.client_cpu);
+  }
   std::fflush(stdout);
 
   // PUT keys: 10^12 * (unix seconds mod 10^6) + 10^9 * (client + 1) + n, so
@@ -318,6 +385,9 @@ int main(int argc, char** argv) {
   }
   for (auto& t : threads) t.join();
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  // Before the read-back below adds GETs of its own.
+  std::map<std::string, std::vector<double>> server_ms;
+  if (times) server_ms = times->TakeTimes();
 
   std::array<std::vector<double>, kRoutes> us;
   std::vector<double> all_us;
@@ -360,6 +430,17 @@ int main(int argc, char** argv) {
   }
   std::printf("%-10s %9zu %9.0f %9.0f %9.0f\n", "all", all_us.size(), static_cast<double>(all_us.size()) / elapsed,
               Percentile(all_us, 0.5), Percentile(all_us, 0.99));
+  if (times) {
+    // Log labels of the bench's routes (http_server.cc RouteOf).
+    const std::array<const char*, kRoutes> labels = {"get_kernel", "put_kernel", "list_kernels", "dashboard"};
+    std::printf("server-side (request log, pre-routing to answer written):\n");
+    for (int k = 0; k < kRoutes; ++k) {
+      auto& v = server_ms[labels[k]];
+      if (v.empty() || us[k].empty()) continue;
+      std::printf("%-10s %9zu %9s %9.0f %9.0f\n", kRouteNames[k], v.size(), "", 1000 * Percentile(v, 0.5),
+                  1000 * Percentile(v, 0.99));
+    }
+  }
   std::printf("acknowledged PUTs: %zu; lost: %lld; failed requests: %lld%s%s; integrity_check: %s\n",
               acknowledged.size(), static_cast<long long>(lost), static_cast<long long>(errors),
               first_error.empty() ? "" : " (first: ", first_error.empty() ? "" : (first_error + ")").c_str(),

@@ -41,6 +41,7 @@
 #include <thread>
 #include <utility>
 
+#include "wire_scan.h"
 
 namespace dice::cache {
 namespace {
@@ -73,8 +74,10 @@ Status TakeNumber(const json& j, const char* name, double* out) {
 }
 
 // Parses the wire object; `with_payload` selects whether source and
-// cubin_base64 are required.
-Expected<WinnerRecord> ParseWire(const std::string& text, bool with_payload) {
+// cubin_base64 are required. With `spliced_cubin`, `text` is the object
+// with cubin_base64's value cut out ("", wire::SplitPayload) and the
+// cubin, already decoded, is taken from there.
+Expected<WinnerRecord> ParseWireText(const std::string& text, bool with_payload, std::string* spliced_cubin) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status(StatusCode::kInvalidArgument, "malformed JSON");
   if (!j.is_object()) return Status(StatusCode::kInvalidArgument, "JSON body is not an object");
@@ -106,11 +109,31 @@ Expected<WinnerRecord> ParseWire(const std::string& text, bool with_payload) {
     DICE_RETURN_IF_ERROR(TakeString(j, "source", &r.source));
     std::string b64;
     DICE_RETURN_IF_ERROR(TakeString(j, "cubin_base64", &b64));
-    auto cubin = Base64Decode(b64);
-    if (!cubin.ok()) return cubin.status().WithContext("field 'cubin_base64'");
-    r.cubin = std::move(*cubin);
+    if (spliced_cubin != nullptr) {
+      if (!b64.empty()) return Status(StatusCode::kInternal, "cubin_base64 was not cut out");
+      r.cubin = std::move(*spliced_cubin);
+    } else {
+      auto cubin = Base64Decode(b64);
+      if (!cubin.ok()) return cubin.status().WithContext("field 'cubin_base64'");
+      r.cubin = std::move(*cubin);
+    }
   }
   return r;
+}
+
+// ParseWireText on `text`, by the fast path (wire_scan.h) where it applies
+// and succeeds, else the whole text through nlohmann as before: the same
+// record, and on any failure the same error, either way.
+Expected<WinnerRecord> ParseWire(const std::string& text, bool with_payload) {
+  if (with_payload) {
+    std::string rest, cubin;
+    std::string_view b64;
+    if (wire::SplitPayload(text, &rest, &b64) && wire::DecodeBase64(b64, &cubin)) {
+      auto fast = ParseWireText(rest, true, &cubin);
+      if (fast.ok()) return fast;
+    }
+  }
+  return ParseWireText(text, with_payload, nullptr);
 }
 
 json ErrorJson(const std::string& msg) { return json{{"error", msg}}; }
@@ -227,11 +250,21 @@ std::string WinnerToWireJson(const WinnerRecord& rec, bool with_payload) {
   // The payload is spliced in after the other fields: base64 text needs no
   // JSON escaping, so the serialiser never walks the cubin character by
   // character (it was the server's largest cost per GET).
+  // It is encoded straight into the answer (no base64 string of its own to
+  // copy), and the answer is allocated once.
+  const std::string source = json(rec.source).dump(-1, ' ', false, json::error_handler_t::replace);
+  const size_t b64_len = 4 * ((rec.cubin.size() + 2) / 3);
+  out.reserve(out.size() + b64_len + source.size() + 32);
   out.pop_back();  // the closing '}'
   out += ",\"cubin_base64\":\"";
-  out += Base64Encode(rec.cubin);
+  const size_t at = out.size();
+  out.resize(at + b64_len + 1);  // EVP_EncodeBlock writes a NUL after the text
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data() + at),
+                                reinterpret_cast<const unsigned char*>(rec.cubin.data()),
+                                static_cast<int>(rec.cubin.size()));
+  out.resize(at + static_cast<size_t>(n));
   out += "\",\"source\":";
-  out += json(rec.source).dump(-1, ' ', false, json::error_handler_t::replace);
+  out += source;
   out += '}';
   return out;
 }
@@ -344,7 +377,9 @@ void CacheServer::Impl::GetKernel(const httplib::Request& req, httplib::Response
   if (!rec.ok()) return Reply(res, 500, ErrorJson(rec.status().ToString()));
   if (!rec->has_value()) return Reply(res, 404, ErrorJson("no entry for task key " + key));
   res.status = 200;
-  res.set_content(WinnerToWireJson(**rec, true), "application/json");
+  // What set_content does, without its copy of the (cubin-sized) body.
+  res.body = WinnerToWireJson(**rec, true);
+  res.set_header("Content-Type", "application/json");
 }
 
 void CacheServer::Impl::PutKernel(const httplib::Request& req, httplib::Response& res) {

@@ -18,6 +18,7 @@
 //    written by a newer build is reported and left byte-for-byte untouched.
 #include "dice/cache/store.h"
 
+#include <openssl/evp.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -47,16 +48,36 @@ using sqlite::Transaction;
 }  // namespace
 
 std::string ContentHash(const WinnerRecord& rec) {
-  // Each field is preceded by its length, so bytes cannot move between
-  // fields without changing the hash.
-  std::string bytes;
-  bytes.reserve(rec.source.size() + rec.cubin.size() + rec.launch_plan_json.size() + 64);
+  // SHA-256 over each field preceded by its length ("<n>:<bytes>", source,
+  // cubin, launch plan), so bytes cannot move between fields without
+  // changing the hash. Fed to the digest piece by piece: the same digest as
+  // hashing the concatenation, without copying the cubin into it (the
+  // server hashes every GET's entry, the client every answer).
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  bool ok = ctx != nullptr && EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) == 1;
   for (const std::string* field : {&rec.source, &rec.cubin, &rec.launch_plan_json}) {
-    bytes += std::to_string(field->size());
-    bytes += ':';
-    bytes += *field;
+    const std::string length = std::to_string(field->size()) + ':';
+    ok = ok && EVP_DigestUpdate(ctx, length.data(), length.size()) == 1 &&
+         EVP_DigestUpdate(ctx, field->data(), field->size()) == 1;
   }
-  return ir::Sha256Hex(bytes);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  ok = ok && EVP_DigestFinal_ex(ctx, digest, &len) == 1;
+  EVP_MD_CTX_free(ctx);
+  if (!ok) {  // allocation failure inside OpenSSL: hash the concatenation instead
+    std::string bytes;
+    for (const std::string* field : {&rec.source, &rec.cubin, &rec.launch_plan_json}) {
+      bytes += std::to_string(field->size()) + ':' + *field;
+    }
+    return ir::Sha256Hex(bytes);
+  }
+  static const char* kHex = "0123456789abcdef";
+  std::string out(2 * len, '0');
+  for (unsigned int i = 0; i < len; ++i) {
+    out[2 * i] = kHex[digest[i] >> 4];
+    out[2 * i + 1] = kHex[digest[i] & 15];
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------

@@ -40,6 +40,25 @@ class ReaderPool {
   /// queue on the cores, not on the connections.
   static constexpr int kDefaultMaxReaders = 4;
 
+  /// Page cache of each read connection, KiB (SQLite's default is 2,000).
+  /// A list page walks its index up to the page's offset: at 100k entries
+  /// the created_at index alone is 3.9 MB, so with 2 MB every deep page
+  /// re-read most of it from the file (pread), ~1.7 ms of a page's ~3 ms
+  /// of SQL. 16 MiB holds the four page indexes; 4 readers cost 64 MiB at
+  /// most, allocated as pages are read.
+  static constexpr int kReaderCacheKiB = 16384;
+
+  /// PRAGMA mmap_size of each read connection, bytes. Pages inside the map
+  /// are read in place instead of by pread into the page cache: a
+  /// summary's columns lie after the cubin, so every list row walks the
+  /// cubin's overflow chain (~17 pages of 4 KiB at 66 KB), and every GET
+  /// copies them. Debian's SQLite caps the map at 0x7fff0000 bytes
+  /// (SQLITE_MAX_MMAP_SIZE), which this asks for: a larger file is read in
+  /// place up to there and by pread beyond. SQLite remaps after the file
+  /// changes size (https://sqlite.org/mmap.html); read-only connections
+  /// never write through the map.
+  static constexpr long long kReaderMmapBytes = 0x7fff0000LL;
+
   /// The maximum from $DICE_CACHE_READ_CONNECTIONS: an integer 0..64, 0 =
   /// no read connections (every read on the write connection, as before
   /// there were readers: an A/B switch for benchmarks); unset:

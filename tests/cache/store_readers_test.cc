@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <memory>
 #include <string>
@@ -237,6 +238,55 @@ TEST_F(StoreReadersTest, DamagedRowIsRefusedOnTheReadPath) {
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), StatusCode::kCorrupt);
   EXPECT_NE(got.status().message().find("dmg"), std::string::npos) << got.status().ToString();
+}
+
+// Read connections map the file (PRAGMA mmap_size) and cache their
+// statements: after the file grew well past what a reader had mapped, and
+// after a garbage collection shrank it again (VACUUM), the same reader
+// still sees every committed row with its bytes, and nothing removed.
+TEST_F(StoreReadersTest, MappedReaderFollowsTheFileGrowingAndShrinking) {
+  ASSERT_TRUE(store_->PutWinner(Winner("first", 2.0)).ok());
+  auto first = store_->GetWinner("first");  // one read connection, mapped at the small size
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status().ToString();
+  const auto file_bytes = [this] { return std::filesystem::file_size(db_path_); };
+  const auto small = file_bytes();
+  auto big = [](int i) {
+    WinnerRecord r = Winner("big" + std::to_string(i), 2.0);
+    r.cubin = std::string(64 * 1024, static_cast<char>('a' + i % 26)) + std::to_string(i);
+    return r;
+  };
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(store_->PutWinner(big(i)).ok());
+  testing::RawSql(db_path_, "PRAGMA wal_checkpoint(TRUNCATE)");  // the rows reach the main file
+  EXPECT_GT(file_bytes(), small + 10 * 1024 * 1024);
+  for (int i = 0; i < 200; i += 7) {
+    auto got = store_->GetWinner("big" + std::to_string(i));
+    ASSERT_TRUE(got.ok() && got->has_value()) << i << ": " << got.status().ToString();
+    EXPECT_EQ((**got).cubin, big(i).cubin) << i;
+  }
+  WinnerQuery all;
+  all.limit = 500;
+  auto page = store_->ListWinnerPage(all);
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  EXPECT_EQ(page->total, 201);
+  EXPECT_EQ(page->entries.size(), 201u);
+
+  GcOptions gc;
+  gc.max_payload_bytes = 1;  // removes everything, then VACUUM shrinks the file
+  auto removed = store_->CollectGarbage(gc);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(removed->removed, 201);
+  testing::RawSql(db_path_, "PRAGMA wal_checkpoint(TRUNCATE)");
+  EXPECT_LT(file_bytes(), small + 1024 * 1024);
+  auto gone = store_->GetWinner("big7");
+  ASSERT_TRUE(gone.ok()) << gone.status().ToString();
+  EXPECT_FALSE(gone->has_value());
+  ASSERT_TRUE(store_->PutWinner(Winner("after", 2.0)).ok());
+  auto after = store_->GetWinner("after");
+  ASSERT_TRUE(after.ok() && after->has_value()) << after.status().ToString();
+  EXPECT_EQ((**after).cubin, Winner("after", 2.0).cubin);
+  page = store_->ListWinnerPage(all);
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  EXPECT_EQ(page->total, 1);
 }
 
 }  // namespace
