@@ -39,6 +39,7 @@
 #include "dice/torch_ext/optimize.h"
 #include "group_record.h"
 #include "ir_group_table.h"
+#include "prebuild_collect.h"
 #include "runtime_state.h"
 #include "tune_queue.h"
 #include "winner_resolution.h"
@@ -390,6 +391,11 @@ class GroupOp {
   bool TryKernel(torch::jit::Stack& stack, Mode mode, std::string* why) {
     std::shared_ptr<SigEntry> e = Entry(stack);
     int state = e->state.load(std::memory_order_acquire);
+    if (state == SigEntry::kUnknown && mode == Mode::kTuneSync && e->task && PrebuildCollecting()) {
+      CollectForPrebuild(*e->task, e->device);  // resolved by the next forward (prebuild_collect.h)
+      *why = "collected for the prebuild";
+      return false;
+    }
     if (state == SigEntry::kUnknown) state = Resolve(*e, stack, mode);
     if (state == SigEntry::kNoWinner && mode == Mode::kTune) state = Queue(e, stack);
     switch (state) {
@@ -613,6 +619,10 @@ std::string GetModeOp() { return ModeName(CurrentMode()); }
 
 std::string GroupStatsOp() { return GroupStatsJson(); }
 
+void PrebuildBeginOp() { BeginPrebuildCollection(); }
+
+std::string PrebuildFinishOp() { return FinishPrebuild(); }
+
 TORCH_LIBRARY(dice, m) {
   m.def("run_group(str ir, Tensor[] inputs) -> Tensor[]");
   m.impl("run_group", c10::DispatchKey::CPU, TORCH_FN(RunGroupKernel));
@@ -622,6 +632,8 @@ TORCH_LIBRARY(dice, m) {
   m.def("set_options(str mode, str cache_dir) -> ()", TORCH_FN(SetOptionsOp));
   m.def("get_mode() -> str", TORCH_FN(GetModeOp));
   m.def("group_stats() -> str", TORCH_FN(GroupStatsOp));
+  m.def("prebuild_begin() -> ()", TORCH_FN(PrebuildBeginOp));
+  m.def("prebuild_finish() -> str", TORCH_FN(PrebuildFinishOp));
 }
 
 torch::jit::Operation CreateGroupOp(const torch::jit::Node* node) {

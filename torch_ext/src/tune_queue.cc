@@ -13,6 +13,7 @@
 #include "dice/core/log.h"
 #include "dice/generator/templates.h"
 #include "dice/runtime/outcome.h"
+#include "dice/runtime/prebuild.h"
 #include "runtime_state.h"
 
 namespace dice::torch_ext {
@@ -125,10 +126,11 @@ void TunerThreadMain() {
 
 }  // namespace
 
-Expected<runtime::TuneReport> TuneNow(const Task& task, const std::vector<std::string>* captured,
-                                      const runtime::TuneProgressCallback& on_progress, int device) {
-  TunerState& t = T();
-  std::lock_guard<std::mutex> tune_lock(t.tune_mu);
+namespace {
+
+// The tuner of `device` (-1: the settings' device), built or rebuilt for the
+// current store and tune options. Call with t.tune_mu held.
+Expected<runtime::Tuner*> TunerFor(TunerState& t, int device) {
   std::shared_ptr<cache::Store> store;
   {
     auto locked = LockStore();
@@ -159,12 +161,42 @@ Expected<runtime::TuneReport> TuneNow(const Task& task, const std::vector<std::s
     on_device.claim_ttl_s = ClaimTtl(options);
     tuner = std::make_unique<runtime::Tuner>(store.get(), std::move(gens), on_device);
   }
+  return tuner.get();
+}
+
+}  // namespace
+
+Expected<runtime::TuneReport> TuneNow(const Task& task, const std::vector<std::string>* captured,
+                                      const runtime::TuneProgressCallback& on_progress, int device) {
+  TunerState& t = T();
+  std::lock_guard<std::mutex> tune_lock(t.tune_mu);
+  auto tuner = TunerFor(t, device);
+  if (!tuner.ok()) return tuner.status();
   // The tuning worker is another process: blocks this process's caching
   // allocator keeps for reuse are invisible to it. On a model that fills the
   // GPU (a 7 GB activation, an Inductor workspace) the worker's reference run
   // then fails with CUDA out of memory and every candidate is skipped.
   ReleaseFrameworkCachedMemory();
-  return tuner->Tune(task, captured, on_progress);
+  return (*tuner)->Tune(task, captured, on_progress);
+}
+
+Expected<runtime::PrebuildReport> PrebuildNow(const std::vector<std::pair<Task, int>>& tasks) {
+  const int jobs = runtime::DefaultPrebuildJobs();
+  std::vector<runtime::PrebuildItem> items;
+  if (jobs > 0) {
+    TunerState& t = T();
+    std::lock_guard<std::mutex> tune_lock(t.tune_mu);  // the generators are asked one task at a time
+    for (const auto& [task, device] : tasks) {
+      auto tuner = TunerFor(t, device);
+      if (!tuner.ok()) return tuner.status();
+      auto pending = (*tuner)->PendingExtensionCandidates(task);
+      if (!pending.ok()) return pending.status();
+      for (Candidate& c : *pending)
+        items.push_back({std::move(c), task.target.arch, static_cast<int>(task.inputs.size())});
+    }
+  }
+  if (items.empty()) return runtime::PrebuildReport();
+  return runtime::PrebuildExtensions(items, jobs);  // no lock held: tunes may run meanwhile
 }
 
 void EnqueueTune(Task task, std::vector<std::string> captured, TuneDone done, int device) {

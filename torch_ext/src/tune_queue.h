@@ -21,11 +21,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dice/core/generator.h"
 #include "dice/core/status.h"
 #include "dice/core/task.h"
+#include "dice/runtime/prebuild.h"
 #include "dice/runtime/tuner.h"
 
 namespace dice::torch_ext {
@@ -39,6 +41,15 @@ namespace dice::torch_ext {
 /// Errors: as Tuner::Tune, or the cache store's open errors.
 Expected<runtime::TuneReport> TuneNow(const Task& task, const std::vector<std::string>* captured,
                                       const runtime::TuneProgressCallback& on_progress = {}, int device = -1);
+
+/// Builds ahead of their tunes the extension-form candidates of `tasks`
+/// (each with its CUDA device, -1 = the settings' device) that the process's
+/// tuners would build (Tuner::PendingExtensionCandidates: none for a key
+/// with a verified winner), all at once, runtime::DefaultPrebuildJobs() nvcc
+/// processes at a time (runtime/prebuild.h), into the build cache their
+/// tunes read. DICE_PREBUILD_JOBS=0: nothing is built (empty report).
+/// Errors: the cache store's open and read errors.
+Expected<runtime::PrebuildReport> PrebuildNow(const std::vector<std::pair<Task, int>>& tasks);
 
 /// Called on the tuner thread with the result of one queued tune.
 using TuneDone = std::function<void(const Expected<runtime::TuneReport>& report)>;

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <string>
@@ -14,17 +13,13 @@
 #include <vector>
 
 #include "build_cache.h"
+#include "dice/core/env.h"
 
 namespace dice::runtime {
 
 int DefaultPrebuildJobs() {
-  if (const char* v = std::getenv("DICE_PREBUILD_JOBS"); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (end != v && *end == '\0' && n >= 0 && n <= 64) return static_cast<int>(n);
-  }
-  const int half = static_cast<int>(std::thread::hardware_concurrency() / 2);
-  return std::clamp(half, 1, 16);
+  const int half = std::clamp(static_cast<int>(std::thread::hardware_concurrency() / 2), 1, 16);
+  return static_cast<int>(EnvInt("DICE_PREBUILD_JOBS", half, 0, 64));
 }
 
 PrebuildReport PrebuildExtensions(const std::vector<PrebuildItem>& items, int parallel,

@@ -230,3 +230,27 @@ def test_the_no_gpu_notice_is_printed_once_when_logging_is_not_configured(tmp_pa
     res = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stderr.count("no GPU") == 1, res.stderr[-2000:]
+
+
+def test_log_level_info_prints_info_lines_when_logging_is_not_configured(tmp_path):
+    # Python's last-resort handler prints WARNING and up only: DICE_LOG_LEVEL
+    # =info must still show the backend's INFO lines (once each), and a
+    # warning still once.
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "info.py"
+    script.write_text(
+        "import logging, dice_torch\n"
+        "from dice_torch import logs\n"
+        "logs.log.info('dice: an info line')\n"
+        "logs.log.debug('dice: a debug line')\n"
+        "logs.warn('dice: a warning line')\n")
+    env = {k: v for k, v in os.environ.items() if k != "DICE_TORCH_FORCE_PARTITION"}
+    env["DICE_LOG_LEVEL"] = "info"
+    res = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stderr.count("dice: an info line") == 1, res.stderr[-2000:]
+    assert "a debug line" not in res.stderr
+    assert res.stderr.count("dice: a warning line") == 1, res.stderr[-2000:]

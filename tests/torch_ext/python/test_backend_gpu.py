@@ -129,3 +129,45 @@ def test_linear_epilogue_group_is_tuned_then_served_from_the_cache(tmp_path):
         assert [g.summary for g in served.report.groups] == ["linear+mul+leaky_relu"], served.report.groups
         (s,) = _stats(served.report)
         assert s["hits"] >= 1 and s["fallbacks"] == 0, s
+
+
+PREBUILD_IR = """dice-ir v1
+input %0 f32 rank=3
+input %1 f32 rank=1
+%2 = add(%0, %1)
+%3 = const(0.5)
+%4 = mul(%2, %3)
+%5 = gelu(%4)
+output %5, %2
+"""
+
+
+def test_prebuild_pass_collects_unresolved_groups_runs_their_fallback_and_reports(tmp_path):
+    # The tune-sync first call's prebuild pass (prebuild_collect.h): with
+    # collection on, a group not yet resolved records its task once and runs
+    # its fallback (eager's values); finish reports the tasks. Elementwise
+    # groups have no nvcc candidates, so nothing is built (no nvcc in CI time).
+    import json
+
+    from dice_torch import measure
+
+    before = torch.ops.dice.get_mode()
+    torch.ops.dice.set_options("tune-sync", str(tmp_path))
+    try:
+        x, b = torch.randn(3, 4, 9, device="cuda"), torch.randn(9, device="cuda")  # shapes no other test resolved
+        torch.ops.dice.prebuild_begin()
+        for _ in range(2):
+            out, s = torch.ops.dice.run_group(PREBUILD_IR, [x, b])
+            torch.testing.assert_close(out, F.gelu((x + b) * 0.5), rtol=0, atol=0)
+        report = json.loads(torch.ops.dice.prebuild_finish())
+        stats = [g for g in dice_torch.group_stats() if measure.PREBUILD_REASON in g.get("fallback_reasons", {})]
+    finally:
+        torch.ops.dice.set_options(before, str(tmp_path))
+    assert report["tasks"] == 1, report
+    assert report.get("built", 0) == 0 and "error" not in report, report
+    assert stats, "the collected group's fallback carries the prebuild reason"
+    # tuning_state ignores that fallback: only it seen -> still "pending".
+    assert measure.tuning_state([stats[0]["id"]], stats) == "pending"
+    assert measure.unservable_reason([stats[0]["id"]], stats) == ""
+    # Finished: collection is off, a second finish has nothing to build.
+    assert json.loads(torch.ops.dice.prebuild_finish())["tasks"] == 0

@@ -105,3 +105,30 @@ def test_resnet18_sized_model_compiles_and_matches_eager(tmp_path):
     torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
     rep = dice_torch.last_report()
     assert rep.fallback is None, rep.fallback
+
+
+class TwoLinears(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(256, 512), nn.Linear(512, 256)
+
+    def forward(self, x):
+        return torch.relu(self.b(torch.relu(self.a(x))))
+
+
+def test_first_call_prebuilds_every_linear_groups_nvcc_candidates_at_once(tmp_path):
+    # Two GEMM groups (linear + relu, two shapes of one alignment class): the
+    # tune-sync first call's prebuild pass records both tasks and builds their
+    # shape-generic CUTLASS sources once each, before either group tunes.
+    torch.manual_seed(0)
+    model = TwoLinears().cuda().eval()
+    x = torch.randn(1024, 256, device="cuda")
+    compiled = torch.compile(model, backend="dice",
+                             options={"mode": "tune-sync", "rest": "inductor", "cache_dir": str(tmp_path)})
+    with torch.no_grad():
+        got = compiled(x)
+        torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-4)
+    pre = dice_torch.last_report().prebuild
+    assert pre is not None and pre["tasks"] == 2 and "error" not in pre, pre
+    assert 0 < pre["distinct"] < pre["requested"], pre  # the two groups share sources
+    assert pre["failed"] == 0 and pre["built"] + pre["cached"] == pre["distinct"], pre

@@ -83,3 +83,4 @@ def test_shapes_that_do_not_broadcast_are_a_clear_error():
 def test_invalid_ir_is_rejected_with_the_line():
     with pytest.raises(RuntimeError, match="IR line 3"):
         torch.ops.dice.register_group("dice-ir v1\ninput %0 f32 rank=1\n%1 = frobnicate(%0)\noutput %1\n", [])
+

@@ -71,6 +71,7 @@ class CompileReport:
     guard: decisions.GuardResult | None = None  #: the whole-graph guard's result, when it ran
     fallback: dict[str, str] | None = None  #: {"stage", "cause"} when dice's part failed and rest took over
     decomposed: list[str] = field(default_factory=list)  #: ops kept whole for dice, decomposed for Inductor
+    prebuild: dict[str, Any] | None = None  #: the tune-sync first call's prebuild pass (measure._prebuild), else None
 
 
 _reports: list[CompileReport] = []

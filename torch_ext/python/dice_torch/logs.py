@@ -5,7 +5,9 @@ backend's own counters (fallbacks by stage).
 as the C++ side) sets the level of the ``dice_torch`` logger when the package
 is imported and whenever ``apply_log_level`` is called; unset, the logger
 keeps the level ``logging`` gives it (by default it inherits WARNING from the
-root logger). At INFO the backend logs one line per fusion group formed,
+root logger). A level below WARNING with no handler configured (on the
+logger or above it) adds one that prints the bare message to stderr, as the
+C++ side does. At INFO the backend logs one line per fusion group formed,
 tuned (region decision) and served (the whole-graph guard's choice).
 """
 
@@ -57,6 +59,15 @@ def apply_log_level(value: str | None = None) -> int | None:
         warn_once("bad-log-level", str(e))
         return None
     log.setLevel(level)
+    if level < logging.WARNING and not log.hasHandlers():
+        # Python's last-resort handler prints WARNING and above only, so
+        # without a handler of the application's an INFO level would print
+        # nothing: the C++ side's lines would show and these would not.
+        # Below WARNING only: warn() prints warnings through ``warnings``.
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.addFilter(lambda record: record.levelno < logging.WARNING)
+        log.addHandler(handler)
     return level
 
 

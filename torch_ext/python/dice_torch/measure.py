@@ -140,6 +140,13 @@ class Region:
 #: Fallback reasons that mean "tuning has not ended yet" (the C++ op's words).
 _PENDING_REASONS = ("tuning in progress", "observe mode")
 
+#: The fallback of the first call's prebuild pass (``_prebuild``): says
+#: nothing about a group's tuning, so tuning_state and unservable_reason skip it.
+PREBUILD_REASON = "collected for the prebuild"
+
+#: The prebuild pass on (default) or off (``DICE_TORCH_PREBUILD=0``).
+PREBUILD = os.environ.get("DICE_TORCH_PREBUILD", "1") != "0"
+
 
 def tuning_state(group_ids: Sequence[int], stats: Sequence[dict]) -> str:
     """"winner" (some call was served by a tuned kernel), "no winner" (tuning
@@ -151,7 +158,7 @@ def tuning_state(group_ids: Sequence[int], stats: Sequence[dict]) -> str:
     mine = [s for s in stats if s.get("id") in set(group_ids)]
     if any(s.get("hits", 0) > 0 for s in mine):
         return "winner"
-    reasons = [r for s in mine for r in s.get("fallback_reasons", {})]
+    reasons = [r for s in mine for r in s.get("fallback_reasons", {}) if not r.startswith(PREBUILD_REASON)]
     if reasons and all(r.startswith(("no winner", "tuning failed")) for r in reasons):
         return "no winner"
     if reasons and not any(r.startswith(_PENDING_REASONS + ("no winner", "tuning failed")) for r in reasons):
@@ -164,8 +171,36 @@ def unservable_reason(group_ids: Sequence[int], stats: Sequence[dict]) -> str:
     for s in stats:
         if s.get("id") in set(group_ids):
             for r in s.get("fallback_reasons", {}):
-                return r
+                if not r.startswith(PREBUILD_REASON):
+                    return r
     return ""
+
+
+def _prebuild(fn: Callable, args: Sequence[Any]) -> dict | None:
+    """The prebuild pass of a tune-sync first call: ``fn(*args)`` once with
+    the C++ op's collection on (every group not yet resolved records its
+    task and runs its fallback), then all their nvcc candidates built at
+    once into the build cache (``torch.ops.dice.prebuild_finish``: JSON with
+    tasks, distinct, built, cached, failed, seconds), so that the tune-sync
+    call that follows verifies and times instead of waiting on one nvcc
+    batch per group. Returns that report, or None when the pass is off
+    (``DICE_TORCH_PREBUILD=0``). An exception in the forward ends collection
+    and propagates (the caller falls back)."""
+    if not PREBUILD:
+        return None
+    import json
+
+    torch.ops.dice.prebuild_begin()
+    try:
+        call(fn, args)
+    finally:
+        report = json.loads(torch.ops.dice.prebuild_finish())
+    if report.get("tasks"):
+        log.info("dice: prebuild of %d task(s): %s distinct nvcc build(s), %s built, %s cached, %s failed in %.1f s%s",
+                 report["tasks"], report.get("distinct", 0), report.get("built", 0), report.get("cached", 0),
+                 report.get("failed", 0), report.get("seconds", 0.0),
+                 f" ({report['error']})" if report.get("error") else "")
+    return report
 
 
 class TunedGraph:
@@ -205,6 +240,8 @@ class TunedGraph:
             return self._fn(*args)
         args = list(args)
         try:
+            if self._mode == "tune-sync":
+                self._report.prebuild = _prebuild(self._dice_fn, args)
             out = call(self._dice_fn, args)  # tune-sync: the worker tunes every region now
             self._fn = self._decide(args)
             return out

@@ -44,9 +44,10 @@ struct PrebuildReport {
 };
 
 /// The number of nvcc processes to run at once: $DICE_PREBUILD_JOBS when it
-/// is an integer in [1, 64] (0 turns prebuilding off: returns 0), else half
-/// the hardware threads, at least 1 and at most 16 (each nvcc of a CUTLASS
-/// configuration takes 1-2 GB of memory).
+/// is an integer in [0, 64] (0: callers do not prebuild), else (unset, or
+/// junk with one warning: core/env.h EnvInt) half the hardware threads, at
+/// least 1 and at most 16 (each nvcc of a CUTLASS configuration takes 1-2 GB
+/// of memory).
 int DefaultPrebuildJobs();
 
 /// Builds every distinct item through CompileExtensionCached(options), up to
