@@ -27,6 +27,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import sys
 import time
 
@@ -56,16 +57,24 @@ def to_device(xs, device):
 
 def cpu_timing_threads():
     """Intra-op threads for timing on the CPU: $DICE_CPU_TIMING_THREADS
-    (1..256), default 1, as the dice CLI times (cli/model_commands.cc
-    CpuTimingThreads: with several threads on shared cores an op waits for a
-    descheduled thread, and times come in scheduler ticks). Raises
-    ValueError for another value."""
+    (1..256), default 1, read by the rule of every DICE integer setting
+    (core/include/dice/core/env.h EnvInt, which the dice CLI uses): junk or
+    out of range is the default after a warning on stderr naming the
+    variable. One thread because with several on shared cores an op waits
+    for a descheduled thread, and times come in scheduler ticks."""
     v = os.environ.get("DICE_CPU_TIMING_THREADS", "")
     if not v:
         return 1
-    if not v.isdigit() or not 1 <= int(v) <= 256:
-        raise ValueError("DICE_CPU_TIMING_THREADS=%r is not a thread count (1..256)" % v)
-    return int(v)
+    if re.fullmatch(r"[+-]?[0-9]+", v) and 1 <= int(v) <= 256:
+        return int(v)
+    if v not in _warned_env:  # once per value and process, as EnvInt
+        _warned_env.add(v)
+        sys.stderr.write("dice: warning: DICE_CPU_TIMING_THREADS='%s' is not an integer in [1, 256]; "
+                         "using the default 1\n" % v)
+    return 1
+
+
+_warned_env = set()
 
 
 def median_ms(fn, reps, device="cuda"):
