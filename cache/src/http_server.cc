@@ -213,6 +213,9 @@ void LogRequest(const httplib::Request& req, const httplib::Response& res) {
                         ? 0.0
                         : std::chrono::duration<double, std::milli>(now - t_request_start).count();
   t_request_start = {};
+  // The arguments below cost two strings per request: skip them when the
+  // line would be dropped (the default level of `cache serve` is info).
+  if (!spdlog::should_log(spdlog::level::info)) return;
   spdlog::info("dice cache serve: {} {} route={} status={} bytes={} in={} ms={:.2f}",
                req.method.empty() ? "-" : req.method, LogPath(req.path), RouteOf(req), res.status, res.body.size(),
                req.body.size(), ms);
