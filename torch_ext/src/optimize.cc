@@ -3,17 +3,21 @@
 // (runtime_state.h, tune_queue.h); this file converts Options to their terms.
 #include "dice/torch_ext/optimize.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/inliner.h>
 
+#include "dice/core/log.h"
 #include "dice/core/task.h"
 #include "dice/core/tensor_layout.h"
 #include "dice/runtime/cuda_driver.h"
@@ -245,6 +249,29 @@ Expected<OptimizeReport> optimize(torch::jit::Module& module, const Options& opt
   return report;
 }
 
+namespace {
+
+// Every group's nvcc candidates built at once before the first tune
+// (runtime/prebuild.h), so that each tune verifies and times instead of
+// waiting on its own builds; a failure here leaves the tunes to build as
+// before. One line on stderr at info when there is anything to build.
+void PrebuildGroups(const std::vector<const CapturedCall*>& calls, const Options& options) {
+  std::vector<std::pair<Task, int>> tasks;
+  for (const CapturedCall* call : calls) {
+    const int device = call->device >= 0 ? call->device : options.tune.device;
+    auto task = MakeServedTask(call->graph, call->inputs, CurrentTarget(device));
+    if (task.ok()) tasks.emplace_back(std::move(*task), device);
+  }
+  SetRuntimeOptions(options);
+  auto r = PrebuildNow(tasks);
+  if (r.ok() && r->distinct > 0 && LogEnabled(LogLevel::kInfo)) {
+    std::fprintf(stderr, "dice: prebuilt %d distinct nvcc candidate(s) of %zu group(s): %d built, %d cached, %d failed in %.1f s\n",
+                 r->distinct, tasks.size(), r->built, r->cached, r->failed, r->seconds);
+  }
+}
+
+}  // namespace
+
 Expected<std::vector<runtime::TuneReport>> TuneGroups(torch::jit::Module& module, const std::vector<c10::IValue>& inputs,
                                              const Options& options, const GroupTuneProgressCallback& on_progress) {
   EnsureRegistered();
@@ -271,6 +298,7 @@ Expected<std::vector<runtime::TuneReport>> TuneGroups(torch::jit::Module& module
     for (const auto& s : call.inputs) sig += ";" + s.ToString();
     if (seen.insert(sig).second) distinct.push_back(&call);
   }
+  PrebuildGroups(distinct, options);
   std::vector<runtime::TuneReport> reports;
   for (size_t i = 0; i < distinct.size(); ++i) {
     const CapturedCall& call = *distinct[i];

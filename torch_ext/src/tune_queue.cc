@@ -181,7 +181,9 @@ Expected<runtime::TuneReport> TuneNow(const Task& task, const std::vector<std::s
 }
 
 Expected<runtime::PrebuildReport> PrebuildNow(const std::vector<std::pair<Task, int>>& tasks) {
-  const int jobs = runtime::DefaultPrebuildJobs();
+  // Compile-only tunes (no GPU) build within their budget, one at a time:
+  // nothing to gain from building ahead there.
+  const int jobs = GetRuntimeSettings().tune.compile_only ? 0 : runtime::DefaultPrebuildJobs();
   std::vector<runtime::PrebuildItem> items;
   if (jobs > 0) {
     TunerState& t = T();

@@ -47,7 +47,9 @@ Expected<runtime::TuneReport> TuneNow(const Task& task, const std::vector<std::s
 /// tuners would build (Tuner::PendingExtensionCandidates: none for a key
 /// with a verified winner), all at once, runtime::DefaultPrebuildJobs() nvcc
 /// processes at a time (runtime/prebuild.h), into the build cache their
-/// tunes read. DICE_PREBUILD_JOBS=0: nothing is built (empty report).
+/// tunes read. DICE_PREBUILD_JOBS=0, or compile-only tune options (no GPU:
+/// those tunes build within their budget): nothing is built (empty report).
+/// The tune budget (TuneOptions::budget_s) does not cut a prebuild short.
 /// Errors: the cache store's open and read errors.
 Expected<runtime::PrebuildReport> PrebuildNow(const std::vector<std::pair<Task, int>>& tasks);
 
