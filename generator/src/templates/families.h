@@ -1,7 +1,7 @@
 // families.h (private) — the schedule families of the template generator.
 // Each takes a lowered group (lowering.h) and returns up to `max_candidates`
 // device-form candidates (candidate.h calling convention), best guess first;
-// the gemm family takes the task itself and returns extension-form ones.
+// the gemm and conv families take the task itself and return extension-form ones.
 #pragma once
 
 #include <string>
@@ -31,8 +31,9 @@ Expected<std::vector<Candidate>> ElementwiseCandidates(const Lowered& lo, int ma
 /// count, threads per SM, L2 bytes, opt-in shared memory per block).
 Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candidates, const TargetInfo& target);
 
-/// Whether `graph` has a contraction op (ir::OpCategory::kContraction, today
-/// kLinear): such groups go to GemmCandidates, never to Lower.
+/// Whether `graph` has a contraction op (ir::OpCategory::kContraction:
+/// kLinear, kConv2d): such groups go to GemmCandidates / ConvCandidates,
+/// never to Lower.
 bool HasContraction(const ir::Graph& graph);
 
 /// The gemm family (issue 18 item 1): a group whose first non-constant op is
@@ -70,6 +71,44 @@ bool HasContraction(const ir::Graph& graph);
 /// bias and extra tensor not combinable, mixed dtypes, non-contiguous input,
 /// odd K/N for 16-bit types, an empty GEMM, DICE_STRICT_FP32=1 for f32).
 Expected<std::vector<Candidate>> GemmCandidates(const Task& task, int max_candidates);
+
+/// Whether `graph` has a conv2d op (ir::OpKind::kConv2d): such groups go to
+/// ConvCandidates.
+bool HasConv(const ir::Graph& graph);
+
+/// The conv family (issue 18 item 2; generator/src/templates/conv.cc): a
+/// group whose first non-constant op is conv2d over group inputs — x [N, C,
+/// H, W], weight [K, C, R, S][, bias [K]], groups == 1, R and S <= 32, one
+/// dtype (f32 / f16 / bf16), x and weight contiguous or channels_last, every
+/// tensor under 2 GiB — followed by unary/binary elementwise ops on the
+/// running values, weak scalar constants and at most one extra group input,
+/// either per-channel ([K, 1, 1], [1, K, 1, 1]) or output-shaped [N, K, P, Q];
+/// the last op's value is the only output, of conv2d's shape and dtype.
+/// Returns up to `max_candidates` extension-form candidates, each one tile
+/// configuration of CUTLASS 2.x's implicit-GEMM fprop
+/// (cutlass::conv::kernel::DefaultConv2dFprop, IteratorAlgorithm::kOptimized,
+/// NHWC activations, KRSC filters, sm80 tensor ops run on sm_90) with the gemm
+/// family's generated epilogue output op (cutlass_epilogue.h):
+///   - f32: TF32 (OpMultiplyAdd on float operands, instruction 16x8x8),
+///     origin "template:conv/tf32/<MxNxK tile>/s<stages>", reduced_precision
+///     = true (cuDNN's precision under PyTorch's default
+///     torch.backends.cudnn.allow_tf32); with $DICE_STRICT_FP32=1 3xTF32
+///     (OpMultiplyAddFastF32), origin "template:conv/3xtf32/...",
+///     reduced_precision = false;
+///   - f16 / bf16: OpMultiplyAdd, instruction 16x8x16, float accumulation,
+///     origin "template:conv/tc/<tile>/s<stages>".
+/// Access widths follow C (x, weight) and K (source, output) divisibility
+/// and alignment: 16 bytes at most, down to 1 element for f32, 2 for 16-bit.
+/// dice_forward takes NCHW tensors as the group gets them, converts x and
+/// weight to channels_last inside (nothing cached across calls) and returns a
+/// channels_last-strided NCHW output (run_group and the verifier accept any
+/// strides). Sources bake in the stride/padding/dilation, not the sizes.
+/// Ordered by how much of one wave of the target's SMs each tile's grid fills.
+/// Errors: kUnsupported with the reason (groups != 1, op after conv2d not
+/// elementwise, two extra tensors, an extra tensor neither per-channel nor
+/// output-shaped, bias and extra not combinable, mixed dtypes, a strided
+/// input, odd C/K for 16-bit types, R or S > 32, an empty conv, a 2 GiB tensor).
+Expected<std::vector<Candidate>> ConvCandidates(const Task& task, int max_candidates);
 
 /// The compute capability in `arch` as a number: "sm_90" / "sm_90a" -> 90;
 /// 0 when unparsable (which disables arch-specific variants).

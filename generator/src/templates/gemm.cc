@@ -31,18 +31,17 @@
 // and hit the runtime's build cache (extension_compiler.h).
 #include <algorithm>
 #include <cstdlib>
-#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "cutlass_epilogue.h"
 #include "emit.h"
 #include "families.h"
 
 namespace dice::generator::tmpl {
 namespace {
 
-using ir::OpCategory;
 using ir::OpKind;
 
 // One CUTLASS tile configuration (threadblock, warp tile, pipeline stages);
@@ -85,34 +84,10 @@ struct GemmPlan {
   Source source = Source::kNone;
   int64_t M = 0, N = 0, K = 0;
   int align_ab = 1, align_c = 1;  // elements per access: A/B (along K), C/D (along N)
-  Lowered chain;                  // nodes of the epilogue; node 0 = the linear value or the folded add
-  int result = 0;                 // node of the group output
-  bool heavy = false;             // transcendental math in the chain (CUTLASS's kIsHeavy)
+  EpilogueDag epi;                // the epilogue (cutlass_epilogue.h); node 0 = the linear value or the folded add
 };
 
 Status Unsupported(const std::string& why) { return Status(StatusCode::kUnsupported, "gemm: " + why); }
-
-bool IsElementwise(OpCategory c) { return c == OpCategory::kUnary || c == OpCategory::kBinary; }
-
-bool IsHeavyOp(OpKind k) {
-  switch (k) {
-    case OpKind::kExp: case OpKind::kLog: case OpKind::kTanh: case OpKind::kSigmoid: case OpKind::kErf:
-    case OpKind::kGelu: case OpKind::kSilu: case OpKind::kMish: case OpKind::kSoftplus: case OpKind::kElu:
-    case OpKind::kSelu: case OpKind::kPow: case OpKind::kPowScalar:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// Largest of {max_elems, ..., 2, 1} dividing `extent` whose byte size divides
-// the pointer alignment `align_bytes`.
-int AccessElems(int64_t extent, int64_t align_bytes, int64_t elem_bytes, int max_elems) {
-  for (int v = max_elems; v > 1; v /= 2) {
-    if (extent % v == 0 && align_bytes % (v * elem_bytes) == 0) return v;
-  }
-  return 1;
-}
 
 bool IsPerColumn(const std::vector<int64_t>& shape, int64_t N, size_t out_rank) {
   if (shape.empty() || shape.size() > out_rank || shape.back() != N) return false;
@@ -148,90 +123,13 @@ Status AnalyzeLinear(const Task& task, const ir::Op& lin, GemmPlan* p) {
   return Status::Ok();
 }
 
-// Folds linear's bias and the extra tensor into one host-summed C when the
-// epilogue combines them as add(L, E) / add(E, L) / sub(L, E), L and E used by
-// that op only. Returns the op index, or -1.
-int FoldableOp(const ir::Graph& g, size_t lin_index, int extra, int* sign) {
-  const int32_t L = g.op_value(lin_index);
-  int uses_l = 0, uses_e = 0, found = -1;
-  for (size_t i = lin_index + 1; i < g.ops.size(); ++i) {
-    const ir::Op& op = g.ops[i];
-    for (int32_t a : op.args) {
-      uses_l += a == L;
-      uses_e += a == extra;
-    }
-    if (op.args.size() == 2 && (op.kind == OpKind::kAdd || op.kind == OpKind::kSub)) {
-      const bool le = op.args[0] == L && op.args[1] == extra;
-      const bool el = op.args[0] == extra && op.args[1] == L;
-      if (le || (el && op.kind == OpKind::kAdd)) {
-        found = static_cast<int>(i);
-        *sign = op.kind == OpKind::kSub ? -1 : 1;
-      }
-    }
-  }
-  return uses_l == 1 && uses_e == 1 ? found : -1;
-}
-
-// Builds the epilogue's Node DAG for the ops after linear, one node per IR
-// value (an op reading a value twice, or two ops reading one value, share its
-// node). Leaves: Load input 0 = the linear value (or the folded op's value),
-// Load input 1 = c.
-Status BuildChain(const ir::Graph& g, size_t lin_index, int fold_op, GemmPlan* p) {
-  std::map<int32_t, int> node_of;  // value id -> node id
-  auto add = [&](Node n) {
-    p->chain.nodes.push_back(std::move(n));
-    return static_cast<int>(p->chain.nodes.size()) - 1;
-  };
-  Node lin;
-  lin.kind = NodeKind::kLoad;
-  lin.input = 0;
-  const int lin_node = add(lin);
-  node_of[fold_op >= 0 ? g.op_value(fold_op) : g.op_value(lin_index)] = lin_node;
-  if (p->extra >= 0 && fold_op < 0) {
-    Node c;
-    c.kind = NodeKind::kLoad;
-    c.input = 1;
-    node_of[p->extra] = add(c);
-  }
-  std::vector<size_t> skip;
-  if (fold_op >= 0) skip.push_back(static_cast<size_t>(fold_op));
-  const Status st = AppendEpilogueNodes(g, lin_index, skip, &node_of, &p->chain);
-  if (!st.ok()) return Unsupported(st.message());
-  for (const Node& n : p->chain.nodes) {
-    const bool op_node = n.kind == NodeKind::kUnary || n.kind == NodeKind::kBinary;
-    p->heavy = p->heavy || (op_node && IsHeavyOp(n.op));
-  }
-  p->result = node_of.at(g.outputs[0]);
-  return Status::Ok();
-}
-
 // Validates the group and builds the plan (see the file comment).
 Expected<GemmPlan> Analyze(const Task& task) {
   const ir::Graph& g = task.graph;
   const int n_in = static_cast<int>(g.inputs.size());
-  size_t lin_index = g.ops.size();
-  for (size_t i = 0; i < g.ops.size(); ++i) {
-    if (g.ops[i].kind == OpKind::kConstant) continue;
-    if (g.ops[i].kind != OpKind::kLinear) {
-      return Unsupported("the first op must be linear, got " + std::string(ir::GetOpInfo(g.ops[i].kind).name));
-    }
-    lin_index = i;
-    break;
-  }
-  if (lin_index == g.ops.size()) return Unsupported("no linear op");
-  for (size_t i = lin_index + 1; i < g.ops.size(); ++i) {
-    const OpCategory cat = ir::GetOpInfo(g.ops[i].kind).category;
-    if (cat == OpCategory::kContraction) {
-      return Unsupported("a second contraction (op " + std::to_string(i) + "); one GEMM per group");
-    }
-    if (cat != OpCategory::kConstant && !IsElementwise(cat)) {
-      return Unsupported("op " + std::to_string(i) + " (" + ir::GetOpInfo(g.ops[i].kind).name +
-                         ") after linear is not elementwise (the epilogue computes one output element at a time)");
-    }
-  }
-  if (g.outputs.size() != 1 || g.outputs[0] != g.op_value(g.ops.size() - 1)) {
-    return Unsupported("the last op's value must be the only group output");
-  }
+  auto found = FindEpilogueChain(g, OpKind::kLinear, "GEMM");
+  if (!found.ok()) return Unsupported(found.status().message());
+  const size_t lin_index = *found;
   GemmPlan p;
   DICE_RETURN_IF_ERROR(AnalyzeLinear(task, g.ops[lin_index], &p));
   std::vector<int64_t> lin_shape(task.inputs[p.x].shape.begin(), task.inputs[p.x].shape.end() - 1);
@@ -286,82 +184,9 @@ Expected<GemmPlan> Analyze(const Task& task) {
     return Unsupported("16-bit tensor-op kernels need K and N even and 4-byte aligned data (K=" + std::to_string(p.K) +
                        ", N=" + std::to_string(p.N) + ")");
   }
-  DICE_RETURN_IF_ERROR(BuildChain(g, lin_index, fold_op, &p));
+  const Status chain = BuildEpilogueDag(g, lin_index, p.extra, fold_op, &p.epi);
+  if (!chain.ok()) return Unsupported(chain.message());
   return p;
-}
-
-const char* CutlassElement(ir::DType dt) {
-  switch (dt) {
-    case ir::DType::kFloat32: return "float";
-    case ir::DType::kFloat16: return "cutlass::half_t";
-    case ir::DType::kBFloat16: return "cutlass::bfloat16_t";
-  }
-  return "float";
-}
-
-const char* TorchScalarType(ir::DType dt) {
-  switch (dt) {
-    case ir::DType::kFloat32: return "torch::kFloat";
-    case ir::DType::kFloat16: return "torch::kHalf";
-    case ir::DType::kBFloat16: return "torch::kBFloat16";
-  }
-  return "torch::kFloat";
-}
-
-std::string I64(int64_t v) { return std::to_string(v) + "LL"; }
-
-// The epilogue output-op functor: CUTLASS's LinearCombination interface
-// (cutlass/epilogue/thread/linear_combination.h: Params, is_source_needed,
-// set_k_partition, operator() with and without the source fragment) with
-// the group's epilogue in place of alpha * acc + beta * c.
-std::string EpilogueFunctor(const GemmPlan& p) {
-  const bool has_c = p.source != Source::kNone;
-  const bool c_is_bias = p.source == Source::kBias || p.source == Source::kBiasPlusExtra ||
-                         p.source == Source::kBiasMinusExtra;
-  std::string body;
-  EmitNodes(p.chain, {p.result},
-            [&](int id) -> std::string {
-              if (p.chain.nodes[id].input == 1) return "c";
-              return c_is_bias ? "(acc + c)" : "acc";
-            },
-            "    ", &body);
-  std::string s;
-  s += "// Epilogue output op generated from the group's elementwise chain (interface of\n"
-       "// cutlass::epilogue::thread::LinearCombination). Per element, in float: the linear\n"
-       "// value, then the chain; `c` is the source tensor's element (0 without one).\n";
-  s += "struct DiceEpilogue {\n";
-  s += "  using Element = " + std::string(CutlassElement(p.dtype)) + ";\n";
-  s += "  using ElementOutput = Element;\n  using ElementSource = Element;\n  using ElementC = Element;\n"
-       "  using ElementD = Element;\n  using ElementAccumulator = float;\n  using ElementCompute = float;\n";
-  s += "  static int const kCount = " + std::to_string(p.align_c) + ";\n";
-  s += std::string("  static bool const kIsHeavy = ") + (p.heavy ? "true" : "false") + ";\n";
-  s += "  static cutlass::FloatRoundStyle const kRound = cutlass::FloatRoundStyle::round_to_nearest;\n"
-       "  using FragmentOutput = cutlass::Array<ElementOutput, kCount>;\n"
-       "  using FragmentSource = cutlass::Array<ElementSource, kCount>;\n"
-       "  using FragmentAccumulator = cutlass::Array<ElementAccumulator, kCount>;\n"
-       "  using FragmentCompute = cutlass::Array<ElementCompute, kCount>;\n"
-       "  struct Params {\n    CUTLASS_HOST_DEVICE Params() {}\n  };\n"
-       "  CUTLASS_HOST_DEVICE explicit DiceEpilogue(Params const&) {}\n"
-       "  CUTLASS_HOST_DEVICE explicit DiceEpilogue(Params const&, int) {}\n";
-  s += std::string("  CUTLASS_HOST_DEVICE bool is_source_needed() const { return ") + (has_c ? "true" : "false") +
-       "; }\n";
-  s += "  CUTLASS_HOST_DEVICE void set_k_partition(int, int) {}\n";
-  s += "  CUTLASS_DEVICE static float Apply(float acc, float c) {\n";
-  s += "    (void)c;\n" + body;
-  s += "    return v" + std::to_string(p.result) + ";\n  }\n";
-  s += "  CUTLASS_DEVICE FragmentOutput operator()(FragmentAccumulator const& accum, FragmentSource const& source) const {\n"
-       "    cutlass::NumericArrayConverter<ElementCompute, ElementSource, kCount, kRound> to_compute;\n"
-       "    cutlass::NumericArrayConverter<ElementOutput, ElementCompute, kCount, kRound> to_output;\n"
-       "    FragmentCompute c = to_compute(source);\n    FragmentCompute r;\n"
-       "    CUTLASS_PRAGMA_UNROLL\n    for (int i = 0; i < kCount; ++i) r[i] = Apply(accum[i], c[i]);\n"
-       "    return to_output(r);\n  }\n";
-  s += "  CUTLASS_DEVICE FragmentOutput operator()(FragmentAccumulator const& accum) const {\n"
-       "    cutlass::NumericArrayConverter<ElementOutput, ElementCompute, kCount, kRound> to_output;\n"
-       "    FragmentCompute r;\n"
-       "    CUTLASS_PRAGMA_UNROLL\n    for (int i = 0; i < kCount; ++i) r[i] = Apply(accum[i], 0.0f);\n"
-       "    return to_output(r);\n  }\n";
-  s += "};\n";
-  return s;
 }
 
 // The cutlass::gemm::device::Gemm instantiation for `tile`.
@@ -502,21 +327,7 @@ std::string HostFunction(const Task& task, const GemmPlan& p) {
   s += "                           {static_cast<E const*>(" + c_ptr + "), " + ldc + "},\n";
   s += "                           {static_cast<E*>(out.data_ptr()), N},\n";
   s += "                           DiceEpilogue::Params(), 1);\n";
-  s += "  DiceGemm gemm;\n";
-  s += "  cutlass::Status status = gemm.can_implement(args);\n";
-  s += "  TORCH_CHECK(status == cutlass::Status::kSuccess, \"gemm candidate: CUTLASS can_implement: \",\n"
-       "              cutlassGetStatusString(status));\n";
-  s += "  const size_t workspace_bytes = DiceGemm::get_workspace_size(args);\n";
-  s += "  torch::Tensor workspace;\n";
-  s += "  if (workspace_bytes > 0) {\n"
-       "    workspace = torch::empty({static_cast<int64_t>(workspace_bytes)}, " + x + ".options().dtype(torch::kUInt8));\n"
-       "  }\n";
-  s += "  status = gemm.initialize(args, workspace_bytes > 0 ? workspace.data_ptr() : nullptr, stream);\n";
-  s += "  TORCH_CHECK(status == cutlass::Status::kSuccess, \"gemm candidate: CUTLASS initialize: \",\n"
-       "              cutlassGetStatusString(status));\n";
-  s += "  status = gemm.run(stream);\n";
-  s += "  TORCH_CHECK(status == cutlass::Status::kSuccess, \"gemm candidate: CUTLASS run: \",\n"
-       "              cutlassGetStatusString(status), \" (\", cudaGetErrorString(cudaGetLastError()), \")\");\n";
+  s += CutlassRunSource("DiceGemm", "gemm", x);
   s += "  return out.view(out_sizes);\n}\n";
   return s;
 }
@@ -562,17 +373,15 @@ Expected<std::vector<Candidate>> GemmCandidates(const Task& task, int max_candid
       return Unsupported("DICE_STRICT_FP32=1 turns off the 3xTF32 float32 GEMM candidates");
     }
   }
-  std::vector<Tile> tiles;
-  if (f32) {
-    tiles.assign(std::begin(kFastF32Tiles), std::end(kFastF32Tiles));
-  } else {
-    tiles.assign(std::begin(kHalfTiles), std::end(kHalfTiles));
-  }
+  std::vector<Tile> tiles = f32 ? ListOf(kFastF32Tiles) : ListOf(kHalfTiles);
   double best_work = 0;
   for (const Tile& t : tiles) best_work = std::max(best_work, UsefulWork(p, t, task.target.sm_count));
   if (best_work < kSmallGridWork) tiles.push_back(f32 ? kFastF32SmallGridTile : kHalfSmallGridTile);
   OrderTiles(p, task.target.sm_count, &tiles);
-  const std::string functor = EpilogueFunctor(p);
+  const bool c_is_bias =
+      p.source == Source::kBias || p.source == Source::kBiasPlusExtra || p.source == Source::kBiasMinusExtra;
+  const std::string functor =
+      EpilogueFunctorSource(p.dtype, p.align_c, p.source != Source::kNone, c_is_bias, p.epi, "linear");
   const std::string host = HostFunction(task, p);
   std::vector<Candidate> out;
   for (const Tile& t : tiles) {

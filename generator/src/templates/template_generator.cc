@@ -1,6 +1,6 @@
 // template_generator.cc — TemplateGenerator (templates.h): groups with a
-// contraction go to the skinny-GEMM (few rows) and gemm families; the others are lowered and dispatched
-// to the elementwise or row family.
+// conv2d go to the conv family, those with a linear to the skinny-GEMM (few rows) and gemm families;
+// the others are lowered and dispatched to the elementwise or row family.
 #include <string>
 
 #include "dice/generator/templates.h"
@@ -16,6 +16,7 @@ Expected<std::vector<Candidate>> TemplateGenerator::Generate(const Task& task, i
   // Contractions never reach Lower (which refuses them): the gemm family.
   // A bare linear with few rows (decode steps) gets the skinny-GEMM family's
   // NVRTC candidates first, then the gemm family's.
+  if (tmpl::HasConv(task.graph)) return tmpl::ConvCandidates(task, max_candidates);
   if (tmpl::HasContraction(task.graph)) {
     auto skinny = tmpl::SkinnyGemmCandidates(task, max_candidates, task.target);
     if (!skinny.ok()) return tmpl::GemmCandidates(task, max_candidates);

@@ -1,0 +1,207 @@
+// cutlass_epilogue.cc — cutlass_epilogue.h: the generated epilogue output op
+// and the epilogue DAG shared by the gemm and conv template families.
+#include "cutlass_epilogue.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "emit.h"
+
+namespace dice::generator::tmpl {
+namespace {
+
+using ir::OpKind;
+
+bool IsHeavyOp(OpKind k) {
+  switch (k) {
+    case OpKind::kExp: case OpKind::kLog: case OpKind::kTanh: case OpKind::kSigmoid: case OpKind::kErf:
+    case OpKind::kGelu: case OpKind::kSilu: case OpKind::kMish: case OpKind::kSoftplus: case OpKind::kElu:
+    case OpKind::kSelu: case OpKind::kPow: case OpKind::kPowScalar:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+int AccessElems(int64_t extent, int64_t align_bytes, int64_t elem_bytes, int max_elems) {
+  for (int v = max_elems; v > 1; v /= 2) {
+    if (extent % v == 0 && align_bytes % (v * elem_bytes) == 0) return v;
+  }
+  return 1;
+}
+
+int FoldableOp(const ir::Graph& g, size_t contraction, int extra, int* sign) {
+  const int32_t L = g.op_value(contraction);
+  int uses_l = 0, uses_e = 0, found = -1;
+  for (size_t i = contraction + 1; i < g.ops.size(); ++i) {
+    const ir::Op& op = g.ops[i];
+    for (int32_t a : op.args) {
+      uses_l += a == L;
+      uses_e += a == extra;
+    }
+    if (op.args.size() == 2 && (op.kind == OpKind::kAdd || op.kind == OpKind::kSub)) {
+      const bool le = op.args[0] == L && op.args[1] == extra;
+      const bool el = op.args[0] == extra && op.args[1] == L;
+      if (le || (el && op.kind == OpKind::kAdd)) {
+        found = static_cast<int>(i);
+        *sign = op.kind == OpKind::kSub ? -1 : 1;
+      }
+    }
+  }
+  return uses_l == 1 && uses_e == 1 ? found : -1;
+}
+
+// One node per IR value (an op reading a value twice, or two ops reading one
+// value, share its node).
+Status BuildEpilogueDag(const ir::Graph& g, size_t contraction, int extra, int fold_op, EpilogueDag* dag) {
+  std::map<int32_t, int> node_of;  // value id -> node id
+  auto add = [&](Node n) {
+    dag->chain.nodes.push_back(std::move(n));
+    return static_cast<int>(dag->chain.nodes.size()) - 1;
+  };
+  Node lin;
+  lin.kind = NodeKind::kLoad;
+  lin.input = 0;
+  const int lin_node = add(lin);
+  node_of[fold_op >= 0 ? g.op_value(fold_op) : g.op_value(contraction)] = lin_node;
+  if (extra >= 0 && fold_op < 0) {
+    Node c;
+    c.kind = NodeKind::kLoad;
+    c.input = 1;
+    node_of[extra] = add(c);
+  }
+  std::vector<size_t> skip;
+  if (fold_op >= 0) skip.push_back(static_cast<size_t>(fold_op));
+  const Status st = AppendEpilogueNodes(g, contraction, skip, &node_of, &dag->chain);
+  if (!st.ok()) return st;
+  for (const Node& n : dag->chain.nodes) {
+    const bool op_node = n.kind == NodeKind::kUnary || n.kind == NodeKind::kBinary;
+    dag->heavy = dag->heavy || (op_node && IsHeavyOp(n.op));
+  }
+  dag->result = node_of.at(g.outputs[0]);
+  return Status::Ok();
+}
+
+const char* CutlassElement(ir::DType dt) {
+  switch (dt) {
+    case ir::DType::kFloat32: return "float";
+    case ir::DType::kFloat16: return "cutlass::half_t";
+    case ir::DType::kBFloat16: return "cutlass::bfloat16_t";
+  }
+  return "float";
+}
+
+const char* TorchScalarType(ir::DType dt) {
+  switch (dt) {
+    case ir::DType::kFloat32: return "torch::kFloat";
+    case ir::DType::kFloat16: return "torch::kHalf";
+    case ir::DType::kBFloat16: return "torch::kBFloat16";
+  }
+  return "torch::kFloat";
+}
+
+std::string I64(int64_t v) { return std::to_string(v) + "LL"; }
+
+// The group's epilogue in place of LinearCombination's alpha * acc + beta * c.
+std::string EpilogueFunctorSource(ir::DType dtype, int count, bool has_c, bool c_is_bias, const EpilogueDag& dag,
+                                  const std::string& what) {
+  std::string body;
+  EmitNodes(dag.chain, {dag.result},
+            [&](int id) -> std::string {
+              if (dag.chain.nodes[id].input == 1) return "c";
+              return c_is_bias ? "(acc + c)" : "acc";
+            },
+            "    ", &body);
+  std::string s;
+  s += "// Epilogue output op generated from the group's elementwise chain (interface of\n"
+       "// cutlass::epilogue::thread::LinearCombination). Per element, in float: the " + what + "\n"
+       "// value, then the chain; `c` is the source tensor's element (0 without one).\n";
+  s += "struct DiceEpilogue {\n";
+  s += "  using Element = " + std::string(CutlassElement(dtype)) + ";\n";
+  s += "  using ElementOutput = Element;\n  using ElementSource = Element;\n  using ElementC = Element;\n"
+       "  using ElementD = Element;\n  using ElementAccumulator = float;\n  using ElementCompute = float;\n";
+  s += "  static int const kCount = " + std::to_string(count) + ";\n";
+  s += std::string("  static bool const kIsHeavy = ") + (dag.heavy ? "true" : "false") + ";\n";
+  s += "  static cutlass::FloatRoundStyle const kRound = cutlass::FloatRoundStyle::round_to_nearest;\n"
+       "  using FragmentOutput = cutlass::Array<ElementOutput, kCount>;\n"
+       "  using FragmentSource = cutlass::Array<ElementSource, kCount>;\n"
+       "  using FragmentAccumulator = cutlass::Array<ElementAccumulator, kCount>;\n"
+       "  using FragmentCompute = cutlass::Array<ElementCompute, kCount>;\n"
+       "  struct Params {\n    CUTLASS_HOST_DEVICE Params() {}\n  };\n"
+       "  CUTLASS_HOST_DEVICE explicit DiceEpilogue(Params const&) {}\n"
+       "  CUTLASS_HOST_DEVICE explicit DiceEpilogue(Params const&, int) {}\n";
+  s += std::string("  CUTLASS_HOST_DEVICE bool is_source_needed() const { return ") + (has_c ? "true" : "false") +
+       "; }\n";
+  s += "  CUTLASS_HOST_DEVICE void set_k_partition(int, int) {}\n";
+  s += "  CUTLASS_DEVICE static float Apply(float acc, float c) {\n";
+  s += "    (void)c;\n" + body;
+  s += "    return v" + std::to_string(dag.result) + ";\n  }\n";
+  s += "  CUTLASS_DEVICE FragmentOutput operator()(FragmentAccumulator const& accum, FragmentSource const& source) const {\n"
+       "    cutlass::NumericArrayConverter<ElementCompute, ElementSource, kCount, kRound> to_compute;\n"
+       "    cutlass::NumericArrayConverter<ElementOutput, ElementCompute, kCount, kRound> to_output;\n"
+       "    FragmentCompute c = to_compute(source);\n    FragmentCompute r;\n"
+       "    CUTLASS_PRAGMA_UNROLL\n    for (int i = 0; i < kCount; ++i) r[i] = Apply(accum[i], c[i]);\n"
+       "    return to_output(r);\n  }\n";
+  s += "  CUTLASS_DEVICE FragmentOutput operator()(FragmentAccumulator const& accum) const {\n"
+       "    cutlass::NumericArrayConverter<ElementOutput, ElementCompute, kCount, kRound> to_output;\n"
+       "    FragmentCompute r;\n"
+       "    CUTLASS_PRAGMA_UNROLL\n    for (int i = 0; i < kCount; ++i) r[i] = Apply(accum[i], 0.0f);\n"
+       "    return to_output(r);\n  }\n";
+  s += "};\n";
+  return s;
+}
+
+Expected<size_t> FindEpilogueChain(const ir::Graph& g, ir::OpKind contraction, const std::string& unit) {
+  auto refuse = [](const std::string& why) -> Status { return Status(StatusCode::kUnsupported, why); };
+  const std::string name = ir::GetOpInfo(contraction).name;
+  size_t index = g.ops.size();
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    if (g.ops[i].kind == ir::OpKind::kConstant) continue;
+    if (g.ops[i].kind != contraction) {
+      return refuse("the first op must be " + name + ", got " + std::string(ir::GetOpInfo(g.ops[i].kind).name));
+    }
+    index = i;
+    break;
+  }
+  if (index == g.ops.size()) return refuse("no " + name + " op");
+  for (size_t i = index + 1; i < g.ops.size(); ++i) {
+    const ir::OpCategory cat = ir::GetOpInfo(g.ops[i].kind).category;
+    if (cat == ir::OpCategory::kContraction) {
+      return refuse("a second contraction (op " + std::to_string(i) + "); one " + unit + " per group");
+    }
+    if (cat != ir::OpCategory::kConstant && cat != ir::OpCategory::kUnary && cat != ir::OpCategory::kBinary) {
+      return refuse("op " + std::to_string(i) + " (" + ir::GetOpInfo(g.ops[i].kind).name + ") after " + name +
+                    " is not elementwise (the epilogue computes one output element at a time)");
+    }
+  }
+  if (g.outputs.size() != 1 || g.outputs[0] != g.op_value(g.ops.size() - 1)) {
+    return refuse("the last op's value must be the only group output");
+  }
+  return index;
+}
+
+std::string CutlassRunSource(const std::string& op_type, const std::string& family, const std::string& x) {
+  const std::string who = "\"" + family + " candidate: CUTLASS ";
+  std::string s;
+  s += "  " + op_type + " " + family + ";\n";
+  s += "  cutlass::Status status = " + family + ".can_implement(args);\n";
+  s += "  TORCH_CHECK(status == cutlass::Status::kSuccess, " + who + "can_implement: \",\n"
+       "              cutlassGetStatusString(status));\n";
+  s += "  const size_t workspace_bytes = " + op_type + "::get_workspace_size(args);\n";
+  s += "  torch::Tensor workspace;\n";
+  s += "  if (workspace_bytes > 0) {\n"
+       "    workspace = torch::empty({static_cast<int64_t>(workspace_bytes)}, " + x + ".options().dtype(torch::kUInt8));\n"
+       "  }\n";
+  s += "  status = " + family + ".initialize(args, workspace_bytes > 0 ? workspace.data_ptr() : nullptr, stream);\n";
+  s += "  TORCH_CHECK(status == cutlass::Status::kSuccess, " + who + "initialize: \",\n"
+       "              cutlassGetStatusString(status));\n";
+  s += "  status = " + family + ".run(stream);\n";
+  s += "  TORCH_CHECK(status == cutlass::Status::kSuccess, " + who + "run: \",\n"
+       "              cutlassGetStatusString(status), \" (\", cudaGetErrorString(cudaGetLastError()), \")\");\n";
+  return s;
+}
+
+}  // namespace dice::generator::tmpl

@@ -1,0 +1,92 @@
+// cutlass_epilogue.h (private) — what the CUTLASS 2.x template families (gemm.cc:
+// linear, conv.cc: conv2d) share: the generated epilogue output op that
+// computes a group's elementwise DAG where the contraction stores its result,
+// the analysis that builds that DAG, and small spellings (element types,
+// access widths). Output of these functions is CUDA C++ text for nvcc
+// (extension form, extension_compiler.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dice/core/ir.h"
+#include "dice/core/status.h"
+#include "lowering.h"
+
+namespace dice::generator::tmpl {
+
+/// The epilogue DAG after a contraction: Node 0 is a Load of the contraction's
+/// value (input 0, spelled `acc` or `(acc + c)`), an optional Load of the
+/// epilogue's source tensor element (input 1, `c`); `result` the node of the
+/// group output; `heavy` when it has transcendental math (CUTLASS's kIsHeavy).
+struct EpilogueDag {
+  Lowered chain;
+  int result = 0;
+  bool heavy = false;
+};
+
+/// The index of the group's `contraction` op (linear, conv2d), checking the
+/// shape the CUTLASS families serve: it is the first non-constant op, every
+/// later op is a constant or elementwise (unary / binary; no second
+/// contraction: "one <unit> per group"), and the last op's value is the only
+/// output. Errors: kUnsupported naming the offending op, no family prefix.
+Expected<size_t> FindEpilogueChain(const ir::Graph& g, ir::OpKind contraction, const std::string& unit);
+
+/// Builds the epilogue DAG for the ops after op `contraction` of `g`, one node
+/// per IR value (AppendEpilogueNodes, lowering.h). `extra` is the group input
+/// the epilogue reads as the source tensor c (-1: none); `fold_op` (-1: none)
+/// is an add/sub of the contraction's value and `extra` that the host computes
+/// into c instead (FoldableOp): its value becomes the Load of input 0 and it
+/// is skipped. The group's only output must be an op value of the DAG.
+/// Errors: kUnsupported without a family prefix (AppendEpilogueNodes' reasons).
+Status BuildEpilogueDag(const ir::Graph& g, size_t contraction, int extra, int fold_op, EpilogueDag* dag);
+
+/// The op index of an add(L, E) / add(E, L) / sub(L, E) after op
+/// `contraction` (L its value, E the group input `extra`) when L and E are
+/// each read by that op only, so bias ± E can be summed on the host into one
+/// source tensor; -1 otherwise. `*sign` receives +1 (add) or -1 (sub).
+int FoldableOp(const ir::Graph& g, size_t contraction, int extra, int* sign);
+
+/// The epilogue output-op functor `struct DiceEpilogue`: CUTLASS's
+/// LinearCombination interface (cutlass/epilogue/thread/linear_combination.h:
+/// Params, is_source_needed, set_k_partition, operator() with and without the
+/// source fragment), computing `dag` in float per element; Element is the
+/// CUTLASS spelling of `dtype`, `count` the elements per access (kCount).
+/// `has_c`: the kernel reads a source tensor; `c_is_bias`: c is added to acc
+/// before the DAG (the contraction's bias, or bias ± extra). `what` names the
+/// contraction in the generated comment ("linear").
+std::string EpilogueFunctorSource(ir::DType dtype, int count, bool has_c, bool c_is_bias, const EpilogueDag& dag,
+                                  const std::string& what);
+
+/// dice_forward's CUTLASS run, as C++ statements: a `op_type family;` object,
+/// can_implement, a workspace tensor (uint8, on `x`'s device) when
+/// get_workspace_size asks for one, initialize and run on `stream`, each
+/// status checked with TORCH_CHECK ("<family> candidate: CUTLASS run: ...").
+/// Expects `args` and `stream` to be defined by the preceding code.
+std::string CutlassRunSource(const std::string& op_type, const std::string& family, const std::string& x);
+
+/// Largest of {max_elems, ..., 2, 1} dividing `extent` whose byte size
+/// divides the pointer alignment `align_bytes` (elements of `elem_bytes`).
+int AccessElems(int64_t extent, int64_t align_bytes, int64_t elem_bytes, int max_elems);
+
+/// The elements of a constexpr list (tile configurations) as a vector, copied
+/// one by one: vector::assign from such an array made GCC 12 warn -Wnonnull
+/// about a memmove it could not prove non-empty.
+template <typename T, size_t kN>
+std::vector<T> ListOf(const T (&list)[kN]) {
+  std::vector<T> v;
+  v.reserve(kN);
+  for (const T& t : list) v.push_back(t);
+  return v;
+}
+
+/// "float", "cutlass::half_t", "cutlass::bfloat16_t".
+const char* CutlassElement(ir::DType dt);
+/// "torch::kFloat", "torch::kHalf", "torch::kBFloat16".
+const char* TorchScalarType(ir::DType dt);
+/// A C++ 64-bit literal: "16LL".
+std::string I64(int64_t v);
+
+}  // namespace dice::generator::tmpl
