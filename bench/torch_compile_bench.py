@@ -270,9 +270,13 @@ def run_workload(label: str, model: nn.Module, inputs: list, args) -> dict:
 
 def dice_decisions(reports: list) -> dict:
     """The dice variant's decisions from its CompileReports: regions (summary,
-    choice, source), guard choices, graphs that fell back (stage: cause)."""
-    out: dict = {"regions": [], "guard": [], "fallback": []}
+    choice, source), guard choices, graphs that fell back (stage: cause), and
+    each tune-sync first call's prebuild counts (distinct nvcc builds, built,
+    cached, failed, seconds)."""
+    out: dict = {"regions": [], "guard": [], "fallback": [], "prebuild": []}
     for r in reports:
+        if getattr(r, "prebuild", None):
+            out["prebuild"].append(r.prebuild)
         out["regions"] += [{"summary": d.summary, "choice": d.choice, "source": d.source} for d in r.regions]
         if r.guard is not None:
             out["guard"].append({"choice": r.guard.choice, "source": r.guard.source,
