@@ -5,9 +5,9 @@
 // of the 100k-entry benchmark) to 680 KB. Parsed whole by nlohmann::json,
 // the lexer copies that string one character at a time (push_back per
 // byte), and dice::Base64Decode then checks its alphabet one branchy byte
-// at a time before OpenSSL decodes it: together ~40% of all CPU in the
-// 16-client GET benchmark (perf, docs/PERF.md "16 clients after the wire
-// fast path"), on the same 2 cores as the server. Here the cubin_base64
+// at a time before OpenSSL decodes it: together ~50% of all CPU in the
+// 16-client GET benchmark (perf; docs/PERF.md, "16 clients after the wire
+// fast path and the readers' page cache"), on the 2 cores the server uses. Here the cubin_base64
 // value is cut out of the text by a scan for its closing quote (base64 has
 // no quote or backslash), the remaining ~0.3 KB go through nlohmann as
 // before, and the base64 is decoded by one table-driven pass.
@@ -37,7 +37,7 @@ bool SplitPayload(std::string_view text, std::string* rest, std::string_view* ba
 /// Unused bits of the last group are ignored, as OpenSSL's EVP_DecodeBlock
 /// (behind dice::Base64Decode) ignores them, so on success `out` equals
 /// dice::Base64Decode(text). False on any other input (`out` unspecified).
-/// About 1 byte per cycle; one allocation (the output).
+/// One pass over the text; one allocation (the output).
 bool DecodeBase64(std::string_view text, std::string* out);
 
 }  // namespace dice::cache::wire
