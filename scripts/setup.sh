@@ -136,8 +136,9 @@ fi
 # What the build will do, said before it starts; the time of a first build
 # only when there is one (no dice binary yet; for the full build also no test
 # binary). Ninja's dry run cannot tell: it stops at CMake's always-run glob
-# check. Measured shares: `dice mlp_block` is 117 of the 241 build steps (23
-# of the 59 files that include LibTorch), ~45% of the compile time.
+# check. Measured shares (2026-12-02): `dice mlp_block` is 117-122 of the
+# 241-251 build steps (23 of the 59 files that include LibTorch), ~45% of
+# the compile time in build/.ninja_log.
 WHAT=${BUILD_TARGETS:-every target, the test suites included}
 if [ ! -x "$BUILD_DIR/cli/dice" ] && [ -n "${BUILD_TARGETS:-}" ]; then
   log "building $WHAT: a first build takes 9-12 minutes on 2 cores, 2-3 on 16 (LibTorch headers are heavy); scripts/test.sh builds the test suites"
