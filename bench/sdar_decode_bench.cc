@@ -9,7 +9,8 @@
 //
 //   sdar_decode_bench --config bench/configs/sdar-1.7b-like.json --config .deps/sdar/config-4b.json
 //       --batch 1,16,128 [--prompt 512] [--new 256] [--steps 4] [--device cuda] [--dtype bf16] [--json out.jsonl]
-//       [--cuda-graphs off|on|off,on] [--path new|old|new,old] [--fused on|off|on,off] [--profile]
+//       [--cuda-graphs off|on|off,on] [--path new|old|new,old] [--fused on|off|on,off] [--gemv on|off|on,off]
+//       [--profile]
 //   sdar_decode_bench --tiny      (CPU, bench/configs/sdar-tiny.json-like shape, seconds)
 //   sdar_decode_bench --tiny --dry-run   (parse, build the rows' options, print them; no model)
 //
@@ -25,7 +26,11 @@
 // elementwise kernels (SdarModelOptions::fuse_projections and
 // fuse_elementwise; sdar_fused_kernels.h), "off" is the model without
 // either (the LibTorch ops one by one); the same seed gives both the same
-// weights. --profile adds a second, profiled decode per row
+// weights. --gemv runs each --fused on build once per listed mode: "on"
+// (default) lets the skinny GEMMs (the gemv template family's stream form,
+// sdar_fused_kernels.h SdarGemv) serve the projections of step forwards of
+// at most 16 rows in bf16/f16, "off" keeps them on cuBLAS (the bench sets
+// DICE_SDAR_GEMV=1/0 before building the model). --profile adds a second, profiled decode per row
 // (DecodeOptions::profile: a device synchronisation at every phase
 // boundary) and prints where its time went: prefill, graph capture, step
 // forwards, sampling/remasking, read-back, batch select, commits — total
@@ -34,7 +39,8 @@
 //
 // Output: one table row per (config, batch, graphs mode, path); with --json
 // one JSON line each ({"impl":"dice-cpp" or "dice-cpp-graphs", with "-old"
-// appended for --path old and "-unfused" for --fused off, "config":.., "batch":.., "tokens_per_s":..,
+// appended for --path old, "-unfused" for --fused off and "-nogemv" for
+// --gemv off, "gemv":.., "config":.., "batch":.., "tokens_per_s":..,
 // "path":"new"|"old", "fused":.., "fused_elementwise":.., "merge_commit":.., "masked_logits_only":..,
 // "forwards_per_block":.., "peak_gib":.., "profile":{..},...}).
 // forwards_per_block = (denoising-step forwards + separate commit forwards)
@@ -52,6 +58,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -120,7 +127,7 @@ int main(int argc, char** argv) {
   std::string batches = "1,16,128", device = "cuda", dtype = "bf16", json_path;
   int64_t prompt_len = 512, new_tokens = 256, steps = 4;
   uint64_t seed = 0;
-  std::string graphs_modes = "off", paths = "new", fused_modes = "on";
+  std::string graphs_modes = "off", paths = "new", fused_modes = "on", gemv_modes = "on";
   bool failed = false;
   bool tiny = false, profile = false, dry_run = false;
   app.add_option("--config", configs, "SDAR config.json (repeat for several)");
@@ -139,6 +146,10 @@ int main(int argc, char** argv) {
   app.add_option("--fused", fused_modes,
                  "on (merged QKV and gate/up GEMMs, fused elementwise kernels on CUDA), off, or on,off "
                  "(each row once per model build)");
+  app.add_option("--gemv", gemv_modes,
+                 "on (the skinny GEMMs of templates/gemv.h serve the step forward's projections of <= 16 rows, "
+                 "bf16/f16, with --fused on), off (cuBLAS), or on,off (each --fused on row once per mode; sets "
+                 "DICE_SDAR_GEMV for the model build)");
   app.add_flag("--profile", profile, "also run a profiled decode per row and print its phase table");
   app.add_flag("--dry-run", dry_run, "check the flags and print the rows that would run, without decoding");
   app.add_flag("--tiny", tiny, "CPU smoke run: tiny built-in shape, prompt 16, 8 new tokens, batch 1,2, f32");
@@ -226,6 +237,30 @@ int main(int argc, char** argv) {
     }
     if (fuse_list.empty()) fuse_list.push_back(true);
   }
+  std::vector<bool> gemv_list;  // DICE_SDAR_GEMV for a --fused on build (sdar_fused_kernels.h skinny_gemv)
+  {
+    std::stringstream ss(gemv_modes);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      if (item == "on" || item == "off") {
+        gemv_list.push_back(item == "on");
+      } else {
+        std::fprintf(stderr, "sdar_decode_bench: error: --gemv '%s': each item must be on or off\n",
+                     gemv_modes.c_str());
+        return 2;
+      }
+    }
+    if (gemv_list.empty()) gemv_list.push_back(true);
+  }
+  // (fuse, gemv) model builds in order; gemv only varies for fused builds.
+  std::vector<std::pair<bool, bool>> builds;
+  for (bool fuse : fuse_list) {
+    if (!fuse) {
+      builds.emplace_back(false, false);
+      continue;
+    }
+    for (bool gemv : gemv_list) builds.emplace_back(true, gemv);
+  }
   dice::generator::SdarModelOptions mo;
   try {
     mo.device = torch::Device(device);
@@ -235,15 +270,16 @@ int main(int argc, char** argv) {
   }
   if (dry_run) {
     for (const auto& [name, config] : shapes) {
-      for (bool fuse : fuse_list) {
+      for (const auto& [fuse, gemv] : builds) {
         for (int64_t batch : batch_sizes) {
           for (bool graphs : graph_modes) {
             for (bool old_path : old_paths) {
               std::printf("dry run: %s batch %lld prompt %lld new %lld steps %lld graphs %s path %s fused %s "
-                          "(merge_commit %d, masked_logits_only %d)\n",
+                          "gemv %s (merge_commit %d, masked_logits_only %d)\n",
                           name.c_str(), static_cast<long long>(batch), static_cast<long long>(prompt_len),
                           static_cast<long long>(new_tokens), static_cast<long long>(steps), graphs ? "on" : "off",
-                          old_path ? "old" : "new", fuse ? "on" : "off", old_path ? 0 : 1, old_path ? 0 : 1);
+                          old_path ? "old" : "new", fuse ? "on" : "off", gemv ? "on" : "off", old_path ? 0 : 1,
+                          old_path ? 0 : 1);
             }
           }
         }
@@ -262,9 +298,10 @@ int main(int argc, char** argv) {
   std::ofstream json_out;
   if (!json_path.empty()) json_out.open(json_path, std::ios::app);
   for (const auto& [name, config] : shapes) {
-    for (bool fuse : fuse_list) {
+    for (const auto& [fuse, gemv] : builds) {
       mo.fuse_projections = fuse;
       mo.fuse_elementwise = fuse;
+      ::setenv("DICE_SDAR_GEMV", gemv ? "1" : "0", 1);  // read when the fused kernels build
       auto model = dice::generator::SdarModel::Random(config, mo, seed);
       if (!model.ok()) {
         std::fprintf(stderr, "sdar_decode_bench: error: %s: %s\n", name.c_str(), model.status().ToString().c_str());
@@ -327,11 +364,11 @@ int main(int argc, char** argv) {
             std::printf("%-40s %6lld %8lld %6lld %10.3f %12.1f %9lld %7.3f %6s %5s %5s %9.2f\n", name.c_str(),
                         static_cast<long long>(batch), static_cast<long long>(prompt_len),
                         static_cast<long long>(new_tokens), r->seconds, tps, static_cast<long long>(r->forward_passes),
-                        forwards_per_block, graphs ? "on" : "off", old_path ? "old" : "new", fuse ? "on" : "off",
-                        peak_gib);
+                        forwards_per_block, graphs ? "on" : "off", old_path ? "old" : "new",
+                        fuse ? (gemv ? "gemv" : "on") : "off", peak_gib);
             std::fflush(stdout);
             const std::string impl = std::string(graphs ? "dice-cpp-graphs" : "dice-cpp") + (old_path ? "-old" : "") +
-                                     (fuse ? "" : "-unfused");
+                                     (fuse ? (gemv ? "" : "-nogemv") : "-unfused");
             nlohmann::json row{{"impl", impl},
                                {"config", name},
                                {"batch", batch},
@@ -347,6 +384,7 @@ int main(int argc, char** argv) {
                                {"forward_passes", r->forward_passes},
                                {"path", old_path ? "old" : "new"},
                                {"fused", fuse},
+                               {"gemv", fuse && gemv},
                                {"fused_elementwise", model->fused_elementwise()},
                                {"fused_note", model->fused_elementwise_note()},
                                {"merge_commit", o.merge_commit},

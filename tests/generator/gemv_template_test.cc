@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dice/generator/templates.h"
+#include "../../generator/src/templates/gemv.h"
 #include "dice/runtime/compiler.h"
 #include "template_test_util.h"
 
@@ -145,7 +146,10 @@ TEST(GemvTemplate, DagEpilogueIsAppliedAtTheStoreAndComputesEachValueOnce) {
     EXPECT_EQ(Count(body, "acc"), 2) << body;  // the parameter and `v0 = acc`
     EXPECT_EQ(Count(body, "expf("), 1) << body;
     EXPECT_TRUE(Contains(body, "= (v0 * v")) << body;
-    if (c.origin.find("/s1/") != std::string::npos) {
+    if (c.origin.rfind("template:gemv/stream/", 0) == 0) {
+      EXPECT_TRUE(Contains(c.source, "if (BIAS) v += dice_f(b[n0 + r]);\n        v = dice_epilogue(v);"));
+      EXPECT_TRUE(Contains(c.source, ", false, true>(x, w, b, out, 4);")) << "bias on, silu off, 4 rows";
+    } else if (c.origin.find("/s1/") != std::string::npos) {
       EXPECT_TRUE(Contains(c.source, "dice_epilogue(acc[m][r] + dice_f(b[n0 + r]))"));
     } else {
       split = true;
@@ -159,7 +163,69 @@ TEST(GemvTemplate, DagEpilogueIsAppliedAtTheStoreAndComputesEachValueOnce) {
     EXPECT_TRUE(built[i].ok()) << some[i].origin << ": " << built[i].status().ToString() << "\n" << some[i].source;
   auto bare = TemplateGenerator().Generate(Linear(DType::kBFloat16, 4, 2560, 1024, true), 8);
   ASSERT_TRUE(bare.ok());
-  for (const Candidate& c : Gemv(*bare)) EXPECT_FALSE(Contains(c.source, "dice_epilogue")) << c.origin;
+  for (const Candidate& c : Gemv(*bare)) {
+    // The stream form's epilogue is the identity; the others have none.
+    if (c.origin.rfind("template:gemv/stream/", 0) == 0) {
+      EXPECT_TRUE(Contains(c.source, "float dice_epilogue(float acc) { return acc; }")) << c.origin;
+    } else {
+      EXPECT_FALSE(Contains(c.source, "dice_epilogue")) << c.origin;
+    }
+  }
+}
+
+// The stream form (x staged in shared memory, 16-byte weight loads several
+// deep, no split-K, no workspace) comes first for aligned rows, names its
+// geometry in the origin and compiles for sm_90; unaligned rows get none.
+TEST(GemvTemplate, StreamFormLeadsForAlignedRowsWithOneLaunchAndNoWorkspace) {
+  for (const int64_t m : {4, 16}) {
+    auto all = TemplateGenerator().Generate(Linear(DType::kBFloat16, m, 2560, 6144, false), 8);
+    ASSERT_TRUE(all.ok()) << all.status().ToString();
+    auto cands = Gemv(*all);
+    ASSERT_FALSE(cands.empty());
+    const Candidate& c = cands.front();
+    // 16 rows: four columns a warp (x read from shared memory once for four weight rows), 2 loads deep.
+    EXPECT_EQ(c.origin, m == 4 ? "template:gemv/stream/r2/w4/s1/u8/t2560/v8"
+                               : "template:gemv/stream/r4/w4/s1/u2/t1024/v8");
+    ASSERT_EQ(c.plan.launches.size(), 1u);
+    EXPECT_EQ(c.plan.workspace_bytes, 0u);
+    EXPECT_EQ(c.plan.launches[0].grid[0], 6144u / (m == 4 ? 8u : 16u));
+    EXPECT_EQ(c.plan.launches[0].block[0], 128u);
+    std::vector<Candidate> one = {c};
+    auto built = runtime::CompileAll(one, "sm_90", 1);
+    EXPECT_TRUE(built[0].ok()) << built[0].status().ToString() << "\n" << c.source;
+  }
+  auto odd = TemplateGenerator().Generate(Linear(DType::kBFloat16, 4, 2561, 1024, false), 8);
+  ASSERT_TRUE(odd.ok());
+  for (const auto& c : Gemv(*odd)) EXPECT_EQ(c.origin.find("/stream/"), std::string::npos) << c.origin;
+}
+
+// The decoder's entry points (templates/gemv.h): checks, the silu_mul
+// instance over a [2n, k] weight, several instances after one prelude.
+TEST(GemvTemplate, StreamSpecChecksAndSiluMulInstance) {
+  tmpl::StreamGemvSpec s;
+  s.m = 4, s.n = 9728, s.k = 2560, s.dtype = DType::kBFloat16, s.silu_mul = true;
+  EXPECT_TRUE(tmpl::CheckStreamGemv(s).ok());
+  EXPECT_EQ(tmpl::StreamGemvOrigin(s), "template:gemv/stream/r1/w4/s1/u8/t2560/v8/silu_mul");
+  const KernelLaunch l = tmpl::StreamGemvLaunch(s, "gu");
+  EXPECT_EQ(l.grid[0], 9728u / 4u);  // one output column (two weight rows) a warp
+  tmpl::StreamGemvSpec bad = s;
+  bad.k = 2561;
+  EXPECT_EQ(tmpl::CheckStreamGemv(bad).code(), StatusCode::kUnsupported);
+  bad = s, bad.m = 17;
+  EXPECT_FALSE(tmpl::CheckStreamGemv(bad).ok());
+  bad = s, bad.bias = true;
+  EXPECT_FALSE(tmpl::CheckStreamGemv(bad).ok());
+  tmpl::StreamGemvSpec down = s;
+  down.silu_mul = false, down.n = 2560, down.k = 9728, down.m = 8;
+  Candidate c;
+  c.source = tmpl::StreamGemvPrelude(DType::kBFloat16, true) + tmpl::StreamGemvInstance(s, "gu", true) +
+             tmpl::StreamGemvInstance(down, "down", true);
+  EXPECT_TRUE(
+      Contains(c.source, "gu(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int rows)"));
+  EXPECT_TRUE(Contains(c.source, "v = dice_round(g / (1.f + expf(-g))) * up;"));
+  c.plan.launches = {KernelLaunch{"gu"}, KernelLaunch{"down"}};
+  auto r = runtime::CompileCandidate(c, "sm_90");
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
 }
 
 }  // namespace

@@ -5,8 +5,11 @@
 // greedy tokens equal with CUDA graphs on and off, and a shape the kernels
 // do not take falling back to the unfused path with a message; the KV cache
 // written by QkNormRope itself bit-identical to copy_ / index_copy_ of its
-// outputs; the vectorized and the scalar add + RMSNorm agreeing.
+// outputs; the vectorized and the scalar add + RMSNorm agreeing; the skinny
+// GEMMs (SdarGemv) against at::linear at the SDAR-4B decode shapes, timed
+// beside cuBLAS.
 #include <gtest/gtest.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/cuda.h>
 
@@ -242,6 +245,78 @@ TEST(SdarFusedGpuTest, VectorAndScalarAddRmsNormAgree) {
   const double scale = want.abs().max().item<double>();
   EXPECT_LE((norm.to(torch::kFloat32) - want).abs().max().item<double>(), 0.02 * scale);
   EXPECT_LE((norm_b.to(torch::kFloat32) - norm.to(torch::kFloat32)).abs().max().item<double>(), 0.02 * scale);
+}
+
+// Mean µs of `launch` over 100 calls, each timed alone with CUDA events
+// after a 256 MB write that evicts the weight from L2 (50 MB on the H200).
+template <typename F>
+double TimeUs(F&& launch, torch::Tensor& flush) {
+  auto stream = c10::cuda::getCurrentCUDAStream(0);
+  double total_ms = 0;
+  for (int i = 0; i < 100; ++i) {
+    flush.zero_();
+    at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
+    start.record(stream);
+    launch();
+    end.record(stream);
+    end.synchronize();
+    total_ms += start.elapsed_time(end);
+  }
+  return total_ms * 1000.0 / 100;
+}
+
+// The skinny GEMMs of the step forward (sdar_fused_kernels.h SdarGemv, the
+// gemv family's stream form) at the SDAR-4B shapes (K x N: QKV 2560 x 6144,
+// o_proj 4096 x 2560, gate/up 2560 x 2*9728 with silu(gate) * up, down 9728
+// x 2560) and 4 and 16 rows: within a bf16 rounding of at::linear (gate/up:
+// of silu(gate) * up computed from it, rounded as the unfused path), and µs
+// and TB/s of the weight stream printed beside cuBLAS (at::linear). The
+// issue's goal is >= 3.5 TB/s; this test asserts the numerics only.
+TEST(SdarFusedGpuTest, SkinnyGemmsMatchLinearAtTheDecodeShapesAndPrintTheirStreamRate) {
+  DICE_REQUIRE_CUDA();
+  SdarFusedShape shape;
+  shape.hidden = 2560, shape.heads = 32, shape.kv_heads = 8, shape.head_dim = 128, shape.intermediate = 9728;
+  shape.dtype = FusedDtype::kBF16;
+  auto k = SdarFusedKernels::Build(shape, "", 0);
+  ASSERT_TRUE(k.ok()) << k.status().ToString();
+  ASSERT_TRUE((*k)->has_gemv()) << (*k)->gemv_note();
+  struct Proj {
+    SdarGemv which;
+    const char* name;
+    int64_t k, n;  // weight [n, k]
+  };
+  const std::vector<Proj> projs = {{SdarGemv::kQkv, "qkv", 2560, 6144},
+                                   {SdarGemv::kO, "o_proj", 4096, 2560},
+                                   {SdarGemv::kGateUp, "gate/up+silu", 2560, 2 * 9728},
+                                   {SdarGemv::kDown, "down", 9728, 2560}};
+  auto opts = torch::TensorOptions().device(torch::kCUDA, 0).dtype(torch::kBFloat16);
+  auto flush = torch::empty({256 << 20}, torch::TensorOptions().device(torch::kCUDA, 0).dtype(torch::kUInt8));
+  void* stream = c10::cuda::getCurrentCUDAStream(0).stream();
+  torch::manual_seed(11);
+  for (const Proj& p : projs) {
+    auto w = torch::randn({p.n, p.k}, opts) * 0.02;
+    for (const int64_t m : {4, 16}) {
+      SCOPED_TRACE(std::string(p.name) + " rows " + std::to_string(m));
+      auto x = torch::randn({m, p.k}, opts);
+      const bool silu = p.which == SdarGemv::kGateUp;
+      const int64_t n_out = silu ? p.n / 2 : p.n;
+      auto out = torch::empty({m, n_out}, opts);
+      auto run = [&] { ASSERT_TRUE((*k)->Gemv(p.which, x.data_ptr(), w.data_ptr(), out.data_ptr(), m, stream).ok()); };
+      run();
+      auto ref = at::linear(x, w);
+      if (silu) ref = at::silu(ref.narrow(-1, 0, n_out)) * ref.narrow(-1, n_out, n_out);
+      const double scale = ref.to(torch::kFloat32).abs().max().item<double>();
+      const double err = (out.to(torch::kFloat32) - ref.to(torch::kFloat32)).abs().max().item<double>();
+      EXPECT_LE(err, 0.02 * scale) << "max |gemv - linear| " << err << " of max " << scale;
+      const double us = TimeUs(run, flush);
+      torch::Tensor cublas_out;
+      const double cublas_us = TimeUs([&] { cublas_out = at::linear(x, w); }, flush);
+      const double bytes = static_cast<double>(p.n * p.k * 2);
+      std::printf("%-13s rows %2lld: gemv %7.1f us %5.2f TB/s | cuBLAS linear %7.1f us %5.2f TB/s%s\n", p.name,
+                  static_cast<long long>(m), us, bytes / us * 1e-6, cublas_us, bytes / cublas_us * 1e-6,
+                  silu ? " (cuBLAS without the silu*up)" : "");
+    }
+  }
 }
 
 }  // namespace

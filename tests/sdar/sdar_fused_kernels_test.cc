@@ -59,6 +59,35 @@ TEST(SdarFusedKernelsTest, NormsUse16ByteLoadsWhenTheRowFillsThemAndQkNormRopeWr
   EXPECT_NE(bf16.find("T* k_cache, T* v_cache, const long long* slots"), std::string::npos);
 }
 
+// The skinny GEMMs of the step forward: the gemv family's stream form for
+// the four projections at 4, 8 and 16 rows, one source per model, compiling
+// for sm_90 in bf16 and f16; none for f32 or for rows of K that are no
+// multiple of 16 bytes.
+TEST(SdarFusedKernelsTest, SkinnyGemmSourceCompilesForSm90AtTheReleasedShapes) {
+  for (const auto& s :
+       {Shape(2560, 32, 8, 128, 9728, FusedDtype::kBF16), Shape(2048, 16, 8, 128, 6144, FusedDtype::kF16)}) {
+    Candidate c;
+    c.source = SdarGemvSource(s);
+    ASSERT_FALSE(c.source.empty());
+    for (const auto& name : SdarGemvKernelNames()) {
+      EXPECT_NE(c.source.find("void __launch_bounds__(128) " + name + "("), std::string::npos) << name;
+      c.plan.launches.push_back(KernelLaunch{name});
+    }
+    EXPECT_EQ(SdarGemvKernelNames().size(), 12u);
+    // gate/up at 4 rows: N = inter outputs (of a [2 inter, K] weight), one column a warp, 8 loads in flight,
+    // the whole K row of x in shared memory.
+    const std::string h = std::to_string(s.hidden);
+    const std::string gate_up = "dice_gemv_stream<4, " + std::to_string(s.intermediate) + "LL, " + h + "LL, 1, 4, 8, " +
+                                h + ", true, false>(x, w, nullptr, out, rows);";
+    EXPECT_NE(c.source.find(gate_up), std::string::npos) << gate_up;
+    auto r = runtime::CompileCandidate(c, "sm_90");
+    ASSERT_TRUE(r.ok()) << "hidden " << s.hidden << ": " << r.status().ToString();
+    EXPECT_FALSE(r->cubin.empty());
+  }
+  EXPECT_TRUE(SdarGemvSource(Shape(2560, 32, 8, 128, 9728, FusedDtype::kF32)).empty());
+  EXPECT_TRUE(SdarGemvSource(Shape(36, 4, 2, 8, 64, FusedDtype::kBF16)).empty());  // 72-byte rows
+}
+
 TEST(SdarFusedKernelsTest, ShapesThatDoNotFitAreRefusedNamingTheField) {
   auto odd = CheckFusedShape(Shape(32, 4, 2, 7, 64, FusedDtype::kF32));
   ASSERT_FALSE(odd.ok());

@@ -4,12 +4,14 @@
 #include "dice/generator/sdar_fused_kernels.h"
 
 #include <algorithm>
+#include <iterator>
 #include <cstdint>
 #include <sstream>
 
 #include "dice/core/candidate.h"
 #include "dice/runtime/compiler.h"
 #include "dice/runtime/cuda_driver.h"
+#include "../templates/gemv.h"
 
 namespace dice::generator {
 namespace {
@@ -226,6 +228,31 @@ Status CudaFail(const CudaDriver* d, const char* call, int rc) {
   return Status(StatusCode::kCudaError, "SDAR fused kernels: " + d->ErrorText(call, rc));
 }
 
+// The skinny GEMMs (templates/gemv.h stream form): projection p, rows bucket
+// b (kGemvRows) is kernel dice_sdar_gemv_<p>_m<rows>.
+constexpr int kGemvRows[] = {4, 8, 16};
+constexpr const char* kGemvNames[] = {"qkv", "o", "gate_up", "down"};
+
+std::vector<tmpl::StreamGemvSpec> GemvSpecs(const SdarFusedShape& s) {
+  const ir::DType dt = s.dtype == FusedDtype::kBF16 ? ir::DType::kBFloat16 : ir::DType::kFloat16;
+  const int64_t qkv = (s.heads + 2 * s.kv_heads) * s.head_dim;
+  const int64_t nk[4][2] = {{qkv, s.hidden}, {s.hidden, s.heads * s.head_dim}, {s.intermediate, s.hidden},
+                            {s.hidden, s.intermediate}};
+  std::vector<tmpl::StreamGemvSpec> out;
+  for (int p = 0; p < 4; ++p) {
+    for (int rows : kGemvRows) {
+      tmpl::StreamGemvSpec g;
+      g.m = rows, g.n = nk[p][0], g.k = nk[p][1], g.dtype = dt, g.silu_mul = p == 2;
+      out.push_back(g);
+    }
+  }
+  return out;
+}
+
+std::string GemvName(size_t i) {
+  return std::string("dice_sdar_gemv_") + kGemvNames[i / 3] + "_m" + std::to_string(kGemvRows[i % 3]);
+}
+
 }  // namespace
 
 Status CheckFusedShape(const SdarFusedShape& s) {
@@ -324,11 +351,90 @@ Expected<std::unique_ptr<SdarFusedKernels>> SdarFusedKernels::Build(const SdarFu
     }
     k->functions_.push_back(f);
   }
+  DICE_RETURN_IF_ERROR(k->BuildGemv(target));
   return k;
 }
 
+std::string SdarGemvSource(const SdarFusedShape& shape) {
+  if (shape.dtype == FusedDtype::kF32) return "";
+  const auto specs = GemvSpecs(shape);
+  for (const auto& g : specs) {
+    if (!tmpl::CheckStreamGemv(g).ok()) return "";
+  }
+  std::string src = "// SDAR skinny GEMMs: the gemv template family's stream form (templates/gemv.h)\n" +
+                    tmpl::StreamGemvPrelude(specs[0].dtype, /*identity_epilogue=*/true);
+  for (size_t i = 0; i < specs.size(); ++i) src += tmpl::StreamGemvInstance(specs[i], GemvName(i), true);
+  return src;
+}
+
+std::vector<std::string> SdarGemvKernelNames() {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < 4 * std::size(kGemvRows); ++i) out.push_back(GemvName(i));
+  return out;
+}
+
+Status SdarFusedKernels::BuildGemv(const std::string& target) {
+  if (!shape_.skinny_gemv) {
+    gemv_note_ = "skinny GEMMs off (skinny_gemv)";
+    return Status::Ok();
+  }
+  if (shape_.dtype == FusedDtype::kF32) {
+    gemv_note_ = "skinny GEMMs serve bf16 and f16 only";
+    return Status::Ok();
+  }
+  Candidate c;
+  c.origin = "sdar:skinny_gemv";
+  c.source = SdarGemvSource(shape_);
+  if (c.source.empty()) {
+    gemv_note_ = "skinny GEMMs do not fit this model (a row of K elements is no multiple of 16 bytes)";
+    return Status::Ok();
+  }
+  for (const auto& name : SdarGemvKernelNames()) c.plan.launches.push_back(KernelLaunch{name});
+  auto compiled = runtime::CompileCandidate(c, target);
+  if (!compiled.ok()) return compiled.status();
+  compile_ms_ += compiled->compile_ms;
+  const auto* d = static_cast<const CudaDriver*>(driver_);
+  runtime::CUmodule_t module = nullptr;
+  if (int rc = d->cuModuleLoadData(&module, compiled->cubin.data()); rc != 0) return CudaFail(d, "cuModuleLoadData", rc);
+  gemv_module_ = module;
+  const auto specs = GemvSpecs(shape_);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const std::string name = GemvName(i);
+    runtime::CUfunction_t f = nullptr;
+    if (int rc = d->cuModuleGetFunction(&f, module, name.c_str()); rc != 0) {
+      return CudaFail(d, ("cuModuleGetFunction " + name).c_str(), rc);
+    }
+    const KernelLaunch l = tmpl::StreamGemvLaunch(specs[i], name);
+    gemv_.push_back(GemvKernel{f, l.grid[0], l.block[0]});
+  }
+  gemv_note_.clear();
+  return Status::Ok();
+}
+
+Status SdarFusedKernels::Gemv(SdarGemv which, const void* x, const void* w, void* out, int64_t rows,
+                              void* stream) const {
+  if (gemv_module_ == nullptr) return Status(StatusCode::kUnsupported, "SDAR skinny GEMM: " + gemv_note_);
+  if (rows < 1 || rows > 16) {
+    return Status(StatusCode::kUnsupported, "SDAR skinny GEMM: " + std::to_string(rows) + " rows (1..16)");
+  }
+  if (!Aligned16(x) || !Aligned16(w) || !Aligned16(out)) {
+    return Status(StatusCode::kUnsupported, "SDAR skinny GEMM: a pointer is not 16-byte aligned");
+  }
+  const size_t bucket = rows <= 4 ? 0 : rows <= 8 ? 1 : 2;
+  const GemvKernel& g = gemv_[static_cast<size_t>(which) * 3 + bucket];
+  int r = static_cast<int>(rows);
+  void* args[] = {&x, &w, &out, &r};
+  const auto* d = static_cast<const CudaDriver*>(driver_);
+  const int rc = d->cuLaunchKernel(static_cast<runtime::CUfunction_t>(g.function), g.grid, 1, 1, g.block, 1, 1, 0,
+                                   static_cast<runtime::CUstream_t>(stream), args, nullptr);
+  if (rc != 0) return CudaFail(d, "cuLaunchKernel", rc);
+  return Status::Ok();
+}
+
 SdarFusedKernels::~SdarFusedKernels() {
-  if (module_ != nullptr) static_cast<const CudaDriver*>(driver_)->cuModuleUnload(static_cast<runtime::CUmodule_t>(module_));
+  const auto* d = static_cast<const CudaDriver*>(driver_);
+  if (module_ != nullptr) d->cuModuleUnload(static_cast<runtime::CUmodule_t>(module_));
+  if (gemv_module_ != nullptr) d->cuModuleUnload(static_cast<runtime::CUmodule_t>(gemv_module_));
 }
 
 Status SdarFusedKernels::Launch(int which, unsigned grid_x, unsigned grid_y, unsigned block, void** args,

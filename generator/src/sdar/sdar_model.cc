@@ -13,6 +13,7 @@
 #include <optional>
 #include <utility>
 
+#include "dice/core/env.h"
 #include "dice/generator/sdar_fused_kernels.h"
 
 namespace dice::generator {
@@ -67,6 +68,8 @@ std::shared_ptr<const SdarFusedKernels> BuildFused(const SdarConfig& c, const Sd
   shape.eps = c.rms_norm_eps;
   shape.dtype = o.dtype == torch::kBFloat16 ? FusedDtype::kBF16
                 : o.dtype == torch::kFloat16 ? FusedDtype::kF16 : FusedDtype::kF32;
+  // DICE_SDAR_GEMV=0: the step forward's GEMMs stay on cuBLAS (A/B runs).
+  shape.skinny_gemv = EnvInt("DICE_SDAR_GEMV", 1, 0, 1) != 0;
   const int ordinal = o.device.has_index() ? o.device.index() : c10::cuda::current_device();
   c10::cuda::CUDAGuard guard(ordinal);
   auto built = SdarFusedKernels::Build(shape, /*arch=*/"", ordinal);
@@ -484,6 +487,19 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
     TORCH_CHECK(cos_c.size(0) == len && cos_c.size(1) == hd, "SdarModel: RoPE table is not [L, head_dim]");
   }
   const int64_t rows = batch * len;
+  // The skinny GEMMs (SdarFusedKernels::Gemv) for a step forward of at most
+  // 16 rows: out [batch, len, N] of in [batch, len, K] and w [N', K]
+  // (kGateUp: N = N' / 2, silu(gate) * up); undefined when they cannot serve
+  // it (the caller then runs torch::linear).
+  const bool skinny = fk && fused_->has_gemv() && rows <= 16;
+  auto Gemv = [&](SdarGemv which, const torch::Tensor& in, const torch::Tensor& w) -> torch::Tensor {
+    if (!skinny || !w.is_contiguous()) return torch::Tensor();
+    const int64_t n = which == SdarGemv::kGateUp ? w.size(0) / 2 : w.size(0);
+    auto src = in.contiguous();
+    auto out = torch::empty({batch, len, n}, x.options());
+    if (!fused_->Gemv(which, Ptr(src), Ptr(w), out.data_ptr(), rows, stream).ok()) return torch::Tensor();
+    return out;
+  };
   // fk: the last MLP output not yet added to x (added by the next layer's
   // fused add + RMSNorm, or after the loop).
   torch::Tensor pending;
@@ -509,7 +525,8 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
     // and values into it itself (no copy_ / index_copy_ launches below).
     bool kv_written = false;
     if (fk) {
-      auto qkv = torch::linear(a, l.qkv_proj).contiguous();
+      auto qkv = Gemv(SdarGemv::kQkv, a, l.qkv_proj);
+      if (!qkv.defined()) qkv = torch::linear(a, l.qkv_proj).contiguous();
       auto qo = torch::empty({batch, len, heads, hd}, x.options());
       KvCacheWrite kvw;
       const bool direct = cache != nullptr && FusedCacheWritable(cache->k_[i], cache->v_[i], kv_heads,
@@ -585,14 +602,20 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
     }
     o = o.transpose(1, 2).reshape({batch, len, heads * hd});
     if (fk) {
-      auto attn = torch::linear(o, l.o_proj).contiguous();
+      auto attn = Gemv(SdarGemv::kO, o, l.o_proj);
+      if (!attn.defined()) attn = torch::linear(o, l.o_proj).contiguous();
       auto sum = torch::empty_like(x), m = torch::empty_like(x);
       CheckLaunch(fused_->AddRmsNorm(Ptr(x), Ptr(attn), Ptr(l.post_norm), sum.data_ptr(), m.data_ptr(), rows, stream));
       x = sum;
-      auto gu = torch::linear(m, l.gate_up_proj).contiguous();
-      auto act = torch::empty({batch, len, c.intermediate_size}, x.options());
-      CheckLaunch(fused_->SiluMul(Ptr(gu), act.data_ptr(), rows, stream));
-      pending = torch::linear(act, l.down_proj);
+      // The skinny gate/up GEMM writes silu(gate) * up itself.
+      auto act = Gemv(SdarGemv::kGateUp, m, l.gate_up_proj);
+      if (!act.defined()) {
+        auto gu = torch::linear(m, l.gate_up_proj).contiguous();
+        act = torch::empty({batch, len, c.intermediate_size}, x.options());
+        CheckLaunch(fused_->SiluMul(Ptr(gu), act.data_ptr(), rows, stream));
+      }
+      pending = Gemv(SdarGemv::kDown, act, l.down_proj);
+      if (!pending.defined()) pending = torch::linear(act, l.down_proj);
       continue;
     }
     x = x + torch::linear(o, l.o_proj);

@@ -217,6 +217,141 @@ __device__ __forceinline__ void dice_load(const T* __restrict__ p, float* out) {
   return src;
 }
 
+
+// The streaming form: a template instantiated once per shape (several in one
+// source). Needs T, dice_f, dice_to and dice_epilogue declared before it.
+// x tiles of GKT columns are staged in shared memory by the whole block
+// (zero rows past `rows`); each warp owns GR output columns (SILU: their
+// gate rows n and up rows GN + n of a [2 GN, K] weight), walks the tile in
+// 16-byte weight loads, GU of them per column in flight before the FMAs, and
+// finishes with a shuffle reduction; lane (m * GR + r) % 32 stores (m, r).
+constexpr const char* kStreamBody = R"(
+__device__ __forceinline__ void dice_unpack(const uint4& u, float* out) {
+  union { uint4 u; T h[16 / sizeof(T)]; } b;
+  b.u = u;
+#pragma unroll
+  for (int i = 0; i < (int)(16 / sizeof(T)); ++i) out[i] = dice_f(b.h[i]);
+}
+__device__ __forceinline__ float dice_round(float v) { T t; dice_to(&t, v); return dice_f(t); }
+template <int GM, long long GN, long long GK, int GR, int GW, int GU, int GKT, bool SILU, bool BIAS>
+__device__ __forceinline__ void dice_gemv_stream(const T* __restrict__ x, const T* __restrict__ w,
+                                                 const T* __restrict__ b, T* __restrict__ out, int rows) {
+  constexpr int V = 16 / sizeof(T);
+  constexpr int NR = SILU ? 2 * GR : GR;
+  __shared__ __align__(16) T xs[GM * GKT];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const long long n0 = ((long long)blockIdx.x * GW + warp) * GR;
+  const bool active = n0 < GN;
+  float acc[GM][NR];
+#pragma unroll
+  for (int m = 0; m < GM; ++m)
+#pragma unroll
+    for (int r = 0; r < NR; ++r) acc[m][r] = 0.f;
+  for (long long kt = 0; kt < GK; kt += GKT) {
+    const int kn = (int)(GK - kt < GKT ? GK - kt : GKT);
+    __syncthreads();
+    for (int i = threadIdx.x * V; i < GM * kn; i += GW * 32 * V) {
+      const int m = i / kn, kk = i - m * kn;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (m < rows) v = __ldg(reinterpret_cast<const uint4*>(x + (long long)m * GK + kt + kk));
+      *reinterpret_cast<uint4*>(xs + m * GKT + kk) = v;
+    }
+    __syncthreads();
+    if (!active) continue;
+    for (int k0 = lane * V; k0 < kn; k0 += 32 * V * GU) {
+      uint4 wr[GU][NR];
+#pragma unroll
+      for (int u = 0; u < GU; ++u)
+#pragma unroll
+        for (int r = 0; r < NR; ++r) {
+          const int kk = k0 + u * 32 * V, c = r % GR;
+          const long long row = (r < GR ? 0 : GN) + n0 + c;
+          wr[u][r] = (kk < kn && n0 + c < GN) ? __ldg(reinterpret_cast<const uint4*>(w + row * GK + kt + kk))
+                                              : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+      for (int u = 0; u < GU; ++u) {
+        const int kk = k0 + u * 32 * V;
+        if (kk >= kn) break;
+        float wf[NR][V];
+#pragma unroll
+        for (int r = 0; r < NR; ++r) dice_unpack(wr[u][r], wf[r]);
+#pragma unroll
+        for (int m = 0; m < GM; ++m) {
+          float xf[V];
+          dice_unpack(*reinterpret_cast<const uint4*>(xs + m * GKT + kk), xf);
+#pragma unroll
+          for (int r = 0; r < NR; ++r)
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc[m][r] = fmaf(xf[e], wf[r][e], acc[m][r]);
+        }
+      }
+    }
+  }
+  if (!active) return;
+#pragma unroll
+  for (int m = 0; m < GM; ++m)
+#pragma unroll
+    for (int r = 0; r < NR; ++r)
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], off);
+#pragma unroll
+  for (int m = 0; m < GM; ++m)
+#pragma unroll
+    for (int r = 0; r < GR; ++r) {
+      if (lane != ((m * GR + r) & 31) || m >= rows || n0 + r >= GN) continue;
+      float v = acc[m][r];
+      if (SILU) {
+        // As the unfused path: gate and up stored in T, silu(gate) rounded to T, then the product.
+        const float g = dice_round(v), up = dice_round(acc[m][r + (SILU ? GR : 0)]);
+        v = dice_round(g / (1.f + expf(-g))) * up;
+      } else {
+        if (BIAS) v += dice_f(b[n0 + r]);
+        v = dice_epilogue(v);
+      }
+      dice_to(out + (long long)m * GN + n0 + r, v);
+    }
+}
+)";
+
+// The element-type helpers every gemv source starts with.
+std::string TypeHeader(ir::DType dtype) {
+  std::string src = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n";
+  src += "typedef " + std::string(CType(dtype)) + " T;\n";
+  src += R"(__device__ __forceinline__ float dice_f(float v) { return v; }
+__device__ __forceinline__ float dice_f(__half v) { return __half2float(v); }
+__device__ __forceinline__ float dice_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ void dice_to(float* p, float v) { *p = v; }
+__device__ __forceinline__ void dice_to(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void dice_to(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+)";
+  return src;
+}
+
+struct StreamGeometry {
+  int cols_per_warp, warps, unroll, k_tile;
+};
+
+// Columns per warp (fewer for SILU: two weight rows each), loads in flight
+// per column and the x tile (at most 32 KB of shared memory, a multiple of
+// one warp's 16-byte sweep) for M rows.
+StreamGeometry Geometry(const StreamGemvSpec& s) {
+  StreamGeometry g{2, 4, 8, 0};
+  if (s.m > 8) {
+    g.cols_per_warp = 4, g.unroll = 2;  // x read from shared memory once per 4 columns
+  } else if (s.m > 4) {
+    g.unroll = 4;
+  }
+  if (s.silu_mul) g.cols_per_warp /= 2;
+  const int ebytes = s.dtype == ir::DType::kFloat32 ? 4 : 2;
+  const int64_t sweep = 32 * (16 / ebytes);
+  int64_t tile = (32768 / (s.m * ebytes)) / sweep * sweep;
+  tile = std::max<int64_t>(sweep, tile);
+  const int64_t k_round = (s.k + sweep - 1) / sweep * sweep;
+  g.k_tile = static_cast<int>(std::min(tile, k_round));
+  return g;
+}
+
 }  // namespace
 
 Expected<std::vector<Candidate>> SkinnyGemmCandidates(const Task& task, int max_candidates, const TargetInfo& target) {
@@ -233,6 +368,28 @@ Expected<std::vector<Candidate>> SkinnyGemmCandidates(const Task& task, int max_
   const std::vector<Variant> variants = {{2, 4, 1}, {1, 4, 1}, {4, 4, 1}, {2, 8, 1},
                                          {1, 4, 2}, {2, 4, 2}, {1, 4, 4}, {1, 8, 8}};
   std::vector<Candidate> out;
+  // The streaming form first (x staged in shared memory, 16-byte weight
+  // loads several deep, no workspace): it needs the aligned rows.
+  if (vec == vec_full && max_candidates > 0) {
+    StreamGemvSpec spec;
+    spec.m = s.m, spec.n = s.n, spec.k = s.k, spec.dtype = s.dtype, spec.bias = s.bias;
+    if (CheckStreamGemv(spec).ok()) {
+      Candidate c;
+      c.origin = StreamGemvOrigin(spec);
+      c.form = CandidateForm::kDevice;
+      std::string epilogue = "__device__ __forceinline__ float dice_epilogue(float acc) { return acc; }\n";
+      if (s.result >= 0) {
+        std::string body;
+        EmitNodes(s.epilogue, {s.result}, [](int) { return std::string("acc"); }, "  ", &body);
+        epilogue = Prelude() + "__device__ __forceinline__ float dice_epilogue(float acc) {\n" + body + "  return v" +
+                   std::to_string(s.result) + ";\n}\n";
+      }
+      c.source = StreamGemvPrelude(s.dtype, /*identity_epilogue=*/false, epilogue) +
+                 StreamGemvInstance(spec, "dice_gemv", /*rows_argument=*/false);
+      c.plan.launches.push_back(StreamGemvLaunch(spec, "dice_gemv"));
+      out.push_back(std::move(c));
+    }
+  }
   for (const Variant& v : variants) {
     if (static_cast<int>(out.size()) >= max_candidates) break;
     if (s.m * v.cols_per_warp > 64) continue;  // the partial sums must stay in registers
@@ -264,6 +421,55 @@ Expected<std::vector<Candidate>> SkinnyGemmCandidates(const Task& task, int max_
   }
   if (out.empty()) return Unsupported("no variant fits M=" + std::to_string(s.m));
   return out;
+}
+
+Status CheckStreamGemv(const StreamGemvSpec& s) {
+  if (s.m < 1 || s.m > kGemvMaxRows) {
+    return Unsupported("stream: " + std::to_string(s.m) + " rows; 1.." + std::to_string(kGemvMaxRows));
+  }
+  if (s.n < 1 || s.k < 1) return Unsupported("stream: an empty GEMM");
+  if (s.silu_mul && s.bias) return Unsupported("stream: silu_mul takes no bias");
+  const int ebytes = ElementBytes(s.dtype);
+  if ((s.k * ebytes) % 16 != 0) return Unsupported("stream: K * element size must be a multiple of 16 bytes");
+  return Status::Ok();
+}
+
+std::string StreamGemvPrelude(ir::DType dtype, bool identity_epilogue, const std::string& epilogue) {
+  std::string src = TypeHeader(dtype);
+  src += identity_epilogue ? "__device__ __forceinline__ float dice_epilogue(float v) { return v; }\n" : epilogue;
+  return src + kStreamBody;
+}
+
+std::string StreamGemvInstance(const StreamGemvSpec& s, const std::string& name, bool rows_argument) {
+  const StreamGeometry g = Geometry(s);
+  std::string src = "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(g.warps * 32) + ") " + name +
+                    "(const T* __restrict__ x, const T* __restrict__ w" +
+                    (s.bias ? ", const T* __restrict__ b" : "") + ", T* __restrict__ out" +
+                    (rows_argument ? ", int rows" : "") + ") {\n";
+  src += "  dice_gemv_stream<" + std::to_string(s.m) + ", " + std::to_string(s.n) + "LL, " + std::to_string(s.k) +
+         "LL, " + std::to_string(g.cols_per_warp) + ", " + std::to_string(g.warps) + ", " + std::to_string(g.unroll) +
+         ", " + std::to_string(g.k_tile) + ", " + (s.silu_mul ? "true" : "false") + ", " +
+         (s.bias ? "true" : "false") + ">(x, w, " + (s.bias ? "b" : "nullptr") + ", out, " +
+         (rows_argument ? "rows" : std::to_string(s.m)) + ");\n}\n";
+  return src;
+}
+
+KernelLaunch StreamGemvLaunch(const StreamGemvSpec& s, const std::string& name) {
+  const StreamGeometry g = Geometry(s);
+  const int64_t cols = static_cast<int64_t>(g.cols_per_warp) * g.warps;
+  KernelLaunch l;
+  l.kernel = name;
+  l.grid = {static_cast<uint32_t>((s.n + cols - 1) / cols), 1, 1};
+  l.block = {static_cast<uint32_t>(32 * g.warps), 1, 1};
+  return l;
+}
+
+std::string StreamGemvOrigin(const StreamGemvSpec& s) {
+  const StreamGeometry g = Geometry(s);
+  const int vec = 16 / ElementBytes(s.dtype);
+  return "template:gemv/stream/r" + std::to_string(g.cols_per_warp) + "/w" + std::to_string(g.warps) + "/s1/u" +
+         std::to_string(g.unroll) + "/t" + std::to_string(g.k_tile) + "/v" + std::to_string(vec) +
+         (s.silu_mul ? "/silu_mul" : "");
 }
 
 }  // namespace dice::generator::tmpl

@@ -1,6 +1,7 @@
 // gemv.h (private) — the skinny-GEMM template family (issue 19 item 2).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "dice/core/candidate.h"
@@ -31,5 +32,48 @@ inline constexpr int64_t kGemvMaxRows = 16;
 /// no elementwise epilogue or reads another tensor, too many rows,
 /// non-contiguous, inputs out of order, an empty GEMM).
 Expected<std::vector<Candidate>> SkinnyGemmCandidates(const Task& task, int max_candidates, const TargetInfo& target);
+
+/// One streaming skinny GEMM (the family's "stream" form; issue 19 item 2):
+/// out [m, n] = x [m, k] @ w^T (+ b) with w [n, k] row-major, or, with
+/// silu_mul, out [m, n] = silu(x @ g^T) * (x @ u^T) where w [2n, k] holds
+/// the gate rows g then the up rows u (the merged gate/up weight). One dtype
+/// (f32 / f16 / bf16) for x, w, b and out; float accumulation; every pointer
+/// 16-byte aligned and k * element size a multiple of 16 bytes.
+struct StreamGemvSpec {
+  int64_t m = 0;  ///< rows compiled for (1..kGemvMaxRows); the decoder form
+                  ///< takes any rows <= m at launch
+  int64_t n = 0, k = 0;
+  ir::DType dtype = ir::DType::kBFloat16;
+  bool bias = false;      ///< b [n] added before the epilogue
+  bool silu_mul = false;  ///< the gate/up epilogue (no bias)
+};
+
+/// Why `spec` does not fit the stream form, or Ok. Errors: kUnsupported
+/// (rows outside 1..kGemvMaxRows, an empty GEMM, k * element size not a
+/// multiple of 16 bytes, silu_mul with a bias).
+Status CheckStreamGemv(const StreamGemvSpec& spec);
+
+/// The part of a stream-form source shared by all its instances (NVRTC,
+/// -std=c++17): the element type T, conversions, `dice_epilogue` (the
+/// identity when identity_epilogue, else the text `epilogue` defining
+/// `float dice_epilogue(float)`) and the kernel template. One prelude per
+/// source; any number of StreamGemvInstance after it (same dtype).
+std::string StreamGemvPrelude(ir::DType dtype, bool identity_epilogue, const std::string& epilogue = "");
+
+/// An extern "C" kernel `name` for `spec`: parameters (x, w[, b], out[,
+/// int rows]); rows_argument false: the spec's m rows exactly. The block
+/// stages x in tiles of at most 32 KB of shared memory, each warp owns 1-4
+/// output columns and keeps 2-8 16-byte weight loads per column in flight;
+/// the SILU store rounds gate and up to the dtype, silu(gate) to the dtype,
+/// then the product, as the unfused LibTorch path stores them.
+/// Precondition: CheckStreamGemv(spec) is Ok.
+std::string StreamGemvInstance(const StreamGemvSpec& spec, const std::string& name, bool rows_argument);
+
+/// Grid and block of StreamGemvInstance(spec, name, ...) (no dynamic shared
+/// memory, no workspace).
+KernelLaunch StreamGemvLaunch(const StreamGemvSpec& spec, const std::string& name);
+
+/// "template:gemv/stream/r<cols>/w<warps>/s1/u<loads in flight>/t<x tile>/v<elements per load>[/silu_mul]".
+std::string StreamGemvOrigin(const StreamGemvSpec& spec);
 
 }  // namespace dice::generator::tmpl

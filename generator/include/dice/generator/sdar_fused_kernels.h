@@ -20,6 +20,12 @@
 // 1e-4 absolute; bf16 logits within 5% of the largest |logit| (one rounding
 // of an intermediate may land on the other side and propagate).
 //
+// The skinny GEMMs (SdarGemv, bf16/f16): the step forward's four
+// projections at <= 16 rows run the gemv template family's stream form
+// (templates/gemv.h), compiled in the same Build; float accumulation in
+// another order than cuBLAS, so bf16 logits stay within the same 5%.
+// DICE_SDAR_GEMV=0 (read by SdarModel when it builds these) keeps cuBLAS.
+//
 // Element types f32, bf16, f16 (float / __nv_bfloat16 / __half). Every
 // tensor is contiguous row-major in the element type, except the cos/sin
 // tables which are [seq_len, head_dim] in the element type too.
@@ -48,6 +54,19 @@ struct SdarFusedShape {
   int64_t intermediate = 0;  ///< intermediate_size
   double eps = 1e-6;         ///< rms_norm_eps
   FusedDtype dtype = FusedDtype::kF32;
+  /// Also compile the skinny GEMMs of the step forward (SdarGemv; bf16 and
+  /// f16 only, ignored for f32): the stream form of the gemv template
+  /// family (templates/gemv.h) for the four projections at 4, 8 and 16 rows.
+  bool skinny_gemv = true;
+};
+
+/// The projections of one layer the skinny GEMMs serve (x [rows, K], the
+/// weight [N, K] as SdarModel holds it, out [rows, N]).
+enum class SdarGemv {
+  kQkv,     ///< K hidden, N (heads + 2 kv_heads) head_dim
+  kO,       ///< K heads head_dim, N hidden
+  kGateUp,  ///< K hidden, weight [2 inter, K]; out [rows, inter] = silu(gate) * up
+  kDown,    ///< K inter, N hidden
 };
 
 /// Why `shape` does not fit the fused kernels, or Ok. Limits: every size
@@ -85,6 +104,15 @@ struct KvCacheWrite {
   int64_t capacity = 0;            ///< the cache's slot count (dim 2)
 };
 
+/// The source of the skinny GEMMs (SdarGemv) for `shape`: the gemv
+/// template family's stream form, one kernel per projection and rows bucket
+/// (SdarGemvKernelNames), or "" for f32 or a K whose rows are no multiple
+/// of 16 bytes.
+std::string SdarGemvSource(const SdarFusedShape& shape);
+
+/// dice_sdar_gemv_<qkv|o|gate_up|down>_m<4|8|16>, SdarGemv order then rows.
+std::vector<std::string> SdarGemvKernelNames();
+
 /// The compiled and loaded kernels of one model (one CUDA module in the
 /// device's primary context, unloaded on destruction). Not copyable.
 class SdarFusedKernels {
@@ -92,7 +120,8 @@ class SdarFusedKernels {
   /// Checks the shape, compiles SdarFusedSource for `arch` ("sm_90"; ""
   /// = device `ordinal`'s, runtime::QueryDevice) and
   /// loads it on CUDA device `ordinal` (its primary context is made current
-  /// when no context is). Errors: those of CheckFusedShape; kCompileError
+  /// when no context is), and the skinny GEMMs (SdarGemvSource) when they
+  /// fit (has_gemv). Errors: those of CheckFusedShape; kCompileError
   /// with the NVRTC log; kNoDevice / kCudaError naming the driver call.
   static Expected<std::unique_ptr<SdarFusedKernels>> Build(const SdarFusedShape& shape, const std::string& arch,
                                                            int ordinal);
@@ -131,15 +160,36 @@ class SdarFusedKernels {
   /// intermediate] (gate columns first). Errors: as AddRmsNorm.
   Status SiluMul(const void* gate_up, void* out, int64_t rows, void* stream) const;
 
+  /// Whether the skinny GEMMs were compiled (shape.skinny_gemv, bf16/f16,
+  /// shapes with rows of 16-byte multiples); gemv_note() says why not.
+  bool has_gemv() const { return gemv_module_ != nullptr; }
+  const std::string& gemv_note() const { return gemv_note_; }
+
+  /// out = x @ w^T for projection `which` (SdarGemv) at 1..16 rows, float
+  /// accumulation, streaming w once (templates/gemv.h stream form; kGateUp
+  /// writes silu(gate) * up rounded as the unfused path). Every pointer
+  /// 16-byte aligned, contiguous. Errors: kUnsupported when !has_gemv(),
+  /// rows outside 1..16 or a pointer not aligned (the caller then uses its
+  /// GEMM); kCudaError naming cuLaunchKernel.
+  Status Gemv(SdarGemv which, const void* x, const void* w, void* out, int64_t rows, void* stream) const;
+
  private:
   SdarFusedKernels() = default;
   Status Launch(int which, unsigned grid_x, unsigned grid_y, unsigned block, void** args, void* stream) const;
+  Status BuildGemv(const std::string& target);
   SdarFusedShape shape_;
   const void* driver_ = nullptr;  // const runtime::CudaDriver*
   void* module_ = nullptr;        // CUmodule
   std::vector<void*> functions_;  // CUfunction, SdarFusedKernelNames order
   unsigned norm_threads_ = 0, head_threads_ = 0;
   double compile_ms_ = 0;
+  void* gemv_module_ = nullptr;  // CUmodule of the skinny GEMMs, or null
+  struct GemvKernel {
+    void* function = nullptr;  // CUfunction
+    unsigned grid = 0, block = 0;
+  };
+  std::vector<GemvKernel> gemv_;  // [projection * 3 + bucket (4, 8, 16 rows)]
+  std::string gemv_note_;
 };
 
 }  // namespace dice::generator
