@@ -42,11 +42,11 @@ int Fail(int code, const std::string& message);
 /// the Register functions: subcommands inherit the fall-through).
 void AddLogLevelOption(CLI::App& app, std::string* level);
 
-/// The help of the --cache flag of the commands that tune (tune, run,
-/// profile, warmup): where winners and built libraries go.
+/// The help of the --cache flag of the model commands (tune, run, profile,
+/// warmup): where winners go, and where tune and warmup put built libraries.
 inline constexpr const char* kCacheFlagHelp =
-    "cache directory of the winners (default $DICE_CACHE_DIR, else ~/.cache/dice); built CUTLASS candidates go "
-    "to $DICE_BUILD_CACHE when set, else DIR/builds of this flag, else $DICE_CACHE_DIR/builds";
+    "cache directory of the winners (default $DICE_CACHE_DIR, else ~/.cache/dice); CUTLASS candidates that "
+    "tune/warmup build go to $DICE_BUILD_CACHE when set, else DIR/builds of this flag, else $DICE_CACHE_DIR/builds";
 
 /// Where built extension libraries (CUTLASS candidates, nvcc) go for a
 /// command given `--cache cache_flag`, as the value to export as
