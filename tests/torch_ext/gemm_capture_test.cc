@@ -1,7 +1,8 @@
-// GEMM groups in the TorchScript fusion pass (issue 18 item 1): a frozen
+// GEMM groups in the TorchScript fusion pass (issue 18 items 1 and 2): a frozen
 // linear becomes ir::OpKind::kLinear and takes its elementwise epilogue into
 // one group; DICE_GEMM_GROUPS gates which linears do; a linear group with no
-// kernel falls back to PyTorch's own nodes. CPU only.
+// kernel falls back to PyTorch's own nodes; likewise a frozen conv2d
+// (ir::OpKind::kConv2d, DICE_CONV_GROUPS). CPU only.
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -375,6 +376,108 @@ TEST_F(GemmCaptureTest, ProfilingExecutorFormsTheLinearGroupOfAnUnfrozenModule) 
   }
   EXPECT_EQ(grouped_linears, 1) << last->toString();
   EXPECT_TRUE(torch::equal(got, original.forward({x}).toTensor()));
+}
+
+// Conv groups (issue 18 item 2): a frozen conv2d becomes ir kConv2d with its
+// stride/padding/dilation and groups and takes its elementwise epilogue;
+// DICE_CONV_GROUPS gates them.
+torch::jit::Module ConvModule(const std::string& forward, at::ScalarType dtype = at::kFloat) {
+  torch::jit::Module m("ConvModule");
+  m.register_parameter("w", torch::randn({8, 4, 3, 3}).to(dtype), false);
+  m.register_parameter("b", torch::randn({8}).to(dtype), false);
+  m.define(forward);
+  return m;
+}
+
+class ConvCaptureTest : public GemmCaptureTest {
+ protected:
+  void SetUp() override {
+    unsetenv("DICE_CONV_GROUPS");
+    GemmCaptureTest::SetUp();
+  }
+  void TearDown() override {
+    unsetenv("DICE_CONV_GROUPS");
+    GemmCaptureTest::TearDown();
+  }
+};
+
+constexpr const char* kConvSigmoidTanh = R"(
+def forward(self, x):
+    y = torch.conv2d(x, self.w, self.b, [2, 1], [1, 0], [1, 1], 1)
+    return torch.tanh(torch.sigmoid(y))
+)";
+
+TEST_F(ConvCaptureTest, FrozenConvSigmoidTanhIsOneGroupWithItsAttributes) {
+  auto original = ConvModule(kConvSigmoidTanh);
+  torch::jit::Module m;
+  auto rep = Optimize(original, &m, {torch::randn({2, 4, 9, 7})});
+  EXPECT_EQ(GroupOps(rep), (std::vector<std::vector<K>>{{K::kConv2d, K::kSigmoid, K::kTanh}})) << rep.graph;
+  ASSERT_EQ(rep.groups.size(), 1u);
+  const CapturedGroup& g = rep.groups[0].group;
+  const ir::Op* conv = nullptr;
+  for (const auto& op : g.graph.ops)
+    if (op.kind == K::kConv2d) conv = &op;
+  ASSERT_NE(conv, nullptr);
+  EXPECT_EQ(conv->dims, (std::vector<int64_t>{2, 1, 1, 0, 1, 1}));
+  EXPECT_EQ(conv->ivalue, 1);
+  // x, the frozen weight and bias: all three are group inputs.
+  ASSERT_EQ(conv->args.size(), 3u);
+  EXPECT_EQ(g.graph.inputs[conv->args[0]], (ir::InputDecl{ir::DType::kFloat32, 4}));
+  EXPECT_EQ(g.graph.inputs[conv->args[1]], (ir::InputDecl{ir::DType::kFloat32, 4}));
+  EXPECT_EQ(g.graph.inputs[conv->args[2]], (ir::InputDecl{ir::DType::kFloat32, 1}));
+  auto back = ir::Parse(g.canonical);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, g.graph);
+  torch::NoGradGuard no_grad;
+  auto x = torch::randn({2, 4, 9, 7});
+  EXPECT_TRUE(torch::equal(m.forward({x}).toTensor(), original.forward({x}).toTensor()));
+}
+
+TEST_F(ConvCaptureTest, ReductionAfterConvStartsItsOwnGroup) {
+  auto original = ConvModule(R"(
+def forward(self, x):
+    return torch.sum(torch.relu(torch.conv2d(x, self.w)), 1)
+)");
+  torch::jit::Module m;
+  auto rep = Optimize(original, &m, {torch::randn({2, 4, 9, 7})});
+  EXPECT_EQ(GroupOps(rep), (std::vector<std::vector<K>>{{K::kConv2d, K::kRelu}, {K::kSum}})) << rep.graph;
+  ASSERT_FALSE(rep.groups.empty());
+  for (const auto& op : rep.groups[0].group.graph.ops) {
+    if (op.kind == K::kConv2d) EXPECT_EQ(op.args.size(), 2u);  // no bias
+  }
+}
+
+TEST_F(ConvCaptureTest, ConvGroupsOffLeavesTheConvToPyTorch) {
+  setenv("DICE_CONV_GROUPS", "0", 1);
+  auto original = ConvModule(kConvSigmoidTanh);
+  torch::jit::Module m;
+  auto rep = Optimize(original, &m, {torch::randn({2, 4, 9, 7})});
+  EXPECT_EQ(GroupOps(rep), (std::vector<std::vector<K>>{{K::kSigmoid, K::kTanh}})) << rep.graph;
+  EXPECT_EQ(LeftOutReason(rep, "aten::conv2d"), "not a fusible op");
+}
+
+TEST_F(ConvCaptureTest, Bf16ConvIsGroupedOnlyWithConvGroupsAll) {
+  auto original = ConvModule(kConvSigmoidTanh, at::kBFloat16);
+  torch::jit::Module m;
+  std::vector<c10::IValue> in = {torch::randn({2, 4, 9, 7}).to(at::kBFloat16)};
+  auto rep = Optimize(original, &m, in);
+  EXPECT_NE(LeftOutReason(rep, "aten::conv2d").find("bf16 conv2d: conv groups take float32 only"), std::string::npos)
+      << LeftOutReason(rep, "aten::conv2d");
+  setenv("DICE_CONV_GROUPS", "all", 1);
+  auto all = Optimize(original, &m, in);
+  EXPECT_EQ(GroupOps(all), (std::vector<std::vector<K>>{{K::kConv2d, K::kSigmoid, K::kTanh}})) << all.graph;
+}
+
+TEST_F(ConvCaptureTest, TransposedConvolutionIsLeftOutWithTheReason) {
+  auto original = ConvModule(R"(
+def forward(self, x):
+    y = torch._convolution(x, self.w, None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1, False, False, True, True)
+    return torch.relu(y)
+)");
+  torch::jit::Module m;
+  auto rep = Optimize(original, &m, {torch::randn({2, 8, 9, 7})});
+  EXPECT_NE(LeftOutReason(rep, "aten::_convolution").find("transposed"), std::string::npos)
+      << LeftOutReason(rep, "aten::_convolution");
 }
 
 }  // namespace

@@ -285,5 +285,20 @@ TEST(GemmGroupPolicyTest, GemmGroupsSettingFromItsEnvValue) {
   EXPECT_FALSE(GemmGroupAllowed(GemmGroups::kOff, ir::DType::kFloat32));
 }
 
+TEST(GemmGroupPolicyTest, ConvStartsAGroupAndAbsorbsItsEpilogueLikeLinear) {
+  // relu(x) -> conv2d -> mish -> mul(2.0); then a reduction: its own group.
+  PolicyNode conv = Linear(1);
+  conv.kind = "aten::conv2d";
+  conv.operands = 7;
+  conv.rank = 4;
+  std::vector<PolicyNode> g = {Input(), Epilogue("aten::relu", {{-1, Extent::kFull}}), conv,
+                               Epilogue("aten::mish", {{2, Extent::kFull}}), Epilogue("aten::mul", {{3, Extent::kFull}}),
+                               Sum(4)};
+  EXPECT_EQ(Propose(g), (Groups{{1}, {2, 3, 4}, {5}}));
+  EXPECT_TRUE(IsGemmKind("aten::_convolution"));
+  EXPECT_TRUE(IsConvKind("aten::conv2d"));
+  EXPECT_FALSE(IsConvKind("aten::linear"));
+}
+
 }  // namespace
 }  // namespace dice::torch_ext

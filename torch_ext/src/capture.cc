@@ -393,17 +393,37 @@ Expected<int32_t> GroupNorm(Ctx& c) {
   return c.b.Emit(ir::OpKind::kGroupNorm, args, {eps}, {}, false, groups->toInt());
 }
 
-// linear(input, weight, bias=None) (F.linear): x [..., K], weight [N, K],
-// bias [N]; frozen weights are tensor constants, lifted to group inputs.
-Expected<int32_t> Linear(Ctx& c) {
+// {input, weight[, bias]}; frozen weights are tensor constants, lifted to group inputs.
+Expected<std::vector<int32_t>> WeightArgs(Ctx& c) {
   DICE_ASSIGN(x, c.Tensor(c.Named("input")));
   DICE_ASSIGN(w, c.Tensor(c.Named("weight")));
-  std::vector<int32_t> args{x, w};
-  if (!IsNoneConst(c.Named("bias"))) {
-    DICE_ASSIGN(bias, c.Tensor(c.Named("bias")));
-    args.push_back(bias);
-  }
+  if (IsNoneConst(c.Named("bias"))) return std::vector<int32_t>{x, w};
+  DICE_ASSIGN(bias, c.Tensor(c.Named("bias")));
+  return std::vector<int32_t>{x, w, bias};
+}
+
+// linear(input, weight, bias=None) (F.linear): x [..., K], weight [N, K], bias [N].
+Expected<int32_t> Linear(Ctx& c) {
+  DICE_ASSIGN(args, WeightArgs(c));
   return c.b.Emit(ir::OpKind::kLinear, std::move(args));
+}
+
+// conv2d / traced _convolution (transposed=False): ir kConv2d, dims {sh, sw, ph, pw, dh, dw}, groups.
+Expected<int32_t> Conv2d(Ctx& c) {
+  auto tr = c.HasNamed("transposed") ? torch::jit::toIValue(c.Named("transposed"))
+                                     : std::optional<c10::IValue>(false);
+  auto groups = torch::jit::toIValue(c.Named("groups"));
+  if (!tr || !tr->isBool() || tr->toBool() || !groups || !groups->isInt())
+    return Unsupported(c.node, "transposed, or non-constant transposed / groups");
+  std::vector<int64_t> dims;
+  for (const char* name : {"stride", "padding", "dilation"}) {
+    auto v = torch::jit::toIValue(c.Named(name));
+    if (!v || !v->isIntList() || v->toIntVector().size() != 2)
+      return Unsupported(c.node, std::string(name) + " is not a constant pair of ints");
+    for (int64_t d : v->toIntVector()) dims.push_back(d);
+  }
+  DICE_ASSIGN(args, WeightArgs(c));
+  return c.b.Emit(ir::OpKind::kConv2d, std::move(args), {}, std::move(dims), false, groups->toInt());
 }
 
 // to(dtype) / type_as: casts among f32/f16/bf16 on the same device.
@@ -528,24 +548,19 @@ const std::unordered_map<c10::Symbol, Handler>& Handlers() {
          return c.b.Emit(K::kClamp, {x}, {-kInf, hi});
        }},
       {aten::pow, Pow},
-      {aten::maximum, Binary(K::kMaximum)},
-      {aten::minimum, Binary(K::kMinimum)},
-      {aten::max, MaxMin(K::kMaximum, K::kAmax)},
-      {aten::min, MaxMin(K::kMinimum, K::kAmin)},
+      {aten::maximum, Binary(K::kMaximum)}, {aten::minimum, Binary(K::kMinimum)},
+      {aten::max, MaxMin(K::kMaximum, K::kAmax)}, {aten::min, MaxMin(K::kMinimum, K::kAmin)},
       {aten::sum, Reduce(K::kSum)},
       {aten::mean, Reduce(K::kMean)},
       {aten::amax, Reduce(K::kAmax)},
       {aten::amin, Reduce(K::kAmin)},
       {aten::logsumexp, Reduce(K::kLogSumExp)},
-      {aten::norm, Norm},
-      {aten::linalg_vector_norm, Norm},
-      {aten::softmax, Softmax(K::kSoftmax)},
-      {aten::log_softmax, Softmax(K::kLogSoftmax)},
-      {aten::layer_norm, LayerNorm},
-      {aten::group_norm, GroupNorm},
-      {aten::to, Cast},
-      {aten::type_as, Cast},
+      {aten::norm, Norm}, {aten::linalg_vector_norm, Norm},
+      {aten::softmax, Softmax(K::kSoftmax)}, {aten::log_softmax, Softmax(K::kLogSoftmax)},
+      {aten::layer_norm, LayerNorm}, {aten::group_norm, GroupNorm},
+      {aten::to, Cast}, {aten::type_as, Cast},
       {aten::linear, Linear},
+      {aten::conv2d, Conv2d}, {aten::_convolution, Conv2d},
   };
   return *table;
 }

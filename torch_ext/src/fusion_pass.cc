@@ -146,19 +146,23 @@ void AddEpilogueFacts(const Node* n, const std::unordered_map<const Node*, int>&
 // Why the GEMM gate (DICE_GEMM_GROUPS) keeps the supported `n` out of groups,
 // or "" when it does not (it is no GEMM, or the gate lets it in).
 // The gate's reason for a linear whose output dtype is `dt` (an error: not known).
-std::string GemmGateReasonFor(GemmGroups setting, const Expected<ir::DType>& dt) {
+// A conv (`conv`) is gated by DICE_CONV_GROUPS instead (ConvGroupsFromEnv).
+std::string GemmGateReasonFor(GemmGroups setting, const Expected<ir::DType>& dt, bool conv = false) {
   if (setting == GemmGroups::kOff) return "not a fusible op";  // as before GEMM groups
   if (dt.ok() && GemmGroupAllowed(setting, *dt)) return "";
   return std::string(dt.ok() ? ir::DTypeName(*dt) : "unknown-dtype") +
-         " linear: GEMM groups take float32 only (DICE_GEMM_GROUPS=all also takes bf16/f16)";
+         (conv ? " conv2d: conv groups take float32 only (DICE_CONV_GROUPS=all also takes bf16/f16)"
+               : " linear: GEMM groups take float32 only (DICE_GEMM_GROUPS=all also takes bf16/f16)");
 }
 
 std::string GemmGateReason(const Node* n, GemmGroups setting) {
   if (!IsGemmKind(n->kind().toQualString())) return "";
+  const bool conv = IsConvKind(n->kind().toQualString());
   auto tt = n->output(0)->type()->cast<c10::TensorType>();
   auto st = tt ? tt->scalarType() : std::nullopt;
-  return GemmGateReasonFor(setting, st ? reference::FromScalarType(*st)
-                                       : Expected<ir::DType>(Status(StatusCode::kUnsupported, "?")));
+  return GemmGateReasonFor(conv ? ConvGroupsFromEnv() : setting,
+                           st ? reference::FromScalarType(*st) : Expected<ir::DType>(Status(StatusCode::kUnsupported, "?")),
+                           conv);
 }
 
 // The policy's view of a top-level node; `index` maps the nodes before it.

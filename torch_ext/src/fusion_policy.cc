@@ -340,7 +340,9 @@ Status ParseNode(const nlohmann::json& j, const std::string& where, PolicyNode* 
 
 }  // namespace
 
-bool IsGemmKind(std::string_view kind) { return kind == "aten::linear"; }
+bool IsConvKind(std::string_view kind) { return kind == "aten::conv2d" || kind == "aten::_convolution"; }
+
+bool IsGemmKind(std::string_view kind) { return kind == "aten::linear" || IsConvKind(kind); }
 
 GemmGroups ParseGemmGroups(const char* value) {
   if (value == nullptr) return GemmGroups::kFloat32;
@@ -351,6 +353,8 @@ GemmGroups ParseGemmGroups(const char* value) {
 }
 
 GemmGroups GemmGroupsFromEnv() { return ParseGemmGroups(std::getenv("DICE_GEMM_GROUPS")); }
+
+GemmGroups ConvGroupsFromEnv() { return ParseGemmGroups(std::getenv("DICE_CONV_GROUPS")); }
 
 bool GemmGroupAllowed(GemmGroups setting, ir::DType dtype) {
   switch (setting) {

@@ -19,8 +19,8 @@
 //  3. A group with fewer than `min_nontrivial_ops` nodes that are not casts or
 //     projections (IsCastOrProjection) is dissolved: a group of casts alone is
 //     not worth a kernel.
-//  4. GEMM groups (issue 18 item 1: a GEMM with its epilogue fused). A fusible
-//     GEMM node (IsGemmKind: aten::linear) starts a group of its own and never
+//  4. GEMM groups (issue 18 items 1, 2: a GEMM or conv with its epilogue fused). A fusible
+//     GEMM node (IsGemmKind: aten::linear, aten::conv2d, aten::_convolution) starts a group of its own and never
 //     merges with a producer's group. Its epilogue is a DAG of later
 //     elementwise nodes (PolicyNode::epilogue_op), planned when the GEMM node
 //     is visited: a node is taken, in order, when it reads a taken node and
@@ -41,7 +41,8 @@
 //     No other node merges with a GEMM group (a reduction after it starts its
 //     own), and a GEMM group formed by an earlier run stays as it is. A GEMM
 //     alone is a group (a faster GEMM is a win). Which GEMM nodes are fusible
-//     is the frontend's call (GemmGroupsFromEnv: DICE_GEMM_GROUPS).
+//     is the frontend's call (GemmGroupsFromEnv: DICE_GEMM_GROUPS; ConvGroupsFromEnv:
+//     DICE_CONV_GROUPS).
 // Convexity is judged on the data edges given; a frontend whose graphs have
 // other orderings (TorchScript's mutation and side effects) checks those
 // while it realises a group.
@@ -116,8 +117,16 @@ struct PolicyNode {
   std::vector<TensorOperand> epilogue_operands;
 };
 
-/// True for the GEMM kinds that start a GEMM group (rule 4): "aten::linear".
+/// True for the GEMM kinds that start a GEMM group (rule 4): "aten::linear",
+/// and the conv kinds (IsConvKind).
 bool IsGemmKind(std::string_view kind);
+
+/// True for the convolutions that start a GEMM group (rule 4, issue 18 item
+/// 2: the conv template family fuses the epilogue): "aten::conv2d",
+/// "aten::_convolution" (a traced conv; the frontend refuses transposed ones).
+/// The extra-tensor extents are judged as for linear (a row vector runs along
+/// the output's last dim, W), so a per-channel [K, 1, 1] operand ends the epilogue.
+bool IsConvKind(std::string_view kind);
 
 /// Which GEMM nodes a frontend lets form groups (DICE_GEMM_GROUPS).
 enum class GemmGroups : uint8_t {
@@ -132,6 +141,10 @@ GemmGroups ParseGemmGroups(const char* value);
 
 /// ParseGemmGroups(getenv("DICE_GEMM_GROUPS")), read at each call.
 GemmGroups GemmGroupsFromEnv();
+
+/// ParseGemmGroups(getenv("DICE_CONV_GROUPS")), read at each call: which
+/// convolutions (IsConvKind) may form groups, the same values as DICE_GEMM_GROUPS.
+GemmGroups ConvGroupsFromEnv();
 
 /// Whether a GEMM whose output has `dtype` may form a group under `setting`.
 bool GemmGroupAllowed(GemmGroups setting, ir::DType dtype);

@@ -22,7 +22,8 @@
 // softmax/log_softmax (dtype None), layer_norm, group_norm, to / type_as among
 // f32/f16/bf16, linear (weight [N, K], optional bias [N]; ir::OpKind::kLinear;
 // aten::matmul / addmm are no IR ops: the fusion pass respells those with a
-// frozen `w.t()` weight as linear, fusion_pass.h). Every tensor operand must have a known float32/float16/
+// frozen `w.t()` weight as linear, fusion_pass.h), conv2d / _convolution (not
+// transposed; constant stride/padding/dilation pairs and groups; ir::OpKind::kConv2d). Every tensor operand must have a known float32/float16/
 // bfloat16 dtype and a known rank; scalars must be constants.
 //
 // Thread-compatible: functions touch only the graph they are given.
