@@ -40,6 +40,18 @@ std::string ReadFile(const fs::path& p) {
   return ss.str();
 }
 
+// stdout (and what the command redirects into it) of `/bin/sh -c command`.
+std::string Shell(const std::string& command) {
+  std::string out;
+  FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) return out;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  pclose(p);
+  return out;
+}
+
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -309,6 +321,35 @@ TEST(BuildCacheDirTest, DiceBuildCacheWinsThenTheCacheFlagThenTheRuntimeDefault)
   EXPECT_EQ(dice::cli::BuildCacheDirFor("/c", "/elsewhere"), "") << "DICE_BUILD_CACHE is left to speak";
   EXPECT_EQ(dice::cli::BuildCacheDirFor("/c", "off"), "");
   EXPECT_EQ(dice::cli::BuildCacheDirFor("", nullptr), "") << "no --cache: the runtime's default";
+}
+
+// End to end: a linear's CUTLASS candidate built by `dice tune --cache DIR`
+// (DICE_BUILD_CACHE unset) lands in DIR/builds, beside DIR/kernels.db.
+// One nvcc build (~30 s on 2 cores); skipped where nvcc is missing.
+TEST(BuildCacheDirTest, TuneWithACacheFlagKeepsItsBuildsUnderThatDirectory) {
+  const char* nvcc_env = std::getenv("DICE_NVCC");
+  const std::string nvcc = nvcc_env != nullptr && *nvcc_env != '\0' ? nvcc_env : "/usr/local/cuda/bin/nvcc";
+  if (::access(nvcc.c_str(), X_OK) != 0) GTEST_SKIP() << "no nvcc at " << nvcc << ": no CUTLASS candidate builds";
+  dice::cli_test::ScratchDir dir("dice_build_dir");
+  const std::string d = dir.path();
+  std::ofstream(d + "/make.py") << "import sys, torch\n"
+                                   "class M(torch.nn.Module):\n"
+                                   "    def __init__(self):\n"
+                                   "        super().__init__()\n"
+                                   "        self.l = torch.nn.Linear(64, 64)\n"
+                                   "    def forward(self, x):\n"
+                                   "        return torch.relu(self.l(x))\n"
+                                   "torch.jit.script(M()).save(sys.argv[1])\n";
+  ASSERT_EQ(std::system(("python3 '" + d + "/make.py' '" + d + "/m.pt'").c_str()), 0);
+  // DICE_BUILD_CACHE (ctest sets it for every test) is unset for the child only.
+  const std::string tune = "env -u DICE_BUILD_CACHE " + std::string(DICE_CLI_PATH) + " tune " + d +
+                           "/m.pt --input 32x64:f32 --budget-s 5 --max-candidates 1 --cache " + d + "/cache 2>&1";
+  const std::string out = Shell(tune);
+  const std::string listing = Shell("ls " + d + "/cache/builds 2>&1");
+  EXPECT_NE(out.find("linear"), std::string::npos) << "a linear group was formed:\n" << out;
+  EXPECT_NE(out.find("outputs match eager"), std::string::npos) << out;
+  EXPECT_NE(listing.find(".so.meta"), std::string::npos) << "no build under --cache's builds/: " << listing << "\n"
+                                                         << out;
 }
 
 // UseCacheDirForBuilds exports the choice for this process and the
