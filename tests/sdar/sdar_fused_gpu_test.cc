@@ -7,13 +7,16 @@
 // written by QkNormRope itself bit-identical to copy_ / index_copy_ of its
 // outputs; the vectorized and the scalar add + RMSNorm agreeing; the skinny
 // GEMMs (SdarGemv) against at::linear at the SDAR-4B decode shapes, timed
-// beside cuBLAS.
+// beside cuBLAS; the split-KV decode attention against SDPA, and greedy
+// tokens with it on.
 #include <gtest/gtest.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/cuda.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "tiny_sdar_config.h"
 #include "dice/generator/diffusion_decoder.h"
@@ -316,6 +319,72 @@ TEST(SdarFusedGpuTest, SkinnyGemmsMatchLinearAtTheDecodeShapesAndPrintTheirStrea
                   static_cast<long long>(m), us, bytes / us * 1e-6, cublas_us, bytes / cublas_us * 1e-6,
                   silu ? " (cuBLAS without the silu*up)" : "");
     }
+  }
+}
+
+// DecodeAttention (split-KV, the graph form's attention) against
+// at::scaled_dot_product_attention with GQA 4:1, head_dim 128, a
+// block-causal bool mask over a cache longer than the keys attended, f32
+// within 1e-4 and bf16 within 2% of the largest |output|.
+TEST(SdarFusedGpuTest, SplitKvAttentionMatchesSdpa) {
+  DICE_REQUIRE_CUDA();
+  const SdarConfig c = MidConfig();
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    SdarFusedShape shape;
+    shape.hidden = c.hidden_size, shape.heads = c.num_attention_heads, shape.kv_heads = c.num_key_value_heads;
+    shape.head_dim = c.head_dim, shape.intermediate = c.intermediate_size, shape.eps = c.rms_norm_eps;
+    shape.dtype = dtype == torch::kFloat32 ? FusedDtype::kF32 : FusedDtype::kBF16;
+    auto k = SdarFusedKernels::Build(shape, "", 0);
+    ASSERT_TRUE(k.ok()) << k.status().ToString();
+    const int64_t heads = c.num_attention_heads, kvh = c.num_key_value_heads, hd = c.head_dim;
+    for (const int64_t batch : {1, 3}) {
+      const int64_t len = 4, cap = 600, prefix = 516;  // one block: keys 0..519 visible, 520.. hidden
+      auto opts = torch::TensorOptions().device(torch::kCUDA, 0).dtype(dtype);
+      auto i64 = torch::TensorOptions().device(torch::kCUDA, 0).dtype(torch::kLong);
+      torch::manual_seed(3);
+      auto q = torch::randn({batch, len, heads, hd}, opts);
+      auto kc = torch::randn({batch, kvh, cap, hd}, opts), vc = torch::randn({batch, kvh, cap, hd}, opts);
+      // Queries at positions prefix.. in one block; key j visible iff its block <= the query's.
+      auto mask = BlockCausalMask(torch::arange(prefix, prefix + len, i64), torch::arange(0, cap, i64), len);
+      auto out = torch::empty({batch, len, heads * hd}, opts);
+      auto ws = torch::empty({(*k)->AttentionWorkspaceFloats(batch, len, cap)}, opts.dtype(torch::kFloat32));
+      void* stream = c10::cuda::getCurrentCUDAStream(0).stream();
+      ASSERT_TRUE((*k)->DecodeAttention(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), mask.data_ptr(), out.data_ptr(),
+                                        ws.data_ptr(), batch, len, cap, cap, stream).ok());
+      auto ref = at::scaled_dot_product_attention(q.transpose(1, 2), kc.repeat_interleave(heads / kvh, 1),
+                                                  vc.repeat_interleave(heads / kvh, 1), mask, 0.0, false,
+                                                  1.0 / std::sqrt(static_cast<double>(hd)));
+      ref = ref.transpose(1, 2).reshape({batch, len, heads * hd}).to(torch::kFloat32);
+      const double err = (out.to(torch::kFloat32) - ref).abs().max().item<double>();
+      const double scale = ref.abs().max().item<double>();
+      std::printf("split-KV %s batch %lld: max |split - sdpa| %.3g (max |o| %.3g), %lld keys a chunk\n",
+                  c10::toString(dtype), static_cast<long long>(batch), err, scale,
+                  static_cast<long long>((*k)->AttentionChunk(batch, cap)));
+      EXPECT_LE(err, dtype == torch::kFloat32 ? 1e-4 : 0.02 * scale) << "batch " << batch;
+    }
+  }
+}
+
+// With DICE_SDAR_SPLIT_KV=1 the graph form's attention runs DecodeAttention:
+// f32 greedy tokens still equal the unfused path's with graphs on and off.
+TEST(SdarFusedGpuTest, GreedyTokensEqualWithSplitKvAttention) {
+  DICE_REQUIRE_CUDA();
+  ::setenv("DICE_SDAR_SPLIT_KV", "1", 1);
+  const SdarModel fused = Make(MidConfig(), torch::kFloat32, true);
+  ::unsetenv("DICE_SDAR_SPLIT_KV");
+  const SdarModel plain = Make(MidConfig(), torch::kFloat32, false);
+  for (const bool graphs : {false, true}) {
+    DecodeOptions o;
+    o.max_new_tokens = 24;
+    o.remasking = Remasking::kStatic;
+    o.eos_ids.clear();
+    o.num_samples = 2;
+    o.cuda_graphs = graphs;
+    const std::vector<int32_t> prompt = {5, 9, 2, 77, 31, 8, 100};
+    auto a = Decode(fused, prompt, o), b = Decode(plain, prompt, o);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
+    EXPECT_EQ(a->tokens, b->tokens) << "graphs " << graphs;
   }
 }
 

@@ -4,6 +4,7 @@
 #include "dice/generator/sdar_fused_kernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <cstdint>
 #include <sstream>
@@ -18,7 +19,18 @@ namespace {
 
 using runtime::CudaDriver;
 
-enum Kernel { kRmsNorm = 0, kAddRmsNorm = 1, kQkNormRope = 2, kSiluMul = 3, kRmsNormScalar = 4, kAddRmsNormScalar = 5 };
+enum Kernel {
+  kRmsNorm = 0,
+  kAddRmsNorm = 1,
+  kQkNormRope = 2,
+  kSiluMul = 3,
+  kRmsNormScalar = 4,
+  kAddRmsNormScalar = 5,
+  kAttnPartial = 6,
+  kAttnCombine = 7,
+};
+
+constexpr unsigned kAttnWarps = 16;
 
 constexpr unsigned kSiluThreads = 256;
 
@@ -213,6 +225,107 @@ dice_sdar_qk_norm_rope(const T* qkv, const T* qw, const T* kw, const T* cos_t, c
   }
 }
 
+// Split-KV decode attention (the CUDA-graph step form). Partial kernel: grid
+// (chunks, KV_HEADS, batch), ATTN_WARPS warps; the block's query rows are
+// the g = HEADS / KV_HEADS query heads sharing KV head blockIdx.y times the
+// seq_len tokens (row r = head i * seq_len + token), one warp a row at a
+// time; each lane holds head dims lane + 32 e. Over keys j of the chunk:
+// s = scale q.k (masked: skipped), online softmax (running max m, sum l,
+// acc = sum p v) in float. Writes (m, l, acc[HEAD_DIM]) per (b, query head,
+// token, chunk) to ws.
+constexpr int ATTN_DPL = (HEAD_DIM + 31) / 32;
+constexpr int ATTN_KB = 4;
+extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32)
+dice_sdar_attn_partial(const T* q, const T* kc, const T* vc, const unsigned char* mask, float* ws, int seq_len,
+                       int key_len, long long capacity, int chunk, float scale) {
+  const int c = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int chunks = gridDim.x;
+  constexpr int G = HEADS / KV_HEADS;
+  const int j0 = c * chunk, j1 = min(key_len, j0 + chunk);
+  const long long kv_base = ((long long)b * KV_HEADS + kvh) * capacity;
+  for (int r = warp; r < G * seq_len; r += ATTN_WARPS) {
+    const int i = r / seq_len, tok = r % seq_len, hq = kvh * G + i;
+    float qv[ATTN_DPL], acc[ATTN_DPL];
+    const long long q_at = (((long long)b * seq_len + tok) * HEADS + hq) * HEAD_DIM;
+#pragma unroll
+    for (int e = 0; e < ATTN_DPL; ++e) {
+      const int d = lane + 32 * e;
+      qv[e] = d < HEAD_DIM ? L(q, q_at + d) * scale : 0.f;
+      acc[e] = 0.f;
+    }
+    float m = __int_as_float(0xff800000u), l = 0.f;
+    // ATTN_KB keys at a time: their K and V loads issued together, then the
+    // online-softmax updates (a key's mask bit is the same for the warp).
+    for (int jb = j0; jb < j1; jb += ATTN_KB) {
+      float kv[ATTN_KB][ATTN_DPL], vv[ATTN_KB][ATTN_DPL];
+      bool ok[ATTN_KB];
+#pragma unroll
+      for (int u = 0; u < ATTN_KB; ++u) {
+        const int j = jb + u;
+        ok[u] = j < j1 && (mask == nullptr || mask[(long long)tok * key_len + j]);
+        const long long k_at = (kv_base + j) * HEAD_DIM;
+#pragma unroll
+        for (int e = 0; e < ATTN_DPL; ++e) {
+          const int d = lane + 32 * e;
+          const bool in = ok[u] && d < HEAD_DIM;
+          kv[u][e] = in ? L(kc, k_at + d) : 0.f;
+          vv[u][e] = in ? L(vc, k_at + d) : 0.f;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < ATTN_KB; ++u) {
+        if (!ok[u]) continue;  // uniform across the warp
+        float s = 0.f;
+#pragma unroll
+        for (int e = 0; e < ATTN_DPL; ++e) s = fmaf(qv[e], kv[u][e], s);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        const float m_new = fmaxf(m, s);
+        const float corr = expf(m - m_new), p = expf(s - m_new);
+        l = l * corr + p;
+#pragma unroll
+        for (int e = 0; e < ATTN_DPL; ++e) acc[e] = fmaf(acc[e], corr, p * vv[u][e]);
+        m = m_new;
+      }
+    }
+    float* out = ws + ((((long long)b * HEADS + hq) * seq_len + tok) * chunks + c) * (HEAD_DIM + 2);
+    if (lane == 0) out[0] = m, out[1] = l;
+#pragma unroll
+    for (int e = 0; e < ATTN_DPL; ++e) {
+      const int d = lane + 32 * e;
+      if (d < HEAD_DIM) out[2 + d] = acc[e];
+    }
+  }
+}
+
+// Combine: grid (batch * seq_len * HEADS), HEAD_THREADS threads (one a head
+// dim): o = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c over the chunks
+// that attended to a key, into o [batch, seq_len, HEADS, HEAD_DIM] (the
+// layout o_proj reads); a row that attended to nothing gets 0.
+extern "C" __global__ void __launch_bounds__(HEAD_THREADS)
+dice_sdar_attn_combine(const float* ws, T* o, int seq_len, int chunks) {
+  const long long row = blockIdx.x;  // (b * seq_len + tok) * HEADS + hq
+  const int d = threadIdx.x;
+  if (d >= HEAD_DIM) return;
+  const long long hq = row % HEADS, bt = row / HEADS, tok = bt % seq_len, b = bt / seq_len;
+  const float* base = ws + (((b * HEADS + hq) * seq_len + tok) * chunks) * (HEAD_DIM + 2);
+  float mx = __int_as_float(0xff800000u);
+  for (int c = 0; c < chunks; ++c) {
+    const float* p = base + (long long)c * (HEAD_DIM + 2);
+    if (p[1] > 0.f) mx = fmaxf(mx, p[0]);
+  }
+  float num = 0.f, den = 0.f;
+  for (int c = 0; c < chunks; ++c) {
+    const float* p = base + (long long)c * (HEAD_DIM + 2);
+    if (!(p[1] > 0.f)) continue;
+    const float w = expf(p[0] - mx);
+    den += w * p[1];
+    num += w * p[2 + d];
+  }
+  o[row * HEAD_DIM + d] = dice_from_float(den > 0.f ? num / den : 0.f);
+}
+
 // grid (rows, ceil(INTER / SILU_THREADS)): out = silu(gate) * up.
 extern "C" __global__ void __launch_bounds__(SILU_THREADS)
 dice_sdar_silu_mul(const T* gate_up, T* out) {
@@ -276,7 +389,8 @@ Status CheckFusedShape(const SdarFusedShape& s) {
 
 std::vector<std::string> SdarFusedKernelNames() {
   return {"dice_sdar_rmsnorm",   "dice_sdar_add_rmsnorm",  "dice_sdar_qk_norm_rope",
-          "dice_sdar_silu_mul",  "dice_sdar_rmsnorm_s",    "dice_sdar_add_rmsnorm_s"};
+          "dice_sdar_silu_mul",  "dice_sdar_rmsnorm_s",    "dice_sdar_add_rmsnorm_s",
+          "dice_sdar_attn_partial", "dice_sdar_attn_combine"};
 }
 
 std::string SdarFusedSource(const SdarFusedShape& s) {
@@ -304,7 +418,7 @@ std::string SdarFusedSource(const SdarFusedShape& s) {
     << "\n#define HEAD_DIM " << s.head_dim << "\n#define INTER " << s.intermediate << "\n#define EPS "
     << static_cast<float>(s.eps) << "f\n#define NORM_THREADS " << nt << "\n#define NORM_VEC "
     << NormVec(s) << "\n#define HEAD_THREADS " << HeadThreads(s.head_dim) << "\n#define SILU_THREADS "
-    << kSiluThreads << "\n"
+    << kSiluThreads << "\n#define ATTN_WARPS " << kAttnWarps << "\n"
     << kBody;
   return o.str();
 }
@@ -484,6 +598,50 @@ Status SdarFusedKernels::QkNormRope(const void* qkv, const void* q_w, const void
   void* args[] = {&qkv, &q_w, &k_w, &cos, &sin, &q_out, &k_out, &len, &k_cache, &v_cache, &slots, &start, &capacity};
   const int64_t heads = shape_.heads + shape_.kv_heads + (kv ? shape_.kv_heads : 0);
   return Launch(kQkNormRope, static_cast<unsigned>(rows), static_cast<unsigned>(heads), head_threads_, args, stream);
+}
+
+int64_t SdarFusedKernels::AttentionChunk(int64_t batch, int64_t key_len) const {
+  // Keys a block: enough blocks (chunks x kv_heads x batch) for about two
+  // waves of 132 SMs, 16..256 keys, a power of two.
+  const int64_t units = std::max<int64_t>(1, batch) * std::max<int64_t>(1, shape_.kv_heads);
+  int64_t chunk = 16;
+  while (chunk < 256 && (key_len + chunk - 1) / chunk * units > 264) chunk *= 2;
+  return chunk;
+}
+
+int64_t SdarFusedKernels::AttentionWorkspaceFloats(int64_t batch, int64_t seq_len, int64_t key_len) const {
+  const int64_t chunks = (key_len + AttentionChunk(batch, key_len) - 1) / AttentionChunk(batch, key_len);
+  return batch * shape_.heads * seq_len * chunks * (shape_.head_dim + 2);
+}
+
+Status SdarFusedKernels::DecodeAttention(const void* q, const void* k_cache, const void* v_cache, const void* mask,
+                                         void* out, void* workspace, int64_t batch, int64_t seq_len, int64_t key_len,
+                                         int64_t capacity, void* stream) const {
+  const int64_t g = shape_.heads / shape_.kv_heads;
+  if (batch < 1 || batch > 65535 || seq_len < 1 || seq_len * g > 64 || key_len < 1 || key_len > capacity ||
+      shape_.head_dim > 256) {
+    return Status(StatusCode::kInvalidArgument, "SDAR split-KV attention: batch " + std::to_string(batch) +
+                                                    ", " + std::to_string(seq_len) + " tokens x " +
+                                                    std::to_string(g) + " heads a KV head (<= 64), key_len " +
+                                                    std::to_string(key_len) + " of " + std::to_string(capacity) +
+                                                    ", head_dim <= 256");
+  }
+  const int64_t chunk = AttentionChunk(batch, key_len);
+  int chunks = static_cast<int>((key_len + chunk - 1) / chunk);
+  int len = static_cast<int>(seq_len), keys = static_cast<int>(key_len), ch = static_cast<int>(chunk);
+  long long cap = capacity;
+  float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape_.head_dim)));
+  const auto* d = static_cast<const CudaDriver*>(driver_);
+  void* pargs[] = {&q, &k_cache, &v_cache, &mask, &workspace, &len, &keys, &cap, &ch, &scale};
+  int rc = d->cuLaunchKernel(static_cast<runtime::CUfunction_t>(functions_[kAttnPartial]),
+                             static_cast<unsigned>(chunks), static_cast<unsigned>(shape_.kv_heads),
+                             static_cast<unsigned>(batch), kAttnWarps * 32, 1, 1, 0,
+                             static_cast<runtime::CUstream_t>(stream), pargs, nullptr);
+  if (rc != 0) return CudaFail(d, "cuLaunchKernel", rc);
+  const void* ws = workspace;
+  void* cargs[] = {&ws, &out, &len, &chunks};
+  return Launch(kAttnCombine, static_cast<unsigned>(batch * seq_len * shape_.heads), 1, head_threads_, cargs,
+                stream);
 }
 
 Status SdarFusedKernels::SiluMul(const void* gate_up, void* out, int64_t rows, void* stream) const {

@@ -70,6 +70,8 @@ std::shared_ptr<const SdarFusedKernels> BuildFused(const SdarConfig& c, const Sd
                 : o.dtype == torch::kFloat16 ? FusedDtype::kF16 : FusedDtype::kF32;
   // DICE_SDAR_GEMV=0: the step forward's GEMMs stay on cuBLAS (A/B runs).
   shape.skinny_gemv = EnvInt("DICE_SDAR_GEMV", 1, 0, 1) != 0;
+  // DICE_SDAR_SPLIT_KV=1: the graph step form's attention runs the split-KV kernels.
+  shape.split_kv_attention = EnvInt("DICE_SDAR_SPLIT_KV", 0, 0, 1) != 0;
   const int ordinal = o.device.has_index() ? o.device.index() : c10::cuda::current_device();
   c10::cuda::CUDAGuard guard(ordinal);
   auto built = SdarFusedKernels::Build(shape, /*arch=*/"", ordinal);
@@ -500,6 +502,15 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
     if (!fused_->Gemv(which, Ptr(src), Ptr(w), out.data_ptr(), rows, stream).ok()) return torch::Tensor();
     return out;
   };
+  // The graph (slots) form's attention on the split-KV kernels
+  // (SdarFusedKernels::DecodeAttention) when they are on and take the shape:
+  // the mask [len, key_len] bool, contiguous, once for every layer.
+  torch::Tensor split_mask;
+  if (fk && fused_->shape().split_kv_attention && slots.defined() && cache != nullptr && mask.has_value() &&
+      mask->dim() == 2 && mask->size(0) == len && mask->size(1) == key_len && len * (heads / kv_heads) <= 64 &&
+      hd <= 256) {
+    split_mask = mask->to(torch::kBool).contiguous();
+  }
   // fk: the last MLP output not yet added to x (added by the next layer's
   // fused add + RMSNorm, or after the loop).
   torch::Tensor pending;
@@ -521,6 +532,7 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
       a = RmsNorm(x, l.input_norm);
     }
     torch::Tensor q, k, v;
+    torch::Tensor q_rows;  // fk: q as [batch, len, heads, head_dim], contiguous
     // fk with a cache the kernel can address: QkNormRope stores the new keys
     // and values into it itself (no copy_ / index_copy_ launches below).
     bool kv_written = false;
@@ -548,6 +560,7 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
         v = qkv.narrow(-1, (heads + kv_heads) * hd, kv_heads * hd).view({batch, len, kv_heads, hd}).transpose(1, 2);
       }
       q = qo.transpose(1, 2);
+      q_rows = qo;
     } else {
       torch::Tensor qp, kp, vp;  // [B, L, n * head_dim] each
       if (fused) {
@@ -583,7 +596,15 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
       values = cache->v_[i].narrow(2, 0, key_len);
     }
     torch::Tensor o;
-    if (slots.defined() && heads != kv_heads && mask.has_value()) {
+    if (split_mask.defined() && kv_written) {
+      // Already [batch, len, heads * head_dim], the layout o_proj reads.
+      o = torch::empty({batch, len, heads * hd}, x.options());
+      auto ws = torch::empty({fused_->AttentionWorkspaceFloats(batch, len, key_len)},
+                             x.options().dtype(torch::kFloat32));
+      CheckLaunch(fused_->DecodeAttention(Ptr(q_rows), cache->k_[i].data_ptr(), cache->v_[i].data_ptr(),
+                                          split_mask.data_ptr(), o.data_ptr(), ws.data_ptr(), batch, len, key_len,
+                                          cache->capacity_, stream));
+    } else if (slots.defined() && heads != kv_heads && mask.has_value()) {
       // The fixed-shape (graph) form always has a mask, and SDPA's masked
       // kernels may not take GQA (falling back to one that materialises
       // every KV head g times). Query heads h*g .. h*g+g-1 share KV head h,
@@ -600,7 +621,7 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
                                            /*scale=*/1.0 / std::sqrt(static_cast<double>(hd)),
                                            /*enable_gqa=*/heads != kv_heads);
     }
-    o = o.transpose(1, 2).reshape({batch, len, heads * hd});
+    if (o.dim() == 4) o = o.transpose(1, 2).reshape({batch, len, heads * hd});
     if (fk) {
       auto attn = Gemv(SdarGemv::kO, o, l.o_proj);
       if (!attn.defined()) attn = torch::linear(o, l.o_proj).contiguous();

@@ -58,6 +58,9 @@ struct SdarFusedShape {
   /// f16 only, ignored for f32): the stream form of the gemv template
   /// family (templates/gemv.h) for the four projections at 4, 8 and 16 rows.
   bool skinny_gemv = true;
+  /// SdarModel: the CUDA-graph step form runs DecodeAttention instead of
+  /// SDPA (DICE_SDAR_SPLIT_KV=1; off by default until measured on the GPU).
+  bool split_kv_attention = false;
 };
 
 /// The projections of one layer the skinny GEMMs serve (x [rows, K], the
@@ -78,8 +81,9 @@ Status CheckFusedShape(const SdarFusedShape& shape);
 /// The CUDA C++ source (NVRTC, -std=c++17) of the kernels for `shape`:
 /// dice_sdar_rmsnorm, dice_sdar_add_rmsnorm (16-byte loads when hidden is a
 /// multiple of 16 bytes of elements), dice_sdar_qk_norm_rope,
-/// dice_sdar_silu_mul, and dice_sdar_rmsnorm_s / dice_sdar_add_rmsnorm_s
-/// (the norms with scalar loads, for pointers not 16-byte aligned), all
+/// dice_sdar_silu_mul, dice_sdar_rmsnorm_s / dice_sdar_add_rmsnorm_s
+/// (the norms with scalar loads, for pointers not 16-byte aligned), and
+/// dice_sdar_attn_partial / dice_sdar_attn_combine (DecodeAttention), all
 /// extern "C". Shapes and eps are compile-time
 /// constants; rows and seq_len are kernel arguments. Precondition:
 /// CheckFusedShape(shape) is Ok.
@@ -159,6 +163,26 @@ class SdarFusedKernels {
   /// out [rows, intermediate] = silu(gate) * up with gate_up [rows, 2 *
   /// intermediate] (gate columns first). Errors: as AddRmsNorm.
   Status SiluMul(const void* gate_up, void* out, int64_t rows, void* stream) const;
+
+  /// Split-KV decode attention (the CUDA-graph step form; issue 19 item 3):
+  /// o [batch, seq_len, heads, head_dim] = softmax(q k^T / sqrt(head_dim) +
+  /// mask) v per query head, GQA (query head h reads KV head h / (heads /
+  /// kv_heads)). q [batch, seq_len, heads, head_dim]; k_cache, v_cache
+  /// [batch, kv_heads, capacity, head_dim], keys 0..key_len-1 read; mask
+  /// bool (1 byte) [seq_len, key_len], true = attend, or null (all keys).
+  /// Two launches: partials over key chunks of AttentionChunk keys (online
+  /// softmax in float) into `workspace` (AttentionWorkspaceFloats floats),
+  /// then their combination. Capturable; no allocation. Errors:
+  /// kInvalidArgument for seq_len x heads / kv_heads > 64, head_dim > 256,
+  /// key_len outside 1..capacity or batch outside 1..65535; kCudaError.
+  Status DecodeAttention(const void* q, const void* k_cache, const void* v_cache, const void* mask, void* out,
+                         void* workspace, int64_t batch, int64_t seq_len, int64_t key_len, int64_t capacity,
+                         void* stream) const;
+  /// Keys per partial block (16..256, a power of two; about two waves of
+  /// 132 SMs over chunks x kv_heads x batch).
+  int64_t AttentionChunk(int64_t batch, int64_t key_len) const;
+  /// Floats of DecodeAttention's workspace.
+  int64_t AttentionWorkspaceFloats(int64_t batch, int64_t seq_len, int64_t key_len) const;
 
   /// Whether the skinny GEMMs were compiled (shape.skinny_gemv, bf16/f16,
   /// shapes with rows of 16-byte multiples); gemv_note() says why not.
