@@ -392,7 +392,7 @@ torch::jit::Module ConvModule(const std::string& forward, at::ScalarType dtype =
 class ConvCaptureTest : public GemmCaptureTest {
  protected:
   void SetUp() override {
-    unsetenv("DICE_CONV_GROUPS");
+    setenv("DICE_CONV_GROUPS", "f32", 1);  // off by default (fusion_policy.h ParseConvGroups)
     GemmCaptureTest::SetUp();
   }
   void TearDown() override {
@@ -454,6 +454,14 @@ TEST_F(ConvCaptureTest, ConvGroupsOffLeavesTheConvToPyTorch) {
   auto rep = Optimize(original, &m, {torch::randn({2, 4, 9, 7})});
   EXPECT_EQ(GroupOps(rep), (std::vector<std::vector<K>>{{K::kSigmoid, K::kTanh}})) << rep.graph;
   EXPECT_EQ(LeftOutReason(rep, "aten::conv2d"), "not a fusible op");
+}
+
+TEST_F(ConvCaptureTest, ConvGroupsUnsetLeaveTheConvToPyTorchByDefault) {
+  unsetenv("DICE_CONV_GROUPS");
+  auto original = ConvModule(kConvSigmoidTanh);
+  torch::jit::Module m;
+  auto rep = Optimize(original, &m, {torch::randn({2, 4, 9, 7})});
+  EXPECT_EQ(GroupOps(rep), (std::vector<std::vector<K>>{{K::kSigmoid, K::kTanh}})) << rep.graph;
 }
 
 TEST_F(ConvCaptureTest, Bf16ConvIsGroupedOnlyWithConvGroupsAll) {

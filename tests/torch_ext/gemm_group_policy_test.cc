@@ -278,6 +278,13 @@ TEST(GemmGroupPolicyTest, GemmGroupsSettingFromItsEnvValue) {
   EXPECT_EQ(ParseGemmGroups("0"), GemmGroups::kOff);
   EXPECT_EQ(ParseGemmGroups("off"), GemmGroups::kOff);
   EXPECT_EQ(ParseGemmGroups("bogus"), GemmGroups::kFloat32);
+  // Conv groups are off unless asked for.
+  EXPECT_EQ(ParseConvGroups(nullptr), GemmGroups::kOff);
+  EXPECT_EQ(ParseConvGroups("bogus"), GemmGroups::kOff);
+  EXPECT_EQ(ParseConvGroups("f32"), GemmGroups::kFloat32);
+  EXPECT_EQ(ParseConvGroups("1"), GemmGroups::kFloat32);
+  EXPECT_EQ(ParseConvGroups("all"), GemmGroups::kAll);
+  EXPECT_EQ(ParseConvGroups("0"), GemmGroups::kOff);
   EXPECT_TRUE(GemmGroupAllowed(GemmGroups::kFloat32, ir::DType::kFloat32));
   EXPECT_FALSE(GemmGroupAllowed(GemmGroups::kFloat32, ir::DType::kBFloat16));
   EXPECT_FALSE(GemmGroupAllowed(GemmGroups::kFloat32, ir::DType::kFloat16));

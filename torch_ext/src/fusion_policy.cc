@@ -354,7 +354,15 @@ GemmGroups ParseGemmGroups(const char* value) {
 
 GemmGroups GemmGroupsFromEnv() { return ParseGemmGroups(std::getenv("DICE_GEMM_GROUPS")); }
 
-GemmGroups ConvGroupsFromEnv() { return ParseGemmGroups(std::getenv("DICE_CONV_GROUPS")); }
+GemmGroups ParseConvGroups(const char* value) {
+  if (value == nullptr) return GemmGroups::kOff;
+  const std::string_view v(value);
+  if (v == "all") return GemmGroups::kAll;
+  if (v == "f32" || v == "float32" || v == "1") return GemmGroups::kFloat32;
+  return GemmGroups::kOff;
+}
+
+GemmGroups ConvGroupsFromEnv() { return ParseConvGroups(std::getenv("DICE_CONV_GROUPS")); }
 
 bool GemmGroupAllowed(GemmGroups setting, ir::DType dtype) {
   switch (setting) {

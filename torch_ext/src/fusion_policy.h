@@ -142,8 +142,16 @@ GemmGroups ParseGemmGroups(const char* value);
 /// ParseGemmGroups(getenv("DICE_GEMM_GROUPS")), read at each call.
 GemmGroups GemmGroupsFromEnv();
 
-/// ParseGemmGroups(getenv("DICE_CONV_GROUPS")), read at each call: which
-/// convolutions (IsConvKind) may form groups, the same values as DICE_GEMM_GROUPS.
+/// DICE_CONV_GROUPS's value: "f32" (or "float32", "1") = float32 convs only,
+/// "all" = also bf16/f16; unset or anything else = off. Off by default
+/// until the conv candidates are measured on a GPU: a float32 conv's TF32
+/// candidates count as reduced precision, so under the default precision
+/// policy a conv group would get none and its epilogue would lose the
+/// generated kernel it has as a group of its own.
+GemmGroups ParseConvGroups(const char* value);
+
+/// ParseConvGroups(getenv("DICE_CONV_GROUPS")), read at each call: which
+/// convolutions (IsConvKind) may form groups.
 GemmGroups ConvGroupsFromEnv();
 
 /// Whether a GEMM whose output has `dtype` may form a group under `setting`.
