@@ -8,13 +8,11 @@
 #include <sstream>
 
 #include "dice/core/candidate.h"
-#include "dice/runtime/compiler.h"
-#include "dice/runtime/cuda_driver.h"
+#include "dice/generator/sdar_cuda_module.h"
+#include "../templates/emit.h"
 
 namespace dice::generator {
 namespace {
-
-using runtime::CudaDriver;
 
 constexpr unsigned kPartialThreads = 256;
 constexpr unsigned kCombineWarps = 4;
@@ -48,15 +46,7 @@ constexpr int DV = HEAD_DIM / VEC;       // 16-byte pieces of a head row
 constexpr int KSTRIDE = HEAD_DIM + VEC;  // padded shared-memory row, elements
 constexpr int NT = PARTIAL_THREADS;
 constexpr int KV_ITERS = (MAX_CHUNK * DV + NT - 1) / NT;
-#define NEG_INF __int_as_float(0xff800000u)
-
-__device__ __forceinline__ float F(float v) { return v; }
-__device__ __forceinline__ float F(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float F(__half v) { return __half2float(v); }
-__device__ __forceinline__ void Put(float* p, float v) { *p = v; }
-__device__ __forceinline__ void Put(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void Put(__half* p, float v) { *p = __float2half_rn(v); }
-union Pack { uint4 u; T e[VEC]; };
+#define NEG_INF (-DICE_INF)
 
 // Keys [0, result) token `tok` sees: BlockCausalMask over key positions
 // 0..key_len-1 (floor division; a negative position sees none).
@@ -65,15 +55,6 @@ __device__ __forceinline__ int Visible(const long long* positions, int tok, int 
   const long long p = positions[tok];
   if (p < 0) return 0;
   return (int)min((long long)key_len, (p / block + 1) * block);
-}
-
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
 }
 
 // grid (batch * KV_HEADS, chunks), NT threads, dynamic shared memory for
@@ -132,11 +113,10 @@ dice_sdar_attn_split_partial(const T* __restrict__ q, const T* __restrict__ kc, 
     const int nr = min(ROW_TILE, total - r0);
     for (int i = tid; i < nr * DV; i += NT) {  // the query tile, pre-scaled
       const int r = r0 + i / DV, piece = i % DV;
-      Pack p;
-      p.u = *reinterpret_cast<const uint4*>(
-          q + (((long long)b * rows + r % rows) * HEADS + kvh * G + r / rows) * HEAD_DIM + piece * VEC);
+      float v[VEC];
+      dice_ld16(q + (((long long)b * rows + r % rows) * HEADS + kvh * G + r / rows) * HEAD_DIM + piece * VEC, v);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) sq[(i / DV) * HEAD_DIM + piece * VEC + e] = F(p.e[e]) * qscale;
+      for (int e = 0; e < VEC; ++e) sq[(i / DV) * HEAD_DIM + piece * VEC + e] = v[e] * qscale;
     }
     __syncthreads();
     for (int i = tid; i < nr * live; i += NT) {  // scores (log2 units); -inf where masked
@@ -148,10 +128,10 @@ dice_sdar_attn_split_partial(const T* __restrict__ q, const T* __restrict__ kc, 
         s = 0.f;
 #pragma unroll 4
         for (int piece = 0; piece < DV; ++piece) {
-          Pack p;
-          p.u = *reinterpret_cast<const uint4*>(kr + piece * VEC);
+          float kv[VEC];
+          dice_ld16(kr + piece * VEC, kv);
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) s = fmaf(qr[piece * VEC + e], F(p.e[e]), s);
+          for (int e = 0; e < VEC; ++e) s = fmaf(qr[piece * VEC + e], kv[e], s);
         }
       }
       ss[rr * chunk + key] = s;
@@ -160,14 +140,14 @@ dice_sdar_attn_split_partial(const T* __restrict__ q, const T* __restrict__ kc, 
     for (int rr = warp; rr < nr; rr += NT / 32) {  // chunk max and sum; scores become 2^(s - m)
       float m = NEG_INF;
       for (int key = lane; key < live; key += 32) m = fmaxf(m, ss[rr * chunk + key]);
-      m = WarpMax(m);
+      m = dice_warp_reduce<1>(m);
       float l = 0.f;
       for (int key = lane; key < live; key += 32) {
         const float p = m == NEG_INF ? 0.f : exp2f(ss[rr * chunk + key] - m);
         ss[rr * chunk + key] = p;
         l += p;
       }
-      l = WarpSum(l);
+      l = dice_warp_reduce<0>(l);
       if (lane == 0) ml[at(r0 + rr)] = make_float2(m, l);
     }
     __syncthreads();
@@ -178,10 +158,10 @@ dice_sdar_attn_split_partial(const T* __restrict__ q, const T* __restrict__ kc, 
       for (int e = 0; e < VEC; ++e) acc[e] = 0.f;
       for (int key = 0; key < live; ++key) {
         const float p = ss[rr * chunk + key];
-        Pack v;
-        v.u = *reinterpret_cast<const uint4*>(sv + key * KSTRIDE + piece * VEC);
+        float v[VEC];
+        dice_ld16(sv + key * KSTRIDE + piece * VEC, v);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) acc[e] = fmaf(p, F(v.e[e]), acc[e]);
+        for (int e = 0; e < VEC; ++e) acc[e] = fmaf(p, v[e], acc[e]);
       }
       float4* out = reinterpret_cast<float4*>(ws + at(r0 + rr) * HEAD_DIM + piece * VEC);
 #pragma unroll
@@ -208,7 +188,7 @@ dice_sdar_attn_split_combine(const float* __restrict__ ws, T* __restrict__ o, in
     const float2 v = ml[c];
     if (v.y > 0.f) mx = fmaxf(mx, v.x);
   }
-  mx = WarpMax(mx);
+  mx = dice_warp_reduce<1>(mx);
   float num[DPL], den = 0.f;
 #pragma unroll
   for (int e = 0; e < DPL; ++e) num[e] = 0.f;
@@ -228,14 +208,10 @@ dice_sdar_attn_split_combine(const float* __restrict__ ws, T* __restrict__ o, in
 #pragma unroll
   for (int e = 0; e < DPL; ++e) {
     const int d = lane + 32 * e;
-    if (d < HEAD_DIM) Put(o + (long long)row * HEAD_DIM + d, num[e] * inv);
+    if (d < HEAD_DIM) dice_st(o + (long long)row * HEAD_DIM + d, num[e] * inv);
   }
 }
 )CUDA";
-
-Status CudaFail(const CudaDriver* d, const char* call, int rc) {
-  return Status(StatusCode::kCudaError, "SDAR split-KV attention: " + d->ErrorText(call, rc));
-}
 
 Status Bad(const std::string& why) {
   return Status(StatusCode::kInvalidArgument, "SDAR split-KV attention: " + why);
@@ -272,8 +248,7 @@ std::vector<std::string> SdarAttentionKernelNames() {
 std::string SdarAttentionSource(const SdarAttentionShape& s) {
   std::ostringstream o;
   o << "// SDAR split-KV decode attention (dice/generator/sdar_attention.h)\n"
-    << "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n"
-    << "typedef " << TypeName(s.dtype) << " T;\n"
+    << tmpl::Prelude() << "typedef " << TypeName(s.dtype) << " T;\n"
     << "#define HEADS " << s.heads << "\n#define KV_HEADS " << s.kv_heads << "\n#define HEAD_DIM " << s.head_dim
     << "\n#define MAX_CHUNK " << AttentionMaxChunkKeys(s) << "\n#define MAX_ROWS " << kSdarAttentionMaxRows
     << "\n#define ROW_TILE " << kRowTile << "\n#define PARTIAL_THREADS " << kPartialThreads
@@ -285,58 +260,25 @@ std::string SdarAttentionSource(const SdarAttentionShape& s) {
 Expected<std::unique_ptr<SdarAttention>> SdarAttention::Build(const SdarAttentionShape& shape,
                                                              const std::string& arch, int ordinal) {
   DICE_RETURN_IF_ERROR(CheckAttentionShape(shape));
-  auto info = runtime::QueryDevice(ordinal);
-  if (!info.ok()) return info.status();
   Candidate c;
   c.origin = "sdar:split_kv_attention";
   c.source = SdarAttentionSource(shape);
   for (const auto& name : SdarAttentionKernelNames()) c.plan.launches.push_back(KernelLaunch{name});
-  auto compiled = runtime::CompileCandidate(c, arch.empty() ? info->arch : arch);
-  if (!compiled.ok()) return compiled.status();
-  auto driver = CudaDriver::Get();
-  if (!driver.ok()) return driver.status();
-  const CudaDriver* d = *driver;
-  // The model's context is current (Build's precondition) or, with none,
-  // the device's primary one, which LibTorch uses.
-  runtime::CUcontext_t ctx = nullptr;
-  if (int rc = d->cuCtxGetCurrent(&ctx); rc != 0) return CudaFail(d, "cuCtxGetCurrent", rc);
-  runtime::CUdevice_t dev = 0;
-  if (ctx == nullptr) {
-    if (int rc = d->cuDeviceGet(&dev, ordinal); rc != 0) return CudaFail(d, "cuDeviceGet", rc);
-    if (int rc = d->cuDevicePrimaryCtxRetain(&ctx, dev); rc != 0) return CudaFail(d, "cuDevicePrimaryCtxRetain", rc);
-    if (int rc = d->cuCtxSetCurrent(ctx); rc != 0) return CudaFail(d, "cuCtxSetCurrent", rc);
-  }
+  auto module = SdarCudaModule::Build(c, arch, ordinal, "SDAR split-KV attention");
+  if (!module.ok()) return module.status();
   std::unique_ptr<SdarAttention> a(new SdarAttention());
   a->shape_ = shape;
-  a->driver_ = d;
-  a->sm_count_ = std::max(1, info->sm_count);
+  a->module_ = std::move(*module);
   a->max_chunk_ = AttentionMaxChunkKeys(shape);
-  a->compile_ms_ = compiled->compile_ms;
-  runtime::CUmodule_t module = nullptr;
-  if (int rc = d->cuModuleLoadData(&module, compiled->cubin.data()); rc != 0) return CudaFail(d, "cuModuleLoadData", rc);
-  a->module_ = module;
-  void** slots[] = {&a->partial_, &a->combine_};
-  const auto names = SdarAttentionKernelNames();
-  for (size_t i = 0; i < names.size(); ++i) {
-    runtime::CUfunction_t f = nullptr;
-    if (int rc = d->cuModuleGetFunction(&f, module, names[i].c_str()); rc != 0) {
-      return CudaFail(d, ("cuModuleGetFunction " + names[i]).c_str(), rc);
-    }
-    *slots[i] = f;
-  }
   return a;
 }
 
-SdarAttention::~SdarAttention() {
-  if (module_ != nullptr) {
-    static_cast<const CudaDriver*>(driver_)->cuModuleUnload(static_cast<runtime::CUmodule_t>(module_));
-  }
-}
+SdarAttention::~SdarAttention() = default;
 
 int64_t SdarAttention::DefaultChunks(int64_t batch, int64_t key_len) const {
   const int64_t keys = std::max<int64_t>(1, key_len);
   const int64_t units = std::max<int64_t>(1, batch) * shape_.kv_heads;
-  int64_t chunks = CeilDiv(2 * static_cast<int64_t>(sm_count_), units);
+  int64_t chunks = CeilDiv(2 * static_cast<int64_t>(sm_count()), units);
   chunks = std::min(chunks, CeilDiv(keys, kMinChunkKeys));
   chunks = std::max(chunks, CeilDiv(keys, max_chunk_));
   return std::clamp<int64_t>(chunks, 1, std::min<int64_t>(keys, 65535));
@@ -366,25 +308,19 @@ Status SdarAttention::Launch(const void* q, const void* k_cache, const void* v_c
   for (const void* p : {q, k_cache, v_cache, static_cast<const void*>(out), static_cast<const void*>(workspace)}) {
     if (p == nullptr || !Aligned16(p)) return Bad("a tensor pointer is null or not 16-byte aligned");
   }
-  const auto* d = static_cast<const CudaDriver*>(driver_);
-  const auto s = static_cast<runtime::CUstream_t>(stream);
   long long block = block_size, cap = capacity;
   int len = static_cast<int>(rows), keys = static_cast<int>(key_len), ck = static_cast<int>(chunk);
   int nchunks = static_cast<int>(chunks);
   float qscale = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(shape_.head_dim)));
   void* pargs[] = {&q, &k_cache, &v_cache, &positions, &block, &workspace, &len, &keys, &cap, &ck, &qscale};
-  int rc = d->cuLaunchKernel(static_cast<runtime::CUfunction_t>(partial_), static_cast<unsigned>(batch * shape_.kv_heads),
-                             static_cast<unsigned>(chunks), 1, kPartialThreads, 1, 1,
-                             static_cast<unsigned>(SmemBytes(shape_, chunk)), s, pargs, nullptr);
-  if (rc != 0) return CudaFail(d, "cuLaunchKernel", rc);
+  DICE_RETURN_IF_ERROR(module_->Launch(0, static_cast<unsigned>(batch * shape_.kv_heads),
+                                       static_cast<unsigned>(chunks), 1, kPartialThreads,
+                                       static_cast<unsigned>(SmemBytes(shape_, chunk)), pargs, stream));
   int total = static_cast<int>(batch * rows * shape_.heads);
   const void* ws = workspace;
   void* cargs[] = {&ws, &out, &total, &len, &nchunks};
-  rc = d->cuLaunchKernel(static_cast<runtime::CUfunction_t>(combine_),
-                         static_cast<unsigned>(CeilDiv(total, kCombineWarps)), 1, 1, kCombineWarps * 32, 1, 1, 0, s,
-                         cargs, nullptr);
-  if (rc != 0) return CudaFail(d, "cuLaunchKernel", rc);
-  return Status::Ok();
+  return module_->Launch(1, static_cast<unsigned>(CeilDiv(total, kCombineWarps)), 1, 1, kCombineWarps * 32, 0, cargs,
+                         stream);
 }
 
 }  // namespace dice::generator

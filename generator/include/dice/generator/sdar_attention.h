@@ -8,9 +8,9 @@
 // batch x kv_heads x chunks CTAs that all stream at once (the flash-decoding
 // scheme: partial softmax per chunk, then a log-sum-exp merge).
 //
-// Two kernels, CUDA C++ written for one head shape and compiled with NVRTC
-// at load through the runtime's public headers (dice/runtime/compiler.h,
-// dice/runtime/cuda_driver.h), like sdar_fused_kernels.h. Torch-free: the
+// Two kernels, CUDA C++ written for one head shape (on the templates' device
+// prelude) and compiled with NVRTC at load by SdarCudaModule
+// (sdar_cuda_module.h: the runtime's public compiler and driver headers). Torch-free: the
 // caller hands raw device pointers and its stream.
 //   dice_sdar_attn_split_partial  grid (batch * kv_heads, chunks), 256
 //       threads: the g = heads / kv_heads query heads of one KV head times
@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "dice/core/status.h"
+#include "dice/generator/sdar_cuda_module.h"
 #include "dice/generator/sdar_fused_kernels.h"
 
 namespace dice::generator {
@@ -96,9 +97,10 @@ class SdarAttention {
   SdarAttention& operator=(const SdarAttention&) = delete;
 
   const SdarAttentionShape& shape() const { return shape_; }
-  double compile_ms() const { return compile_ms_; }
-  /// Multiprocessors of the device Build loaded on (sizes DefaultChunks).
-  int sm_count() const { return sm_count_; }
+  double compile_ms() const { return module_->compile_ms(); }
+  /// Multiprocessors of the device Build loaded on (sizes DefaultChunks;
+  /// 132 when the driver did not say).
+  int sm_count() const { return module_->sm_count() > 0 ? module_->sm_count() : 132; }
 
   /// Chunks for `batch` sequences over `key_len` keys: enough CTAs
   /// (batch x kv_heads x chunks) for two a multiprocessor, at least 16 keys
@@ -136,13 +138,8 @@ class SdarAttention {
  private:
   SdarAttention() = default;
   SdarAttentionShape shape_;
-  const void* driver_ = nullptr;  // const runtime::CudaDriver*
-  void* module_ = nullptr;        // CUmodule
-  void* partial_ = nullptr;       // CUfunction
-  void* combine_ = nullptr;       // CUfunction
-  int sm_count_ = 132;
+  std::unique_ptr<SdarCudaModule> module_;  // partial, combine
   int64_t max_chunk_ = 0;
-  double compile_ms_ = 0;
 };
 
 }  // namespace dice::generator
