@@ -27,9 +27,10 @@
 // fuse_elementwise; sdar_fused_kernels.h), "off" is the model without
 // either (the LibTorch ops one by one); the same seed gives both the same
 // weights. --gemv runs each --fused on build once per listed mode: "on"
-// (default) lets the skinny GEMMs (the gemv template family's stream form,
+// lets the skinny GEMMs (the gemv template family's stream form,
 // sdar_fused_kernels.h SdarGemv) serve the projections of step forwards of
-// at most 16 rows in bf16/f16, "off" keeps them on cuBLAS (the bench sets
+// at most 16 rows in bf16/f16, "off" (default, as the model's) keeps them
+// on cuBLAS (the bench sets
 // DICE_SDAR_GEMV=1/0 before building the model). --profile adds a second, profiled decode per row
 // (DecodeOptions::profile: a device synchronisation at every phase
 // boundary) and prints where its time went: prefill, graph capture, step
@@ -127,7 +128,7 @@ int main(int argc, char** argv) {
   std::string batches = "1,16,128", device = "cuda", dtype = "bf16", json_path;
   int64_t prompt_len = 512, new_tokens = 256, steps = 4;
   uint64_t seed = 0;
-  std::string graphs_modes = "off", paths = "new", fused_modes = "on", gemv_modes = "on";
+  std::string graphs_modes = "off", paths = "new", fused_modes = "on", gemv_modes = "off";
   bool failed = false;
   bool tiny = false, profile = false, dry_run = false;
   app.add_option("--config", configs, "SDAR config.json (repeat for several)");
@@ -148,7 +149,7 @@ int main(int argc, char** argv) {
                  "(each row once per model build)");
   app.add_option("--gemv", gemv_modes,
                  "on (the skinny GEMMs of templates/gemv.h serve the step forward's projections of <= 16 rows, "
-                 "bf16/f16, with --fused on), off (cuBLAS), or on,off (each --fused on row once per mode; sets "
+                 "bf16/f16, with --fused on), off (cuBLAS; default), or on,off (each --fused on row once per mode; sets "
                  "DICE_SDAR_GEMV for the model build)");
   app.add_flag("--profile", profile, "also run a profiled decode per row and print its phase table");
   app.add_flag("--dry-run", dry_run, "check the flags and print the rows that would run, without decoding");
