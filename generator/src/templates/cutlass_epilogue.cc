@@ -183,6 +183,20 @@ Expected<size_t> FindEpilogueChain(const ir::Graph& g, ir::OpKind contraction, c
   return index;
 }
 
+std::string CutlassCandidateSource(const std::string& origin, const std::string& what,
+                                   const std::string& device_headers, const std::string& functor,
+                                   const std::string& kernel_type, const std::string& host) {
+  std::string s = "// " + origin + ": " + what + "\n";
+  s += "#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n";
+  s += "#include <cutlass/cutlass.h>\n#include <cutlass/array.h>\n#include <cutlass/numeric_conversion.h>\n";
+  s += device_headers;
+  s += Prelude();
+  s += functor;
+  s += kernel_type;
+  s += host;
+  return s;
+}
+
 std::string CutlassRunSource(const std::string& op_type, const std::string& family, const std::string& x) {
   const std::string who = "\"" + family + " candidate: CUTLASS ";
   std::string s;

@@ -67,6 +67,15 @@ std::string EpilogueFunctorSource(ir::DType dtype, int count, bool has_c, bool c
 /// Expects `args` and `stream` to be defined by the preceding code.
 std::string CutlassRunSource(const std::string& op_type, const std::string& family, const std::string& x);
 
+/// The whole source of one extension-form CUTLASS candidate: a comment line
+/// "// <origin>: <what>", LibTorch's and CUTLASS's common headers, the
+/// family's `device_headers` (#include lines), the device prelude (emit.h),
+/// then `functor`, `kernel_type` and `host` as given. Shared by the gemm and
+/// conv families so their sources differ only where the families do.
+std::string CutlassCandidateSource(const std::string& origin, const std::string& what,
+                                   const std::string& device_headers, const std::string& functor,
+                                   const std::string& kernel_type, const std::string& host);
+
 /// Largest of {max_elems, ..., 2, 1} dividing `extent` whose byte size
 /// divides the pointer alignment `align_bytes` (elements of `elem_bytes`).
 int AccessElems(int64_t extent, int64_t align_bytes, int64_t elem_bytes, int max_elems);
