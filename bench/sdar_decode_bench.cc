@@ -40,8 +40,9 @@
 //
 // Output: one table row per (config, batch, graphs mode, path); with --json
 // one JSON line each ({"impl":"dice-cpp" or "dice-cpp-graphs", with "-old"
-// appended for --path old, "-unfused" for --fused off and "-nogemv" for
-// --gemv off, "gemv":.., "config":.., "batch":.., "tokens_per_s":..,
+// appended for --path old, "-unfused" for --fused off and "-gemv" for
+// --gemv on (since session 14; before, the default was on and "-nogemv"
+// marked off), "gemv":.., "config":.., "batch":.., "tokens_per_s":..,
 // "path":"new"|"old", "fused":.., "fused_elementwise":.., "merge_commit":.., "masked_logits_only":..,
 // "forwards_per_block":.., "peak_gib":.., "profile":{..},...}).
 // forwards_per_block = (denoising-step forwards + separate commit forwards)
@@ -369,7 +370,7 @@ int main(int argc, char** argv) {
                         fuse ? (gemv ? "gemv" : "on") : "off", peak_gib);
             std::fflush(stdout);
             const std::string impl = std::string(graphs ? "dice-cpp-graphs" : "dice-cpp") + (old_path ? "-old" : "") +
-                                     (fuse ? (gemv ? "" : "-nogemv") : "-unfused");
+                                     (fuse ? (gemv ? "-gemv" : "") : "-unfused");
             nlohmann::json row{{"impl", impl},
                                {"config", name},
                                {"batch", batch},
