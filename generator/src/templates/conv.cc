@@ -38,7 +38,6 @@
 // byte-identical sources and share one build (extension_compiler.h).
 #include <algorithm>
 #include <cstdlib>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -72,7 +71,6 @@ constexpr Tile kHalfTiles[] = {
 };
 
 // What the epilogue's source tensor C holds.
-enum class Source { kNone, kBias, kExtra, kBiasPlusExtra, kBiasMinusExtra };
 enum class Math { kTf32, kFastF32, kHalf };
 
 // The analysed group.
@@ -151,7 +149,6 @@ Status AnalyzeConv(const Task& task, const ir::Op& conv, ConvPlan* p) {
 // Validates the group and builds the plan (see the file comment).
 Expected<ConvPlan> Analyze(const Task& task) {
   const ir::Graph& g = task.graph;
-  const int n_in = static_cast<int>(g.inputs.size());
   auto conv_index = FindEpilogueChain(g, OpKind::kConv2d, "conv");
   if (!conv_index.ok()) return Unsupported(conv_index.status().message());
   const size_t ci = *conv_index;
@@ -162,16 +159,11 @@ Expected<ConvPlan> Analyze(const Task& task) {
     return Unsupported("the output " + out.ToString() + " is not conv2d's shape (the chain broadcasts it)");
   }
   if (out.dtype != p.dtype) return Unsupported("the output dtype differs from conv2d's");
-  std::set<int32_t> extras;
-  for (size_t i = ci + 1; i < g.ops.size(); ++i)
-    for (int32_t a : g.ops[i].args)
-      if (a < n_in) extras.insert(a);
-  if (extras.size() > 1) {
-    return Unsupported(std::to_string(extras.size()) + " group inputs read after conv2d; the epilogue reads one extra tensor");
-  }
+  auto extra = EpilogueExtraInput(g, ci, "conv2d");
+  if (!extra.ok()) return Unsupported(extra.status().message());
   int64_t c_align_bytes = 16;  // the output and any tensor dice_forward makes are fresh allocations
-  if (!extras.empty()) {
-    p.extra = *extras.begin();
+  if (*extra >= 0) {
+    p.extra = *extra;
     const ir::TensorSpec& e = task.inputs[p.extra];
     p.extra_full = e.shape == out.shape;
     if (!p.extra_full && !IsPerChannel(e.shape, p.K)) {
@@ -181,21 +173,13 @@ Expected<ConvPlan> Analyze(const Task& task) {
     if (!p.extra_full || ClassifyLayout(e) == TensorLayout::kChannelsLast) c_align_bytes = e.alignment;
   }
   int fold_op = -1;
-  if (p.bias >= 0 && p.extra >= 0 && p.extra != p.bias) {
-    int sign = 1;
-    fold_op = FoldableOp(g, ci, p.extra, &sign);
-    if (fold_op < 0) {
-      return Unsupported("conv2d's bias and the extra tensor " + task.inputs[p.extra].ToString() +
-                         " both feed the epilogue; supported only when the epilogue adds the extra tensor to (or subtracts "
-                         "it from) conv2d's output directly and reads conv2d's output nowhere else");
-    }
-    p.source = sign > 0 ? Source::kBiasPlusExtra : Source::kBiasMinusExtra;
+  const Status source = ChooseEpilogueSource(g, ci, p.bias, p.extra, p.extra >= 0 ? task.inputs[p.extra].ToString() : "",
+                                             "conv2d", &p.source, &fold_op);
+  if (!source.ok()) return Unsupported(source.message());
+  if (p.source == Source::kBiasPlusExtra || p.source == Source::kBiasMinusExtra) {
     c_align_bytes = 16;
-  } else if (p.bias >= 0) {
-    p.source = Source::kBias;
+  } else if (p.source == Source::kBias) {
     c_align_bytes = task.inputs[p.bias].alignment;
-  } else if (p.extra >= 0) {
-    p.source = Source::kExtra;
   }
   const int64_t esize = ir::DTypeSize(p.dtype);
   const int max_elems = static_cast<int>(16 / esize);

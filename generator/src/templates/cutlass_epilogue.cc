@@ -3,6 +3,7 @@
 #include "cutlass_epilogue.h"
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -181,6 +182,41 @@ Expected<size_t> FindEpilogueChain(const ir::Graph& g, ir::OpKind contraction, c
     return refuse("the last op's value must be the only group output");
   }
   return index;
+}
+
+Expected<int> EpilogueExtraInput(const ir::Graph& g, size_t contraction, const std::string& what) {
+  const int n_in = static_cast<int>(g.inputs.size());
+  std::set<int32_t> extras;
+  for (size_t i = contraction + 1; i < g.ops.size(); ++i)
+    for (int32_t a : g.ops[i].args)
+      if (a < n_in) extras.insert(a);
+  if (extras.size() > 1) {
+    return Status(StatusCode::kUnsupported, std::to_string(extras.size()) + " group inputs read after " + what +
+                                                "; the epilogue reads one extra tensor");
+  }
+  return extras.empty() ? -1 : *extras.begin();
+}
+
+Status ChooseEpilogueSource(const ir::Graph& g, size_t contraction, int bias, int extra, const std::string& extra_text,
+                            const std::string& what, Source* source, int* fold_op) {
+  *fold_op = -1;
+  *source = Source::kNone;
+  if (bias >= 0 && extra >= 0 && extra != bias) {
+    int sign = 1;
+    *fold_op = FoldableOp(g, contraction, extra, &sign);
+    if (*fold_op < 0) {
+      return Status(StatusCode::kUnsupported,
+                    what + "'s bias and the extra tensor " + extra_text +
+                        " both feed the epilogue; supported only when the epilogue adds the extra tensor to (or "
+                        "subtracts it from) " + what + "'s output directly and reads " + what + "'s output nowhere else");
+    }
+    *source = sign > 0 ? Source::kBiasPlusExtra : Source::kBiasMinusExtra;
+  } else if (bias >= 0) {
+    *source = Source::kBias;
+  } else if (extra >= 0) {
+    *source = Source::kExtra;
+  }
+  return Status::Ok();
 }
 
 std::string CutlassCandidateSource(const std::string& origin, const std::string& what,

@@ -49,6 +49,26 @@ Status BuildEpilogueDag(const ir::Graph& g, size_t contraction, int extra, int f
 /// source tensor; -1 otherwise. `*sign` receives +1 (add) or -1 (sub).
 int FoldableOp(const ir::Graph& g, size_t contraction, int extra, int* sign);
 
+/// The tensor a contraction family's kernel reads as CUTLASS's source C:
+/// none, the contraction's bias, the one extra group input, or bias ± extra
+/// summed on the host (FoldableOp).
+enum class Source { kNone, kBias, kExtra, kBiasPlusExtra, kBiasMinusExtra };
+
+/// The one group input the ops after op `contraction` read (-1: none).
+/// Errors: kUnsupported, without a family prefix, when they read more than
+/// one ("2 group inputs read after <what>; the epilogue reads one extra
+/// tensor"); `what` names the contraction ("linear", "conv2d").
+Expected<int> EpilogueExtraInput(const ir::Graph& g, size_t contraction, const std::string& what);
+
+/// How C is formed from the contraction's `bias` and the epilogue's `extra`
+/// input (group input indices, -1: none): `*source`, and `*fold_op` (the op
+/// the host computes into C for bias ± extra, -1 otherwise). `extra_text`
+/// describes the extra tensor (TensorSpec::ToString) for the error. Errors:
+/// kUnsupported, without a family prefix, when bias and extra both feed the
+/// epilogue and no FoldableOp folds them.
+Status ChooseEpilogueSource(const ir::Graph& g, size_t contraction, int bias, int extra, const std::string& extra_text,
+                            const std::string& what, Source* source, int* fold_op);
+
 /// The epilogue output-op functor `struct DiceEpilogue`: CUTLASS's
 /// LinearCombination interface (cutlass/epilogue/thread/linear_combination.h:
 /// Params, is_source_needed, set_k_partition, operator() with and without the

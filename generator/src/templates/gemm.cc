@@ -31,7 +31,6 @@
 // and hit the runtime's build cache (extension_compiler.h).
 #include <algorithm>
 #include <cstdlib>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -74,7 +73,6 @@ constexpr Tile kHalfSmallGridTile = {64, 64, 32, 32, 32, 32, 10};    // 4 warps 
 constexpr double kSmallGridWork = 0.5;
 
 // What the epilogue's source tensor C holds.
-enum class Source { kNone, kBias, kExtra, kBiasPlusExtra, kBiasMinusExtra };
 
 // The analysed group.
 struct GemmPlan {
@@ -126,7 +124,6 @@ Status AnalyzeLinear(const Task& task, const ir::Op& lin, GemmPlan* p) {
 // Validates the group and builds the plan (see the file comment).
 Expected<GemmPlan> Analyze(const Task& task) {
   const ir::Graph& g = task.graph;
-  const int n_in = static_cast<int>(g.inputs.size());
   auto found = FindEpilogueChain(g, OpKind::kLinear, "GEMM");
   if (!found.ok()) return Unsupported(found.status().message());
   const size_t lin_index = *found;
@@ -140,17 +137,11 @@ Expected<GemmPlan> Analyze(const Task& task) {
   }
   if (out.dtype != p.dtype) return Unsupported("the output dtype differs from linear's");
   // The one extra tensor: a group input read after linear.
-  std::set<int32_t> extras;
-  for (size_t i = lin_index + 1; i < g.ops.size(); ++i)
-    for (int32_t a : g.ops[i].args)
-      if (a < n_in) extras.insert(a);
-  if (extras.size() > 1) {
-    return Unsupported(std::to_string(extras.size()) +
-                       " group inputs read after linear; the epilogue reads one extra tensor");
-  }
+  auto extra = EpilogueExtraInput(g, lin_index, "linear");
+  if (!extra.ok()) return Unsupported(extra.status().message());
   int64_t c_align_bytes = 16;
-  if (!extras.empty()) {
-    p.extra = *extras.begin();
+  if (*extra >= 0) {
+    p.extra = *extra;
     const ir::TensorSpec& e = task.inputs[p.extra];
     p.extra_full = e.shape == out.shape;
     if (!p.extra_full && !IsPerColumn(e.shape, p.N, out.shape.size())) {
@@ -160,21 +151,14 @@ Expected<GemmPlan> Analyze(const Task& task) {
     c_align_bytes = e.alignment;
   }
   int fold_op = -1;
-  if (p.bias >= 0 && p.extra >= 0 && p.extra != p.bias) {
-    int sign = 1;
-    fold_op = FoldableOp(g, lin_index, p.extra, &sign);
-    if (fold_op < 0) {
-      return Unsupported("linear's bias and the extra tensor " + task.inputs[p.extra].ToString() +
-                         " both feed the epilogue; supported only when the epilogue adds the extra tensor to (or subtracts "
-                         "it from) linear's output directly and reads linear's output nowhere else");
-    }
-    p.source = sign > 0 ? Source::kBiasPlusExtra : Source::kBiasMinusExtra;
+  const Status source = ChooseEpilogueSource(g, lin_index, p.bias, p.extra,
+                                             p.extra >= 0 ? task.inputs[p.extra].ToString() : "", "linear", &p.source,
+                                             &fold_op);
+  if (!source.ok()) return Unsupported(source.message());
+  if (p.source == Source::kBiasPlusExtra || p.source == Source::kBiasMinusExtra) {
     c_align_bytes = 16;  // a fresh torch tensor
-  } else if (p.bias >= 0) {
-    p.source = Source::kBias;
+  } else if (p.source == Source::kBias) {
     c_align_bytes = task.inputs[p.bias].alignment;
-  } else if (p.extra >= 0) {
-    p.source = Source::kExtra;
   }
   const int64_t esize = ir::DTypeSize(p.dtype);
   const int max_elems = static_cast<int>(16 / esize);
