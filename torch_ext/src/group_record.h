@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dice/torch_ext/capture_result.h"
@@ -27,7 +28,15 @@ struct GroupRecord {
   std::vector<std::string> task_keys;    ///< every distinct key, in order
   std::map<std::string, int64_t> reasons;          ///< fallback reason -> count
   std::set<std::vector<int64_t>> captured_signatures;  ///< input signatures whose inputs were captured
+  /// task key -> (baseline µs, winner µs) of the winner loaded for it (the
+  /// tuner's isolated medians, cache::WinnerRecord baseline_us / best_us).
+  std::map<std::string, std::pair<double, double>> winner_times;
 };
+
+/// Records that `rec` loaded a winner for `task_key` that the tuner timed at
+/// `best_us` against PyTorch's `baseline_us` (µs, isolated medians; 0 when
+/// unknown). Thread-safe (takes rec->mu); a null `rec` is ignored.
+void NoteWinnerTimes(GroupRecord* rec, const std::string& task_key, double baseline_us, double best_us);
 
 /// The record of group `id`, or null for an unknown id. The pointer stays
 /// valid for the process's lifetime.

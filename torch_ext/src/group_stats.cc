@@ -29,6 +29,10 @@ std::vector<GroupStats> GetGroupStats() {
     s.input_specs = g->input_specs;
     s.task_key = g->task_key;
     s.task_keys = g->task_keys;
+    if (auto it = g->winner_times.find(g->task_key); it != g->winner_times.end()) {
+      s.winner_baseline_us = it->second.first;
+      s.winner_best_us = it->second.second;
+    }
     for (const auto& [reason, n] : g->reasons) s.fallback_reasons.emplace_back(reason, n);
     std::sort(s.fallback_reasons.begin(), s.fallback_reasons.end(),
               [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -92,6 +96,8 @@ std::string GroupStatsJson() {
                    {"fallbacks", s.fallbacks},
                    {"timed_calls", s.timed_calls},
                    {"total_us", s.total_us},
+                   {"winner_baseline_us", s.winner_baseline_us},
+                   {"winner_best_us", s.winner_best_us},
                    {"fallback_reasons", reasons}});
   }
   return arr.dump();

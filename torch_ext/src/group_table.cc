@@ -44,6 +44,12 @@ GroupRecord* FindGroupRecord(int id) {
   return t.groups[id - 1].get();
 }
 
+void NoteWinnerTimes(GroupRecord* rec, const std::string& task_key, double baseline_us, double best_us) {
+  if (rec == nullptr) return;
+  std::lock_guard<std::mutex> lock(rec->mu);
+  rec->winner_times[task_key] = {baseline_us, best_us};
+}
+
 std::vector<GroupRecord*> AllGroupRecords() {
   GroupTable& t = Table();
   std::lock_guard<std::mutex> lock(t.mu);

@@ -418,7 +418,9 @@ class GroupOp {
     req.device = e.device;
     req.tune_on_miss = mode == Mode::kTuneSync;
     req.captured_inputs = [&] { return HostBytes(stack, n_in_); };
-    return e.Apply(ResolveWinner(req));
+    auto w = ResolveWinner(req);
+    if (w.ok() && w->found()) NoteWinnerTimes(record_, e.key, w->baseline_us, w->best_us);
+    return e.Apply(w);
   }
 
   // Tune mode: hands a missed signature to the background tuner once.

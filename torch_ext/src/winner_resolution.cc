@@ -158,6 +158,8 @@ Expected<LoadedWinner> Load(const WinnerRequest& req, const cache::WinnerRecord&
   if (!form.ok()) return form.status();
   LoadedWinner w;
   w.form = *form;
+  w.baseline_us = rec.baseline_us;
+  w.best_us = rec.best_us;
   switch (*form) {
     case CandidateForm::kDevice: {
       auto k = LoadDeviceKernel(req, rec);

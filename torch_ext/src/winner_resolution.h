@@ -36,6 +36,8 @@ struct LoadedWinner {
   std::shared_ptr<runtime::LoadedKernel> kernel;  ///< device form
   runtime::ExtensionEntryFn extension = nullptr;  ///< extension form (kernel is then null)
   std::string no_winner;                 ///< "" or NoWinnerText of a tune that found none
+  double baseline_us = 0;                ///< the record's PyTorch baseline, µs (tuner's isolated median)
+  double best_us = 0;                    ///< the record's winner time, µs
 
   /// True when a winner was loaded.
   bool found() const { return kernel != nullptr || extension != nullptr; }

@@ -182,6 +182,42 @@ def test_regions_over_the_trial_cap_stay_with_inductor_unrecorded(monkeypatch, t
     assert decisions.DecisionStore(str(tmp_path)).get(rep.regions[0].key, "inductor") is None  # decided later
 
 
+def test_expected_saving_sums_the_loaded_winners_baseline_minus_best():
+    stats = [{"id": 1, "winner_baseline_us": 30.0, "winner_best_us": 10.0},
+             {"id": 2, "winner_baseline_us": 8.0, "winner_best_us": 6.0},
+             {"id": 3, "winner_baseline_us": 0.0, "winner_best_us": 0.0},  # no winner loaded
+             {"id": 4, "winner_baseline_us": 5.0, "winner_best_us": 9.0}]  # slower in isolation: saves nothing
+    assert measure.expected_saving_us([1, 2], stats) == 22.0
+    assert measure.expected_saving_us([3, 4], stats) == 0.0
+    assert measure.expected_saving_us([9], stats) == 0.0
+
+
+def test_the_trial_cap_falls_on_the_region_expected_to_save_least(monkeypatch, tmp_path):
+    """Two regions with winners and room for one trial: the one whose winner
+    saves more per call (group_stats) is measured, the other stays "not measured"."""
+    monkeypatch.setattr(measure, "MAX_REGION_TRIALS", 1)
+    monkeypatch.setattr(backend, "group_stats", lambda: [
+        {"id": 1, "hits": 1, "winner_baseline_us": 12.0, "winner_best_us": 10.0},
+        {"id": 2, "hits": 1, "winner_baseline_us": 90.0, "winner_best_us": 30.0}])
+    timed = []
+
+    def timer(label, fn, base_fn, args):
+        timed.append(label)
+        return measure.Comparison(50.0, 100.0, [(50.0, 100.0)] * 2)
+
+    monkeypatch.setattr(measure, "_timer", timer)
+    regions = [measure.Region("small", "add", [1]), measure.Region("big", "mul+softmax", [2])]
+    report = backend.CompileReport(mode="tune", rest="inductor")
+    graph = measure.TunedGraph(lambda keys, args: (lambda *a: 0), lambda *a: 0, regions, {},
+                               decisions.DecisionStore(str(tmp_path)), "inductor", "tune",
+                               lambda stage, e, args: pytest.fail(f"fell back at {stage}: {e}"), report)
+    graph(torch.zeros(1))
+    assert timed == ["region:big", "guard"]
+    by_key = {d.key: (d.choice, d.source.split(":")[0]) for d in report.regions}
+    assert by_key == {"big": ("dice", "measured"), "small": ("inductor", "not measured")}
+    assert [d.key for d in report.regions] == ["small", "big"]  # the report keeps the graph's order
+
+
 def _spy_plain_inductor(monkeypatch):
     """Counts pipeline.plain_inductor calls (the real one still compiles)."""
     from dice_torch import pipeline

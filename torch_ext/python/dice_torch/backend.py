@@ -105,7 +105,9 @@ def group_stats() -> GroupStats:
     torch_ops, input_specs and task_key of the newest input signature, task_keys (every
     distinct key: one per input signature), calls, hits (served by a winner
     kernel), fallbacks, fallback_reasons (reason -> count, e.g. "no GPU"),
-    timed_calls and total_us (µs, observe mode). The list's ``backend``
+    timed_calls and total_us (µs, observe mode), winner_baseline_us and
+    winner_best_us (µs: the loaded winner of the newest key as the tuner
+    timed it, 0 when none). The list's ``backend``
     attribute holds ``backend_stats()`` (graph-level fallbacks by stage).
     Raises:
         FileNotFoundError / OSError: libdice_torch_ext.so missing or unloadable.

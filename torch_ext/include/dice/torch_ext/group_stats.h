@@ -28,6 +28,12 @@ struct GroupStats {
   int64_t fallbacks = 0;                   ///< calls served by the original subgraph
   double total_us = 0;                     ///< timed calls only (observe mode), µs
   int64_t timed_calls = 0;
+  /// The winner loaded for the newest task key, as the tuner timed it in
+  /// isolation (µs, medians): PyTorch's baseline and the winner; 0 when no
+  /// winner is loaded for that key. The backend orders its in-context region
+  /// measurements by baseline - best (the expected saving per call).
+  double winner_baseline_us = 0;
+  double winner_best_us = 0;
   std::vector<std::pair<std::string, int64_t>> fallback_reasons;  ///< reason -> count ("no GPU", "no winner", ...), most frequent first
 };
 
@@ -44,7 +50,8 @@ std::string FormatProfile(const std::vector<GroupStats>& stats);
 /// objects: id, summary, canonical, torch_ops, input_specs and task_key (of
 /// the newest input signature), task_keys (every distinct key seen), calls,
 /// hits, fallbacks, timed_calls, total_us (µs, observe mode),
-/// fallback_reasons (object: reason -> count). The dice::group_stats op
+/// winner_baseline_us and winner_best_us (µs, the loaded winner of the
+/// newest task key; 0 when none), fallback_reasons (object: reason -> count). The dice::group_stats op
 /// (run_group.h) returns it.
 std::string GroupStatsJson();
 
