@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include <ATen/Context.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
@@ -155,6 +156,16 @@ Expected<Options> Options::FromEnv() {
 }
 
 void SetRuntimeOptions(const Options& options) { SetRuntimeSettings(ToSettings(options)); }
+
+void ApplyFrameworkPrecision(runtime::TuneOptions* options) {
+  const at::Context& ctx = at::globalContext();
+  // What ATen's kernels read. allowTF32CuDNN() without an op, and
+  // allowTF32CuBLAS(), throw once the legacy allow_tf32 and the newer
+  // fp32_precision settings were both used; these two forms do not.
+  options->tf32_conv = ctx.allowTF32CuDNN(at::Float32Op::CONV);
+  options->tf32_matmul =
+      ctx.float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL) == at::Float32Precision::TF32;
+}
 
 Options GetRuntimeOptions() {
   RuntimeSettings s = GetRuntimeSettings();

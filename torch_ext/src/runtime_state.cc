@@ -75,6 +75,12 @@ void SetRuntimeSettings(const RuntimeSettings& settings) {
   state_internal::g_mode_loaded.store(true, std::memory_order_release);
 }
 
+runtime::TuneOptions CurrentTuneOptions() {
+  runtime::TuneOptions o = GetRuntimeSettings().tune;
+  ApplyFrameworkPrecision(&o);
+  return o;
+}
+
 RuntimeSettings GetRuntimeSettings() {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);

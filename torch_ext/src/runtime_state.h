@@ -41,6 +41,23 @@ Expected<RuntimeSettings> SettingsFromEnv();
 
 /// Replaces the process-wide settings (and the mode every op reads).
 void SetRuntimeSettings(const RuntimeSettings& settings);
+
+/// Copies PyTorch's TF32 switches, as they are now, into the precision
+/// policy of `options` (runtime/precision_policy.h): tf32_conv =
+/// torch.backends.cudnn.allow_tf32 (the conv flag cuDNN convolutions read,
+/// also set by torch.backends.cudnn.conv.fp32_precision), tf32_matmul =
+/// torch.backends.cuda.matmul.allow_tf32 (also on under
+/// torch.set_float32_matmul_precision("high"/"medium") or
+/// torch.backends.cuda.matmul.fp32_precision = "tf32"). Leaves the other
+/// fields, allow_reduced_precision included. Never throws, also when the
+/// legacy and the fp32_precision APIs were mixed. Defined in optimize.cc
+/// (it needs ATen).
+void ApplyFrameworkPrecision(runtime::TuneOptions* options);
+
+/// The tune options a tune or a winner lookup uses now:
+/// GetRuntimeSettings().tune with ApplyFrameworkPrecision (read at each
+/// call, so a switch flipped before compiling takes effect).
+runtime::TuneOptions CurrentTuneOptions();
 /// The process-wide settings; until SetRuntimeSettings they are
 /// SettingsFromEnv(), with an invalid DICE_MODE read as kOff.
 RuntimeSettings GetRuntimeSettings();

@@ -142,8 +142,9 @@ Expected<runtime::Tuner*> TunerFor(TunerState& t, int device) {
   // second optimize() in this process with another cache_dir or other
   // options), new tuners are built; the old store stays open until its
   // tuners are gone. (It used to be freed under the old tuner: a segfault
-  // in Store::GetWinner on the H200.)
-  const runtime::TuneOptions options = GetRuntimeSettings().tune;
+  // in Store::GetWinner on the H200.) PyTorch's TF32 switches are part of
+  // the options, read now: flipping one rebuilds the tuners.
+  const runtime::TuneOptions options = CurrentTuneOptions();
   if (t.tuner_store != store || t.tuner_options != options) {
     t.tuners.clear();
     t.tuner_store = store;

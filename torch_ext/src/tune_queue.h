@@ -3,7 +3,8 @@
 // One Tuner per CUDA device of the process (its worker bound to that GPU by
 // UUID, runtime/device_binding.h); one task is tuned at a time (TuneNow
 // blocks while another tune runs). The tuners are built for the cache store
-// of the current cache dir and the current tune options (runtime_state.h)
+// of the current cache dir and the current tune options (runtime_state.h
+// CurrentTuneOptions: PyTorch's TF32 switches included, read at each tune)
 // and rebuilt when either changes or SetTunerGenerators replaces their
 // generators. They claim each key in the cache before tuning it
 // (dice/cache/tuning_claim.h; DICE_CLAIM_TTL_S seconds, 0 = off, default

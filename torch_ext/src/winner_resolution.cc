@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dice/runtime/precision_policy.h"
 #include "runtime_state.h"
 #include "tune_queue.h"
 
@@ -25,23 +26,24 @@ namespace {
 // Winners this process has loaded, by task key and device: a cubin loaded
 // into one device's context cannot be launched on another's (extension
 // libraries are never unloaded; device kernels live while an op or this
-// table holds them).
+// table holds them). Each remembers whether its record is reduced
+// precision: Find skips such a winner when the policy now refuses it.
 class LoadedWinners {
  public:
-  std::optional<LoadedWinner> Find(const std::string& key, int device) {
+  std::optional<LoadedWinner> Find(const std::string& key, int device, bool reduced_precision_allowed) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = by_key_.find({key, device});
-    if (it == by_key_.end()) return std::nullopt;
-    return it->second;
+    if (it == by_key_.end() || (it->second.second && !reduced_precision_allowed)) return std::nullopt;
+    return it->second.first;
   }
-  void Keep(const std::string& key, int device, const LoadedWinner& winner) {
+  void Keep(const std::string& key, int device, const LoadedWinner& winner, bool reduced_precision) {
     std::lock_guard<std::mutex> lock(mu_);
-    by_key_[{key, device}] = winner;
+    by_key_[{key, device}] = {winner, reduced_precision};
   }
 
  private:
   std::mutex mu_;
-  std::map<std::pair<std::string, int>, LoadedWinner> by_key_;
+  std::map<std::pair<std::string, int>, std::pair<LoadedWinner, bool>> by_key_;
 };
 
 // How often tune-sync looks again while another process holds the key's claim.
@@ -177,7 +179,7 @@ Expected<LoadedWinner> Load(const WinnerRequest& req, const cache::WinnerRecord&
       return Status(StatusCode::kUnsupported,
                     "library-backed winner " + rec.origin + " cannot be served by this build");
   }
-  Loaded().Keep(req.key, req.device, w);
+  Loaded().Keep(req.key, req.device, w, rec.reduced_precision);
   return w;
 }
 
@@ -201,8 +203,10 @@ Expected<CandidateForm> WinnerForm(const cache::WinnerRecord& record) {
 
 Expected<LoadedWinner> ResolveWinner(const WinnerRequest& req) {
   LoadedWinner none;
+  const runtime::TuneOptions policy = CurrentTuneOptions();  // PyTorch's TF32 switches as they are now
+  const bool tf32_allowed = runtime::AllowsReducedPrecision(policy, req.task->graph);
   for (int attempt = 0; attempt < 2; ++attempt) {
-    if (auto w = Loaded().Find(req.key, req.device)) return *w;
+    if (auto w = Loaded().Find(req.key, req.device, tf32_allowed)) return *w;
     std::shared_ptr<cache::Store> local;  // kept alive for the remote lookup below
     auto found = ReadLocal(req.key, &local);
     if (!found.ok()) return found.status();
@@ -210,6 +214,14 @@ Expected<LoadedWinner> ResolveWinner(const WinnerRequest& req) {
     // Local miss: ask the shared server (short timeout, back-off when it is
     // down; outside the store lock).
     if (!rec && attempt == 0 && Remote() != nullptr) rec = Remote()->Lookup(req.key, local.get());
+    // A TF32 winner the policy refuses is a miss (tune-sync tunes it again
+    // under the policy); the reason is the no-winner text.
+    const std::string refused = rec ? runtime::RefusedWinnerReason(policy, req.task->graph, *rec) : "";
+    if (!refused.empty()) {
+      const bool retuned = attempt == 1 && !none.no_winner.empty();
+      none.no_winner = retuned ? refused + "; tuned again: " + none.no_winner : refused;
+      rec.reset();
+    }
     if (rec && !rec->verified) {
       auto verified = Reverify(req, *rec);
       if (!verified.ok()) return verified.status();

@@ -5,7 +5,11 @@
 // -> the shared cache server (on a local miss; the entry is stored locally,
 // unverified unless trusted) -> re-verification of an unverified entry on
 // this GPU (the tuner verifies and times only that kernel) -> load. In
-// tune-sync mode a miss is tuned before a second look. Loading depends on
+// tune-sync mode a miss is tuned before a second look. A winner marked
+// reduced precision (TF32) that the precision policy refuses for the task
+// under PyTorch's switches as they are at the call (runtime/precision_policy.h)
+// is a miss, never served: tune-sync tunes it again under that policy (a new
+// winner replaces the row), the other modes say why in `no_winner`. Loading depends on
 // the stored winner's form (WinnerForm): a device-form cubin is loaded with
 // the CUDA driver, an extension-form shared object is dlopen'ed (and stays
 // loaded for the process's lifetime). Loaded winners are shared by task key
@@ -58,7 +62,10 @@ struct WinnerRequest {
 
 /// Resolves and loads the winner of `request` (order above). A value
 /// without a winner (found() false) means none is stored and none was
-/// tuned. Errors (the message is the op's fallback reason from then on):
+/// tuned, or the stored one is refused by the precision policy (no_winner
+/// "winner <origin> uses TF32 (reduced precision) and
+/// torch.backends.cudnn.allow_tf32 is off", and in tune-sync
+/// "; tuned again: <why none>"). Errors (the message is the op's fallback reason from then on):
 /// "cache: ..." when the store cannot be opened or read; "kernel from <url>
 /// not served: ..." when an unverified entry cannot be or was not
 /// re-verified; "tuning failed: ..."; "bad launch plan: ...", "kernel load

@@ -24,6 +24,7 @@
 #include "dice/runtime/compiler.h"
 #include "dice/runtime/device_binding.h"
 #include "dice/runtime/extension_compiler.h"
+#include "dice/runtime/precision_policy.h"
 #include "dice/runtime/select_winner.h"
 #include "dice/runtime/worker_pool.h"
 #include "dice/runtime/worker_protocol.h"
@@ -133,12 +134,12 @@ CandidateOutcome MakeOutcome(std::string origin, std::string hash, Outcome kind,
   return o;
 }
 
-// The one place the precision policy is applied (the worker trusts it).
-bool ForbiddenByPrecisionPolicy(const Candidate& c, const TuneOptions& opt) {
-  return c.reduced_precision && !opt.allow_reduced_precision;
+// The one place the precision policy (precision_policy.h) is applied to
+// candidates (the worker trusts it): "" = allowed, else the skip's reason.
+std::string PrecisionPolicyError(const Candidate& c, const std::string& refusal) {
+  if (!c.reduced_precision || refusal.empty()) return "";
+  return "uses reduced precision (TF32 or lower) internally; not allowed by the precision policy: " + refusal;
 }
-constexpr const char* kPrecisionPolicyError =
-    "uses reduced precision (TF32 or lower) internally; not allowed by the precision policy";
 
 // Captured inputs must match the task: one buffer per input, nbytes each.
 Status CheckCapturedInputs(const Task& task, const std::vector<std::string>* captured_inputs) {
@@ -160,7 +161,7 @@ Status CheckCapturedInputs(const Task& task, const std::vector<std::string>* cap
 }
 
 // The pulled entry as the only candidate: re-verification asks no generator.
-Generated FromPulled(const cache::WinnerRecord& pulled, const TuneOptions& opt) {
+Generated FromPulled(const cache::WinnerRecord& pulled, const std::string& precision_refusal) {
   Generated g;
   auto plan = LaunchPlan::FromJson(pulled.launch_plan_json);
   if (!plan.ok()) {
@@ -175,8 +176,8 @@ Generated FromPulled(const cache::WinnerRecord& pulled, const TuneOptions& opt) 
   c.source = pulled.source;
   c.plan = *plan;
   c.reduced_precision = pulled.reduced_precision;
-  if (ForbiddenByPrecisionPolicy(c, opt)) {
-    g.outcomes.push_back(MakeOutcome(c.origin, c.Hash(), Outcome::kSkipped, kPrecisionPolicyError));
+  if (std::string why = PrecisionPolicyError(c, precision_refusal); !why.empty()) {
+    g.outcomes.push_back(MakeOutcome(c.origin, c.Hash(), Outcome::kSkipped, why));
   } else {
     g.candidates.push_back(std::move(c));
   }
@@ -263,6 +264,13 @@ void ServeCached(const cache::WinnerRecord& w, Clock::time_point start, const Pr
   TuneProgress served;
   served.best_us = w.best_us;
   progress.Send(TunePhase::kDone, served);
+}
+
+// A cached row a Tune serves as is: verified, and not a winner whose TF32 the
+// precision policy now refuses for the task (that one is a miss, tuned again
+// under the current policy; its row stays until a new winner replaces it).
+bool Serves(const std::optional<cache::WinnerRecord>& row, const Task& task, const TuneOptions& opt) {
+  return row && row->verified && RefusedWinnerReason(opt, task.graph, *row).empty();
 }
 
 // Tuners of one process are told apart in claims by a sequence number.
@@ -356,7 +364,8 @@ struct Tuner::Impl {
   // forbids; a pulled entry is the only candidate instead.
   Expected<Generated> Generate(const Task& task, const std::string& task_key,
                                const std::optional<cache::WinnerRecord>& pulled, Clock::time_point start) {
-    if (pulled) return FromPulled(*pulled, options);
+    const std::string precision_refusal = ReducedPrecisionRefusal(options, task.graph);
+    if (pulled) return FromPulled(*pulled, precision_refusal);
     Generated g;
     std::unordered_set<std::string> seen;
     for (const auto& gen : generators) {
@@ -389,8 +398,8 @@ struct Tuner::Impl {
             continue;
           }
         }
-        if (ForbiddenByPrecisionPolicy(c, options)) {
-          g.outcomes.push_back(MakeOutcome(c.origin, hash, Outcome::kSkipped, kPrecisionPolicyError));
+        if (std::string why = PrecisionPolicyError(c, precision_refusal); !why.empty()) {
+          g.outcomes.push_back(MakeOutcome(c.origin, hash, Outcome::kSkipped, why));
           continue;
         }
         ++taken;
@@ -470,7 +479,7 @@ struct Tuner::Impl {
     req.arch = task.target.arch;
     req.device = worker_ordinal >= 0 ? worker_ordinal : options.device;
     req.trials = std::max(options.trials, 1);
-    req.allow_reduced_precision = options.allow_reduced_precision;
+    req.allow_reduced_precision = AllowsReducedPrecision(options, task.graph);
     req.measure_baseline = true;
     if (!captured.path().empty()) {
       req.captured_path = captured.path();
@@ -518,14 +527,20 @@ struct Tuner::Impl {
 
   // Persist: the attempts, then (never in compile-only, which verifies
   // nothing) the winner, verified, with its binary, and a pulled entry that
-  // did not win here is removed so it is never served.
+  // did not win here is removed so it is never served. `replaces_refused`:
+  // the cached row is a winner the precision policy refused; a new winner
+  // replaces it even when slower (PutWinner alone keeps the faster row).
   Status Persist(const Task& task, const std::vector<Candidate>& candidates, Measured& m, const Selection& sel,
                  const std::optional<worker::HelloReply>& device, const std::optional<cache::WinnerRecord>& pulled,
-                 const TuneReport& report) {
+                 bool replaces_refused, const TuneReport& report) {
     RecordAttempts(report);
     if (!persists() || !device) return Status::Ok();
     if (sel.winner >= 0) {
       const size_t w = static_cast<size_t>(sel.winner);
+      if (replaces_refused) {
+        auto removed = store->RemoveWinner(report.task_key);
+        if (!removed.ok()) return removed.status().WithContext("dropping the winner the precision policy refused");
+      }
       auto put = store->PutWinner(MakeWinnerRecord(task, candidates[w], std::move(m.binaries[w]), report, *device,
                                                    pulled));
       if (!put.ok()) return put.status().WithContext("storing the winner");
@@ -554,7 +569,7 @@ Expected<std::vector<Candidate>> Tuner::PendingExtensionCandidates(const Task& t
   const std::string key = task.Key();
   auto cached = impl_->LookupCache(key);
   if (!cached.ok()) return cached.status();
-  if (cached->has_value() && (**cached).verified) return std::vector<Candidate>();
+  if (Serves(*cached, task, impl_->options)) return std::vector<Candidate>();
   auto generated = impl_->Generate(task, key, std::nullopt, Clock::now());
   if (!generated.ok()) return generated.status();
   std::vector<Candidate> out;
@@ -577,7 +592,7 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
   auto cached = impl_->LookupCache(report.task_key);
   if (!cached.ok()) return cached.status();
   progress.Send(TunePhase::kLookupCache);
-  if (cached->has_value() && (**cached).verified) {
+  if (Serves(*cached, task, opt)) {
     ServeCached(**cached, start, progress, &report);
     return report;
   }
@@ -597,13 +612,21 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
     claim = std::move(*c);
     cached = impl_->LookupCache(report.task_key);
     if (!cached.ok()) return cached.status();
-    if (cached->has_value() && (**cached).verified) {
+    if (Serves(*cached, task, opt)) {
       ServeCached(**cached, start, progress, &report);
       return report;
     }
   }
-  std::optional<cache::WinnerRecord> pulled;
-  if (cached->has_value()) pulled = std::move(**cached);
+  // A verified row here is a winner the precision policy refuses: tuned
+  // again, the refusal reported as the first (skipped) outcome.
+  const bool refused_row = cached->has_value() && (**cached).verified;
+  std::vector<CandidateOutcome> refused;
+  if (refused_row) {
+    refused.push_back(MakeOutcome((**cached).origin, (**cached).candidate_hash, Outcome::kSkipped,
+                                  RefusedWinnerReason(opt, task.graph, **cached) + "; tuned again"));
+  }
+  std::optional<cache::WinnerRecord> pulled;  // an unverified row, re-verified
+  if (cached->has_value() && !refused_row) pulled = std::move(**cached);
 
   std::optional<worker::HelloReply> device;
   if (!opt.compile_only) {
@@ -616,7 +639,8 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
   auto generated = impl_->Generate(task, report.task_key, pulled, start);
   if (!generated.ok()) return generated.status();
   const std::vector<Candidate>& candidates = generated->candidates;
-  report.outcomes = std::move(generated->outcomes);
+  report.outcomes = std::move(refused);
+  for (CandidateOutcome& o : generated->outcomes) report.outcomes.push_back(std::move(o));
   report.tried = static_cast<int>(candidates.size());
   progress.Send(TunePhase::kGenerate);
   if (generated->pulled_rejected) {
@@ -654,12 +678,12 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
   }
 
   const Selection selection = SelectWinner(measured.baseline_us, Measurements(candidates, measured),
-                                           SelectionPolicy{opt.margin, opt.allow_reduced_precision});
+                                           SelectionPolicy{opt.margin, AllowsReducedPrecision(opt, task.graph)});
   ApplySelection(candidates, selection, &measured, &report);
   const TuneProgress counts = CountOutcomes(report.outcomes);
   progress.Send(TunePhase::kSelectWinner, counts);
   progress.Send(TunePhase::kPersist, counts);
-  DICE_RETURN_IF_ERROR(impl_->Persist(task, candidates, measured, selection, device, pulled, report));
+  DICE_RETURN_IF_ERROR(impl_->Persist(task, candidates, measured, selection, device, pulled, refused_row, report));
   report.tune_seconds = SecondsSince(start);
   progress.Send(TunePhase::kDone, counts);
   return report;

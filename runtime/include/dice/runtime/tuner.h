@@ -10,7 +10,8 @@
 // or hanging candidate kills only the worker (recorded as an attempt).
 //
 // One Tune runs these phases, each a function of its own in tuner.cc:
-//   LookupCache   the task's winner row, read once (verified: served as is)
+//   LookupCache   the task's winner row, read once (verified: served as is,
+//                 unless the precision policy refuses its TF32: then tuned)
 //   Generate      candidates from the generators (or the pulled row), deduped,
 //                 minus those attempted before or forbidden by the precision policy
 //   CompileOnly | RunInWorker   compile only (no GPU), or compile + verify + time
@@ -40,7 +41,16 @@ struct TuneOptions {
   double margin = 0.05;         ///< a winner must be < baseline * (1 - margin)
   int trials = 5;               ///< random-input verification trials (plus captured inputs)
   double candidate_timeout_s = 20;  ///< per candidate in the worker, seconds
-  bool allow_reduced_precision = false;  ///< precision policy (TF32 etc.)
+  /// Precision policy (precision_policy.h): true allows reduced-precision
+  /// (TF32 or lower inside) candidates for every task, an explicit override
+  /// of the two switches below; $DICE_STRICT_FP32=1 refuses them all the same.
+  bool allow_reduced_precision = false;
+  /// TF32 allowed for tasks with a convolution (torch.backends.cudnn.allow_tf32;
+  /// the torch extension copies PyTorch's switch here at each tune).
+  bool tf32_conv = false;
+  /// TF32 allowed for tasks with a GEMM (torch.backends.cuda.matmul.allow_tf32;
+  /// copied likewise).
+  bool tf32_matmul = false;
   bool compile_only = false;    ///< no GPU: generate + NVRTC compile, never store a winner
   std::string worker_path;      ///< dice-worker binary ("" = next to this library / build path)
   int device = 0;               ///< CUDA ordinal the worker uses
@@ -64,9 +74,11 @@ inline double DefaultClaimTtl(const TuneOptions& o) { return o.budget_s + 180 + 
 /// a tune differ from those it was built with.
 inline bool operator==(const TuneOptions& a, const TuneOptions& b) {
   return std::tie(a.max_candidates, a.budget_s, a.margin, a.trials, a.candidate_timeout_s, a.allow_reduced_precision,
-                  a.compile_only, a.worker_path, a.device, a.extension_compile_timeout_s, a.claim_ttl_s) ==
+                  a.tf32_conv, a.tf32_matmul, a.compile_only, a.worker_path, a.device, a.extension_compile_timeout_s,
+                  a.claim_ttl_s) ==
          std::tie(b.max_candidates, b.budget_s, b.margin, b.trials, b.candidate_timeout_s, b.allow_reduced_precision,
-                  b.compile_only, b.worker_path, b.device, b.extension_compile_timeout_s, b.claim_ttl_s);
+                  b.tf32_conv, b.tf32_matmul, b.compile_only, b.worker_path, b.device, b.extension_compile_timeout_s,
+                  b.claim_ttl_s);
 }
 inline bool operator!=(const TuneOptions& a, const TuneOptions& b) { return !(a == b); }
 
@@ -148,7 +160,12 @@ class Tuner {
   /// (host memory, one per task input, contiguous, exactly TensorSpec::nbytes)
   /// added to the random verification trials. Errors: kNoDevice when not
   /// compile_only and no GPU; generator errors are folded into the report.
-  /// A verified cached winner is returned as is (from_cache). An unverified
+  /// A verified cached winner is returned as is (from_cache), unless it is
+  /// marked reduced precision and the precision policy (precision_policy.h)
+  /// now refuses that for the task: then it is a miss, tuned again under the
+  /// current policy, the refusal ("winner <origin> uses TF32 ...") is the
+  /// report's first outcome (kSkipped), and a new winner replaces the row
+  /// even when slower (without one the row stays). An unverified
   /// one (pulled from a server or imported from a bundle, store.h
   /// WinnerRecord::verified) is re-verified instead of tuned: its source is
   /// compiled here (no extra NVRTC flags: the record carries none), verified
@@ -168,9 +185,10 @@ class Tuner {
 
   /// The extension-form (nvcc) candidates a Tune of `task` would build now,
   /// for building them ahead of it (prebuild.h): none when the cache holds a
-  /// verified winner for the task's key, else the extension-form ones of
-  /// Generate (deduped, minus those the attempts table records for the key
-  /// and those the precision policy forbids), in generator order. Nothing
+  /// verified winner for the task's key that Tune would serve, else the
+  /// extension-form ones of Generate (deduped, minus those the attempts table
+  /// records for the key and those the precision policy forbids), in
+  /// generator order. Nothing
   /// is compiled, run or stored; no worker is started.
   /// Errors: the cache store's read errors (generator errors are skipped,
   /// as Tune skips them).
