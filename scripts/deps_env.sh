@@ -18,7 +18,8 @@ fi
 # unpacked again from the carried wheel (.deps/cutlass) into .deps/root when
 # a carry dropped the tree.
 _dice_cutlass_whl=$(ls "$_dice_root"/.deps/cutlass/nvidia_cutlass-*.whl 2>/dev/null | head -1)
-if [ -n "$_dice_cutlass_whl" ] && [ ! -f "$_dice_root/.deps/root/cutlass/include/cutlass/gemm/device/gemm.h" ]; then
+if [ -n "$_dice_cutlass_whl" ] && { [ ! -f "$_dice_root/.deps/root/cutlass/include/cutlass/gemm/device/gemm.h" ] ||
+   [ ! -f "$_dice_root/.deps/root/cutlass/include/cutlass/util/packed_stride.hpp" ]; }; then
   mkdir -p "$_dice_root/.deps/root/cutlass"
   python3 "$_dice_root/scripts/unpack_cutlass.py" "$_dice_cutlass_whl" "$_dice_root/.deps/root/cutlass/include" || true
 fi

@@ -95,7 +95,7 @@ if [ ! -f "$CUTLASS_WHEEL" ]; then
   python3 -m pip download -q --no-deps -d "$ROOT/.deps/cutlass" "nvidia-cutlass==$CUTLASS_VERSION" ||
     log "nvidia-cutlass not downloaded: the gemm templates' candidates will not compile"
 fi
-if [ -f "$CUTLASS_WHEEL" ] && [ ! -f "$CUTLASS_INCLUDE/cutlass/gemm/device/gemm.h" ]; then
+if [ -f "$CUTLASS_WHEEL" ] && { [ ! -f "$CUTLASS_INCLUDE/cutlass/gemm/device/gemm.h" ] || [ ! -f "$CUTLASS_INCLUDE/cutlass/util/packed_stride.hpp" ]; }; then
   log "unpacking the CUTLASS headers into .deps/root/cutlass/include"
   mkdir -p "$(dirname "$CUTLASS_INCLUDE")"
   python3 "$ROOT/scripts/unpack_cutlass.py" "$CUTLASS_WHEEL" "$CUTLASS_INCLUDE"

@@ -4,7 +4,9 @@
     python3 scripts/unpack_cutlass.py WHEEL DEST
 
 Copies every file under cutlass_library/source/include/ of WHEEL (a zip) to
-DEST (e.g. .deps/cutlass/include, holding cutlass/ and cute/). Writes into
+DEST (e.g. .deps/cutlass/include, holding cutlass/ and cute/), and the files
+under cutlass_library/source/tools/util/include/ (cutlass/util/: the sm90
+conv mainloop includes cutlass/util/packed_stride.hpp) into the same DEST. Writes into
 DEST.tmp first and renames it, so an interrupted run leaves no half tree.
 Used by scripts/setup.sh and scripts/deps_env.sh (no `unzip` needed).
 """
@@ -13,7 +15,7 @@ import shutil
 import sys
 import zipfile
 
-PREFIX = "cutlass_library/source/include/"
+PREFIXES = ("cutlass_library/source/include/", "cutlass_library/source/tools/util/include/")
 
 
 def main() -> int:
@@ -26,15 +28,17 @@ def main() -> int:
     count = 0
     with zipfile.ZipFile(wheel) as z:
         for name in z.namelist():
-            if not name.startswith(PREFIX) or name.endswith("/"):
+            prefix = next((p for p in PREFIXES if name.startswith(p)), None)
+            if prefix is None or name.endswith("/"):
                 continue
-            out = os.path.join(tmp, name[len(PREFIX):])
+            out = os.path.join(tmp, name[len(prefix):])
             os.makedirs(os.path.dirname(out), exist_ok=True)
             with z.open(name) as src, open(out, "wb") as dst:
                 shutil.copyfileobj(src, dst)
-            count += 1
-    if count == 0:
-        print(f"unpack_cutlass: no {PREFIX} in {wheel}", file=sys.stderr)
+            count += prefix == PREFIXES[0]
+    if count == 0:  # the util tree alone is not CUTLASS
+        shutil.rmtree(tmp, ignore_errors=True)
+        print(f"unpack_cutlass: no {PREFIXES[0]} in {wheel}", file=sys.stderr)
         return 1
     shutil.rmtree(dest, ignore_errors=True)
     os.rename(tmp, dest)
