@@ -14,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import dice_torch
+from dice_torch import decisions
 
 EAGER = {"mode": "cache", "rest": "eager"}
 
@@ -322,3 +323,45 @@ def test_a_library_path_that_is_set_is_the_only_one_looked_at(monkeypatch, tmp_p
     monkeypatch.delenv("DICE_TORCH_LIB")
     monkeypatch.setenv("DICE_BUILD_DIR", str(tmp_path))
     assert _library.candidate_paths() == [tmp_path / "torch_ext" / "libdice_torch_ext.so"]
+
+
+class ScaleReluThenSoftmax(nn.Module):
+    """Two regions: x * 0.5 + 1 -> relu (elementwise only) and softmax(y * 2) (a reduction)."""
+
+    def forward(self, x, y):
+        return torch.relu(x * 0.5 + 1), torch.softmax(y * 2.0, dim=-1)
+
+
+def test_inductor_rest_leaves_an_elementwise_only_region_to_inductor_and_says_why():
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 16), torch.randn(8, 32)
+    got, want = compile_and_run(ScaleReluThenSoftmax(), x, y, options={"mode": "cache", "rest": "inductor"})
+    torch.testing.assert_close(got, want)
+    rep = dice_torch.last_report()
+    by_summary = {d.summary: d for d in rep.regions}
+    assert set(by_summary) == {"mul+add+relu", "mul+softmax"}, by_summary
+    elementwise = by_summary["mul+add+relu"]
+    assert elementwise.choice == "inductor" and elementwise.source == decisions.ELEMENTWISE_SOURCE
+    assert by_summary["mul+softmax"].choice == "dice"  # undecided, under the CPU test switch
+    # Only the softmax region became a run_group call; the relu chain is Inductor's.
+    assert [g.summary for g in rep.groups] == ["mul+softmax"]
+    assert_fell_back_without_gpu(rep)
+
+
+def test_elementwise_regions_env_measures_them_as_before(monkeypatch):
+    monkeypatch.setenv("DICE_TORCH_ELEMENTWISE_REGIONS", "1")
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 16), torch.randn(8, 32)
+    got, want = compile_and_run(ScaleReluThenSoftmax(), x, y, options={"mode": "cache", "rest": "inductor"})
+    torch.testing.assert_close(got, want)
+    rep = dice_torch.last_report()
+    assert sorted(g.summary for g in rep.groups) == ["mul+add+relu", "mul+softmax"]
+    assert all(d.source != decisions.ELEMENTWISE_SOURCE for d in rep.regions)
+
+
+def test_eager_rest_keeps_elementwise_groups_for_dice():
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 16), torch.randn(8, 32)
+    got, want = compile_and_run(ScaleReluThenSoftmax(), x, y)
+    torch.testing.assert_close(got, want)
+    assert sorted(g.summary for g in dice_torch.last_report().groups) == ["mul+add+relu", "mul+softmax"]

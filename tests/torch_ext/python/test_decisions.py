@@ -278,3 +278,26 @@ def test_a_graph_with_a_region_not_yet_measured_is_not_decided_for_good(monkeypa
     store = decisions.DecisionStore(str(tmp_path))
     fx = [k for k in json.loads((tmp_path / decisions.FILE_NAME).read_text())["entries"] if k.startswith("fx:")]
     assert len(fx) == 1 and store.get(fx[0].split("|")[0], "inductor")["choice"] == "undecided"
+
+
+def test_elementwise_only_names_regions_without_a_contraction_or_reduction():
+    assert decisions.elementwise_only("sub+mul+mul+add+relu")
+    assert decisions.elementwise_only("cast+add+sqrt+reciprocal+mul")
+    assert not decisions.elementwise_only("linear+relu")
+    assert not decisions.elementwise_only("norm+clamp")
+    assert not decisions.elementwise_only("mul+softmax")
+    assert not decisions.elementwise_only("add+layer_norm")
+    assert not decisions.elementwise_only("mul+some_future_op")  # unknown names: not elementwise
+    assert not decisions.elementwise_only("")
+
+
+def test_fx_graph_key_changes_when_elementwise_regions_are_measured(monkeypatch):
+    # An "inductor alone" stored while the policy left elementwise regions to
+    # Inductor must not short-cut a compile that measures them.
+    gm = torch.fx.symbolic_trace(nn.ReLU())
+    x = torch.randn(2, 3)
+    monkeypatch.delenv(decisions.ELEMENTWISE_ENV, raising=False)
+    default = decisions.fx_graph_key(gm, [x])
+    assert decisions.fx_graph_key(gm, [x]) == default
+    monkeypatch.setenv(decisions.ELEMENTWISE_ENV, "1")
+    assert decisions.fx_graph_key(gm, [x]) != default

@@ -21,6 +21,11 @@ Issue 17's rules:
   tune) falls back to the rest compiler for that graph: one warning per graph
   names the stage and the cause (``warnings`` + logger ``dice_torch``), and
   ``backend_stats()["fallbacks"][stage]`` and the report's ``fallback`` show it.
+- An elementwise-only region (no contraction, no reduction) stays with
+  Inductor without being tuned or measured: Inductor fuses it into one kernel
+  too, and measured in context such regions did not win
+  (``decisions.ELEMENTWISE_SOURCE``; ``DICE_TORCH_ELEMENTWISE_REGIONS=1``
+  measures them as before). With ``rest="eager"`` they are dice's as always.
 - Without a GPU (no CUDA tensor among the graph's inputs) the graph goes to
   the rest compiler unchanged, said once; the test switch
   ``DICE_TORCH_FORCE_PARTITION=1`` (or option ``force_partition``) still
@@ -305,9 +310,16 @@ def _compile_with_dice(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         chose.append(_choose(regions))
         return chose[-1]
 
+    elementwise_measured = decisions.elementwise_regions_measured()
+
     def _choose(regions: list[measure.Region]) -> frozenset:
         chosen, undecided = set(), 0
         for r in regions:
+            if not elementwise_measured and decisions.elementwise_only(r.summary):
+                # Neither tuned nor measured: Inductor fuses it as well (decisions.ELEMENTWISE_SOURCE).
+                decided[r.key] = decisions.RegionDecision(r.key, r.summary, decisions.INDUCTOR,
+                                                          decisions.ELEMENTWISE_SOURCE)
+                continue
             stored = store.get(r.key, "inductor") if mode != "observe" else None
             if stored is not None:
                 decided[r.key] = decisions.from_stored(r.key, r.summary, stored)

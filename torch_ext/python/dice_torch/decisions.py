@@ -29,6 +29,8 @@ from typing import Any, Sequence
 
 import torch
 
+from . import capture
+
 DICE, INDUCTOR = "dice", "inductor"
 #: A region or graph keeps dice only when at least this much faster (fraction
 #: of the baseline's time): below it, timing noise would decide.
@@ -80,8 +82,12 @@ def fx_graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str
     Python code and every input's (dtype, shape, strides, device type), or
     repr for a non-tensor. A stored "inductor alone" under it lets ``cache``
     mode hand the graph to Inductor without partitioning it first (one
-    compile instead of two). Callers use it for static shapes only."""
+    compile instead of two). Callers use it for static shapes only. With
+    ``DICE_TORCH_ELEMENTWISE_REGIONS=1`` the key differs (elementwise regions
+    are then measured, so an "inductor alone" decided without them does not apply)."""
     h = hashlib.sha256(gm.code.encode())
+    if elementwise_regions_measured():
+        h.update(b"\0elementwise regions measured")
     for x in example_inputs:
         h.update(b"\0")
         if isinstance(x, torch.Tensor):
@@ -204,6 +210,36 @@ class DecisionStore:
     def put_region(self, d: RegionDecision, baseline: str) -> None:
         """Stores one region decision (``put_many`` of one)."""
         self.put_many([(d.key, asdict(d))], baseline)
+
+
+#: IR op names of the elementwise categories (unary, binary: capture's
+#: EPILOGUE_IR_OPS; and cast): a region made only of these is one Inductor
+#: fuses into a single kernel too.
+ELEMENTWISE_IR_OPS = capture.EPILOGUE_IR_OPS | {"cast", "identity"}
+#: ``DICE_TORCH_ELEMENTWISE_REGIONS=1`` tunes and measures elementwise-only
+#: regions with ``rest="inductor"`` as before (see ELEMENTWISE_SOURCE).
+ELEMENTWISE_ENV = "DICE_TORCH_ELEMENTWISE_REGIONS"
+#: The source of the decision that leaves an elementwise-only region to
+#: Inductor without tuning or measuring it (docs/DECISIONS.md, "Elementwise
+#: regions stay with Inductor"): over sessions 9-16 on the H200 such regions
+#: won in context in 7 of 137 trials, by noise-sized margins, no whole graph
+#: the guard kept for dice owed anything to one, and the one graph it kept
+#: with only such a region (ResNet101, session 9) was slower, 0.93x.
+ELEMENTWISE_SOURCE = "elementwise region: left to Inductor, which fuses it as well"
+
+
+def elementwise_only(summary: str) -> bool:
+    """True when a region's summary ("sub+mul+mul+add+relu": its IR op names,
+    constants omitted) names only elementwise ops (ELEMENTWISE_IR_OPS); a
+    contraction (linear), a reduction or normalisation (sum, softmax,
+    layer_norm, norm, ...) or any name not in the set makes it False."""
+    names = [n for n in summary.split("+") if n]
+    return bool(names) and all(n in ELEMENTWISE_IR_OPS for n in names)
+
+
+def elementwise_regions_measured() -> bool:
+    """Whether elementwise-only regions are tuned and measured (``DICE_TORCH_ELEMENTWISE_REGIONS=1``)."""
+    return os.environ.get(ELEMENTWISE_ENV, "") == "1"
 
 
 def from_stored(key: str, summary: str, stored: dict[str, Any]) -> RegionDecision:

@@ -320,7 +320,7 @@ class TunedGraph:
             # Decided for good only from stored decisions ("not measured" /
             # "not served" are not); otherwise "undecided" overwrites what an
             # earlier tune stored, so cache mode never serves a stale choice.
-            final = {"measured", "no winner", "cache"}
+            final = {"measured", "no winner", "cache", decisions.ELEMENTWISE_SOURCE}
             good = all(self._decided[r.key].source in final for r in self._regions if r.key in self._decided)
             entry = decisions.fx_graph_entry(g.choice if good else "undecided", g.source, self._regions,
                                              self._decided, g.dice_us, g.base_us)
