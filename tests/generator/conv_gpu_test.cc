@@ -8,7 +8,8 @@
 // DICE_STRICT_FP32=1, a verified 3xTF32 one at float32 tolerance; the TF32
 // candidate with relu dropped from its generated epilogue is rejected. A
 // fourth test reports whether the TF32 candidate also passes at plain float32
-// tolerance (whether reduced_precision could be false).
+// tolerance (whether reduced_precision could be false). A fifth runs the
+// same mish task on conv_sm90.cc's CUTLASS 3.x kernel (DICE_CONV_SM90=1).
 // Skipped without a GPU or without the CUTLASS headers. Each test builds one
 // CUTLASS instantiation (about a minute on the GPU machine's cores).
 #include <gtest/gtest.h>
@@ -148,6 +149,27 @@ TEST(ConvGpu, Tf32CandidateAtFloat32ToleranceReportsItsOutcome) {
   EXPECT_TRUE(runtime::IsVerified(o.outcome) || o.outcome == runtime::Outcome::kVerifyFailed)
       << o.outcome << " " << o.error;
   Print("mish tf32 at f32 tolerance", o, *report);
+}
+
+TEST(ConvGpu, Sm90ConvMishFloat32GetsAVerifiedTf32Candidate) {
+  // conv_sm90.cc's CUTLASS 3.x kernel (TMA + wgmma, built for sm_90a), the
+  // same task as the 2.x test above: its µs line sits beside that one's.
+  const std::string skip = SkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  auto task = ConvTask("mish");
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  if (task->target.arch != "sm_90") GTEST_SKIP() << "sm90 conv candidates need an sm_90 GPU, got " << task->target.arch;
+  ::setenv("DICE_CONV_SM90", "1", 1);
+  runtime::Tuner tuner(nullptr, {std::make_shared<TemplateGenerator>()}, Options(/*allow_tf32=*/true));
+  auto report = tuner.Tune(*task);
+  ::unsetenv("DICE_CONV_SM90");
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_EQ(report->outcomes.size(), 1u);
+  const auto& o = report->outcomes[0];
+  EXPECT_EQ(o.origin, "template:conv/sm90-tf32/128x128x32");
+  EXPECT_TRUE(runtime::IsVerified(o.outcome)) << o.origin << ": " << o.outcome << " " << o.error;
+  EXPECT_GT(o.time_us, 0);
+  Print("mish sm90", o, *report);
 }
 
 }  // namespace

@@ -293,5 +293,98 @@ TEST(ConvTemplates, Tf32CandidateCompilesForSm90WithNvcc) {
   EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
 }
 
+// DICE_CONV_SM90=1 for the scope of one test (conv_sm90.cc's switch).
+struct Sm90On {
+  Sm90On() { ::setenv("DICE_CONV_SM90", "1", 1); }
+  ~Sm90On() { ::unsetenv("DICE_CONV_SM90"); }
+};
+
+TEST(ConvTemplates, Sm90CandidatesComeFirstOnHopperWhenTurnedOn) {
+  const Task task = ConvTask(DType::kFloat32, ConvShape{}, true, MishMish);
+  ASSERT_EQ(Generate(task)[0].origin.rfind("template:conv/tf32/", 0), 0u);  // off by default
+  Sm90On on;
+  const auto cands = Generate(task);
+  ASSERT_EQ(cands.size(), 6u);
+  for (size_t i = 0; i < 3; ++i) {
+    const Candidate& c = cands[i];
+    SCOPED_TRACE(c.origin);
+    EXPECT_EQ(c.origin.rfind("template:conv/sm90-tf32/", 0), 0u);
+    EXPECT_TRUE(c.reduced_precision);
+    EXPECT_EQ(runtime::NvccArch(c, "sm_90"), "sm_90a");  // wgmma and TMA
+    EXPECT_TRUE(Contains(c.source, "cutlass::conv::collective::CollectiveBuilder<"));
+    EXPECT_TRUE(Contains(c.source, "cutlass::conv::KernelImplicitTmaWarpSpecializedSm90>"));
+    // The bias is the per-channel row broadcast feeding the compute node, which runs the generated epilogue.
+    EXPECT_TRUE(Contains(c.source, "Sm90RowBroadcast<0, DiceTileShape, float, float"));
+    EXPECT_TRUE(Contains(c.source, "DiceEpilogue::Apply(float(acc[i]), float(c[i]))"));
+    EXPECT_TRUE(Contains(c.source, "(acc + c)"));
+    EXPECT_TRUE(Contains(c.source, "args.epilogue.thread = {{}, {static_cast<E const*>(csrc.data_ptr()), E(0), {}}, {}};"));
+    EXPECT_TRUE(Contains(c.source, "in0.contiguous(at::MemoryFormat::ChannelsLast)"));
+  }
+  EXPECT_EQ(cands[0].origin, "template:conv/sm90-tf32/128x128x32");
+  EXPECT_EQ(cands[2].origin, "template:conv/sm90-tf32/128x128x32/c2");
+  EXPECT_EQ(cands[3].origin.rfind("template:conv/tf32/", 0), 0u);
+  EXPECT_EQ(runtime::NvccArch(cands[3], "sm_90"), "sm_90");
+  EXPECT_EQ(Generate(task, 2).size(), 2u);
+}
+
+TEST(ConvTemplates, Sm90SourceKindsAndSixteenBitTypes) {
+  Sm90On on;
+  // No source: accumulator only; an output-shaped residual: the epilogue's TMA-loaded C.
+  const auto plain = Generate(ConvTask(DType::kFloat32, ConvShape{}, false, Relu));
+  EXPECT_TRUE(Contains(plain[0].source, "args.epilogue.thread = {{}, {}};"));
+  EXPECT_TRUE(Contains(plain[0].source, "args.epilogue.ptr_C = nullptr;"));
+  const ConvShape cs;
+  const auto res = Generate(ConvTask(DType::kFloat32, cs, false, AddExtraRelu, {Spec(DType::kFloat32, OutShape(cs))}));
+  ASSERT_EQ(res[0].origin.rfind("template:conv/sm90-tf32/", 0), 0u);
+  EXPECT_TRUE(Contains(res[0].source, "Sm90SrcFetch<float>"));
+  EXPECT_TRUE(Contains(res[0].source, "args.epilogue.dC = d_c;"));
+  const auto bf16 = Generate(ConvTask(DType::kBFloat16, ConvShape{}, true, Relu));
+  EXPECT_EQ(bf16[0].origin, "template:conv/sm90-tc/128x128x64");
+  EXPECT_FALSE(bf16[0].reduced_precision);
+}
+
+TEST(ConvTemplates, Sm90NeedsHopperTf32AndSixteenByteChannels) {
+  Sm90On on;
+  auto first = [](const Task& t) { return Generate(t)[0].origin; };
+  TargetInfo ampere;
+  ampere.arch = "sm_80";
+  const Task on_ampere = tmpl_test::MakeTask(ConvTask(DType::kFloat32, ConvShape{}, true, Relu).graph,
+                                             ConvTask(DType::kFloat32, ConvShape{}, true, Relu).inputs, ampere);
+  EXPECT_EQ(first(on_ampere).rfind("template:conv/tf32/", 0), 0u);
+  ConvShape rgb;
+  rgb.c = 3;  // 12-byte pixels: no TMA
+  EXPECT_EQ(first(ConvTask(DType::kFloat32, rgb, true, Relu)).rfind("template:conv/tf32/", 0), 0u);
+  ::setenv("DICE_STRICT_FP32", "1", 1);  // 3xTF32 has no sm90 conv
+  const std::string strict = first(ConvTask(DType::kFloat32, ConvShape{}, true, Relu));
+  ::unsetenv("DICE_STRICT_FP32");
+  EXPECT_EQ(strict.rfind("template:conv/3xtf32/", 0), 0u);
+}
+
+TEST(ConvTemplates, Sm90Tf32CandidateCompilesForSm90aWithNvcc) {
+  if (runtime::CutlassIncludeDir().empty()) {
+    GTEST_SKIP() << "CUTLASS headers absent (scripts/setup.sh unpacks them; or set DICE_CUTLASS_INCLUDE)";
+  }
+  Sm90On on;
+  const Task task = ConvTask(DType::kFloat32, ConvShape{}, true, MishMish);
+  const auto cands = Generate(task, 1);
+  ASSERT_EQ(cands.size(), 1u);
+  ASSERT_EQ(cands[0].origin, "template:conv/sm90-tf32/128x128x32");
+  char tmpl[] = "/tmp/dice-conv-sm90-build-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  runtime::ExtensionCompileOptions opt;
+  opt.timeout_s = 1800;
+  opt.build_cache_dir = dir;
+  auto build = runtime::CompileExtensionCached(cands[0], "sm_90", static_cast<int>(task.inputs.size()), opt);
+  if (!build.ok() && build.status().code() == StatusCode::kNotFound) {
+    EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
+    GTEST_SKIP() << "no compiler toolchain: " << build.status().ToString();
+  }
+  ASSERT_TRUE(build.ok()) << build.status().ToString();
+  EXPECT_FALSE((*build)->library_path().empty());
+  std::printf("[conv] %s built for sm_90a in %.1f s\n", cands[0].origin.c_str(), (*build)->compile_ms() / 1000.0);
+  EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
+}
+
 }  // namespace
 }  // namespace dice::generator

@@ -152,5 +152,20 @@ TEST(ExtensionCompilerTest, CompileOnlyTunerBuildsExtensionCandidatesAndRecordsP
   EXPECT_EQ(by_origin["dice:sample2"].hash.size(), 64u);
 }
 
+TEST(ExtensionCompilerTest, ArchFeatureLineSelectsTheArchSpecificTarget) {
+  Candidate c;
+  c.form = CandidateForm::kExtension;
+  c.source = "// template:conv/sm90-tf32/128x128x32: conv\n// dice-nvcc-arch-feature: a\n#include <cutlass/cutlass.h>\n";
+  EXPECT_EQ(NvccArch(c, "sm_90"), "sm_90a");
+  EXPECT_EQ(NvccArch(c, "sm_90a"), "sm_90a");  // already arch-specific
+  c.source = "// plain\n#include <cutlass/cutlass.h>\n";
+  EXPECT_EQ(NvccArch(c, "sm_90"), "sm_90");
+  // Only a line of its own counts, and only near the top.
+  c.source = "int x; // dice-nvcc-arch-feature: a\n";
+  EXPECT_EQ(NvccArch(c, "sm_90"), "sm_90");
+  c.source = std::string(5000, ' ') + "\n// dice-nvcc-arch-feature: a\n";
+  EXPECT_EQ(NvccArch(c, "sm_90"), "sm_90");
+}
+
 }  // namespace
 }  // namespace dice::runtime

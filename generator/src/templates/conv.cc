@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "conv_plan.h"
 #include "cutlass_epilogue.h"
 #include "dice/core/tensor_layout.h"
 #include "emit.h"
@@ -68,22 +69,6 @@ constexpr Tile kTf32Tiles[] = {
 constexpr Tile kHalfTiles[] = {
     {128, 128, 32, 64, 64, 32, 3},  // 4 warps
     {128, 64, 32, 64, 32, 32, 4},   // 4 warps
-};
-
-// What the epilogue's source tensor C holds.
-enum class Math { kTf32, kFastF32, kHalf };
-
-// The analysed group.
-struct ConvPlan {
-  ir::DType dtype = ir::DType::kFloat32;
-  Math math = Math::kTf32;
-  int x = 0, w = 1, bias = -1, extra = -1;  // group input indices (-1: absent)
-  bool extra_full = false;                   // output-shaped (else per-channel)
-  Source source = Source::kNone;
-  int64_t N = 0, C = 0, H = 0, W = 0, K = 0, R = 0, S = 0, P = 0, Q = 0;
-  std::vector<int64_t> attrs;  // {sh, sw, ph, pw, dh, dw}
-  int align_ab = 1, align_c = 1;  // elements per access: x/weight (along C), source/output (along K)
-  EpilogueDag epi;
 };
 
 Status Unsupported(const std::string& why) { return Status(StatusCode::kUnsupported, "conv: " + why); }
@@ -203,8 +188,6 @@ Expected<ConvPlan> Analyze(const Task& task) {
   return p;
 }
 
-std::string In(int i) { return "in" + std::to_string(i); }
-
 // The DefaultConv2dFprop / ImplicitGemmConvolution instantiation for `t`.
 std::string ConvType(const ConvPlan& p, const Tile& t) {
   const std::string e = CutlassElement(p.dtype);
@@ -269,40 +252,55 @@ std::string ShapeChecks(const ConvPlan& p) {
   return s;
 }
 
-// The source tensor C: pointer and layout (stride 0 = per-channel vector).
-std::string SourcePrep(const ConvPlan& p) {
-  const char* cl = "at::MemoryFormat::ChannelsLast";
-  std::string s = "  torch::Tensor csrc;  // the epilogue's source tensor (undefined: none)\n";
-  const std::string b = p.bias >= 0 ? In(p.bias) : "", e = p.extra >= 0 ? In(p.extra) : "";
-  switch (p.source) {
-    case Source::kNone: break;
-    case Source::kBias: s += "  csrc = " + b + ".contiguous();\n"; break;
-    case Source::kExtra:
-      s += p.extra_full ? "  csrc = " + e + ".contiguous(" + cl + ");  // NPQK (a copy unless channels_last)\n"
-                        : "  csrc = " + e + ".reshape({K}).contiguous();\n";
-      break;
-    case Source::kBiasPlusExtra:
-    case Source::kBiasMinusExtra: {
-      const std::string op = p.source == Source::kBiasPlusExtra ? " + " : " - ";
-      s += "  // conv2d's bias and the extra tensor, summed once: C = bias" + op + "extra.\n";
-      s += p.extra_full ? "  csrc = (" + b + ".view({1, K, 1, 1})" + op + e + ").contiguous(" + cl + ");\n"
-                        : "  csrc = (" + b + op + e + ".reshape({K})).contiguous();\n";
-      break;
-    }
-  }
+// The 2.x kernel's view of the source tensor C (ConvSourceTensor): its
+// pointer and layout (stride 0 = per-channel vector).
+std::string SourceLayout(const ConvPlan& p) {
   const bool per_channel = p.source != Source::kNone && !p.extra_full;
-  s += "  const Layout c_layout = ";
+  std::string s = "  const Layout c_layout = ";
   s += per_channel ? "Layout(Layout::Stride(0));\n" : "out_layout;\n";
-  if (p.source != Source::kNone) {
-    s += "  dice_conv_check(csrc, \"the epilogue's source tensor\", " + I64(p.align_c * ir::DTypeSize(p.dtype)) + ", " +
-         In(p.x) + ".device());\n";
-  }
+  s += ConvSourceCheck(p);
   s += "  E* c_ptr = static_cast<E*>(csrc.defined() ? csrc.data_ptr() : out.data_ptr());\n";
   return s;
 }
 
-// dice_forward: checks, NHWC operands, the source tensor, the CUTLASS run.
+// dice_forward for the CUTLASS 2.x kernel: ConvHostPrologue, the NHWC
+// layouts, the source tensor, the CUTLASS run.
 std::string HostFunction(const Task& task, const ConvPlan& p) {
+  std::string s = ConvHostPrologue(task, p);
+  s += "  using E = DiceEpilogue::Element;\n  using Layout = cutlass::layout::TensorNHWC;\n";
+  s += "  const Layout x_layout = Layout::packed({static_cast<int>(N), static_cast<int>(H), static_cast<int>(W), static_cast<int>(C)});\n";
+  s += "  const Layout w_layout = Layout::packed({static_cast<int>(K), static_cast<int>(R), static_cast<int>(S), static_cast<int>(C)});\n";
+  s += "  const Layout out_layout = Layout::packed({static_cast<int>(N), static_cast<int>(P), static_cast<int>(Q), static_cast<int>(K)});\n";
+  s += ConvSourceTensor(p);
+  s += SourceLayout(p);
+  s += "  cutlass::conv::Conv2dProblemSize problem(\n"
+       "      static_cast<int>(N), static_cast<int>(H), static_cast<int>(W), static_cast<int>(C), static_cast<int>(K),\n"
+       "      static_cast<int>(R), static_cast<int>(S), static_cast<int>(P), static_cast<int>(Q), static_cast<int>(ph),\n"
+       "      static_cast<int>(pw), static_cast<int>(sh), static_cast<int>(sw), static_cast<int>(dh), static_cast<int>(dw),\n"
+       "      cutlass::conv::Mode::kCrossCorrelation, 1, 1);\n";
+  s += "  DiceConv::Arguments args(problem, {static_cast<E*>(xl.data_ptr()), x_layout},\n"
+       "                           {static_cast<E*>(wl.data_ptr()), w_layout}, {c_ptr, c_layout},\n"
+       "                           {static_cast<E*>(out.data_ptr()), out_layout}, DiceEpilogue::Params());\n";
+  s += CutlassRunSource("DiceConv", "conv", In(p.x));
+  s += "  return out;\n}\n";
+  return s;
+}
+
+std::string TileName(const Tile& t) {
+  return std::to_string(t.tm) + "x" + std::to_string(t.tn) + "x" + std::to_string(t.tk);
+}
+
+// CTAs of the implicit GEMM (M = N*P*Q rows, K columns) per SM, capped at one
+// wave: small outputs rank the small tile first, large ones the large tiles.
+double WaveFill(const ConvPlan& p, const Tile& t, int sm_count) {
+  const int64_t m = p.N * p.P * p.Q;
+  const int64_t ctas = ((m + t.tm - 1) / t.tm) * ((p.K + t.tn - 1) / t.tn);
+  return std::min(1.0, static_cast<double>(ctas) / std::max(sm_count, 1));
+}
+
+}  // namespace
+
+std::string ConvHostPrologue(const Task& task, const ConvPlan& p) {
   const int64_t esize = ir::DTypeSize(p.dtype);
   std::string sig, checks;
   for (size_t i = 0; i < task.inputs.size(); ++i) {
@@ -340,37 +338,37 @@ std::string HostFunction(const Task& task, const ConvPlan& p) {
   s += "  dice_conv_check(xl, \"x as NHWC\", " + ab + ", " + x + ".device());\n";
   s += "  dice_conv_check(wl, \"weight as KRSC\", " + ab + ", " + x + ".device());\n";
   s += "  torch::Tensor out = torch::empty({N, K, P, Q}, " + x + ".options().memory_format(at::MemoryFormat::ChannelsLast));\n";
-  s += "  using E = DiceEpilogue::Element;\n  using Layout = cutlass::layout::TensorNHWC;\n";
-  s += "  const Layout x_layout = Layout::packed({static_cast<int>(N), static_cast<int>(H), static_cast<int>(W), static_cast<int>(C)});\n";
-  s += "  const Layout w_layout = Layout::packed({static_cast<int>(K), static_cast<int>(R), static_cast<int>(S), static_cast<int>(C)});\n";
-  s += "  const Layout out_layout = Layout::packed({static_cast<int>(N), static_cast<int>(P), static_cast<int>(Q), static_cast<int>(K)});\n";
-  s += SourcePrep(p);
-  s += "  cutlass::conv::Conv2dProblemSize problem(\n"
-       "      static_cast<int>(N), static_cast<int>(H), static_cast<int>(W), static_cast<int>(C), static_cast<int>(K),\n"
-       "      static_cast<int>(R), static_cast<int>(S), static_cast<int>(P), static_cast<int>(Q), static_cast<int>(ph),\n"
-       "      static_cast<int>(pw), static_cast<int>(sh), static_cast<int>(sw), static_cast<int>(dh), static_cast<int>(dw),\n"
-       "      cutlass::conv::Mode::kCrossCorrelation, 1, 1);\n";
-  s += "  DiceConv::Arguments args(problem, {static_cast<E*>(xl.data_ptr()), x_layout},\n"
-       "                           {static_cast<E*>(wl.data_ptr()), w_layout}, {c_ptr, c_layout},\n"
-       "                           {static_cast<E*>(out.data_ptr()), out_layout}, DiceEpilogue::Params());\n";
-  s += CutlassRunSource("DiceConv", "conv", x);
-  s += "  return out;\n}\n";
   return s;
 }
 
-std::string TileName(const Tile& t) {
-  return std::to_string(t.tm) + "x" + std::to_string(t.tn) + "x" + std::to_string(t.tk);
+std::string ConvSourceTensor(const ConvPlan& p) {
+  const char* cl = "at::MemoryFormat::ChannelsLast";
+  std::string s = "  torch::Tensor csrc;  // the epilogue's source tensor (undefined: none)\n";
+  const std::string b = p.bias >= 0 ? In(p.bias) : "", e = p.extra >= 0 ? In(p.extra) : "";
+  switch (p.source) {
+    case Source::kNone: break;
+    case Source::kBias: s += "  csrc = " + b + ".contiguous();\n"; break;
+    case Source::kExtra:
+      s += p.extra_full ? "  csrc = " + e + ".contiguous(" + cl + ");  // NPQK (a copy unless channels_last)\n"
+                        : "  csrc = " + e + ".reshape({K}).contiguous();\n";
+      break;
+    case Source::kBiasPlusExtra:
+    case Source::kBiasMinusExtra: {
+      const std::string op = p.source == Source::kBiasPlusExtra ? " + " : " - ";
+      s += "  // conv2d's bias and the extra tensor, summed once: C = bias" + op + "extra.\n";
+      s += p.extra_full ? "  csrc = (" + b + ".view({1, K, 1, 1})" + op + e + ").contiguous(" + cl + ");\n"
+                        : "  csrc = (" + b + op + e + ".reshape({K})).contiguous();\n";
+      break;
+    }
+  }
+  return s;
 }
 
-// CTAs of the implicit GEMM (M = N*P*Q rows, K columns) per SM, capped at one
-// wave: small outputs rank the small tile first, large ones the large tiles.
-double WaveFill(const ConvPlan& p, const Tile& t, int sm_count) {
-  const int64_t m = p.N * p.P * p.Q;
-  const int64_t ctas = ((m + t.tm - 1) / t.tm) * ((p.K + t.tn - 1) / t.tn);
-  return std::min(1.0, static_cast<double>(ctas) / std::max(sm_count, 1));
+std::string ConvSourceCheck(const ConvPlan& p) {
+  if (p.source == Source::kNone) return "";
+  return "  dice_conv_check(csrc, \"the epilogue's source tensor\", " + I64(p.align_c * ir::DTypeSize(p.dtype)) + ", " +
+         In(p.x) + ".device());\n";
 }
-
-}  // namespace
 
 Expected<std::vector<Candidate>> ConvCandidates(const Task& task, int max_candidates) {
   auto plan = Analyze(task);
@@ -386,7 +384,8 @@ Expected<std::vector<Candidate>> ConvCandidates(const Task& task, int max_candid
       EpilogueFunctorSource(p.dtype, p.align_c, p.source != Source::kNone, c_is_bias, p.epi, "conv2d");
   const std::string host = HostFunction(task, p);
   const char* math = p.math == Math::kTf32 ? "tf32/" : p.math == Math::kFastF32 ? "3xtf32/" : "tc/";
-  std::vector<Candidate> out;
+  // Hopper's own kernels first where they apply (DICE_CONV_SM90=1; conv_sm90.cc), then the 2.x ones.
+  std::vector<Candidate> out = ConvSm90Candidates(task, p, functor, max_candidates);
   for (const Tile& t : tiles) {
     if (static_cast<int>(out.size()) >= max_candidates) break;
     Candidate c;

@@ -104,6 +104,10 @@ bool HasConv(const ir::Graph& graph);
 /// channels_last-strided NCHW output (run_group and the verifier accept any
 /// strides). Sources bake in the stride/padding/dilation, not the sizes.
 /// Ordered by how much of one wave of the target's SMs each tile's grid fills.
+/// With $DICE_CONV_SM90=1 on an sm_90 target, CUTLASS 3.x sm90 candidates
+/// (conv_sm90.cc: TMA im2col + wgmma, built for sm_90a; origin
+/// "template:conv/sm90-tf32/<tile>[/c<cluster>]" or ".../sm90-tc/...") come
+/// first, when C and K allow 16-byte accesses and the math is not 3xTF32.
 /// Errors: kUnsupported with the reason (groups != 1, op after conv2d not
 /// elementwise, two extra tensors, an extra tensor neither per-channel nor
 /// output-shaped, bias and extra not combinable, mixed dtypes, a strided

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 
@@ -187,7 +188,7 @@ std::vector<std::string> NvccArgv(const Toolchain& tc, const Candidate& candidat
                                   const std::string& dir) {
   // -O1 applies to host code only (dice_forward); device code is optimised by ptxas regardless.
   std::vector<std::string> argv = {tc.nvcc, "-std=c++17", "-O1", "-shared", "-Xcompiler", "-fPIC",
-                                   "-arch=" + arch, "--expt-relaxed-constexpr",
+                                   "-arch=" + NvccArch(candidate, arch), "--expt-relaxed-constexpr",
                                    // The defines PyTorch's cpp_extension passes for CUDA sources, so
                                    // KernelBench/DICE code compiles here as under load_inline.
                                    "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
@@ -248,6 +249,15 @@ std::string CutlassIncludeDir() {
 ExtensionBuild::~ExtensionBuild() {
   for (const auto& f : files_) ::unlink(f.c_str());
   for (auto it = dirs_.rbegin(); it != dirs_.rend(); ++it) ::rmdir(it->c_str());
+}
+
+std::string NvccArch(const Candidate& candidate, const std::string& arch) {
+  static constexpr std::string_view kMarker = "// dice-nvcc-arch-feature: a";
+  const std::string_view head = std::string_view(candidate.source).substr(0, 4096);
+  const size_t at = head.find(kMarker);
+  const bool line_start = at != std::string_view::npos && (at == 0 || head[at - 1] == '\n');
+  if (!line_start || arch.empty() || !(arch.back() >= '0' && arch.back() <= '9')) return arch;
+  return arch + "a";
 }
 
 std::string ExtensionTranslationUnit(const Candidate& candidate, int num_inputs) {

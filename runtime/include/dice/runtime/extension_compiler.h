@@ -146,6 +146,15 @@ Expected<std::unique_ptr<ExtensionBuild>> CompileExtensionCached(const Candidate
                                                                  int num_inputs,
                                                                  const ExtensionCompileOptions& options = {});
 
+/// The -arch= value nvcc gets for `candidate` on a task whose arch is `arch`
+/// ("sm_90"): `arch` itself, or its arch-specific variant when the source asks
+/// for one with the line "// dice-nvcc-arch-feature: a" within its first 4,096
+/// bytes ("sm_90" -> "sm_90a": CUTLASS 3.x's sm90 kernels use wgmma and TMA,
+/// which only sm_90a code has; built for plain sm_90 they compile to a trap).
+/// An arch that already carries a suffix is returned unchanged, as is any
+/// arch for a source without the line. Pure; no errors.
+std::string NvccArch(const Candidate& candidate, const std::string& arch);
+
 /// The CUDA source nvcc compiles for `candidate`: its source followed by the
 /// entry point for `num_inputs` inputs (exposed for tests and debugging).
 std::string ExtensionTranslationUnit(const Candidate& candidate, int num_inputs);
