@@ -267,20 +267,22 @@ TEST(ConvTemplates, StridedInputIsRefused) {
   EXPECT_TRUE(Contains(Refusal(task), "is neither contiguous nor channels_last"));
 }
 
-// One real build (issue 18: "CUTLASS candidates compile for sm_90 on CPU"):
-// nvcc with LibTorch's and CUTLASS's headers, a minute or more on 2 cores.
-TEST(ConvTemplates, Tf32CandidateCompilesForSm90WithNvcc) {
+// Builds the first candidate for `task` with nvcc for an sm_90 task (as the
+// worker would: CompileExtensionCached into a fresh build cache) and prints
+// the time; skips without the CUTLASS headers or a compiler toolchain.
+// `origin` is the candidate expected first.
+void BuildFirstCandidateForSm90(const Task& task, const std::string& origin) {
   if (runtime::CutlassIncludeDir().empty()) {
     GTEST_SKIP() << "CUTLASS headers absent (scripts/setup.sh unpacks them; or set DICE_CUTLASS_INCLUDE)";
   }
-  const Task task = ConvTask(DType::kFloat32, ConvShape{}, true, MishMish);
   const auto cands = Generate(task, 1);
   ASSERT_EQ(cands.size(), 1u);
+  ASSERT_EQ(cands[0].origin, origin);
   char tmpl[] = "/tmp/dice-conv-build-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
   runtime::ExtensionCompileOptions opt;
-  opt.timeout_s = 1200;
+  opt.timeout_s = 1800;
   opt.build_cache_dir = dir;
   auto build = runtime::CompileExtensionCached(cands[0], "sm_90", static_cast<int>(task.inputs.size()), opt);
   if (!build.ok() && build.status().code() == StatusCode::kNotFound) {
@@ -289,8 +291,15 @@ TEST(ConvTemplates, Tf32CandidateCompilesForSm90WithNvcc) {
   }
   ASSERT_TRUE(build.ok()) << build.status().ToString();
   EXPECT_FALSE((*build)->library_path().empty());
-  std::printf("[conv] %s built in %.1f s\n", cands[0].origin.c_str(), (*build)->compile_ms() / 1000.0);
+  std::printf("[conv] %s built for %s in %.1f s\n", cands[0].origin.c_str(),
+              runtime::NvccArch(cands[0], "sm_90").c_str(), (*build)->compile_ms() / 1000.0);
   EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
+}
+
+// One real build (issue 18: "CUTLASS candidates compile for sm_90 on CPU"):
+// nvcc with LibTorch's and CUTLASS's headers, a minute or more on 2 cores.
+TEST(ConvTemplates, Tf32CandidateCompilesForSm90WithNvcc) {
+  BuildFirstCandidateForSm90(ConvTask(DType::kFloat32, ConvShape{}, true, MishMish), "template:conv/tf32/128x128x16/s3");
 }
 
 // DICE_CONV_SM90=1 for the scope of one test (conv_sm90.cc's switch).
@@ -361,29 +370,8 @@ TEST(ConvTemplates, Sm90NeedsHopperTf32AndSixteenByteChannels) {
 }
 
 TEST(ConvTemplates, Sm90Tf32CandidateCompilesForSm90aWithNvcc) {
-  if (runtime::CutlassIncludeDir().empty()) {
-    GTEST_SKIP() << "CUTLASS headers absent (scripts/setup.sh unpacks them; or set DICE_CUTLASS_INCLUDE)";
-  }
   Sm90On on;
-  const Task task = ConvTask(DType::kFloat32, ConvShape{}, true, MishMish);
-  const auto cands = Generate(task, 1);
-  ASSERT_EQ(cands.size(), 1u);
-  ASSERT_EQ(cands[0].origin, "template:conv/sm90-tf32/128x128x32");
-  char tmpl[] = "/tmp/dice-conv-sm90-build-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  runtime::ExtensionCompileOptions opt;
-  opt.timeout_s = 1800;
-  opt.build_cache_dir = dir;
-  auto build = runtime::CompileExtensionCached(cands[0], "sm_90", static_cast<int>(task.inputs.size()), opt);
-  if (!build.ok() && build.status().code() == StatusCode::kNotFound) {
-    EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
-    GTEST_SKIP() << "no compiler toolchain: " << build.status().ToString();
-  }
-  ASSERT_TRUE(build.ok()) << build.status().ToString();
-  EXPECT_FALSE((*build)->library_path().empty());
-  std::printf("[conv] %s built for sm_90a in %.1f s\n", cands[0].origin.c_str(), (*build)->compile_ms() / 1000.0);
-  EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
+  BuildFirstCandidateForSm90(ConvTask(DType::kFloat32, ConvShape{}, true, MishMish), "template:conv/sm90-tf32/128x128x32");
 }
 
 }  // namespace
