@@ -114,8 +114,10 @@ if [ -d "$ROOT/.deps/root/usr" ]; then
 fi
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
-# Optional: with ccache installed, rebuilds (and other checkouts under the same
-# CCACHE_BASEDIR) reuse objects. Not installed by this script.
+# Optional: with ccache installed, rebuilds reuse objects; another checkout
+# reuses them only with CCACHE_BASEDIR set to a common parent and
+# CCACHE_NOHASHDIR=1 (RelWithDebInfo objects otherwise hash the build
+# directory, so a fresh clone misses them all). Not installed by this script.
 command -v ccache >/dev/null && EXTRA+=("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
 CONFIGURE=(cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" -DCMAKE_PREFIX_PATH="$PREFIX_PATH"
   "${EXTRA[@]}")
