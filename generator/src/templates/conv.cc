@@ -36,6 +36,8 @@
 // tile, stages, access widths (from C and K divisibility, checked at run
 // time) and the source's kind, so tasks differing only in sizes get
 // byte-identical sources and share one build (extension_compiler.h).
+// On sm_90, conv_sm90.cc's CUTLASS 3.x candidates (DICE_CONV_SM90=1) come
+// before these; both share conv_plan.h.
 #include <algorithm>
 #include <cstdlib>
 #include <string>
