@@ -457,6 +457,8 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   if (gpu) {  // the layout is measured once, on the captured copy; the tuned copy takes its decision
     options.memory_format = capture_report.memory_format == "channels_last" ? dice::torch_ext::MemoryFormat::kChannelsLast
                                                                             : dice::torch_ext::MemoryFormat::kContiguous;
+    options.attention = capture_report.attention == "sdpa" ? dice::torch_ext::AttentionMode::kSdpa
+                                                           : dice::torch_ext::AttentionMode::kUnfused;
   }
   auto report = dice::torch_ext::optimize(tuned.module, options);
   if (!report.ok()) return Fail(kExitFailure, report.status().message());
@@ -464,6 +466,9 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   const auto& layout = gpu ? capture_report : *report;
   Notice(dice::LogLevel::kInfo, "dice: memory format: %s (%s)", layout.memory_format.c_str(),
          layout.memory_format_reason.c_str());
+  if (layout.attention == "sdpa" || layout.attention_reason.rfind("no attention chain", 0) != 0) {
+    Notice(dice::LogLevel::kInfo, "dice: attention: %s (%s)", layout.attention.c_str(), layout.attention_reason.c_str());
+  }
   Notice(dice::LogLevel::kInfo, "dice: %zu fusion group(s) formed, %zu op(s) left with PyTorch", report->groups.size(),
          report->left_out.size());
   ProgressLine progress;  // one line per group and phase (cli/progress.h)
@@ -515,6 +520,9 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   e2e.memory_format = layout.memory_format;
   e2e.memory_format_reason = layout.memory_format_reason;
   e2e.memory_format_us = layout.memory_format_us;
+  e2e.attention = layout.attention;
+  e2e.attention_reason = layout.attention_reason;
+  e2e.attention_us = layout.attention_us;
   if (!WriteTuneOutputs(args, TuneDocument(args.model_path, *tuned_reports, e2e), &error)) {
     return Fail(kExitFailure, error);
   }

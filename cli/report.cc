@@ -344,6 +344,11 @@ json TuneDocument(const std::string& model, const std::vector<runtime::TuneRepor
             {"reason", e2e.memory_format_reason},
             {"contiguous_us", Measured(e2e.memory_format_us.first, e2e.memory_format_us.first > 0)},
             {"channels_last_us", Measured(e2e.memory_format_us.second, e2e.memory_format_us.second > 0)}}},
+          {"attention",
+           {{"choice", e2e.attention},
+            {"reason", e2e.attention_reason},
+            {"unfused_us", Measured(e2e.attention_us.first, e2e.attention_us.first > 0)},
+            {"sdpa_us", Measured(e2e.attention_us.second, e2e.attention_us.second > 0)}}},
           {"groups", std::move(gs)}};
 }
 

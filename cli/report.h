@@ -66,6 +66,11 @@ struct EndToEnd {
   std::string memory_format = "contiguous";
   std::string memory_format_reason;
   std::pair<double, double> memory_format_us{0, 0};
+  /// The attention pass's choice (OptimizeReport::attention: "unfused" or
+  /// "sdpa"), why, and the two measured µs (0 = not timed).
+  std::string attention = "unfused";
+  std::string attention_reason;
+  std::pair<double, double> attention_us{0, 0};
 };
 
 /// One fusion group's entry of the report document: the TuneReport's
@@ -80,7 +85,8 @@ nlohmann::json GroupJson(const runtime::TuneReport& report, bool timed,
 
 /// The whole `dice tune --json` document for `model` (see the header comment);
 /// "memory_format": {"format", "reason", "contiguous_us", "channels_last_us"}
-/// (times null when not measured).
+/// and "attention": {"choice", "reason", "unfused_us", "sdpa_us"} (times
+/// null when not measured).
 nlohmann::json TuneDocument(const std::string& model, const std::vector<runtime::TuneReport>& groups, const EndToEnd& e2e);
 
 /// The report document of the kernel cache in `cache_dir`: "source":

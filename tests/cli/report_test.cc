@@ -311,6 +311,23 @@ TEST(ReportJsonTest, CarriesTheMemoryFormatDecisionWithBothTimesOrNull) {
   EXPECT_TRUE(d2["memory_format"]["channels_last_us"].is_null());
 }
 
+TEST(ReportJsonTest, CarriesTheAttentionDecisionWithBothTimesOrNull) {
+  runtime::TuneReport r;
+  EndToEnd measured = Measured();
+  measured.attention = "sdpa";
+  measured.attention_reason = "auto: sdpa 40.0 µs vs unfused 90.0 µs (1 chain(s), 1 masked)";
+  measured.attention_us = {90.0, 40.0};
+  const json doc = TuneDocument("m.pt", {r}, measured);
+  EXPECT_EQ(doc["attention"]["choice"], "sdpa");
+  EXPECT_EQ(doc["attention"]["reason"], measured.attention_reason);
+  EXPECT_DOUBLE_EQ(doc["attention"]["unfused_us"].get<double>(), 90.0);
+  EXPECT_DOUBLE_EQ(doc["attention"]["sdpa_us"].get<double>(), 40.0);
+  const json d2 = TuneDocument("m.pt", {r}, EndToEnd{});  // compile-only: nothing timed
+  EXPECT_EQ(d2["attention"]["choice"], "unfused");
+  EXPECT_TRUE(d2["attention"]["unfused_us"].is_null());
+  EXPECT_TRUE(d2["attention"]["sdpa_us"].is_null());
+}
+
 TEST(ReportJsonTest, CreditsEachWinnerWithWhatItSavedPerForwardOrPerCall) {
   runtime::TuneReport repeated;  // a block that runs three times per forward
   repeated.task_key = "k3";

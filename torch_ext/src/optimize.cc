@@ -23,6 +23,7 @@
 #include "dice/core/tensor_layout.h"
 #include "dice/runtime/cuda_driver.h"
 #include "dice/torch_ext/fusion_pass.h"
+#include "attention_pass.h"
 #include "memory_format_pass.h"
 #include "runtime_state.h"
 #include "tune_queue.h"
@@ -59,7 +60,7 @@ Expected<torch::jit::Module> FreezeOrExplain(const torch::jit::Module& module) {
 }
 
 // Throws when DICE_INJECT_CAPTURE_FAILURE names `pass` ("inline",
-// "observe", "memory_format", "fusion"): tests of the capture fallback.
+// "observe", "memory_format", "attention", "fusion"): tests of the capture fallback.
 void InjectCaptureFailure(const char* pass) {
   const char* inject = std::getenv("DICE_INJECT_CAPTURE_FAILURE");
   if (inject != nullptr && std::string(inject) == pass)
@@ -108,6 +109,43 @@ void RunMemoryFormatPass(const std::shared_ptr<torch::jit::Graph>& graph, const 
   if (!observed.ok()) throw std::runtime_error("after channels_last: " + observed.message());
 }
 
+// options.attention, or DICE_ATTENTION when that is kAuto (an unknown value
+// is a report warning and reads as auto).
+AttentionMode RequestedAttention(const Options& options, OptimizeReport* report) {
+  if (options.attention != AttentionMode::kAuto) return options.attention;
+  const char* env = std::getenv("DICE_ATTENTION");
+  if (env == nullptr || *env == '\0') return AttentionMode::kAuto;
+  auto parsed = ParseAttentionMode(env);
+  if (parsed.ok()) return *parsed;
+  report->warnings.push_back("DICE_ATTENTION: " + parsed.status().message() + "; read as auto");
+  return AttentionMode::kAuto;
+}
+
+// The attention pass (attention_pass.h) on the observed graph. A failure
+// inside it leaves the chains unfused with a warning naming the pass; the
+// capture goes on.
+void RunAttentionPass(const std::shared_ptr<torch::jit::Graph>& graph, const Options& options,
+                      const std::vector<c10::IValue>& inputs, OptimizeReport* report) {
+  const AttentionMode requested = RequestedAttention(options, report);
+  Expected<AttentionOutcome> outcome = AttentionOutcome{};
+  try {
+    InjectCaptureFailure("attention");
+    outcome = RunAttentionStep(graph, requested, inputs);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    outcome = Status(StatusCode::kInternal, what.substr(0, what.find('\n')));
+  }
+  if (!outcome.ok()) {
+    report->attention_reason = "the attention pass failed; left unfused";
+    report->warnings.push_back("capture pass 'attention' failed: " + outcome.status().message() +
+                               "; attention is left as written");
+    return;
+  }
+  report->attention = outcome->choice;
+  report->attention_reason = outcome->reason;
+  report->attention_us = {outcome->unfused_us, outcome->sdpa_us};
+}
+
 // The capture passes after freezing, on `module`'s forward graph: inlining,
 // type observation on the example inputs, the memory-format pass, the fusion
 // pass. `pass` names the one running (for the caller's warning when one
@@ -129,6 +167,8 @@ Status RunCapturePasses(torch::jit::Module& module, const Options& options, Opti
   }
   *pass = "memory_format";
   RunMemoryFormatPass(graph, options, inputs, report);
+  *pass = "attention";
+  RunAttentionPass(graph, options, inputs, report);
   // Mode off: report what would fuse, leave the module's graph without groups.
   *pass = "fusion";
   InjectCaptureFailure(*pass);
@@ -250,6 +290,9 @@ Expected<OptimizeReport> optimize(torch::jit::Module& module, const Options& opt
       report.memory_format = "contiguous";
       report.memory_format_us = {0, 0};
       report.memory_format_reason = "the capture passes failed; left contiguous";
+      report.attention = "unfused";
+      report.attention_us = {0, 0};
+      report.attention_reason = "the capture passes failed; left unfused";
       report.warnings.push_back(std::string("capture pass '") + pass + "' failed: " + what +
                                 "; the model is left unchanged (PyTorch runs all of it)");
     }

@@ -56,8 +56,21 @@ Expected<MemoryFormat> ParseMemoryFormat(std::string_view text);
 /// The name ParseMemoryFormat reads back.
 const char* MemoryFormatName(MemoryFormat format);
 
+/// What optimize()'s attention pass does with attention written out op by op
+/// (matmul, scale, mask, softmax, matmul; torch_ext/src/attention_pass.h,
+/// issue 18 item 3).
+enum class AttentionMode {
+  kAuto,     ///< scaled_dot_product_attention when measured >= 2% faster on CUDA example inputs, else unfused
+  kUnfused,  ///< leave the ops as written (the pass does nothing)
+  kSdpa,     ///< rewrite every matching chain, unmeasured
+};
+/// "auto" | "unfused" | "sdpa" (DICE_ATTENTION).
+/// Errors: kInvalidArgument naming the value and the accepted ones.
+Expected<AttentionMode> ParseAttentionMode(std::string_view text);
+/// The name ParseAttentionMode reads back.
+const char* AttentionModeName(AttentionMode mode);
 /// Runtime and capture options. The process keeps every field but
-/// example_inputs and memory_format past optimize() (as RuntimeSettings in
+/// example_inputs, memory_format and attention past optimize() (as RuntimeSettings in
 /// torch_ext/src/runtime_state.h: a new field goes there too, and into the
 /// two conversions in optimize.cc).
 struct Options {
@@ -72,6 +85,10 @@ struct Options {
   /// unknown value is a report warning and reads as auto); an explicit
   /// kContiguous / kChannelsLast wins over the variable.
   MemoryFormat memory_format = MemoryFormat::kAuto;
+  /// Attention chains (capture only). kAuto defers to DICE_ATTENTION when
+  /// that is set (auto|unfused|sdpa; an unknown value is a report warning and
+  /// reads as auto); an explicit kUnfused / kSdpa wins over the variable.
+  AttentionMode attention = AttentionMode::kAuto;
 
   /// Defaults with mode from DICE_MODE (unset = kOff) and cache_dir from
   /// DICE_CACHE_DIR. Errors: kInvalidArgument for an unknown DICE_MODE.
@@ -117,6 +134,16 @@ struct OptimizeReport {
   /// Median µs of the frozen forward (contiguous, channels_last), timed
   /// round-robin with CUDA events before the fusion pass; {0, 0} = not timed.
   std::pair<double, double> memory_format_us{0, 0};
+  /// What the attention pass kept: "unfused", or "sdpa" (then the forward
+  /// graph calls aten::scaled_dot_product_attention for each chain).
+  std::string attention = "unfused";
+  /// Why, in one line: the two measured times, "sdpa requested", "auto: not
+  /// measured (no CUDA example inputs); ...", the first reason a chain was
+  /// left unfused, or "no attention chain ...".
+  std::string attention_reason;
+  /// Median µs of the forward (unfused, sdpa), timed round-robin with CUDA
+  /// events after the memory-format pass; {0, 0} = not timed.
+  std::pair<double, double> attention_us{0, 0};
 };
 
 /// Freezes (options.freeze; the module is put in eval mode) or inlines the
@@ -137,7 +164,11 @@ struct OptimizeReport {
 /// channels_last; it is measured, see MemoryFormat and report.memory_format*.
 /// Its failure leaves the graph as it was (contiguous) with the warning
 /// "capture pass 'memory_format' failed: <cause>", and the rest still runs.
-/// DICE_INJECT_CAPTURE_FAILURE=freeze|inline|observe|memory_format|fusion
+/// Then the attention pass (options.attention) may replace attention chains
+/// by aten::scaled_dot_product_attention, measured the same way (see
+/// AttentionMode and report.attention*); its failure leaves them unfused with
+/// the warning "capture pass 'attention' failed: <cause>".
+/// DICE_INJECT_CAPTURE_FAILURE=freeze|inline|observe|memory_format|attention|fusion
 /// makes that step fail (tests of these fallbacks).
 /// REQUIRES: when options.freeze is false, forward has not been run yet (its
 /// graph executor would keep the old graph).

@@ -1,0 +1,283 @@
+// The attention capture pass and its measured decision (attention_pass.h).
+#include "attention_pass.h"
+
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/ir/named_value.h>
+
+#include "memory_format_pass.h"
+
+namespace dice::torch_ext {
+
+namespace {
+
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Value;
+
+int Rank(const Value* v) {
+  auto tt = v->type()->cast<c10::TensorType>();
+  if (!tt) return -1;
+  auto dim = tt->dim();
+  return dim ? static_cast<int>(*dim) : -1;
+}
+
+std::optional<c10::ScalarType> Dtype(const Value* v) {
+  auto tt = v->type()->cast<c10::TensorType>();
+  if (!tt) return std::nullopt;
+  return tt->scalarType();
+}
+
+bool Is(const Node* n, const char* aten_name) { return n->kind() == c10::Symbol::aten(aten_name); }
+
+bool SingleUse(const Value* v) { return v->uses().size() == 1; }
+
+// The dimension d normalised against `rank` (-1 -> rank - 1), or nullopt when
+// it is not a constant int.
+std::optional<int64_t> ConstDim(Value* v, int rank) {
+  auto iv = torch::jit::toIValue(v);
+  if (!iv || !iv->isInt()) return std::nullopt;
+  int64_t d = iv->toInt();
+  return d < 0 ? d + rank : d;
+}
+
+bool IsConstNone(Value* v) {
+  auto iv = torch::jit::toIValue(v);
+  return iv && iv->isNone();
+}
+
+std::optional<bool> ConstBool(Value* v) {
+  auto iv = torch::jit::toIValue(v);
+  if (!iv || !iv->isBool()) return std::nullopt;
+  return iv->toBool();
+}
+
+// One matched chain, from the score matmul to the output matmul.
+struct Chain {
+  Value* q = nullptr;
+  Value* k = nullptr;
+  Value* v = nullptr;
+  Value* scale = nullptr;  // float Value multiplying the scores; nullptr = 1.0
+  bool scale_is_divisor = false;
+  Value* bool_mask = nullptr;      // masked_fill's mask (True = masked out)
+  Value* additive_mask = nullptr;  // added to the scores
+  std::vector<Node*> nodes;        // the chain's nodes, output matmul first
+  Node* transpose = nullptr;       // k's transpose (removed when no other use is left)
+};
+
+// Matches the chain ending at `out` (an aten::matmul), or returns the reason
+// it does not match ("" when `out` is not the end of an attention chain at
+// all, so nothing is reported).
+std::string Match(Node* out, Chain* c) {
+  Value* p = out->input(0);
+  c->v = out->input(1);
+  c->nodes.push_back(out);
+  Node* n = p->node();
+  if (Is(n, "dropout")) {
+    auto train = ConstBool(n->input(2));
+    if (!train || *train) return "";  // training-mode dropout: not an inference chain
+    if (!SingleUse(n->output())) return "";
+    c->nodes.push_back(n);
+    n = n->input(0)->node();
+  }
+  if (!Is(n, "softmax")) return "";
+  Node* softmax = n;
+  Value* scores = softmax->input(0);
+  const int rank = Rank(scores);
+  if (rank < 0) return "";
+  auto dim = ConstDim(softmax->input(1), rank);
+  if (!dim || *dim != rank - 1) return "";
+  // From here on it is an attention chain: a mismatch is reported.
+  if (softmax->inputs().size() > 2 && !IsConstNone(softmax->input(2))) return "softmax with a dtype argument";
+  if (!SingleUse(softmax->output())) return "the softmax output has another use (e.g. returned attention weights)";
+  c->nodes.push_back(softmax);
+  n = scores->node();
+  // Optional mask (outermost), then optional scale.
+  if (Is(n, "masked_fill")) {
+    auto fill = torch::jit::toIValue(n->input(2));
+    if (!fill || !(fill->isDouble() || fill->isInt()) || !std::isinf(fill->toScalar().toDouble()) ||
+        fill->toScalar().toDouble() > 0) {
+      return "masked_fill with a value other than -inf (SDPA's bool mask means -inf)";
+    }
+    if (Dtype(n->input(1)) != c10::ScalarType::Bool) return "masked_fill with a mask of unknown or non-bool dtype";
+    if (!SingleUse(n->output())) return "the masked scores have another use";
+    c->bool_mask = n->input(1);
+    c->nodes.push_back(n);
+    n = n->input(0)->node();
+  } else if (Is(n, "add") && n->inputs().size() == 3) {
+    auto alpha = torch::jit::toIValue(n->input(2));
+    if (!alpha || alpha->toScalar().toDouble() != 1.0) return "an added mask with alpha != 1";
+    Value* mask = n->input(1);
+    if (!mask->type()->cast<c10::TensorType>() || !c10::isFloatingType(Dtype(mask).value_or(c10::ScalarType::Bool))) {
+      return "an added mask that is not a floating tensor";
+    }
+    if (!SingleUse(n->output())) return "the masked scores have another use";
+    c->additive_mask = mask;
+    c->nodes.push_back(n);
+    n = n->input(0)->node();
+  }
+  if (Is(n, "mul") || Is(n, "div")) {
+    Value* s = n->input(1);
+    if (n->inputs().size() != 2 || !s->type()->cast<c10::FloatType>()) {
+      return "a scale that is not a float scalar (a Tensor or an int)";
+    }
+    if (!SingleUse(n->output())) return "the scaled scores have another use";
+    c->scale = s;
+    c->scale_is_divisor = Is(n, "div");
+    c->nodes.push_back(n);
+    n = n->input(0)->node();
+  }
+  if (Is(n, "masked_fill") || Is(n, "add") || Is(n, "mul") || Is(n, "div")) {
+    return "the scale comes after the mask (SDPA scales before it adds the mask)";
+  }
+  if (!Is(n, "matmul")) return "the scores are not a matmul";
+  if (!SingleUse(n->output())) return "the scores have another use";
+  c->q = n->input(0);
+  Node* t = n->input(1)->node();
+  if (!Is(t, "transpose")) return "the key is not transposed by transpose(-2, -1)";
+  c->k = t->input(0);
+  const int r = Rank(c->k);
+  auto d0 = ConstDim(t->input(1), r), d1 = ConstDim(t->input(2), r);
+  if (r < 0 || !d0 || !d1 || std::min(*d0, *d1) != r - 2 || std::max(*d0, *d1) != r - 1) {
+    return "the key is not transposed by transpose(-2, -1)";
+  }
+  c->transpose = t;
+  c->nodes.push_back(n);
+  const int rq = Rank(c->q), rv = Rank(c->v);
+  if (rq != r || rv != r || (r != 3 && r != 4)) return "q, k, v are not all of rank 3 or 4";
+  auto dt = Dtype(c->q);
+  if (!dt || !c10::isFloatingType(*dt) || Dtype(c->k) != dt || Dtype(c->v) != dt) {
+    return "q, k, v do not share one known floating dtype";
+  }
+  if (c->additive_mask && Dtype(c->additive_mask) != dt) return "the added mask's dtype differs from q's";
+  for (Node* node : c->nodes) {
+    if (node->owningBlock() != out->owningBlock()) return "the chain crosses a block";
+  }
+  return "ok";
+}
+
+void Apply(const std::shared_ptr<Graph>& graph, const Chain& c) {
+  Node* out = c.nodes.front();
+  torch::jit::WithInsertPoint guard(out);
+  Value* mask = nullptr;
+  if (c.bool_mask != nullptr) {
+    mask = graph->insert(c10::aten::logical_not, {c.bool_mask});
+  } else if (c.additive_mask != nullptr) {
+    mask = c.additive_mask;
+  } else {
+    mask = graph->insertConstant(c10::IValue());
+  }
+  Value* scale = c.scale;
+  if (scale == nullptr) {
+    scale = graph->insertConstant(1.0);
+  } else if (c.scale_is_divisor) {
+    scale = graph->insert(c10::aten::div, {graph->insertConstant(1.0), c.scale});
+  }
+  Value* y = graph->insert(c10::Symbol::aten("scaled_dot_product_attention"),
+                           {c.q, c.k, c.v, mask, 0.0, false}, {torch::jit::NamedValue("scale", scale)});
+  y->setType(out->output()->type());
+  out->output()->replaceAllUsesWith(y);
+  for (Node* n : c.nodes) n->destroy();  // output matmul first: each node's uses are gone when it goes
+  if (c.transpose->output()->uses().empty()) c.transpose->destroy();
+}
+
+std::string Micros(double us) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", us);
+  return buf;
+}
+
+}  // namespace
+
+Expected<AttentionMode> ParseAttentionMode(std::string_view text) {
+  if (text == "auto") return AttentionMode::kAuto;
+  if (text == "unfused") return AttentionMode::kUnfused;
+  if (text == "sdpa") return AttentionMode::kSdpa;
+  return Status(StatusCode::kInvalidArgument,
+                "unknown attention mode '" + std::string(text) + "' (expected auto, unfused or sdpa)");
+}
+
+const char* AttentionModeName(AttentionMode mode) {
+  switch (mode) {
+    case AttentionMode::kUnfused: return "unfused";
+    case AttentionMode::kSdpa: return "sdpa";
+    case AttentionMode::kAuto: break;
+  }
+  return "auto";
+}
+
+AttentionPassResult RewriteAttentionToSdpa(const std::shared_ptr<Graph>& graph) {
+  AttentionPassResult result;
+  std::vector<Chain> chains;
+  for (Node* n : graph->block()->nodes()) {
+    if (!Is(n, "matmul")) continue;
+    Chain c;
+    const std::string why = Match(n, &c);
+    if (why == "ok") {
+      chains.push_back(std::move(c));
+    } else if (!why.empty()) {
+      result.skipped.push_back("attention chain ending at %" + n->output()->debugName() + " left unfused: " + why);
+    }
+  }
+  // Chains never share nodes (each intermediate has one use), so applying one
+  // leaves the others' nodes in place.
+  for (const Chain& c : chains) {
+    Apply(graph, c);
+    ++result.rewritten;
+    if (c.bool_mask != nullptr || c.additive_mask != nullptr) ++result.masked;
+  }
+  return result;
+}
+
+bool KeepsSdpa(double unfused_us, double sdpa_us) {
+  return unfused_us > 0 && sdpa_us > 0 && sdpa_us <= 0.98 * unfused_us;
+}
+
+Expected<AttentionOutcome> RunAttentionStep(const std::shared_ptr<Graph>& graph, AttentionMode requested,
+                                            const std::vector<c10::IValue>& inputs) {
+  AttentionOutcome out;
+  if (requested == AttentionMode::kUnfused) {
+    out.reason = "unfused requested";
+    return out;
+  }
+  auto candidate = graph->copy();
+  out.pass = RewriteAttentionToSdpa(candidate);
+  if (out.pass.rewritten == 0) {
+    out.reason = out.pass.skipped.empty() ? "no attention chain (matmul, scale, mask, softmax, matmul)"
+                                          : out.pass.skipped.front();
+    return out;
+  }
+  if (requested == AttentionMode::kAuto) {
+    bool on_cuda = false;
+    for (const auto& iv : inputs) on_cuda = on_cuda || (iv.isTensor() && iv.toTensor().is_cuda());
+    if (!on_cuda) {
+      out.reason = "auto: not measured (no CUDA example inputs); left unfused";
+      return out;
+    }
+    auto times = TimeGraphsRoundRobin(graph, candidate, inputs, /*warmup=*/3, /*reps=*/10);
+    if (!times.ok()) return times.status();
+    out.unfused_us = times->first;
+    out.sdpa_us = times->second;
+    const std::string measured = "sdpa " + Micros(out.sdpa_us) + " µs vs unfused " + Micros(out.unfused_us) + " µs";
+    if (!KeepsSdpa(out.unfused_us, out.sdpa_us)) {
+      out.reason = "auto: " + measured + " (sdpa needs >= 2% less); left unfused";
+      return out;
+    }
+    out.reason = "auto: " + measured;
+  } else {
+    out.reason = "sdpa requested";
+  }
+  out.pass = RewriteAttentionToSdpa(graph);  // deterministic: the same chains as on the copy
+  out.choice = "sdpa";
+  out.reason += " (" + std::to_string(out.pass.rewritten) + " chain(s), " + std::to_string(out.pass.masked) +
+                " masked)";
+  return out;
+}
+
+}  // namespace dice::torch_ext
