@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -26,6 +27,13 @@ int CmdServe(const std::string& db, const std::string& listen, const std::string
   }
   if (colon == std::string::npos || port < 0 || port > 65535) {
     return Fail(kExitBadInput, "--listen '" + listen + "' is not HOST:PORT (PORT 0 picks a free one)");
+  }
+  // A new database is created only in a folder that exists: a mistyped
+  // --db would otherwise serve an empty cache made on the spot.
+  const std::filesystem::path folder = std::filesystem::path(db).parent_path();
+  std::error_code ec;
+  if (!folder.empty() && !std::filesystem::is_directory(folder, ec)) {
+    return Fail(kExitBadInput, "--db " + db + ": folder " + folder.string() + " does not exist");
   }
   std::string token;
   if (!token_file.empty()) {

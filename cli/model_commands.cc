@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -281,6 +282,23 @@ bool WriteTuneOutputs(const ModelArgs& args, const nlohmann::json& doc, std::str
   return true;
 }
 
+/// Whether the folders of --json and --report exist, checked before tuning
+/// so a mistyped path does not cost the whole tune; fills `error`.
+bool OutputFoldersExist(const ModelArgs& args, std::string* error) {
+  const std::pair<const char*, const std::string*> outputs[] = {{"--json", &args.json_path},
+                                                                {"--report", &args.report_path}};
+  for (const auto& [flag, path] : outputs) {
+    if (path->empty()) continue;
+    const std::filesystem::path parent = std::filesystem::path(*path).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+      *error = std::string(flag) + " " + *path + ": folder " + parent.string() + " does not exist";
+      return false;
+    }
+  }
+  return true;
+}
+
 std::vector<at::Tensor> Flatten(const c10::IValue& v) {
   std::vector<at::Tensor> out;
   if (v.isTensor()) {
@@ -429,6 +447,7 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
     }
   }
   // The cache last: opening it creates it, and a rejected command leaves nothing behind.
+  if (!OutputFoldersExist(args, &error)) return Fail(kExitBadInput, error);
   if (!CheckCache(args.cache_dir, &error)) return Fail(kExitBadInput, error);
   UseCacheDirForBuilds(args.cache_dir);
   if (!gpu) {

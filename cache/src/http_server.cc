@@ -540,6 +540,14 @@ Status CacheServer::Start(const std::string& db_path, const std::string& host, i
   s.set_keep_alive_timeout(2);  // bounds how long Stop waits for idle keep-alive connections
   s.set_read_timeout(10);
   s.set_write_timeout(10);
+  // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which
+  // lets a second server bind a port already served and the kernel split
+  // the connections between the two databases. Without it, a port in use is
+  // a bind error.
+  s.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const char*>(&yes), sizeof(yes));
+  });
   fresh->Install();
 
   int bound = port;
@@ -550,7 +558,8 @@ Status CacheServer::Start(const std::string& db_path, const std::string& host, i
     bound = 0;
   }
   if (bound <= 0) {
-    return Status(StatusCode::kIoError, "cache server cannot bind " + host + ":" + std::to_string(port));
+    return Status(StatusCode::kIoError, "cache server cannot bind " + host + ":" + std::to_string(port) +
+                                            (port != 0 ? " (address in use, or not an address of this machine)" : ""));
   }
   fresh->port = bound;
   Impl* raw = fresh.get();

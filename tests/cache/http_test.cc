@@ -215,6 +215,21 @@ TEST_F(HttpCacheTest, PutWithWrongTokenIs403AndWritesNothing) {
   EXPECT_FALSE(InDatabase(rec.task_key).has_value());
 }
 
+TEST_F(HttpCacheTest, ASecondServerOnAPortInUseIsABindError) {
+  // cpp-httplib's default socket options set SO_REUSEPORT, under which the
+  // second bind succeeds and the kernel splits connections between the two
+  // databases; the server sets SO_REUSEADDR only.
+  CacheServer second;
+  const std::string other_db = (fs::path(dir_) / "other.db").string();
+  Status st = second.Start(other_db, "127.0.0.1", server_.port(), kToken);
+  EXPECT_FALSE(st.ok()) << "a second server bound port " << server_.port();
+  EXPECT_NE(st.message().find("cannot bind 127.0.0.1:" + std::to_string(server_.port())), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("address in use"), std::string::npos) << st.message();
+  second.Stop();
+  ExpectHealthy();  // the first one still answers
+}
+
 TEST_F(HttpCacheTest, ServerWithoutTokenRefusesAllWrites) {
   server_.Stop();
   StartServer(kDefaultMaxBodyBytes, /*token=*/"");

@@ -97,6 +97,25 @@ TEST_F(CliTest, MalformedInputSpecNamesTheSpec) {
   EXPECT_NE(none.output.find("no --input"), std::string::npos) << none.output;
 }
 
+TEST_F(CliTest, OutputPathsInAMissingFolderAreBadInputBeforeAnyTuning) {
+  for (const char* flag : {"--report", "--json"}) {
+    const std::string path = (dir_ / "no-such-dir" / "out.file").string();
+    DiceResult r = RunDice("tune " + model_ + " --input 8x8:f32 --cache " + Cache() + " " + flag + " " + path);
+    EXPECT_EQ(r.code, 2) << flag << "\n" << r.output;
+    EXPECT_NE(r.output.find(std::string(flag) + " " + path + ": folder"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("fusion group(s) formed"), std::string::npos) << "tuned first:\n" << r.output;
+    EXPECT_FALSE(fs::exists(Cache())) << "the cache was created before the check";
+  }
+}
+
+TEST_F(CliTest, CacheServeOnADatabaseInAMissingFolderIsBadInputAndCreatesNothing) {
+  const fs::path db = dir_ / "no-such-dir" / "kernels.db";
+  DiceResult r = RunDice("cache serve --db " + db.string() + " --listen 127.0.0.1:0");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(db.parent_path()));
+}
+
 TEST_F(CliTest, WrongNumberOfInputsIsBadInput) {
   DiceResult r = RunDice("tune " + model_ + " --input 8x8:f32 --input 8x8:f32 --cache " + Cache());
   EXPECT_EQ(r.code, 2) << r.output;

@@ -45,7 +45,7 @@ PrebuildReport PrebuildExtensions(const std::vector<PrebuildItem>& items, int pa
         if (!build.ok()) {
           ++report.failed;
           if (report.first_error.empty()) {
-            const std::string& m = build.status().message();
+            const std::string m = build.status().message();  // status() returns a copy: keep the text
             report.first_error = it.candidate.origin + ": " + m.substr(0, m.find('\n'));
           }
         } else if ((*build)->from_cache()) {
