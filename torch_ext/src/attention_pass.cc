@@ -11,6 +11,7 @@
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/ir/named_value.h>
 
+#include "graph_pass_util.h"
 #include "memory_format_pass.h"
 
 namespace dice::torch_ext {
@@ -21,12 +22,6 @@ using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Value;
 
-int Rank(const Value* v) {
-  auto tt = v->type()->cast<c10::TensorType>();
-  if (!tt) return -1;
-  auto dim = tt->dim();
-  return dim ? static_cast<int>(*dim) : -1;
-}
 
 std::optional<c10::ScalarType> Dtype(const Value* v) {
   auto tt = v->type()->cast<c10::TensorType>();
@@ -89,7 +84,7 @@ std::string Match(Node* out, Chain* c) {
   if (!Is(n, "softmax")) return "";
   Node* softmax = n;
   Value* scores = softmax->input(0);
-  const int rank = Rank(scores);
+  const int rank = TensorRank(scores);
   if (rank < 0) return "";
   auto dim = ConstDim(softmax->input(1), rank);
   if (!dim || *dim != rank - 1) return "";
@@ -142,14 +137,14 @@ std::string Match(Node* out, Chain* c) {
   Node* t = n->input(1)->node();
   if (!Is(t, "transpose")) return "the key is not transposed by transpose(-2, -1)";
   c->k = t->input(0);
-  const int r = Rank(c->k);
+  const int r = TensorRank(c->k);
   auto d0 = ConstDim(t->input(1), r), d1 = ConstDim(t->input(2), r);
   if (r < 0 || !d0 || !d1 || std::min(*d0, *d1) != r - 2 || std::max(*d0, *d1) != r - 1) {
     return "the key is not transposed by transpose(-2, -1)";
   }
   c->transpose = t;
   c->nodes.push_back(n);
-  const int rq = Rank(c->q), rv = Rank(c->v);
+  const int rq = TensorRank(c->q), rv = TensorRank(c->v);
   if (rq != r || rv != r || (r != 3 && r != 4)) return "q, k, v are not all of rank 3 or 4";
   auto dt = Dtype(c->q);
   if (!dt || !c10::isFloatingType(*dt) || Dtype(c->k) != dt || Dtype(c->v) != dt) {
@@ -187,11 +182,6 @@ void Apply(const std::shared_ptr<Graph>& graph, const Chain& c) {
   if (c.transpose->output()->uses().empty()) c.transpose->destroy();
 }
 
-std::string Micros(double us) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f", us);
-  return buf;
-}
 
 }  // namespace
 
@@ -254,9 +244,7 @@ Expected<AttentionOutcome> RunAttentionStep(const std::shared_ptr<Graph>& graph,
     return out;
   }
   if (requested == AttentionMode::kAuto) {
-    bool on_cuda = false;
-    for (const auto& iv : inputs) on_cuda = on_cuda || (iv.isTensor() && iv.toTensor().is_cuda());
-    if (!on_cuda) {
+    if (!HasCudaTensor(inputs)) {
       out.reason = "auto: not measured (no CUDA example inputs); left unfused";
       return out;
     }
@@ -264,7 +252,8 @@ Expected<AttentionOutcome> RunAttentionStep(const std::shared_ptr<Graph>& graph,
     if (!times.ok()) return times.status();
     out.unfused_us = times->first;
     out.sdpa_us = times->second;
-    const std::string measured = "sdpa " + Micros(out.sdpa_us) + " µs vs unfused " + Micros(out.unfused_us) + " µs";
+    const std::string measured =
+        "sdpa " + FormatMicros(out.sdpa_us) + " µs vs unfused " + FormatMicros(out.unfused_us) + " µs";
     if (!KeepsSdpa(out.unfused_us, out.sdpa_us)) {
       out.reason = "auto: " + measured + " (sdpa needs >= 2% less); left unfused";
       return out;

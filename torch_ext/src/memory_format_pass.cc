@@ -2,6 +2,8 @@
 // (memory_format_pass.h). This is the one torch-including file of the pass.
 #include "memory_format_pass.h"
 
+#include "graph_pass_util.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -29,12 +31,6 @@ using torch::jit::Node;
 using torch::jit::Value;
 
 // The rank of a tensor value from its type, or -1 (not a tensor, unknown).
-int Rank(const Value* v) {
-  auto tt = v->type()->cast<c10::TensorType>();
-  if (!tt) return -1;
-  auto dim = tt->dim();
-  return dim ? static_cast<int>(*dim) : -1;
-}
 
 const std::unordered_set<c10::Symbol>& ConvKinds() {
   static const std::unordered_set<c10::Symbol> kinds = {
@@ -78,15 +74,17 @@ int ConvSeedRank(const Node* n) {
   if (!iv || !iv->isTensor() || !iv->toTensor().defined()) return 0;
   const int r = static_cast<int>(iv->toTensor().dim());
   if (r != 4 && r != 5) return 0;
-  return Rank(n->input(0)) == r && Rank(n->output()) == r ? r : 0;
+  return TensorRank(n->input(0)) == r && TensorRank(n->output()) == r ? r : 0;
 }
 
 // Whether `n` preserves a rank-`rank` layout: a preserving kind with one
 // output of that rank and every tensor operand of known rank.
 bool IsPreserving(const Node* n, int rank) {
-  if (PreservingKinds().count(n->kind()) == 0 || n->outputs().size() != 1 || Rank(n->output()) != rank) return false;
+  if (PreservingKinds().count(n->kind()) == 0 || n->outputs().size() != 1 || TensorRank(n->output()) != rank) {
+    return false;
+  }
   for (const Value* in : n->inputs()) {
-    if (in->type()->cast<c10::TensorType>() && Rank(in) < 0) return false;
+    if (in->type()->cast<c10::TensorType>() && TensorRank(in) < 0) return false;
   }
   return true;
 }
@@ -96,7 +94,7 @@ bool Joins(const Node* n, int rank) { return ConvSeedRank(n) == rank || IsPreser
 // Whether region member `n` reads `v` (at `offset`) as an activation in the
 // region's layout: a conv's input 0, a preserving op's same-rank operand.
 bool ReadsAsActivation(const Node* n, size_t offset, const Value* v, int rank) {
-  if (Rank(v) != rank || v->node()->kind() == c10::prim::Constant) return false;
+  if (TensorRank(v) != rank || v->node()->kind() == c10::prim::Constant) return false;
   return ConvKinds().count(n->kind()) == 0 || offset == 0;
 }
 
@@ -272,11 +270,6 @@ std::string FirstLine(const std::exception& e) {
   return what.substr(0, what.find('\n'));
 }
 
-std::string Micros(double us) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f", us);
-  return buf;
-}
 
 }  // namespace
 
@@ -391,9 +384,7 @@ Expected<MemoryFormatOutcome> RunMemoryFormatStep(const std::shared_ptr<Graph>& 
     return out;
   }
   if (requested == MemoryFormat::kAuto) {
-    bool on_cuda = false;
-    for (const auto& iv : inputs) on_cuda = on_cuda || (iv.isTensor() && iv.toTensor().is_cuda());
-    if (!on_cuda) {
+    if (!HasCudaTensor(inputs)) {
       out.reason = "auto: not measured (no CUDA example inputs); left contiguous";
       return out;
     }
@@ -401,8 +392,8 @@ Expected<MemoryFormatOutcome> RunMemoryFormatStep(const std::shared_ptr<Graph>& 
     if (!times.ok()) return times.status();
     out.contiguous_us = times->first;
     out.channels_last_us = times->second;
-    const std::string measured = "channels_last " + Micros(out.channels_last_us) + " µs vs contiguous " +
-                                 Micros(out.contiguous_us) + " µs";
+    const std::string measured = "channels_last " + FormatMicros(out.channels_last_us) + " µs vs contiguous " +
+                                 FormatMicros(out.contiguous_us) + " µs";
     if (!KeepsChannelsLast(out.contiguous_us, out.channels_last_us)) {
       out.reason = "auto: " + measured + " (channels_last needs >= 2% less); left contiguous";
       return out;
