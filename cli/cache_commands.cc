@@ -50,6 +50,10 @@ int CmdCache(const std::string& action, const std::string& key, const std::strin
                   r.speedup, r.origin.c_str());
     }
     std::printf("%zu winner(s) in %s\n", rows->size(), (*store)->path().c_str());
+    if (rows->empty()) {
+      std::printf("dice: winners are stored by `dice tune` (or warmup, pull, import) on a machine with a GPU; "
+                  "a compile-only run stores none\n");
+    }
     return kExitOk;
   }
   // show / rm accept a unique key prefix.

@@ -102,7 +102,15 @@ int FailRequest(const std::string& url, const Status& st) {
   const std::string& m = st.message();
   const bool transport = (st.code() == StatusCode::kIoError || st.code() == StatusCode::kTimeout) &&
                          m.find(": HTTP ") == std::string::npos && m.find("unexpected") == std::string::npos;
-  if (!transport) return FailWith(st);
+  if (!transport) {
+    // A 404 on the list or batch route: the URL answers HTTP but is not a
+    // dice cache server (or a path was added to the URL).
+    if (m.find(": HTTP 404:") != std::string::npos && (m.find("/v1/kernels (page") != std::string::npos || m.find("/v1/health") != std::string::npos)) {
+      return Fail(kExitBadInput, m + " (" + url + " answers, but not as a dice cache server: `dice cache serve` "
+                                     "answers GET " + url + "/v1/health)");
+    }
+    return FailWith(st);
+  }
   // cpp-httplib names the failure in one word (the message's last); say it in words.
   const size_t colon = m.rfind(": ");
   const std::string name = colon == std::string::npos ? m : m.substr(colon + 2);

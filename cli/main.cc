@@ -44,6 +44,29 @@
 #include "train.h"
 #include "warmup.h"
 
+// A command-line error in the form of every other error (`dice: error: ...`):
+// CLI11's message, with the command to ask for help; an unknown command is
+// named with the list of commands instead of CLI11's "A subcommand is
+// required".
+static std::string ParseErrorMessage(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+      known = known || sub->check_name(argv[1]);
+    }
+    if (!known) return std::string("unknown command '") + argv[1] + "' (commands: " + names + ")";
+  }
+  std::string where = "dice";
+  for (const CLI::App* sub = &app; sub != nullptr;) {
+    const auto parsed = sub->get_subcommands();
+    sub = parsed.empty() ? nullptr : parsed.front();
+    if (sub != nullptr) where += " " + sub->get_name();
+  }
+  return std::string(e.what()) + " (see '" + where + " --help')";
+}
+
 int main(int argc, char** argv) {
   using namespace dice::cli;
   LineBufferStdout();
@@ -68,8 +91,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitBadInput;
+    if (e.get_exit_code() == 0) {  // --help, --help-all: CLI11 prints them
+      app.exit(e);
+      return kExitOk;
+    }
+    return Fail(kExitBadInput, ParseErrorMessage(app, e, argc, argv));
   }
   if (const int rc = ApplyLogLevel(log_level); rc != kExitOk) return rc;
   // A malformed DICE_REMOTE_CACHE is a start-up error (the library would only

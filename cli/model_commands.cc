@@ -740,7 +740,7 @@ Status CheckInputsFitForward(const torch::jit::Module& module, const std::vector
     const std::string takes = required == total ? std::to_string(total) : std::to_string(required) + " to " +
                                                                               std::to_string(total);
     return misfit("forward(" + signature + ") takes " + takes + " argument(s), " + std::to_string(specs.size()) +
-                  " --input given");
+                  " input spec(s) given");
   }
   for (size_t k = 0; k < specs.size(); ++k) {
     const c10::Argument& arg = all[first + k];

@@ -120,7 +120,8 @@ void EmptyNote(std::ostringstream& h, const DashboardQuery& q) {
     << "<code>dice tune model.pt --input 1024x8192:f32 --cache DIR</code> writes <code>DIR/kernels.db</code> "
     << "(serve that file), <code>dice cache pull http://OTHER-SERVER:8470 --cache DIR</code> copies another "
     << "server's winners into DIR, and clients upload theirs with <code>dice cache push http://THIS-SERVER:8470 "
-    << "--token-file TOKEN</code>.</p></div>\n";
+    << "--token-file TOKEN</code> when this server was started with <code>--token-file</code> (without one it "
+    << "is read-only).</p></div>\n";
 }
 
 void EntryRow(std::ostringstream& h, const WinnerSummary& e, int64_t now) {

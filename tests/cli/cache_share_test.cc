@@ -7,6 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <array>
 #include <atomic>
@@ -198,6 +201,56 @@ TEST_F(CacheShareCliTest, PullFromAServerThatIsDownIsARuntimeFailure) {
   DiceResult pull = RunDice("cache pull " + url + " --timeout-ms 500 " + CacheArg("b"));
   EXPECT_EQ(pull.code, 1) << pull.output;
   EXPECT_NE(pull.output.find(url), std::string::npos) << pull.output;
+}
+
+// A loopback HTTP server that is not a dice cache: every request gets 404
+// with an empty body (a web server or proxy at a mistyped URL).
+class NotFoundServer {
+ public:
+  NotFoundServer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd_, 8) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return;
+    }
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;  // the listening socket was shut down
+        char buf[4096];
+        (void)::recv(c, buf, sizeof(buf), 0);
+        const char answer[] = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        (void)::send(c, answer, sizeof(answer) - 1, MSG_NOSIGNAL);
+        ::close(c);
+      }
+    });
+  }
+  ~NotFoundServer() {
+    if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST_F(CacheShareCliTest, PullFromAServerThatIsNotADiceCacheSaysSo) {
+  NotFoundServer other;
+  ASSERT_GT(other.port(), 0);
+  const std::string url = "http://127.0.0.1:" + std::to_string(other.port());
+  DiceResult pull = RunDice("cache pull " + url + " --timeout-ms 2000 " + CacheArg("b"));
+  EXPECT_EQ(pull.code, 2) << pull.output;
+  EXPECT_NE(pull.output.find("HTTP 404"), std::string::npos) << pull.output;
+  EXPECT_NE(pull.output.find("not as a dice cache server"), std::string::npos) << pull.output;
 }
 
 TEST_F(CacheShareCliTest, ExportImportRoundTripAndABadBundleChangesNothing) {

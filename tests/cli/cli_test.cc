@@ -97,6 +97,23 @@ TEST_F(CliTest, MalformedInputSpecNamesTheSpec) {
   EXPECT_NE(none.output.find("no --input"), std::string::npos) << none.output;
 }
 
+TEST_F(CliTest, CommandLineErrorsAreOneDiceErrorLineNamingTheHelpToAskFor) {
+  DiceResult unknown = RunDice("frobnicate");
+  EXPECT_EQ(unknown.code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("dice: error: unknown command 'frobnicate' (commands: tune, run,"), std::string::npos)
+      << unknown.output;
+  DiceResult bogus = RunDice("report --bogus x");
+  EXPECT_EQ(bogus.code, 2) << bogus.output;
+  EXPECT_NE(bogus.output.find("dice: error: "), std::string::npos) << bogus.output;
+  EXPECT_NE(bogus.output.find("--bogus"), std::string::npos) << bogus.output;
+  EXPECT_NE(bogus.output.find("(see 'dice report --help')"), std::string::npos) << bogus.output;
+  DiceResult missing = RunDice("tune");
+  EXPECT_EQ(missing.code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("dice: error: model is required (see 'dice tune --help')"), std::string::npos)
+      << missing.output;
+  EXPECT_EQ(RunDice("tune --help").code, 0);
+}
+
 TEST_F(CliTest, OutputPathsInAMissingFolderAreBadInputBeforeAnyTuning) {
   for (const char* flag : {"--report", "--json"}) {
     const std::string path = (dir_ / "no-such-dir" / "out.file").string();

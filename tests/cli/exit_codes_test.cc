@@ -162,7 +162,7 @@ TEST_F(InputExitCodeTest, ForwardsFirstParameterIsTheModuleWhateverItIsNamed) {
 TEST_F(InputExitCodeTest, InputsThatDoNotMatchForwardsSignatureAreCaughtBeforeRunning) {
   DiceResult count = RunDice("run " + Model("ew.pt") + " --input 8x8:f32 --input 8:f32" + Cache());
   ExpectOneLineBadInput(count, "count");
-  EXPECT_NE(count.output.find("forward(x) takes 1 argument(s), 2 --input given"), std::string::npos) << count.output;
+  EXPECT_NE(count.output.find("forward(x) takes 1 argument(s), 2 input spec(s) given"), std::string::npos) << count.output;
   DiceResult non_tensor = RunDice("run " + Model("int.pt") + " --input 8x8:f32 --input 8:f32" + Cache());
   ExpectOneLineBadInput(non_tensor, "int argument");
   EXPECT_NE(non_tensor.output.find("'n' is int"), std::string::npos) << non_tensor.output;

@@ -147,8 +147,17 @@ def test_log_level_info_shows_groups_and_warn_hides_them(monkeypatch, caplog):
     assert not [r for r in caplog.records if r.name == "dice_torch" and r.levelno < logging.WARNING]
     caplog.clear()
     logs.apply_log_level("off")
-    logs.warn("dice: hidden")
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        logs.warn("dice: hidden")
     assert not [r for r in caplog.records if r.name == "dice_torch"]
+    assert not [w for w in caught if "dice: hidden" in str(w.message)], [str(w.message) for w in caught]
+    logs.apply_log_level("warn")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        logs.warn("dice: shown")
+    assert [w for w in caught if "dice: shown" in str(w.message)]
 
 
 def test_log_level_names_are_the_cpp_ones():

@@ -88,7 +88,11 @@ def warn(message: str) -> None:
     is configured (a handler on the ``dice_torch`` logger or above it),
     ``log.warning``, every time. Unconfigured, ``logging``'s last-resort
     handler would print the record to stderr beside the warning: the user
-    read every message twice."""
+    read every message twice. Nothing at all when the logger's level is
+    above WARNING (``DICE_LOG_LEVEL=error|off``, or ``logging`` set so):
+    the user asked for silence, and ``warnings`` would ignore it."""
+    if not log.isEnabledFor(logging.WARNING):
+        return
     warnings.warn(message, UserWarning, stacklevel=3)
     if log.hasHandlers():
         log.warning("%s", message)
