@@ -27,6 +27,7 @@
 #include "dice/core/env.h"
 #include "dice/core/ir.h"
 #include "dice/core/log.h"
+#include "dice/runtime/outcome.h"
 #include "dice/generator/dice_generator.h"
 #include "dice/generator/templates.h"
 #include "dice/reference/device_compare.h"
@@ -497,6 +498,17 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
       });
   progress.Finish();
   if (!tuned_reports.ok()) return Fail(kExitFailure, tuned_reports.status().message());
+  // At debug: every candidate's outcome, one line each (the table keeps counts only).
+  for (size_t g = 0; g < tuned_reports->size(); ++g) {
+    for (const auto& o : (*tuned_reports)[g].outcomes) {
+      const std::string err = o.error.substr(0, o.error.find('\n'));
+      char timed[32] = "not timed";
+      if (o.time_us > 0) std::snprintf(timed, sizeof(timed), "%.1f µs", o.time_us);
+      Notice(dice::LogLevel::kDebug, "dice: group %zu candidate %s: %s, compile %.0f ms, %s%s%s", g + 1,
+             o.origin.c_str(), std::string(dice::runtime::OutcomeName(o.outcome)).c_str(), o.compile_ms, timed,
+             err.empty() ? "" : ": ", err.c_str());
+    }
+  }
 
   // End to end: one forward of the optimized module serving the cached
   // winners (mode cache) checks its outputs and counts each group's calls;

@@ -140,6 +140,17 @@ TEST_F(ProgressCliTest, LogLevelWarnHidesProgressButNotTheResults) {
   EXPECT_NE(before.output.find("outputs match eager"), std::string::npos) << before.output;
 }
 
+TEST_F(ProgressCliTest, LogLevelDebugAddsOneLinePerCandidateThatInfoHides) {
+  if (dice::runtime::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: this checks the compile-only path";
+  DiceResult debug = RunDice(Tune(" --log-level debug"));
+  ASSERT_EQ(debug.code, 0) << debug.output;
+  EXPECT_NE(debug.output.find("dice: group 1 candidate template:"), std::string::npos) << debug.output;
+  EXPECT_NE(debug.output.find("not timed"), std::string::npos) << "compile-only times nothing:\n" << debug.output;
+  DiceResult info = RunDice(Tune(" --log-level info"));
+  ASSERT_EQ(info.code, 0) << info.output;
+  EXPECT_EQ(info.output.find("dice: group 1 candidate "), std::string::npos) << info.output;
+}
+
 TEST_F(ProgressCliTest, DiceLogLevelOffSilencesDiagnosticsAndTheFlagWins) {
   if (dice::runtime::QueryDevice(0).ok()) GTEST_SKIP() << "a GPU is present: this checks the compile-only path";
   ScopedEnv off("DICE_LOG_LEVEL", "off");
