@@ -2,7 +2,8 @@
 """KernelBench benchmark chunk: eager vs torch.compile vs the model after `dice tune`.
 
 For each task file (KernelBench format: Model, get_inputs, get_init_inputs):
-  1. eager time and torch.compile (default; max-autotune with --max-autotune),
+  1. eager time and torch.compile (default; max-autotune with --max-autotune;
+     Inductor's inference freezing with --freezing),
   2. trace to TorchScript, `dice tune` it (subprocess; winners go to --cache),
   3. load the traced (and frozen) model in THIS process with libdice_torch_ext loaded and
      DICE_MODE=cache (the registered TorchScript pass forms fusion groups and
@@ -14,7 +15,7 @@ For each task file (KernelBench format: Model, get_inputs, get_init_inputs):
      winners_speedup = captured_us / dice_us; their product is speedup_vs_eager.
 All times: CUDA events, warm-up, L2 flushed (256 MB write) before each
 repetition, median of --reps, in µs. The variants are timed side by side:
-each repetition runs eager, torch.compile, (max-autotune,) captured, dice once each in
+each repetition runs eager, torch.compile, (max-autotune, freezing,) captured, dice once each in
 a rotating order, so clock and thermal drift hit every column alike. One JSON line per task goes to --out;
 bench/report.py turns the lines into the docs/PERF.md table.
 
@@ -180,7 +181,8 @@ def match_against_float64(model, inputs, got, want, strict_detail):
 def run_task(path, args):
     name = os.path.basename(path)[:-3]
     level = os.path.basename(os.path.dirname(path))
-    rec = {"task": f"{level}/{name}", "gpu": torch.cuda.get_device_name(0)}
+    rec = {"task": f"{level}/{name}", "gpu": torch.cuda.get_device_name(0),
+           "precision": "strict" if args.strict_fp32 else "default"}
     torch.manual_seed(0)
     mod = load_task(path)
     model = mod.Model(*mod.get_init_inputs()).cuda().eval()
@@ -198,6 +200,17 @@ def run_task(path, args):
         if args.max_autotune:
             ma = torch.compile(model, mode="max-autotune-no-cudagraphs")
             ma(*inputs)
+        fz = None
+        if args.freezing:
+            # Inductor's inference freezing (parameters become constants,
+            # conv-batchnorm folding, weight layout chosen once): issue 18's
+            # second baseline. The config is read when the graph compiles,
+            # i.e. on this first call; passing it as an option makes a backend
+            # of its own, so dynamo does not reuse the default compile's code.
+            fz = torch.compile(model, options={"freezing": True})
+            t1 = time.time()
+            fz(*inputs)
+            rec["freezing_compile_s"] = time.time() - t1
         # Frozen (parameters become constants), as dice::torch_ext::optimize
         # does: the registered pass sees no types for unfrozen parameters
         # (module attributes) and would leave their ops out of the groups
@@ -252,10 +265,15 @@ def run_task(path, args):
                "dice": lambda: dm(*inputs)}
         if ma is not None:
             fns["max_autotune"] = lambda: ma(*inputs)
+        if fz is not None:
+            fns["freezing"] = lambda: fz(*inputs)
         us = bench_interleaved(fns, args.reps)
         rec["eager_us"], rec["compile_us"], rec["dice_us"] = us["eager"], us["compile"], us["dice"]
         if ma is not None:
             rec["max_autotune_us"] = us["max_autotune"]
+        if fz is not None:
+            rec["freezing_us"] = us["freezing"]
+            rec["speedup_vs_freezing"] = us["freezing"] / us["dice"]
         # Still no dice group in the captured model's graph (a re-optimisation
         # while DICE_MODE=cache would have run the pass): else it is no
         # capture-alone time.
@@ -272,7 +290,7 @@ def run_task(path, args):
             reasons = {r: n - old.get("fallback_reasons", {}).get(r, 0) for r, n in g["fallback_reasons"].items()}
             rec["serving"].append({"group": g["summary"], "calls": calls, "hits": g["hits"] - old.get("hits", 0),
                                    "fallback_reasons": {r: n for r, n in reasons.items() if n}})
-    del compiled, ma, dm, cap
+    del compiled, ma, fz, dm, cap
     torch.cuda.empty_cache()
     os.environ["DICE_MODE"] = "off"
     rec["speedup_vs_eager"] = rec["eager_us"] / rec["dice_us"]
@@ -293,11 +311,24 @@ def main():
     p.add_argument("--budget-s", type=float, default=30)
     p.add_argument("--task-timeout", type=float, default=240)
     p.add_argument("--max-autotune", action="store_true")
+    p.add_argument("--strict-fp32", action="store_true",
+                   help="strict float32 column: both TF32 switches off for eager and torch.compile, "
+                        "DICE_STRICT_FP32=1 for dice tune and the served model (rows say precision=strict)")
+    p.add_argument("--freezing", action="store_true",
+                   help="also time torch.compile with torch._inductor.config.freezing=True (Inductor's inference "
+                        "freezing) in the same round-robin loop: column freezing_us, speedup_vs_freezing")
     p.add_argument("--warm-compile-only", action="store_true",
                    help="only run torch.compile once per task (fills Inductor's on-disk caches; run these in "
                         "parallel before the timed, sequential pass)")
     args = p.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
+    if args.strict_fp32:
+        # Issue 18's strict column: no TF32 anywhere. Eager and torch.compile
+        # follow PyTorch's switches; `dice tune` (a subprocess, inheriting the
+        # environment) and the served model follow DICE_STRICT_FP32.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        os.environ["DICE_STRICT_FP32"] = "1"
     if args.warm_compile_only:
         for path in args.tasks:
             mod = load_task(path)
@@ -307,6 +338,8 @@ def main():
                 torch.compile(model)(*inputs)
                 if args.max_autotune:
                     torch.compile(model, mode="max-autotune-no-cudagraphs")(*inputs)
+                if args.freezing:
+                    torch.compile(model, options={"freezing": True})(*inputs)
             print("warmed", path, flush=True)
         return
     torch.ops.load_library(args.lib)

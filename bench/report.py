@@ -36,6 +36,8 @@ def main(paths):
               f"{groups} | {r.get('tune_s', 0):.1f} |")
         if r.get("max_autotune_us"):
             print(f"| ↳ max-autotune | | {r['max_autotune_us']:.1f} | | | {r['max_autotune_us'] / r['dice_us']:.2f}x | | | |")
+        if r.get("freezing_us"):
+            print(f"| ↳ freezing | | {r['freezing_us']:.1f} | | | {r['freezing_us'] / r['dice_us']:.2f}x | | | |")
     for level in sorted({r["task"].split("/")[0] for r in recs}):
         rs = [r for r in recs if r["task"].startswith(level)]
         ok = [r for r in rs if r.get("correct")]
@@ -47,6 +49,10 @@ def main(paths):
         ma_txt = (f"; vs max-autotune {geomean([r['max_autotune_us'] / r['dice_us'] for r in ma]):.3f}x over "
                   f"{len(ma)} tasks (max-autotune vs eager {geomean([r['eager_us'] / r['max_autotune_us'] for r in ma]):.3f}x)"
                   if ma else "")
+        fz = [r for r in ok if r.get("freezing_us")]
+        if fz:
+            ma_txt += (f"; vs torch.compile freezing {geomean([r['freezing_us'] / r['dice_us'] for r in fz]):.3f}x over "
+                       f"{len(fz)} tasks (min {min(r['freezing_us'] / r['dice_us'] for r in fz):.3f}x)")
         print(f"\n**{level}**: {n} tasks, correct {len(ok)}/{n}, fast_1 {100.0 * fast1 / max(n, 1):.0f}%, "
               f"fast_2 {100.0 * fast2 / max(n, 1):.0f}%, geomean vs eager {geomean([r['speedup_vs_eager'] for r in ok]):.3f}x, "
               f"vs torch.compile {geomean([r['speedup_vs_compile'] for r in ok]):.3f}x; compile vs eager "

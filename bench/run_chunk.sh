@@ -5,6 +5,9 @@
 # compiles), then times every task sequentially (eager, torch.compile,
 # dice tune + the cached model) so timings never overlap. Results:
 # $OUT/results.jsonl and the markdown table $OUT/table.md.
+# Env switches: FREEZING=1 (also time torch.compile with freezing),
+# MAX_AUTOTUNE=1 (max-autotune baseline), STRICT_FP32=1 (TF32 off on both
+# sides), WARM_S / TIMED_S / REPS / BUDGET_S (phase limits, s).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/dice-out}
@@ -16,12 +19,15 @@ if [ ! -x build/cli/dice ]; then
 fi
 source scripts/deps_env.sh
 tasks=()
-for t in "$@"; do tasks+=("$KB/$t"); done
+# A task is a path under $KB (level2/12_Gemm_Multiply_LeakyReLU.py) or a file
+# of its own in the same format (bench/tasks/gpt2_block.py).
+for t in "$@"; do if [ -f "$t" ]; then tasks+=("$t"); else tasks+=("$KB/$t"); fi; done
+flags=(${MAX_AUTOTUNE:+--max-autotune} ${FREEZING:+--freezing} ${STRICT_FP32:+--strict-fp32})
 t0=$(date +%s)
 printf '%s\n' "${tasks[@]}" | timeout "${WARM_S:-150}" xargs -P "${WARM_JOBS:-6}" -I{} python3 bench/kernelbench_bench.py --warm-compile-only \
-  ${MAX_AUTOTUNE:+--max-autotune} {} > "$OUT/warm.log" 2>&1
+  "${flags[@]}" {} > "$OUT/warm.log" 2>&1
 echo "[bench] torch.compile warm-up: $(( $(date +%s) - t0 )) s"
 PYTHONUNBUFFERED=1 timeout "${TIMED_S:-480}" python3 bench/kernelbench_bench.py "${tasks[@]}" --out "$OUT/results.jsonl" --reps "${REPS:-30}" \
-  --budget-s "${BUDGET_S:-20}" ${MAX_AUTOTUNE:+--max-autotune} > "$OUT/bench.log" 2>&1
+  --budget-s "${BUDGET_S:-20}" "${flags[@]}" > "$OUT/bench.log" 2>&1
 echo "[bench] timed pass done: $(( $(date +%s) - t0 )) s"
 python3 bench/report.py "$OUT/results.jsonl" | tee "$OUT/table.md"

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/ir/ir.h>
 #include <torch/torch.h>
 
 #include "../../torch_ext/src/attention_pass.h"
@@ -109,6 +111,44 @@ TEST(AttentionPass, AdditiveMaskAndDivisionScaleOnRank3) {
   EXPECT_EQ(report.attention, "sdpa") << report.attention_reason;
   EXPECT_TRUE(Contains(report.graph, "aten::scaled_dot_product_attention")) << report.graph;
   EXPECT_FALSE(Contains(report.graph, "aten::softmax")) << report.graph;
+}
+
+// Rewrites `m`'s forward the way torch.jit.trace records a Python scalar
+// operand: every float-constant second input of aten::mul / aten::div becomes
+// a one-element tensor constant (prim::Constant[value={0.25}]). Returns how
+// many it replaced.
+int TraceStyleScales(torch::jit::Module& m) {
+  auto graph = m.get_method("forward").graph();
+  int replaced = 0;
+  for (torch::jit::Node* n : graph->nodes()) {
+    if (n->kind() != c10::aten::mul && n->kind() != c10::aten::div) continue;
+    auto iv = torch::jit::toIValue(n->input(1));
+    if (!iv || !iv->isDouble()) continue;
+    torch::jit::WithInsertPoint guard(n);
+    n->replaceInput(1, graph->insertConstant(torch::tensor(iv->toDouble())));
+    ++replaced;
+  }
+  return replaced;
+}
+
+TEST(AttentionPass, TracedConstantTensorScaleIsRewrittenWithItsValue) {
+  // torch.jit.trace of `(q @ k.mT) * (1.0 / math.sqrt(d))` with d from
+  // x.shape gives the scale as a tensor constant (the GPT-2 block in
+  // bench/tasks was left unfused for this before).
+  auto causal = Make(kCausal, {{"mask", CausalMask(16)}});
+  ASSERT_EQ(TraceStyleScales(causal), 1);
+  ASSERT_TRUE(Contains(causal.get_method("forward").graph()->toString(), "value={0.25}"));
+  auto report = OptimizeAndCompare(causal, Qkv({2, 3, 12, 8}), AttentionMode::kSdpa);
+  EXPECT_EQ(report.attention, "sdpa") << report.attention_reason;
+  EXPECT_FALSE(Contains(report.graph, "aten::softmax")) << report.graph;
+
+  // Division by a tensor constant: SDPA's scale is its reciprocal.
+  torch::manual_seed(1);
+  auto additive = Make(kAdditive, {{"bias", torch::randn({10, 10})}});
+  ASSERT_EQ(TraceStyleScales(additive), 1);
+  report = OptimizeAndCompare(additive, Qkv({4, 10, 16}), AttentionMode::kSdpa);
+  EXPECT_EQ(report.attention, "sdpa") << report.attention_reason;
+  EXPECT_TRUE(Contains(report.graph, "aten::scaled_dot_product_attention")) << report.graph;
 }
 
 TEST(AttentionPass, ReturnedAttentionWeightsKeepTheChainWithTheReason) {

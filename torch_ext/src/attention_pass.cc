@@ -47,6 +47,20 @@ bool IsConstNone(Value* v) {
   return iv && iv->isNone();
 }
 
+// The value of a constant one-element floating or integral tensor, the form
+// torch.jit.trace gives a Python scalar operand (`scores * 0.125` traces as
+// aten::mul(Tensor, prim::Constant[value={0.125}])), or nullopt.
+std::optional<double> ConstScalarTensor(Value* v) {
+  if (v->node()->kind() != c10::prim::Constant) return std::nullopt;
+  auto iv = torch::jit::toIValue(v);
+  if (!iv || !iv->isTensor()) return std::nullopt;
+  const at::Tensor& t = iv->toTensor();
+  if (!t.defined() || t.numel() != 1 || t.is_complex() || t.scalar_type() == c10::ScalarType::Bool) {
+    return std::nullopt;
+  }
+  return t.item<double>();
+}
+
 std::optional<bool> ConstBool(Value* v) {
   auto iv = torch::jit::toIValue(v);
   if (!iv || !iv->isBool()) return std::nullopt;
@@ -59,6 +73,7 @@ struct Chain {
   Value* k = nullptr;
   Value* v = nullptr;
   Value* scale = nullptr;  // float Value multiplying the scores; nullptr = 1.0
+  std::optional<double> scale_const;  // the scale when it is a traced constant tensor (then scale == nullptr)
   bool scale_is_divisor = false;
   Value* bool_mask = nullptr;      // masked_fill's mask (True = masked out)
   Value* additive_mask = nullptr;  // added to the scores
@@ -119,11 +134,16 @@ std::string Match(Node* out, Chain* c) {
   }
   if (Is(n, "mul") || Is(n, "div")) {
     Value* s = n->input(1);
-    if (n->inputs().size() != 2 || !s->type()->cast<c10::FloatType>()) {
-      return "a scale that is not a float scalar (a Tensor or an int)";
+    if (n->inputs().size() != 2) return "a scale op with a rounding mode";
+    if (s->type()->cast<c10::FloatType>()) {
+      c->scale = s;
+    } else if (auto v = ConstScalarTensor(s)) {
+      if (!std::isfinite(*v) || *v == 0.0) return "a constant scale that is zero or not finite";
+      c->scale_const = v;
+    } else {
+      return "a scale that is neither a float scalar nor a constant one-element tensor";
     }
     if (!SingleUse(n->output())) return "the scaled scores have another use";
-    c->scale = s;
     c->scale_is_divisor = Is(n, "div");
     c->nodes.push_back(n);
     n = n->input(0)->node();
@@ -169,7 +189,9 @@ void Apply(const std::shared_ptr<Graph>& graph, const Chain& c) {
     mask = graph->insertConstant(c10::IValue());
   }
   Value* scale = c.scale;
-  if (scale == nullptr) {
+  if (c.scale_const) {
+    scale = graph->insertConstant(c.scale_is_divisor ? 1.0 / *c.scale_const : *c.scale_const);
+  } else if (scale == nullptr) {
     scale = graph->insertConstant(1.0);
   } else if (c.scale_is_divisor) {
     scale = graph->insert(c10::aten::div, {graph->insertConstant(1.0), c.scale});

@@ -1,7 +1,9 @@
 // Private: the "attention" capture pass (issue 18 item 3). On a frozen,
 // inlined TorchScript forward graph it finds attention written out op by op,
 //   s = matmul(q, transpose(k, -2, -1))
-//   s = s * c  |  s / c                       (optional; c a float scalar)
+//   s = s * c  |  s / c                       (optional; c a float scalar, or
+//                                              the constant one-element tensor
+//                                              torch.jit.trace makes of one)
 //   s = masked_fill(s, m, -inf)  |  s + a     (optional; m bool, a a float tensor)
 //   p = softmax(s, -1)                         (dtype None)
 //   p = dropout(p, _, False)                   (optional; eval mode)
@@ -17,7 +19,7 @@
 // and zeros in SDPA's math backend (PyTorch >= 2.5).
 // What it leaves alone: nodes in sub-blocks, in-place forms, a mask fill
 // other than -inf (e.g. -1e9: SDPA's bool mask means -inf), a scale applied
-// after an additive mask, a Tensor scale; each such match is reported in
+// after an additive mask, a non-constant Tensor scale; each such match is reported in
 // `skipped` with the reason.
 //
 // The choice (RunAttentionStep) is measured like the memory format's: the
