@@ -50,6 +50,7 @@ struct ModelArgs {
   uint64_t seed = 0;
   std::string json_path;
   std::string report_path;  ///< tune only: --report FILE.html
+  std::string save_path;    ///< tune only: --save FILE.pt (the captured model, for serving)
   std::string memory_format;  ///< tune only: --memory-format (empty: auto, i.e. DICE_MEMORY_FORMAT or measured)
 };
 
@@ -283,11 +284,12 @@ bool WriteTuneOutputs(const ModelArgs& args, const nlohmann::json& doc, std::str
   return true;
 }
 
-/// Whether the folders of --json and --report exist, checked before tuning
+/// Whether the folders of --json, --report and --save exist, checked before tuning
 /// so a mistyped path does not cost the whole tune; fills `error`.
 bool OutputFoldersExist(const ModelArgs& args, std::string* error) {
   const std::pair<const char*, const std::string*> outputs[] = {{"--json", &args.json_path},
-                                                                {"--report", &args.report_path}};
+                                                                {"--report", &args.report_path},
+                                                                {"--save", &args.save_path}};
   for (const auto& [flag, path] : outputs) {
     if (path->empty()) continue;
     const std::filesystem::path parent = std::filesystem::path(*path).parent_path();
@@ -371,15 +373,34 @@ dice::torch_ext::Options BaseOptions(const ModelArgs& args, const std::vector<c1
 /// (attribution.h). Leaves the runtime mode off. `report_out` gets optimize()'s
 /// report (its memory-format decision is the tuned copy's too). Errors (in
 /// `error`): those of LoadModel, and optimize()'s.
-bool LoadCaptured(const ModelArgs& args, LoadedModel* out, dice::torch_ext::OptimizeReport* report_out,
+bool LoadCaptured(const ModelArgs& args, bool gpu, LoadedModel* out, dice::torch_ext::OptimizeReport* report_out,
                   std::string* error) {
-  if (!LoadModel(args, /*want_gpu=*/true, out, error)) return false;
+  if (!LoadModel(args, gpu, out, error)) return false;
   dice::torch_ext::Options off = BaseOptions(args, out->inputs);
   off.mode = dice::torch_ext::Mode::kOff;
   auto report = dice::torch_ext::optimize(out->module, off);
   if (!report.ok()) *error = "capturing the model for its capture-alone time: " + report.status().message();
   if (report.ok()) *report_out = *report;
   return report.ok();
+}
+
+/// --save: writes `captured` (frozen, inlined, with this tune's memory-format
+/// and attention decisions applied, no dice group: optimize() in mode off) as
+/// a TorchScript file. Loaded with the dice library present and DICE_MODE=cache
+/// (torch.jit.load in Python, or `dice run`), its forward forms the fusion groups
+/// this tune cached, and serves their winners; loaded without the library it
+/// runs with PyTorch alone. Errors: the file cannot be written (`error` names
+/// it and the cause).
+bool SaveCaptured(LoadedModel& captured, const std::string& path, std::string* error) {
+  try {
+    captured.module.save(path);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    *error = "cannot write --save " + path + ": " + what.substr(0, what.find('\n'));
+    return false;
+  }
+  std::printf("dice: captured model written to %s (serve it with DICE_MODE=cache)\n", path.c_str());
+  return true;
 }
 
 /// Which generators `dice tune` asks (--generator, --model, --samples).
@@ -463,7 +484,10 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   // graph without dice groups. Before the tuned optimize(): it sets the mode.
   LoadedModel captured;
   dice::torch_ext::OptimizeReport capture_report;
-  if (gpu && !LoadCaptured(args, &captured, &capture_report, &error)) return Fail(kExitFailure, error);
+  // (--save writes this copy, so it is made without a GPU too.)
+  if ((gpu || !args.save_path.empty()) && !LoadCaptured(args, gpu, &captured, &capture_report, &error)) {
+    return Fail(kExitFailure, error);
+  }
 
   std::vector<std::shared_ptr<dice::KernelGenerator>> generators;
   if (!MakeGenerators(generator_args, gpu, &generators, &error)) return Fail(kExitBadInput, error);
@@ -557,6 +581,7 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   if (!WriteTuneOutputs(args, TuneDocument(args.model_path, *tuned_reports, e2e), &error)) {
     return Fail(kExitFailure, error);
   }
+  if (!args.save_path.empty() && !SaveCaptured(captured, args.save_path, &error)) return Fail(kExitFailure, error);
   return match ? kExitOk : kExitFailure;
 }
 
@@ -640,6 +665,8 @@ void RegisterTune(CLI::App& app, CommandTable& table) {
   tune->add_flag("--require-gpu", a->require_gpu, "exit 3 instead of running compile-only when no GPU is present");
   tune->add_option("--report", a->model.report_path, "also write the tuning report as one self-contained HTML page "
                                                      "to this file (docs/CLI.md)");
+  tune->add_option("--save", a->model.save_path, "also write the captured model (frozen, with the memory-format and "
+                   "attention decisions of this tune applied) as TorchScript, to serve with DICE_MODE=cache");
   tune->add_option("--generator", a->generator.kind, "candidate sources: templates (default), dice or both")
       ->check(CLI::IsMember({"templates", "dice", "both"}));
   tune->add_option("--model", a->generator.model_dir, "DICE/SDAR checkpoint directory (for --generator dice|both)");

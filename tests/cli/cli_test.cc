@@ -115,7 +115,7 @@ TEST_F(CliTest, CommandLineErrorsAreOneDiceErrorLineNamingTheHelpToAskFor) {
 }
 
 TEST_F(CliTest, OutputPathsInAMissingFolderAreBadInputBeforeAnyTuning) {
-  for (const char* flag : {"--report", "--json"}) {
+  for (const char* flag : {"--report", "--json", "--save"}) {
     const std::string path = (dir_ / "no-such-dir" / "out.file").string();
     DiceResult r = RunDice("tune " + model_ + " --input 8x8:f32 --cache " + Cache() + " " + flag + " " + path);
     EXPECT_EQ(r.code, 2) << flag << "\n" << r.output;
@@ -123,6 +123,31 @@ TEST_F(CliTest, OutputPathsInAMissingFolderAreBadInputBeforeAnyTuning) {
     EXPECT_EQ(r.output.find("fusion group(s) formed"), std::string::npos) << "tuned first:\n" << r.output;
     EXPECT_FALSE(fs::exists(Cache())) << "the cache was created before the check";
   }
+}
+
+// --save writes the captured model with the tune's capture decisions applied
+// (here the attention chain as one scaled_dot_product_attention call), and it
+// computes what the original computes.
+TEST_F(CliTest, TuneSaveWritesTheCapturedModelWithItsAttentionDecision) {
+  const std::string attn = (dir_ / "attn.pt").string(), saved = (dir_ / "served.pt").string();
+  torch::jit::Module m("Attention");
+  m.define("def forward(self, q, k, v):\n"
+           "  return torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * 0.35, dim=-1), v)\n");
+  m.save(attn);
+  ASSERT_EQ(::setenv("DICE_ATTENTION", "sdpa", 1), 0);
+  DiceResult r = RunDice("tune " + attn + " --input 2x4x16x8:f32 --input 2x4x16x8:f32 --input 2x4x16x8:f32 --cache " +
+                         Cache() + " --budget-s 1 --save " + saved);
+  ::unsetenv("DICE_ATTENTION");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("captured model written to " + saved), std::string::npos) << r.output;
+  torch::jit::Module served = torch::jit::load(saved);
+  const std::string graph = served.get_method("forward").graph()->toString();
+  EXPECT_NE(graph.find("aten::scaled_dot_product_attention"), std::string::npos) << graph;
+  EXPECT_EQ(graph.find("aten::softmax"), std::string::npos) << graph;
+  torch::manual_seed(3);
+  std::vector<c10::IValue> in = {torch::randn({2, 4, 16, 8}), torch::randn({2, 4, 16, 8}), torch::randn({2, 4, 16, 8})};
+  const at::Tensor want = m.forward(in).toTensor(), got = served.forward(in).toTensor();
+  EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6)) << (got - want).abs().max().item<float>();
 }
 
 TEST_F(CliTest, CacheServeOnADatabaseInAMissingFolderIsBadInputAndCreatesNothing) {
