@@ -2,7 +2,11 @@
 conv task's model timed in eager with cudnn.benchmark off/on, contiguous and
 channels_last (weights and input converted outside the timed region), against
 torch.compile, round-robin with CUDA events. Prints one JSON line per variant.
-Usage: python3 bench/conv_tactic_probe.py TASK.py [--reps 20]
+"channels_last+copies" pays the NCHW -> NHWC copy of the input and the copy
+back of the output inside the timed region, as a KernelBench model (NCHW in
+and out) does. With --kernels, each variant is also run 5 times under
+torch.profiler and its CUDA kernels are printed (µs per forward, top 8).
+Usage: python3 bench/conv_tactic_probe.py TASK.py [--reps 20] [--kernels]
 """
 import argparse, importlib.util, json, sys
 
@@ -20,6 +24,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("task")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--kernels", action="store_true")
     a = ap.parse_args()
     m = load(a.task)
     torch.manual_seed(0)
@@ -35,6 +40,8 @@ def main():
         "eager+benchmark": (True, lambda: model(*x)),
         "channels_last": (False, lambda: model_cl(*x_cl)),
         "channels_last+benchmark": (True, lambda: model_cl(*x_cl)),
+        "channels_last+copies": (False, lambda: model_cl(*[t.contiguous(memory_format=torch.channels_last)
+                                                            if t.dim() == 4 else t for t in x]).contiguous()),
         "torch.compile": (False, lambda: compiled(*x)),
     }
     times = {k: [] for k in variants}
@@ -57,6 +64,20 @@ def main():
         v.sort()
         print(json.dumps({"task": a.task.split("/")[-1], "variant": k, "median_us": v[len(v) // 2]}))
     sys.stdout.flush()
+    if a.kernels:
+        from torch.profiler import ProfilerActivity, profile
+        with torch.no_grad():
+            for k, (bench, fn) in variants.items():
+                torch.backends.cudnn.benchmark = bench
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(5):
+                        fn()
+                    torch.cuda.synchronize()
+                rows = sorted((e for e in prof.key_averages() if e.device_time_total > 0),
+                              key=lambda e: -e.device_time_total)[:8]
+                print(json.dumps({"task": a.task.split("/")[-1], "variant": k, "kernels": [
+                    {"name": e.key[:90], "us_per_forward": e.device_time_total / 5, "calls": e.count / 5} for e in rows]}))
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
