@@ -4,9 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -243,11 +245,13 @@ int Push(const CacheShareCommands& c, const std::string& cache_dir) {
 
 int Pull(const CacheShareCommands& c, const std::string& cache_dir) {
   if (!ValidUrl(c.url)) return Fail(kExitBadInput, "URL '" + c.url + "' is not http://HOST:PORT or https://...");
-  auto store = OpenLocal(cache_dir);
-  if (!store.ok()) return Fail(kExitBadInput, store.status().message());
   CacheClient client(c.url, "", std::chrono::milliseconds(c.timeout_ms));
   auto list = client.List();  // every arch: --arch is applied here, so that what it leaves out is counted
   if (!list.ok()) return FailRequest(c.url, list.status());
+  // The local cache after the server answered: opening it creates it, and a
+  // pull from a dead or wrong server leaves nothing behind.
+  auto store = OpenLocal(cache_dir);
+  if (!store.ok()) return Fail(kExitBadInput, store.status().message());
   PullRefusals refused;
   std::vector<std::string> keys;
   for (const WinnerRecord& s : *list) {
@@ -309,6 +313,11 @@ int Export(const CacheShareCommands& c, const std::string& cache_dir) {
 }
 
 int Import(const CacheShareCommands& c, const std::string& cache_dir) {
+  // The bundle before the local cache: opening that creates it, and a missing
+  // or unreadable bundle leaves nothing behind.
+  if (std::ifstream probe(c.file, std::ios::binary); !probe) {
+    return Fail(kExitBadInput, "cannot read bundle " + c.file + ": " + std::strerror(errno));
+  }
   auto store = OpenLocal(cache_dir);
   if (!store.ok()) return Fail(kExitBadInput, store.status().message());
   auto r = ImportBundle(**store, c.file, c.arch, c.trust);

@@ -360,12 +360,32 @@ TEST(CachePullTest, ADeadServerIsNamedWithItsUrlAndTheCause) {
   ASSERT_TRUE(server.Start(dir.path() + "/server.db", "127.0.0.1", 0, "t").ok());
   const std::string url = server.url();
   server.Stop();
+  const std::string local = dir.path() + "/local";
   for (const std::string cmd : {"pull", "push"}) {
-    DiceResult r = RunDice("cache " + cmd + " " + url + " --timeout-ms 500 --cache " + dir.path() + "/local");
+    if (cmd == "push") {  // push reads a local cache (none: "pushed 0" without asking the server)
+      ASSERT_EQ(::mkdir(local.c_str(), 0755), 0);
+      ASSERT_TRUE(dice::cache::Store::Open(dice::cache::DatabasePath(local)).ok());
+    }
+    DiceResult r = RunDice("cache " + cmd + " " + url + " --timeout-ms 500 --cache " + local);
     EXPECT_EQ(r.code, 1) << cmd << "\n" << r.output;
     EXPECT_NE(r.output.find("cache server " + url + " is not reachable (no connection: nothing listens there"),
               std::string::npos) << "the URL and the cause:\n" << r.output;
+    if (cmd == "pull") {
+      struct stat st {};
+      EXPECT_NE(::stat(local.c_str(), &st), 0) << "a failed pull created the local cache " << local;
+    }
   }
+}
+
+TEST(CacheImportTest, AMissingBundleIsBadInputAndCreatesNoCache) {
+  ScratchDir dir("dice_import_missing");
+  const std::string local = dir.path() + "/local";
+  DiceResult r = RunDice("cache import " + dir.path() + "/nope.bundle --cache " + local);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("cannot read bundle " + dir.path() + "/nope.bundle: No such file"), std::string::npos)
+      << r.output;
+  struct stat st {};
+  EXPECT_NE(::stat(local.c_str(), &st), 0) << "the import created the local cache " << local;
 }
 
 }  // namespace
