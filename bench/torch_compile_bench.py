@@ -55,13 +55,13 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "torch_ext" / "python"))
 
 import kernelbench_bench as kb  # noqa: E402  (load_task, bench_interleaved, outputs_match)
+from tasks.gpt2_block import Model as _Gpt2Task  # noqa: E402
 
 VARIANTS = ("eager", "inductor", "max-autotune", "dice", "inductor-via-backend")
 DEFAULT_VARIANTS = VARIANTS[:4]
@@ -138,27 +138,14 @@ def check_correct(model: nn.Module, inputs: list, out, ref, order_free: set[str]
     return ok, f"{detail} (float64 second opinion: {', '.join(sorted(order_free))})"
 
 
-class GPT2Block(nn.Module):
+class GPT2Block(_Gpt2Task):
     """Pre-LN GPT-2 block: x + attn(ln_1(x)), then + mlp(ln_2(.)). Input and
-    output [batch, seq, width]; causal mask as an additive -inf buffer."""
+    output [batch, seq, width]; causal mask as an additive -inf buffer. The
+    model of bench/tasks/gpt2_block.py (what run_chunk.sh times through
+    `dice tune`), with its sizes as defaults; float32 until .to(dtype)."""
 
     def __init__(self, width: int = 768, heads: int = 12, seq: int = 1024):
-        super().__init__()
-        self.heads = heads
-        self.ln_1, self.ln_2 = nn.LayerNorm(width), nn.LayerNorm(width)
-        self.c_attn, self.c_proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
-        self.c_fc, self.c_out = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
-        mask = torch.full((seq, seq), float("-inf")).triu(1)
-        self.register_buffer("mask", mask, persistent=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // self.heads)) + self.mask[:t, :t]
-        y = torch.softmax(att, dim=-1) @ v
-        x = x + self.c_proj(y.transpose(1, 2).reshape(b, t, c))
-        return x + self.c_out(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        super().__init__(width, heads, seq)
 
 
 def shrink_task(mod, cap: int) -> None:
