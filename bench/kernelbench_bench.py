@@ -14,6 +14,10 @@ For each task file (KernelBench format: Model, get_inputs, get_init_inputs):
      dice group in its graph) beside them: what capture alone (freezing,
      conv-batchnorm folding) gives. capture_speedup = eager_us / captured_us,
      winners_speedup = captured_us / dice_us; their product is speedup_vs_eager.
+     With the `--save` file also timed with the pass off ("decided": capture
+     plus the tune's memory-format / attention decisions, no dice group),
+     decisions_speedup = captured_us / decided_us and winners_speedup =
+     decided_us / dice_us.
 All times: CUDA events, warm-up, L2 flushed (256 MB write) before each
 repetition, median of --reps, in µs. The variants are timed side by side:
 each repetition runs eager, torch.compile, (max-autotune, freezing,) captured, dice once each in
@@ -144,13 +148,17 @@ def load_captured(pt, inputs):
     return cap
 
 
-def attribution(eager_us, captured_us, dice_us):
-    """capture_speedup = eager / captured (freezing, folding: capture alone),
-    winners_speedup = captured / dice (what the served winners added on top);
-    None for a time not measured."""
+def attribution(eager_us, captured_us, dice_us, decided_us=None):
+    """capture_speedup = eager / captured (freezing, folding: capture alone);
+    decisions_speedup = captured / decided (the tune's memory-format and
+    attention decisions: the `--save` file with no dice group), when measured;
+    winners_speedup = decided (else captured) / dice (what the served winners
+    added on top). Their product is eager / dice. None for a time not measured."""
     ok = lambda v: isinstance(v, (int, float)) and v > 0
+    base = decided_us if ok(decided_us) else captured_us
     return {"capture_speedup": eager_us / captured_us if ok(eager_us) and ok(captured_us) else None,
-            "winners_speedup": captured_us / dice_us if ok(captured_us) and ok(dice_us) else None}
+            "decisions_speedup": captured_us / decided_us if ok(captured_us) and ok(decided_us) else None,
+            "winners_speedup": base / dice_us if ok(base) and ok(dice_us) else None}
 
 
 def match_against_float64(model, inputs, got, want, strict_detail):
@@ -270,8 +278,11 @@ def run_task(path, args):
         del out
         ref = None
         cap = load_captured(pt, inputs)
+        dec = load_captured(served_pt, inputs) if os.path.exists(served_pt) else None
         fns = {"eager": lambda: model(*inputs), "compile": lambda: compiled(*inputs), "captured": lambda: cap(*inputs),
                "dice": lambda: dm(*inputs)}
+        if dec is not None:
+            fns["decided"] = lambda: dec(*inputs)
         if ma is not None:
             fns["max_autotune"] = lambda: ma(*inputs)
         if fz is not None:
@@ -289,6 +300,10 @@ def run_task(path, args):
         cap(*inputs)
         rec["captured_dice_groups"] = dice_groups_in_last_graph()
         rec["captured_us"] = us["captured"] if rec["captured_dice_groups"] == 0 else None
+        rec["decided_us"] = None
+        if dec is not None:
+            dec(*inputs)
+            rec["decided_us"] = us["decided"] if dice_groups_in_last_graph() == 0 else None
     # What the served model did per fusion group during this task: hits
     # (winner kernel ran) and fallbacks with their reasons.
     rec["serving"] = []
@@ -299,12 +314,12 @@ def run_task(path, args):
             reasons = {r: n - old.get("fallback_reasons", {}).get(r, 0) for r, n in g["fallback_reasons"].items()}
             rec["serving"].append({"group": g["summary"], "calls": calls, "hits": g["hits"] - old.get("hits", 0),
                                    "fallback_reasons": {r: n for r, n in reasons.items() if n}})
-    del compiled, ma, fz, dm, cap
+    del compiled, ma, fz, dm, cap, dec
     torch.cuda.empty_cache()
     os.environ["DICE_MODE"] = "off"
     rec["speedup_vs_eager"] = rec["eager_us"] / rec["dice_us"]
     rec["speedup_vs_compile"] = rec["compile_us"] / rec["dice_us"]
-    rec.update(attribution(rec["eager_us"], rec["captured_us"], rec["dice_us"]))
+    rec.update(attribution(rec["eager_us"], rec["captured_us"], rec["dice_us"], rec.get("decided_us")))
     return rec
 
 

@@ -1,5 +1,6 @@
 """CPU tests of bench/torch_compile_bench.py's helpers (issue 17 item 5):
-which workloads get the float64 second opinion, and the workload lists."""
+which workloads get the float64 second opinion, the workload lists, and
+kernelbench_bench's attribution of a speedup."""
 
 import sys
 from pathlib import Path
@@ -56,3 +57,16 @@ def test_level2_list_is_the_issues_twenty_in_order():
     assert [int(Path(p).name.split("_")[0]) for p in paths] == list(bench.LEVEL2_20)
     with pytest.raises(ValueError, match="level3-dev\\|level2-20"):
         bench.workload_list("level9", str(kb))
+
+
+def test_attribution_splits_eager_over_dice_into_capture_decisions_and_winners():
+    # eager 100 µs, capture alone 80, with the tune's decisions (SDPA) 50, served 40.
+    a = bench.kb.attribution(100.0, 80.0, 40.0, 50.0)
+    assert a["capture_speedup"] == pytest.approx(1.25)
+    assert a["decisions_speedup"] == pytest.approx(1.6)
+    assert a["winners_speedup"] == pytest.approx(1.25)
+    assert a["capture_speedup"] * a["decisions_speedup"] * a["winners_speedup"] == pytest.approx(100.0 / 40.0)
+    # Without a decided time the winners get everything past capture; unmeasured times give None.
+    b = bench.kb.attribution(100.0, 80.0, 40.0)
+    assert b["decisions_speedup"] is None and b["winners_speedup"] == pytest.approx(2.0)
+    assert bench.kb.attribution(100.0, None, 40.0)["capture_speedup"] is None
