@@ -7,12 +7,14 @@
 // constants). A broadcast output (smaller than F) is written only by the
 // element whose coordinates along its broadcast axes are 0. The grid covers
 // the iteration space, capped at 4 full waves of the target's SMs (beyond
-// that the grid-stride loop takes over).
+// that the grid-stride loop takes over). Groups whose tensors are dense in
+// two different axis orders get the tiled transposes of transpose.cc first.
 #include <algorithm>
 #include <string>
 
 #include "emit.h"
 #include "families.h"
+#include "layout.h"
 
 namespace dice::generator::tmpl {
 namespace {
@@ -139,6 +141,9 @@ Expected<std::vector<Candidate>> ElementwiseCandidates(const Lowered& lo, int ma
   if (v > 1) order = {{256, v}, {128, v}, {512, v}, {256, 1}, {512, 1}, {128, 1}};
   else order = {{256, 1}, {128, 1}, {512, 1}};
   std::vector<Candidate> out;
+  // Mixed-order groups (channels_last in, contiguous out or the reverse):
+  // the tiled transposes first (transpose.cc); the strided walk follows.
+  if (auto tp = TransposePlan(lo)) out = TransposeCandidates(lo, *tp, max_candidates, target);
   for (auto [b, vec] : order) {
     if (static_cast<int>(out.size()) >= max_candidates) break;
     out.push_back(Make(lo, p, b, vec, wide, target));

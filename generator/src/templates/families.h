@@ -14,12 +14,30 @@
 
 namespace dice::generator::tmpl {
 
+struct TransposeOrders;  // layout.h
+
 /// Pure elementwise groups (no Reduce node). Variants: block {128,256,512} x
 /// vector width {1, 16-byte}; the grid-stride grid is capped at 4 waves of
-/// the target's SMs (target.sm_count, max_threads_per_sm). Errors:
-/// kUnsupported when the group reduces.
+/// the target's SMs (target.sm_count, max_threads_per_sm). A mixed-order
+/// group (layout.h: TransposePlan finds two orders) gets the tiled-transpose
+/// variants (TransposeCandidates) first, then the strided ones, at most
+/// `max_candidates` in all. Errors: kUnsupported when the group reduces.
 Expected<std::vector<Candidate>> ElementwiseCandidates(const Lowered& lo, int max_candidates,
                                                        const TargetInfo& target);
+
+/// The tiled-transpose variants of the elementwise family (transpose.cc) for
+/// a mixed-order group, `p` = TransposePlan(lo) (layout.h): origins
+/// "template:elementwise/transpose_t32" and ".../transpose_t64", tile edge TW
+/// = 32 / 64, block (TW, 256 / TW), one static __shared__ float tile
+/// [TW][TW + 1] per distinct I-order input (4.1 KB / 16.3 KB each); each CTA
+/// transposes TW x TW tiles of the (a_in, a_out) plane, grid-stride, the grid
+/// capped at 4 waves of the target's SMs. f32 / f16 / bf16 tensors (math in
+/// float), 32-bit or 64-bit indices (NeedsWideIndex). Returns up to
+/// `max_candidates` (t32 first); none when more than 4 distinct inputs need a
+/// tile, and no t64 when its tiles exceed 48 KB (more than 2 inputs).
+/// REQUIRES: `p` was computed from `lo` (num_reduces == 0).
+std::vector<Candidate> TransposeCandidates(const Lowered& lo, const TransposeOrders& p, int max_candidates,
+                                           const TargetInfo& target);
 
 /// Groups whose reductions all reduce the same axes R. Variants: column
 /// (thread per row), warp per row, block per row (register-cached row or

@@ -91,6 +91,46 @@ void PermuteAxes(const std::vector<int>& order, Lowered* lo) {
   for (auto& o : lo->outputs) o.strides = Permuted(o.strides, order);
 }
 
+std::optional<TransposeOrders> TransposePlan(const Lowered& lo) {
+  const auto& F = lo.F;
+  if (lo.num_reduces > 0) return std::nullopt;
+  for (const auto& n : lo.nodes)
+    if (n.kind == NodeKind::kReduce) return std::nullopt;
+  TransposeOrders p;
+  for (const auto& o : lo.outputs) {
+    if (!FullSize(lo.nodes[o.node].shape, F)) continue;  // broadcast output: guarded store
+    if (o.strides.size() != F.size()) return std::nullopt;
+    std::vector<int> order = DenseOrder(o.strides, F);
+    if (order.empty()) return std::nullopt;
+    if (p.out_order.empty()) p.out_order = std::move(order);
+    else if (order != p.out_order) return std::nullopt;
+  }
+  if (p.out_order.empty()) return std::nullopt;
+  for (size_t id = 0; id < lo.nodes.size(); ++id) {
+    const Node& n = lo.nodes[id];
+    if (n.kind != NodeKind::kLoad) continue;
+    if (!FullSize(n.shape, F)) {
+      p.direct_loads.push_back(static_cast<int>(id));
+      continue;
+    }
+    if (n.strides.size() != F.size()) return std::nullopt;
+    std::vector<int> order = DenseOrder(n.strides, F);
+    if (order.empty()) return std::nullopt;
+    if (order == p.out_order) {
+      p.direct_loads.push_back(static_cast<int>(id));
+      continue;
+    }
+    if (p.in_order.empty()) p.in_order = std::move(order);
+    else if (order != p.in_order) return std::nullopt;  // a third order
+    p.tiled_loads.push_back(static_cast<int>(id));
+  }
+  if (p.tiled_loads.empty()) return std::nullopt;
+  p.a_out = p.out_order.back();
+  p.a_in = p.in_order.back();
+  if (p.a_out == p.a_in) return std::nullopt;
+  return p;
+}
+
 bool ToMemoryOrder(Lowered* lo) {
   auto order = MemoryOrder(*lo);
   if (!order) return false;

@@ -31,7 +31,8 @@ namespace dice::generator::tmpl {
 /// already in that order (contiguous tasks, unchanged), when there is no
 /// full-size tensor, when a full-size tensor is not dense (gaps, overlap,
 /// stride 0) or when two full-size tensors are dense in different orders:
-/// the strided lowering then stays (correct, not coalesced).
+/// the strided lowering then stays (correct, not coalesced; for two orders
+/// the elementwise family adds tiled transposes, see TransposePlan).
 std::optional<std::vector<int>> MemoryOrder(const Lowered& lo);
 
 /// Re-indexes `lo` so that its axis k is old axis order[k]: F, every node's
@@ -45,5 +46,37 @@ void PermuteAxes(const std::vector<int>& order, Lowered* lo);
 /// was re-indexed. Called by TemplateGenerator between Lower and the
 /// elementwise / row families.
 bool ToMemoryOrder(Lowered* lo);
+
+/// The two memory orders of a "mixed-order" elementwise group, for the tiled
+/// transpose of the elementwise family (transpose.cc): e.g. a channels_last
+/// conv output x [N,C,H,W] (strides H*W*C, 1, W*C, C) through an epilogue
+/// relu(x + b[C,1,1]) into a contiguous output, or a copy from contiguous
+/// NCHW into channels_last. Axes are F axes of `lo` as Lower (or PermuteAxes)
+/// left them; orders list the axes of extent > 1, outermost first.
+struct TransposeOrders {
+  std::vector<int> out_order;  ///< every full-size output is dense row-major in this order ("O")
+  std::vector<int> in_order;   ///< the tiled loads are dense row-major in this order ("I")
+  int a_out = -1;              ///< innermost (stride-1) axis of O: consecutive along it, stores coalesce
+  int a_in = -1;               ///< innermost axis of I (!= a_out): consecutive along it, tiled loads coalesce
+  std::vector<int> tiled_loads;   ///< node ids of the full-size Loads dense in I (ascending)
+  std::vector<int> direct_loads;  ///< node ids of the other Loads: dense in O, or broadcast (smaller than F)
+};
+
+/// The orders O and I of `lo` when a tiled transpose applies: `lo` has no
+/// Reduce (num_reduces == 0); it has at least one full-size output (node
+/// shape == F along every axis with F[a] > 1) and all full-size outputs are
+/// dense in one order O; every full-size Load is dense in O or in a second
+/// order I, at least one in I; and the innermost axes differ (a_out != a_in).
+/// Broadcast outputs (smaller than F) are allowed next to a full-size one
+/// (the kernel writes them guarded, once per element, as the strided path
+/// does) and broadcast Loads are read through their own strides. nullopt
+/// otherwise: a reduction (the row family handles those), no full-size
+/// output, a full-size tensor that is not dense (gaps, overlap, stride 0),
+/// outputs in two orders, loads in a third order (one tile cannot make three
+/// orders coalesce), all full-size tensors in one order (MemoryOrder's case:
+/// no transpose needed), or O and I with the same innermost axis (the
+/// strided walk already coalesces along it). Does not cap the number of
+/// tiled loads (the family does). Pure; thread-safe.
+std::optional<TransposeOrders> TransposePlan(const Lowered& lo);
 
 }  // namespace dice::generator::tmpl
