@@ -374,10 +374,11 @@ dice::torch_ext::Options BaseOptions(const ModelArgs& args, const std::vector<c1
 /// report (its memory-format decision is the tuned copy's too). Errors (in
 /// `error`): those of LoadModel, and optimize()'s.
 bool LoadCaptured(const ModelArgs& args, bool gpu, LoadedModel* out, dice::torch_ext::OptimizeReport* report_out,
-                  std::string* error) {
+                  std::string* error, std::optional<dice::torch_ext::MemoryFormat> format = std::nullopt) {
   if (!LoadModel(args, gpu, out, error)) return false;
   dice::torch_ext::Options off = BaseOptions(args, out->inputs);
   off.mode = dice::torch_ext::Mode::kOff;
+  if (format) off.memory_format = *format;
   auto report = dice::torch_ext::optimize(out->module, off);
   if (!report.ok()) *error = "capturing the model for its capture-alone time: " + report.status().message();
   if (report.ok()) *report_out = *report;
@@ -400,6 +401,91 @@ bool SaveCaptured(LoadedModel& captured, const std::string& path, std::string* e
     return false;
   }
   std::printf("dice: captured model written to %s (serve it with DICE_MODE=cache)\n", path.c_str());
+  return true;
+}
+
+/// The tuned model of one memory format: the module, its optimize() report
+/// and the tune reports of its groups.
+struct TunedVariant {
+  LoadedModel model;
+  dice::torch_ext::OptimizeReport report;
+  std::vector<dice::runtime::TuneReport> tuned;
+};
+
+/// The memory-format decision with the dice groups in place (issue 18 item 2).
+/// The capture times channels_last with PyTorch's own layout copies at the
+/// conv regions' edges (a strided copy at ~0.9 TB/s on the H200), which cost
+/// more than the channels_last conv saves; as fusion-group ops the copies get
+/// generated tiled-transpose kernels and the exit copy is fused into the
+/// epilogue group (fusion_policy.h rule 5). So when the capture kept
+/// contiguous after timing both layouts (the model has conv regions) and the
+/// user left --memory-format at auto, a channels_last copy of the model is
+/// optimized and its groups tuned too (about double the tune time of a conv
+/// model), and the two tuned models are timed side by side serving their
+/// winners (mode cache, round-robin, 3 warm-up calls, `args.reps` rounds).
+/// channels_last replaces `variant` when its median is >= 2% below (the rule
+/// of kAuto, memory_format_pass.h KeepsChannelsLast); `captured` and
+/// `capture_report` are then re-made in channels_last (its capture-alone time
+/// and --save file), and the reason names both medians in µs. Returns false
+/// only when the channels_last copy cannot be loaded or captured (`error`);
+/// a tune error of the copy keeps contiguous with a warning.
+bool DecideLayoutWithGroups(const ModelArgs& args, const dice::torch_ext::Options& options, TunedVariant* variant,
+                            LoadedModel* captured, dice::torch_ext::OptimizeReport* capture_report,
+                            std::string* error) {
+  if (args.memory_format != "auto" || capture_report->memory_format != "contiguous" ||
+      capture_report->memory_format_us.second <= 0) {
+    return true;  // forced, already channels_last, or no conv region was timed
+  }
+  Notice(dice::LogLevel::kInfo, "dice: channels_last measured slower with PyTorch's layout copies; tuning it with "
+         "the copies as fusion groups");
+  TunedVariant cl;
+  if (!LoadModel(args, true, &cl.model, error)) return false;
+  dice::torch_ext::Options o = options;
+  o.memory_format = dice::torch_ext::MemoryFormat::kChannelsLast;
+  auto report = dice::torch_ext::optimize(cl.model.module, o);
+  if (!report.ok()) {
+    Warn("channels_last with fused layout copies not tried: " + report.status().message());
+    return true;
+  }
+  ProgressLine progress;
+  auto reports = dice::torch_ext::TuneGroups(
+      cl.model.module, cl.model.inputs, o, [&progress](const dice::torch_ext::GroupTuneProgress& g) {
+        ShowTuneProgress(progress, "dice: channels_last: ", g.group, g.groups, g.tune);
+      });
+  progress.Finish();
+  if (!reports.ok()) {
+    Warn("channels_last with fused layout copies not tried: " + reports.status().message());
+    return true;
+  }
+  dice::torch_ext::SetRuntimeOptions(options);
+  std::vector<double> us;
+  {
+    torch::NoGradGuard no_grad;
+    us = RoundRobinMedians(2, args.reps, /*warmup=*/3,
+                           [&](size_t v) { return TimeOnce(v == 0 ? variant->model : cl.model); });
+  }
+  char reason[256];
+  const bool keep_cl = us[0] > 0 && us[1] > 0 && us[1] <= 0.98 * us[0];
+  std::snprintf(reason, sizeof(reason), "measured with the dice groups served: contiguous %.1f µs, channels_last "
+                "with fused layout copies %.1f µs; %s", us[0], us[1],
+                keep_cl ? "channels_last kept (>= 2%% faster)" : "contiguous kept");
+  if (!keep_cl) {
+    capture_report->memory_format_reason += std::string("; ") + reason;
+    return true;
+  }
+  LoadedModel captured_cl;
+  dice::torch_ext::OptimizeReport captured_cl_report;
+  if (!LoadCaptured(args, true, &captured_cl, &captured_cl_report, error,
+                    dice::torch_ext::MemoryFormat::kChannelsLast)) {
+    return false;
+  }
+  captured_cl_report.memory_format_reason = reason;
+  captured_cl_report.memory_format_us = {us[0], us[1]};
+  *captured = std::move(captured_cl);
+  *capture_report = std::move(captured_cl_report);
+  cl.report = std::move(report).value();
+  cl.tuned = std::move(reports).value();
+  *variant = std::move(cl);
   return true;
 }
 
@@ -504,24 +590,36 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
     options.attention = capture_report.attention == "sdpa" ? dice::torch_ext::AttentionMode::kSdpa
                                                            : dice::torch_ext::AttentionMode::kUnfused;
   }
-  auto report = dice::torch_ext::optimize(tuned.module, options);
-  if (!report.ok()) return Fail(kExitFailure, report.status().message());
-  for (const auto& w : report->warnings) Warn(w);
-  const auto& layout = gpu ? capture_report : *report;
-  Notice(dice::LogLevel::kInfo, "dice: memory format: %s (%s)", layout.memory_format.c_str(),
-         layout.memory_format_reason.c_str());
-  if (layout.attention == "sdpa" || layout.attention_reason.rfind("no attention chain", 0) != 0) {
-    Notice(dice::LogLevel::kInfo, "dice: attention: %s (%s)", layout.attention.c_str(), layout.attention_reason.c_str());
+  auto optimized = dice::torch_ext::optimize(tuned.module, options);
+  if (!optimized.ok()) return Fail(kExitFailure, optimized.status().message());
+  for (const auto& w : optimized->warnings) Warn(w);
+  const dice::torch_ext::OptimizeReport* layout = gpu ? &capture_report : &*optimized;
+  Notice(dice::LogLevel::kInfo, "dice: memory format: %s (%s)", layout->memory_format.c_str(),
+         layout->memory_format_reason.c_str());
+  if (layout->attention == "sdpa" || layout->attention_reason.rfind("no attention chain", 0) != 0) {
+    Notice(dice::LogLevel::kInfo, "dice: attention: %s (%s)", layout->attention.c_str(), layout->attention_reason.c_str());
   }
-  Notice(dice::LogLevel::kInfo, "dice: %zu fusion group(s) formed, %zu op(s) left with PyTorch", report->groups.size(),
-         report->left_out.size());
+  Notice(dice::LogLevel::kInfo, "dice: %zu fusion group(s) formed, %zu op(s) left with PyTorch",
+         optimized->groups.size(), optimized->left_out.size());
   ProgressLine progress;  // one line per group and phase (cli/progress.h)
-  auto tuned_reports = dice::torch_ext::TuneGroups(
+  auto tuned_groups = dice::torch_ext::TuneGroups(
       tuned.module, tuned.inputs, options, [&progress](const dice::torch_ext::GroupTuneProgress& g) {
         ShowTuneProgress(progress, "dice: ", g.group, g.groups, g.tune);
       });
   progress.Finish();
-  if (!tuned_reports.ok()) return Fail(kExitFailure, tuned_reports.status().message());
+  if (!tuned_groups.ok()) return Fail(kExitFailure, tuned_groups.status().message());
+  TunedVariant variant{std::move(tuned), std::move(optimized).value(), std::move(tuned_groups).value()};
+  if (!gpu) layout = &variant.report;  // (moved into it)
+  if (gpu && !DecideLayoutWithGroups(args, options, &variant, &captured, &capture_report, &error)) {
+    return Fail(kExitFailure, error);
+  }
+  if (gpu && capture_report.memory_format_reason.find("with the dice groups served") != std::string::npos) {
+    Notice(dice::LogLevel::kInfo, "dice: memory format: %s (%s)", capture_report.memory_format.c_str(),
+           capture_report.memory_format_reason.c_str());
+  }
+  LoadedModel& tuned_model = variant.model;
+  const dice::torch_ext::OptimizeReport* report = &variant.report;
+  const std::vector<dice::runtime::TuneReport>* tuned_reports = &variant.tuned;
   // At debug: every candidate's outcome, one line each (the table keeps counts only).
   for (size_t g = 0; g < tuned_reports->size(); ++g) {
     for (const auto& o : (*tuned_reports)[g].outcomes) {
@@ -541,7 +639,7 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   c10::IValue got;
   {
     torch::NoGradGuard no_grad;
-    got = tuned.module.forward(tuned.inputs);
+    got = tuned_model.module.forward(tuned_model.inputs);
   }
   const std::map<std::string, int64_t> calls = CallsPerForward();
   PrintGroupTable(*tuned_reports, calls);
@@ -550,7 +648,7 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   SideBySide t;
   {
     CpuTimingScope timing(gpu, cpu_threads);
-    t = TimeSideBySide(eager, gpu ? &captured : nullptr, tuned, options, args.reps);
+    t = TimeSideBySide(eager, gpu ? &captured : nullptr, tuned_model, options, args.reps);
   }
   if (gpu) {
     std::printf("\nend to end (median of %d, round-robin): original %.1f µs, captured %.1f µs (frozen graph, no dice "
@@ -572,12 +670,12 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   e2e.match_detail = detail;
   e2e.frozen = report->frozen;
   e2e.calls_per_forward = calls;
-  e2e.memory_format = layout.memory_format;
-  e2e.memory_format_reason = layout.memory_format_reason;
-  e2e.memory_format_us = layout.memory_format_us;
-  e2e.attention = layout.attention;
-  e2e.attention_reason = layout.attention_reason;
-  e2e.attention_us = layout.attention_us;
+  e2e.memory_format = layout->memory_format;
+  e2e.memory_format_reason = layout->memory_format_reason;
+  e2e.memory_format_us = layout->memory_format_us;
+  e2e.attention = layout->attention;
+  e2e.attention_reason = layout->attention_reason;
+  e2e.attention_us = layout->attention_us;
   if (!WriteTuneOutputs(args, TuneDocument(args.model_path, *tuned_reports, e2e), &error)) {
     return Fail(kExitFailure, error);
   }

@@ -173,6 +173,7 @@ const OpInfo kOpTable[] = {
     {OpKind::kGroupNorm, "group_norm", OpCategory::kNormalization, 1, 3, 1},
     {OpKind::kLinear, "linear", OpCategory::kContraction, 2, 3, 0},
     {OpKind::kConv2d, "conv2d", OpCategory::kContraction, 2, 3, 0},
+    {OpKind::kContiguous, "contiguous", OpCategory::kUnary, 1, 1, 0},
 };
 constexpr size_t kNumOps = sizeof(kOpTable) / sizeof(kOpTable[0]);
 }  // namespace
@@ -281,6 +282,11 @@ Expected<std::vector<ValueType>> InferTypes(const Graph& graph) {
           out.is_scalar_constant = false;
         } else if (op.kind == OpKind::kGelu) {
           if (op.ivalue != 0 && op.ivalue != 1) return OpError(i, op, "gelu approximation must be 0 or 1");
+        } else if (op.kind == OpKind::kContiguous) {
+          if (x.is_scalar_constant) return OpError(i, op, "cannot lay out a scalar constant");
+          if (op.ivalue < 0 || op.ivalue > 2) return OpError(i, op, "memory format must be 0, 1 or 2");
+          if (op.ivalue == 1 && x.rank != 4) return OpError(i, op, "channels_last needs rank 4");
+          if (op.ivalue == 2 && x.rank != 5) return OpError(i, op, "channels_last_3d needs rank 5");
         } else if (op.ivalue != 0) {
           return OpError(i, op, "takes no integer attribute");
         }

@@ -111,6 +111,10 @@ std::string OpExpression(const Op& op, const std::vector<std::string>& a, int a_
     case OpKind::kHardsigmoid: return call("F.hardsigmoid");
     case OpKind::kPowScalar: return "torch.pow(" + a[0] + ", " + PyFloat(s[0]) + ")";
     case OpKind::kCast: return a[0] + ".to(" + TorchDType(static_cast<DType>(op.ivalue)) + ")";
+    case OpKind::kContiguous:
+      return a[0] + ".contiguous(memory_format=" +
+             (op.ivalue == 1 ? "torch.channels_last" : op.ivalue == 2 ? "torch.channels_last_3d" : "torch.contiguous_format") +
+             ")";
     case OpKind::kAdd: return a[0] + " + " + a[1];
     case OpKind::kSub: return a[0] + " - " + a[1];
     case OpKind::kMul: return a[0] + " * " + a[1];

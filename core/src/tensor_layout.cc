@@ -113,10 +113,34 @@ void FollowInputLayout(const std::vector<ir::TensorSpec>& inputs, std::vector<ir
   }
 }
 
+TensorLayout StatedOutputLayout(const ir::Graph& graph, size_t output) {
+  if (output >= graph.outputs.size()) return TensorLayout::kStrided;
+  const int64_t op_index = static_cast<int64_t>(graph.outputs[output]) - static_cast<int64_t>(graph.inputs.size());
+  if (op_index < 0 || op_index >= static_cast<int64_t>(graph.ops.size())) return TensorLayout::kStrided;
+  const ir::Op& op = graph.ops[static_cast<size_t>(op_index)];
+  if (op.kind != ir::OpKind::kContiguous) return TensorLayout::kStrided;
+  switch (op.ivalue) {
+    case 0: return TensorLayout::kContiguous;
+    case 1: return TensorLayout::kChannelsLast;
+    case 2: return TensorLayout::kChannelsLast3d;
+    default: return TensorLayout::kStrided;
+  }
+}
+
+void ApplyOutputLayouts(const ir::Graph& graph, const std::vector<ir::TensorSpec>& inputs,
+                        std::vector<ir::TensorSpec>* outputs) {
+  FollowInputLayout(inputs, outputs);
+  for (size_t o = 0; o < outputs->size(); ++o) {
+    const TensorLayout stated = StatedOutputLayout(graph, o);
+    if (stated == TensorLayout::kStrided) continue;
+    (*outputs)[o].strides = LayoutStrides((*outputs)[o].shape, stated);
+  }
+}
+
 Expected<Task> MakeServedTask(ir::Graph graph, std::vector<ir::TensorSpec> inputs, TargetInfo target) {
   auto task = Task::Make(std::move(graph), std::move(inputs), std::move(target));
   if (!task.ok()) return task.status();
-  FollowInputLayout(task->inputs, &task->outputs);
+  ApplyOutputLayouts(task->graph, task->inputs, &task->outputs);
   return task;
 }
 

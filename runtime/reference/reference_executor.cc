@@ -73,6 +73,10 @@ Expected<at::Tensor> Unary(const ir::Op& op, const at::Tensor& x, bool upcast) {
     case ir::OpKind::kHardswish: return at::hardswish(x);
     case ir::OpKind::kHardsigmoid: return at::hardsigmoid(x);
     case ir::OpKind::kPowScalar: return at::pow(x, s[0]);
+    case ir::OpKind::kContiguous:  // ir.h: 0 contiguous, 1 channels_last, 2 channels_last_3d
+      return x.contiguous(op.ivalue == 1   ? at::MemoryFormat::ChannelsLast
+                          : op.ivalue == 2 ? at::MemoryFormat::ChannelsLast3d
+                                           : at::MemoryFormat::Contiguous);
     case ir::OpKind::kCast: {
       const at::ScalarType target = ToScalarType(static_cast<ir::DType>(op.ivalue));
       // Under upcast the cast's rounding is kept (it is part of the group's

@@ -636,7 +636,7 @@ Verifier::Verifier(TaskSetup setup) : impl_(std::make_unique<Impl>()) {
   ss.req = setup.req;
   ss.graph = std::move(setup.graph);
   ss.outputs = std::move(setup.outputs);
-  FollowInputLayout(ss.req->inputs, &ss.outputs);  // channels_last follows inputs, as in serving's task
+  ApplyOutputLayouts(ss.graph, ss.req->inputs, &ss.outputs);  // the layouts of serving's task (tensor_layout.h)
   ss.positive = PositiveDomainInputs(ss.graph);
   ss.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(ss.req->device));
 }

@@ -96,6 +96,59 @@ TEST(TensorLayoutRule, OnlyOutputsOfTheChannelsLastInputsShapeFollowIt) {
   EXPECT_EQ(b[0].strides, (std::vector<int64_t>{16, 16, 4, 1}));
 }
 
+// relu(x + b) then a layout copy to `format` (ir.h kContiguous), x [4, 8, 3, 3], b [8, 1, 1].
+ir::Graph EpilogueWithLayoutCopy(int64_t format) {
+  ir::Graph g;
+  g.inputs = {{ir::DType::kFloat32, 4}, {ir::DType::kFloat32, 3}};
+  ir::Op add; add.kind = ir::OpKind::kAdd; add.args = {0, 1};
+  ir::Op relu; relu.kind = ir::OpKind::kRelu; relu.args = {2};
+  ir::Op copy; copy.kind = ir::OpKind::kContiguous; copy.args = {3}; copy.ivalue = format;
+  g.ops = {add, relu, copy};
+  g.outputs = {3, 4};  // relu's value (follows the input) and the copy (its stated format)
+  return g;
+}
+
+TEST(TensorLayoutRule, ALayoutCopyOutputTakesItsStatedFormatTheOthersFollowTheInputs) {
+  const ir::Graph g = EpilogueWithLayoutCopy(0);
+  ASSERT_TRUE(ir::Validate(g).ok()) << ir::Validate(g).ToString();
+  EXPECT_EQ(StatedOutputLayout(g, 0), TensorLayout::kStrided);  // relu: no stated layout
+  EXPECT_EQ(StatedOutputLayout(g, 1), TensorLayout::kContiguous);
+  EXPECT_EQ(StatedOutputLayout(g, 7), TensorLayout::kStrided);  // out of range
+  std::vector<ir::TensorSpec> inputs = {Spec({4, 8, 3, 3}, LayoutStrides({4, 8, 3, 3}, TensorLayout::kChannelsLast)),
+                                        ir::TensorSpec::Contiguous(ir::DType::kFloat32, {8, 1, 1})};
+  auto task = MakeServedTask(g, inputs, TargetInfo{});
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  EXPECT_EQ(task->outputs[0].strides, LayoutStrides({4, 8, 3, 3}, TensorLayout::kChannelsLast));
+  EXPECT_TRUE(task->outputs[1].is_contiguous());  // the region's exit: NCHW, as eager's x.contiguous()
+  // The entry direction: a contiguous input copied to channels_last.
+  ir::Graph entry;
+  entry.inputs = {{ir::DType::kFloat32, 4}};
+  ir::Op copy; copy.kind = ir::OpKind::kContiguous; copy.args = {0}; copy.ivalue = 1;
+  entry.ops = {copy};
+  entry.outputs = {1};
+  std::vector<ir::TensorSpec> out = {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {4, 8, 3, 3})};
+  ApplyOutputLayouts(entry, {out[0]}, &out);
+  EXPECT_EQ(out[0].strides, LayoutStrides({4, 8, 3, 3}, TensorLayout::kChannelsLast));
+}
+
+TEST(TensorLayoutRule, LayoutCopyIsValidatedAndRoundTripsThroughCanonicalText) {
+  const ir::Graph g = EpilogueWithLayoutCopy(1);
+  const std::string text = ir::Canonical(g);
+  EXPECT_NE(text.find("%4 = contiguous(%3) i=1"), std::string::npos) << text;
+  auto parsed = ir::Parse(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(*parsed, g);
+  const std::vector<ir::TensorSpec> specs = {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {4, 8, 3, 3}),
+                                             ir::TensorSpec::Contiguous(ir::DType::kFloat32, {8, 1, 1})};
+  const std::string program = ir::RenderReferenceProgram(g, specs);
+  EXPECT_NE(program.find(".contiguous(memory_format=torch.channels_last)"), std::string::npos) << program;
+  ir::Graph bad = EpilogueWithLayoutCopy(2);  // channels_last_3d of a rank-4 value
+  EXPECT_NE(ir::Validate(bad).message().find("channels_last_3d needs rank 5"), std::string::npos)
+      << ir::Validate(bad).ToString();
+  bad = EpilogueWithLayoutCopy(3);
+  EXPECT_NE(ir::Validate(bad).message().find("memory format must be 0, 1 or 2"), std::string::npos);
+}
+
 TEST(TensorLayoutRule, ServedTaskOfContiguousInputsIsTaskMakes) {
   ir::Graph g;
   g.inputs = {{ir::DType::kFloat32, 4}};

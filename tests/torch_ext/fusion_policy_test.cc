@@ -59,6 +59,23 @@ TEST(FusionPolicyTest, MatmulEpilogueIsOneGroupAfterTheMatmul) {
   EXPECT_EQ(Propose(g), (Groups{{4, 5}}));
 }
 
+TEST(FusionPolicyTest, LayoutCopyEndsItsProducersGroupAndIsReadByNoMember) {
+  // relu(conv_out) + bias -> contiguous -> neg: the copy joins the epilogue
+  // group as its output (rule 5); the neg that reads it starts a group of its own.
+  std::vector<PolicyNode> g = {Input(), Input(), Op("aten::relu", {0}), Op("aten::add", {2, 1}),
+                               Op("aten::contiguous", {3}), Op("aten::neg", {4})};
+  EXPECT_EQ(Propose(g), (Groups{{2, 3, 4}, {5}}));
+  // A reader of the copy that also reads the group's other value cannot pull the copy inside.
+  std::vector<PolicyNode> h = {Input(), Op("aten::relu", {0}), Op("aten::contiguous", {1}),
+                               Op("aten::mul", {2, 1})};
+  EXPECT_EQ(Propose(h), (Groups{{1, 2}, {3}}));
+  // A copy alone (the region's entry) is a group: a layout change is a real pass over memory.
+  std::vector<PolicyNode> e = {Input(), Op("aten::contiguous", {0}), Op("aten::conv2d", {1}, false)};
+  EXPECT_EQ(Propose(e), (Groups{{1}}));
+  EXPECT_TRUE(IsLayoutCopy("aten::contiguous"));
+  EXPECT_FALSE(IsLayoutCopy("aten::clone"));
+}
+
 TEST(FusionPolicyTest, CastOnlyGroupIsDissolved) {
   std::vector<PolicyNode> casts = {Input(), Op("aten::to", {0}), Op("aten::type_as", {1, 0})};
   EXPECT_EQ(Propose(casts), Groups{});

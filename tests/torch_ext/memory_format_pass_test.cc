@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "../../torch_ext/src/memory_format_pass.h"
+#include "dice/core/tensor_layout.h"
 #include "dice/torch_ext/optimize.h"
 
 namespace dice::torch_ext {
@@ -30,6 +31,14 @@ constexpr const char* kConv3dRelu = R"(
 def forward(self, x):
     y = torch.conv3d(x, self.w1, self.b1, [1, 1, 1], [1, 1, 1])
     return torch.relu(y)
+)";
+
+// KernelBench level-2 task 1's shape of model: conv, then an epilogue, NCHW out.
+constexpr const char* kConvReluBias = R"(
+def forward(self, x):
+    y = torch.conv2d(x, self.w1, self.b1, [1, 1], [0, 0])
+    y = torch.relu(y)
+    return y + self.bias
 )";
 
 constexpr const char* kNoConv = R"(
@@ -188,6 +197,74 @@ TEST_F(MemoryFormatPassTest, OutputsMatchWithFusionGroupsServingTheRegion) {
   at::Tensor want = original.forward({run}).toTensor();
   at::Tensor got = m.forward({run}).toTensor();
   EXPECT_TRUE(torch::allclose(got, want, 1e-4, 1e-4));
+}
+
+TEST_F(MemoryFormatPassTest, RegionCopiesBecomeFusionGroupsTheExitFusedIntoTheEpilogue) {
+  // Issue 18 item 2: PyTorch's strided layout copies cost more than the
+  // channels_last conv saves; as group ops they get generated kernels. The
+  // entry copy is a group of its own, the exit copy ends the epilogue group,
+  // which reads channels_last and writes NCHW.
+  auto original = Make(kConvReluBias, {{"w1", torch::randn({8, 3, 3, 3})},
+                                       {"b1", torch::randn({8})},
+                                       {"bias", torch::randn({8, 1, 1})}});
+  auto m = original.clone();
+  setenv("DICE_MEMORY_FORMAT", "channels_last", 1);
+  Options opt;
+  opt.mode = Mode::kObserve;  // groups on their fallback (no GPU needed)
+  opt.example_inputs = {torch::randn({2, 3, 10, 10})};
+  auto rep = optimize(m, opt);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  ASSERT_EQ(rep->memory_format, "channels_last") << rep->memory_format_reason;
+  ASSERT_EQ(rep->groups.size(), 2u) << rep->graph;
+  int entry = -1, epilogue = -1;
+  for (size_t i = 0; i < rep->groups.size(); ++i) {
+    const ir::Graph& g = rep->groups[i].group.graph;
+    ASSERT_EQ(g.outputs.size(), 1u);
+    const ir::Op& last = g.ops[static_cast<size_t>(g.outputs[0]) - g.inputs.size()];
+    ASSERT_EQ(last.kind, ir::OpKind::kContiguous) << rep->groups[i].group.canonical;
+    (last.ivalue == 1 ? entry : epilogue) = static_cast<int>(i);
+  }
+  ASSERT_GE(entry, 0);
+  ASSERT_GE(epilogue, 0);
+  EXPECT_EQ(rep->groups[entry].group.summary, "contiguous");
+  EXPECT_EQ(rep->groups[epilogue].group.summary, "relu+add+contiguous");
+  EXPECT_TRUE(NodesOf(m, "aten::contiguous").empty()) << rep->graph;  // both copies inside groups
+  // The served task of the epilogue group: channels_last in, NCHW out.
+  std::vector<ir::TensorSpec> in = {
+      ServedInputSpec(ir::TensorSpec::Contiguous(ir::DType::kFloat32, {2, 8, 8, 8}), TensorLayout::kChannelsLast),
+      ir::TensorSpec::Contiguous(ir::DType::kFloat32, {8, 1, 1})};
+  in[0].strides = LayoutStrides({2, 8, 8, 8}, TensorLayout::kChannelsLast);
+  auto task = MakeServedTask(rep->groups[epilogue].group.graph, in, TargetInfo{});
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  EXPECT_TRUE(task->outputs[0].is_contiguous());
+
+  torch::NoGradGuard no_grad;
+  const at::Tensor run = torch::randn({2, 3, 10, 10});
+  at::Tensor want = original.forward({run}).toTensor();
+  at::Tensor got = m.forward({run}).toTensor();
+  EXPECT_TRUE(torch::allclose(got, want, 1e-4, 1e-4)) << (got - want).abs().max().item<double>();
+  EXPECT_TRUE(got.is_contiguous());
+}
+
+TEST_F(MemoryFormatPassTest, ACopyPyTorchMakesForFreeOrOfAViewStaysWithPyTorch) {
+  // x.contiguous() of a contiguous value is free in eager, of a transpose a
+  // strided gather the kernels do not serve: neither becomes a group op.
+  auto m = Make(R"(
+def forward(self, x):
+    a = torch.relu(x).contiguous()
+    b = torch.transpose(x, 1, 2).contiguous()
+    return a, b
+)", {});
+  Options opt;
+  opt.mode = Mode::kObserve;
+  opt.example_inputs = {torch::randn({2, 3, 4})};
+  auto rep = optimize(m, opt);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(NodesOf(m, "aten::contiguous").size(), 2u) << rep->graph;
+  std::string reasons;
+  for (const auto& l : rep->left_out) reasons += l.kind + ": " + l.reason + "\n";
+  EXPECT_NE(reasons.find("already in that memory format"), std::string::npos) << reasons;
+  EXPECT_NE(reasons.find("strided view"), std::string::npos) << reasons;
 }
 
 TEST_F(MemoryFormatPassTest, Conv3dRegionGetsChannelsLast3dAndTheOutputKeepsEagerStrides) {

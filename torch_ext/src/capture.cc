@@ -9,6 +9,7 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
+#include "dice/core/tensor_layout.h"
 #include "dice/reference/reference_executor.h"
 
 namespace dice::torch_ext {
@@ -458,6 +459,37 @@ Expected<int32_t> Cast(Ctx& c) {
   return c.b.Emit(ir::OpKind::kCast, {x}, {}, {}, false, static_cast<int64_t>(*dt));
 }
 
+// x.contiguous(memory_format=...): a layout copy (ir::OpKind::kContiguous),
+// taken only where it changes a known, served layout (contiguous <->
+// channels_last[_3d]): the memory-format pass's region entries and exits. A
+// copy that PyTorch makes for free (the input already in that format) or
+// from a layout the kernels do not serve (a transpose's view) stays with
+// PyTorch, with the reason.
+Expected<int32_t> Contiguous(Ctx& c) {
+  DICE_ASSIGN(x, c.Tensor(c.node->input(0)));
+  int64_t format = 0;  // ir.h: 0 contiguous, 1 channels_last, 2 channels_last_3d
+  TensorLayout target = TensorLayout::kContiguous;
+  if (c.HasNamed("memory_format") && !IsNoneConst(c.Named("memory_format"))) {
+    auto iv = torch::jit::toIValue(c.Named("memory_format"));
+    if (!iv || !iv->isInt()) return Unsupported(c.node, "non-constant memory_format");
+    switch (static_cast<at::MemoryFormat>(iv->toInt())) {
+      case at::MemoryFormat::Contiguous: break;
+      case at::MemoryFormat::ChannelsLast: format = 1; target = TensorLayout::kChannelsLast; break;
+      case at::MemoryFormat::ChannelsLast3d: format = 2; target = TensorLayout::kChannelsLast3d; break;
+      default: return Unsupported(c.node, "memory_format other than contiguous / channels_last[_3d]");
+    }
+  }
+  auto tt = c.node->input(0)->type()->cast<c10::TensorType>();
+  auto sizes = tt ? tt->sizes().concrete_sizes() : std::nullopt;
+  auto strides = tt ? tt->strides().concrete_sizes() : std::nullopt;
+  if (!sizes || !strides || sizes->size() != strides->size())
+    return Unsupported(c.node, "input strides unknown (a layout copy joins a group only where it changes a known layout)");
+  const TensorLayout from = ClassifyLayout(sizes->data(), strides->data(), sizes->size());
+  if (!Servable(from)) return Unsupported(c.node, "input is a strided view (neither contiguous nor channels_last)");
+  if (from == target) return Unsupported(c.node, "input already in that memory format (PyTorch's copy is free)");
+  return c.b.Emit(ir::OpKind::kContiguous, {x}, {}, {}, false, format);
+}
+
 const std::unordered_map<c10::Symbol, Handler>& Handlers() {
   using K = ir::OpKind;
   static const auto* table = new std::unordered_map<c10::Symbol, Handler>{
@@ -559,6 +591,7 @@ const std::unordered_map<c10::Symbol, Handler>& Handlers() {
       {aten::softmax, Softmax(K::kSoftmax)}, {aten::log_softmax, Softmax(K::kLogSoftmax)},
       {aten::layer_norm, LayerNorm}, {aten::group_norm, GroupNorm},
       {aten::to, Cast}, {aten::type_as, Cast},
+      {aten::contiguous, Contiguous},
       {aten::linear, Linear},
       {aten::conv2d, Conv2d}, {aten::_convolution, Conv2d},
   };
@@ -648,7 +681,7 @@ bool IsEpilogueOp(const Node* node) {
     if (only != nullptr) return false;  // add with alpha != 1: mul + add
     only = &op;
   }
-  if (only == nullptr || only->kind == ir::OpKind::kCast) return false;
+  if (only == nullptr || only->kind == ir::OpKind::kCast || only->kind == ir::OpKind::kContiguous) return false;
   const ir::OpCategory cat = ir::GetOpInfo(only->kind).category;
   if (cat != ir::OpCategory::kUnary && cat != ir::OpCategory::kBinary) return false;
   // Its tensor arguments are the inputs 0, 1, ... in operand order (not rsub's swap, not x + x).

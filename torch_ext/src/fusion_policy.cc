@@ -410,6 +410,20 @@ std::string ReductionSignature(const PolicyNode& node, const std::string& unique
   return DimsSignature(dims);
 }
 
+bool IsLayoutCopy(std::string_view kind) { return kind == "aten::contiguous"; }
+
+namespace {
+// Rule 5: whether a member of `members` reads a layout copy that is also a
+// member (the copy would stop being a group output of its own format).
+bool ReadsLayoutCopyInside(const std::vector<PolicyNode>& nodes, const std::vector<int>& members) {
+  const std::set<int> in(members.begin(), members.end());
+  for (int m : members)
+    for (int p : nodes[m].inputs)
+      if (in.count(p) && IsLayoutCopy(nodes[p].kind)) return true;
+  return false;
+}
+}  // namespace
+
 Expected<std::vector<std::vector<int>>> ProposeFusionGroups(const std::vector<PolicyNode>& nodes,
                                                             int min_nontrivial_ops) {
   const int n = static_cast<int>(nodes.size());
@@ -455,6 +469,7 @@ Expected<std::vector<std::vector<int>>> ProposeFusionGroups(const std::vector<Po
       if (merged_sigs.size() > 1) continue;
       std::vector<int> merged = groups_by_id[pg].members;
       merged.insert(merged.end(), groups_by_id[gid].members.begin(), groups_by_id[gid].members.end());
+      if (ReadsLayoutCopyInside(nodes, merged)) continue;  // rule 5
       if (!convexity.Convex(merged)) continue;
       for (int m : groups_by_id[gid].members) group_of[m] = pg;
       groups_by_id[pg].members = std::move(merged);

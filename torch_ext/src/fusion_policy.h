@@ -43,6 +43,12 @@
 //     alone is a group (a faster GEMM is a win). Which GEMM nodes are fusible
 //     is the frontend's call (GemmGroupsFromEnv: DICE_GEMM_GROUPS; ConvGroupsFromEnv:
 //     DICE_CONV_GROUPS).
+//  5. A layout copy (IsLayoutCopy: aten::contiguous, which the frontend
+//     takes only where it changes a known layout, e.g. the memory-format
+//     pass's region exits) joins its producer's group but is read by no
+//     member of it: its value leaves the group as an output in the copy's
+//     format (dice/core/tensor_layout.h ApplyOutputLayouts), so the group
+//     reads channels_last and writes NCHW in one kernel.
 // Convexity is judged on the data edges given; a frontend whose graphs have
 // other orderings (TorchScript's mutation and side effects) checks those
 // while it realises a group.
@@ -156,6 +162,9 @@ GemmGroups ConvGroupsFromEnv();
 
 /// Whether a GEMM whose output has `dtype` may form a group under `setting`.
 bool GemmGroupAllowed(GemmGroups setting, ir::DType dtype);
+
+/// True for "aten::contiguous", the layout copy of rule 5.
+bool IsLayoutCopy(std::string_view kind);
 
 /// True for casts and projections, the ops a group of its own is not worth:
 /// aten::to, aten::type_as, aten::_to_copy, prims::convert_element_type,

@@ -336,6 +336,7 @@ std::string UnaryExpr(const Node& n, const std::string& a) {
       if (p == 0) return "1.0f";
       return "powf(" + a + ", " + FloatLit(p) + ")";
     }
+    case OpKind::kContiguous: return a;  // values unchanged; the output's strides carry the layout
     case OpKind::kCast:
       switch (static_cast<ir::DType>(n.ivalue)) {
         case ir::DType::kFloat16: return "__half2float(__float2half_rn(" + a + "))";

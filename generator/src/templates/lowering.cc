@@ -140,6 +140,9 @@ double RoundScalar(double x, ir::DType dt) {
 
 Expected<int> Lowerer::ElementwiseNode(const ir::Op& op, const std::vector<int>& a, int v) {
   const auto& info = ir::GetOpInfo(op.kind);
+  // A layout copy computes nothing: its value is its arg's node (the output's
+  // strides, from the task, carry the layout).
+  if (op.kind == OpKind::kContiguous) return a[0];
   if (info.category == OpCategory::kUnary) {
     std::vector<double> scalars = op.scalars;
     // ATen's pow(Tensor, Scalar) casts the exponent to the tensor's dtype.
@@ -542,6 +545,7 @@ Status AppendEpilogueNodes(const ir::Graph& g, size_t linear, const std::vector<
       continue;
     }
     if (i < linear) return refuse(what + " precedes linear");
+    if (op.kind == ir::OpKind::kContiguous) return refuse(what + ": a layout copy is not a GEMM epilogue op");
     if (cat != ir::OpCategory::kUnary && cat != ir::OpCategory::kBinary) {
       return refuse(what + " after linear is not elementwise (the epilogue computes one output element at a time)");
     }

@@ -103,6 +103,14 @@ enum class OpKind : uint8_t {
   /// dims = {sh, sw, ph, pw, dh, dw} (stride >= 1, padding >= 0, dilation >= 1,
   /// in this order, NOT sorted); ivalue = groups (>= 1; C and K divisible by it).
   kConv2d,
+  /// x.contiguous(memory_format=...): the values of its one arg unchanged, in
+  /// a stated memory format. ivalue = the format: 0 contiguous, 1
+  /// channels_last (rank 4), 2 channels_last_3d (rank 5). Only the strides of
+  /// a group OUTPUT it produces depend on it (dice/core/tensor_layout.h
+  /// OutputLayouts); inside a group it is the identity. Category kUnary. It is
+  /// how the memory-format pass's region exits and entries (layout copies)
+  /// become part of fusion groups (issue 18 item 2).
+  kContiguous,
 };
 
 /// Broad category of an op, used by passes and code generators.

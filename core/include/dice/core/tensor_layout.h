@@ -10,8 +10,9 @@
 // the canonical strides that name that layout in a task (LayoutStrides,
 // ServedInputSpec), and the strides of the outputs (FollowInputLayout:
 // eager's rule that an elementwise result of channels_last inputs is
-// channels_last). Serving (torch_ext run_group.cc, optimize.cc) builds its
-// tasks with MakeServedTask; the worker applies FollowInputLayout to the
+// channels_last; ApplyOutputLayouts: a layout copy's stated format).
+// Serving (torch_ext run_group.cc, optimize.cc) builds its
+// tasks with MakeServedTask; the worker applies ApplyOutputLayouts to the
 // output specs of a tune request (runtime/worker/verifier.cc), which carries
 // none. Torch-free; plain functions; thread-safe.
 #pragma once
@@ -79,8 +80,26 @@ ir::TensorSpec ServedInputSpec(ir::TensorSpec spec, TensorLayout layout);
 /// stay as given; contiguous inputs change nothing.
 void FollowInputLayout(const std::vector<ir::TensorSpec>& inputs, std::vector<ir::TensorSpec>* outputs);
 
+/// The layout of a group output produced by an ir::OpKind::kContiguous op:
+/// its ivalue's format (0 contiguous, 1 channels_last, 2 channels_last_3d).
+/// kStrided (meaning: no stated layout) for any other producer or an
+/// ivalue out of range. `output` indexes graph.outputs.
+TensorLayout StatedOutputLayout(const ir::Graph& graph, size_t output);
+
+/// The output-layout rule of a group, in place on `outputs` (one spec per
+/// graph output, contiguous as ir::InferOutputSpecs made them): an output
+/// produced by a layout copy (kContiguous) takes the strides of its stated
+/// format (LayoutStrides: a region's exit copy fused into the epilogue writes
+/// NCHW, an entry copy writes channels_last), every other output follows
+/// FollowInputLayout. A graph without a layout copy gets exactly
+/// FollowInputLayout's strides, so no existing task key changes. This is
+/// eager's result for the group when a layout copy's value has no reader
+/// inside the group (the fusion policy keeps it so: fusion_policy.h rule 5).
+void ApplyOutputLayouts(const ir::Graph& graph, const std::vector<ir::TensorSpec>& inputs,
+                        std::vector<ir::TensorSpec>* outputs);
+
 /// The task serving builds for one call, and the worker tunes: Task::Make,
-/// then FollowInputLayout on its outputs. `inputs` should be
+/// then ApplyOutputLayouts on its outputs. `inputs` should be
 /// ServedInputSpec's. Errors: those of Task::Make (kInvalidArgument when the
 /// specs do not fit the graph).
 Expected<Task> MakeServedTask(ir::Graph graph, std::vector<ir::TensorSpec> inputs, TargetInfo target);
