@@ -432,7 +432,8 @@ struct TunedVariant {
 bool DecideLayoutWithGroups(const ModelArgs& args, const dice::torch_ext::Options& options, TunedVariant* variant,
                             LoadedModel* captured, dice::torch_ext::OptimizeReport* capture_report,
                             std::string* error) {
-  if (args.memory_format != "auto" || capture_report->memory_format != "contiguous" ||
+  const bool forced = !args.memory_format.empty() && args.memory_format != "auto";
+  if (forced || capture_report->memory_format != "contiguous" ||
       capture_report->memory_format_us.second <= 0) {
     return true;  // forced, already channels_last, or no conv region was timed
   }
