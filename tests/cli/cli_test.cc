@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <torch/script.h>
+#include <torch/serialize.h>
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -84,6 +85,22 @@ TEST_F(CliTest, CorruptModelFileIsBadInput) {
   DiceResult r = RunDice("run " + bad.string() + " --input 8x8:f32 --cache " + Cache());
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("corrupt.pt"), std::string::npos) << r.output;
+}
+
+TEST_F(CliTest, ATorchSaveFileIsNamedAsSuchWithHowToMakeATorchScriptOne) {
+  // torch.save (Python) and torch::pickle_save write the same zip: data.pkl, no TorchScript code.
+  const fs::path pickled = dir_ / "state_dict.pt";
+  const std::vector<char> bytes = torch::pickle_save(c10::IValue(torch::ones({2, 2})));
+  std::ofstream(pickled, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  DiceResult r = RunDice("run " + pickled.string() + " --input 8x8:f32 --cache " + Cache());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("a torch.save file"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("torch.jit.save(torch.jit.script(model)"), std::string::npos) << r.output;
+  const fs::path text = dir_ / "notes.pt";
+  std::ofstream(text) << "not a model";
+  DiceResult t = RunDice("run " + text.string() + " --input 8x8:f32 --cache " + Cache());
+  EXPECT_EQ(t.code, 2) << t.output;
+  EXPECT_NE(t.output.find("not a TorchScript archive (not a zip file)"), std::string::npos) << t.output;
 }
 
 TEST_F(CliTest, MalformedInputSpecNamesTheSpec) {

@@ -166,7 +166,10 @@ TEST_F(MemoryFormatPassTest, ForcedChannelsLastConvertsWeightsAndOnlyTheRegionEd
     } else {
       ++exits;
       EXPECT_EQ(FormatOf(c), static_cast<int64_t>(at::MemoryFormat::Contiguous));
-      EXPECT_EQ(c->input(0)->node(), convs[1]);
+      // The second conv's bias add sits between (conv_bias_pass.h: the exit copy is its fusible reader).
+      const torch::jit::Node* bias_add = c->input(0)->node();
+      EXPECT_EQ(std::string(bias_add->kind().toQualString()), "aten::add");
+      EXPECT_EQ(bias_add->input(0)->node(), convs[1]);
       ASSERT_EQ(c->output()->uses().size(), 1u);
       EXPECT_EQ(std::string(c->output()->uses()[0].user->kind().toQualString()), "aten::flatten");
     }
@@ -227,12 +230,14 @@ TEST_F(MemoryFormatPassTest, RegionCopiesBecomeFusionGroupsTheExitFusedIntoTheEp
   ASSERT_GE(entry, 0);
   ASSERT_GE(epilogue, 0);
   EXPECT_EQ(rep->groups[entry].group.summary, "contiguous");
-  EXPECT_EQ(rep->groups[epilogue].group.summary, "relu+add+contiguous");
+  // The conv's bias joins the group too (conv_bias_pass.h): cuDNN would add it in a pass of its own.
+  EXPECT_EQ(rep->groups[epilogue].group.summary, "add+relu+add+contiguous");
   EXPECT_TRUE(NodesOf(m, "aten::contiguous").empty()) << rep->graph;  // both copies inside groups
   // The served task of the epilogue group: channels_last in, NCHW out.
   std::vector<ir::TensorSpec> in = {
       ServedInputSpec(ir::TensorSpec::Contiguous(ir::DType::kFloat32, {2, 8, 8, 8}), TensorLayout::kChannelsLast),
-      ir::TensorSpec::Contiguous(ir::DType::kFloat32, {8, 1, 1})};
+      ir::TensorSpec::Contiguous(ir::DType::kFloat32, {8, 1, 1}),   // the conv's bias, moved
+      ir::TensorSpec::Contiguous(ir::DType::kFloat32, {8, 1, 1})};  // the model's bias
   in[0].strides = LayoutStrides({2, 8, 8, 8}, TensorLayout::kChannelsLast);
   auto task = MakeServedTask(rep->groups[epilogue].group.graph, in, TargetInfo{});
   ASSERT_TRUE(task.ok()) << task.status().ToString();
@@ -244,6 +249,41 @@ TEST_F(MemoryFormatPassTest, RegionCopiesBecomeFusionGroupsTheExitFusedIntoTheEp
   at::Tensor got = m.forward({run}).toTensor();
   EXPECT_TRUE(torch::allclose(got, want, 1e-4, 1e-4)) << (got - want).abs().max().item<double>();
   EXPECT_TRUE(got.is_contiguous());
+}
+
+TEST_F(MemoryFormatPassTest, AConvBiasMovesIntoTheEpilogueOnlyWhenItsOneReaderFuses) {
+  // y = conv(x) + b then relu: the bias add becomes the epilogue group's first op.
+  auto original = Make(kConvReluBias, {{"w1", torch::randn({8, 3, 3, 3})},
+                                       {"b1", torch::randn({8})},
+                                       {"bias", torch::randn({8, 1, 1})}});
+  auto m = original.clone();
+  setenv("DICE_MEMORY_FORMAT", "contiguous", 1);
+  Options opt;
+  opt.mode = Mode::kObserve;
+  opt.example_inputs = {torch::randn({2, 3, 10, 10})};
+  auto rep = optimize(m, opt);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  auto convs = NodesOf(m, "aten::conv2d");
+  ASSERT_EQ(convs.size(), 1u);
+  EXPECT_TRUE(convs[0]->input(2)->type()->kind() == c10::TypeKind::NoneType) << rep->graph;
+  ASSERT_EQ(rep->groups.size(), 1u) << rep->graph;
+  EXPECT_EQ(rep->groups[0].group.summary, "add+relu+add");
+  torch::NoGradGuard no_grad;
+  const at::Tensor run = torch::randn({2, 3, 10, 10});
+  at::Tensor want = original.forward({run}).toTensor();
+  at::Tensor got = m.forward({run}).toTensor();
+  EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5)) << (got - want).abs().max().item<double>();
+  // Two readers of the conv's output (flatten is not fused): the bias stays in the conv.
+  auto biased = Make(R"(
+def forward(self, x):
+    y = torch.conv2d(x, self.w1, self.b1, [1, 1], [1, 1])
+    return torch.flatten(y, 1)
+)", {{"w1", torch::randn({4, 3, 3, 3})}, {"b1", torch::randn({4})}});
+  opt.example_inputs = {torch::randn({2, 3, 6, 6})};
+  ASSERT_TRUE(optimize(biased, opt).ok());
+  auto kept = NodesOf(biased, "aten::conv2d");
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_FALSE(kept[0]->input(2)->type()->kind() == c10::TypeKind::NoneType);
 }
 
 TEST_F(MemoryFormatPassTest, ACopyPyTorchMakesForFreeOrOfAViewStaysWithPyTorch) {

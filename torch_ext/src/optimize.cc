@@ -24,6 +24,7 @@
 #include "dice/runtime/cuda_driver.h"
 #include "dice/torch_ext/fusion_pass.h"
 #include "attention_pass.h"
+#include "conv_bias_pass.h"
 #include "memory_format_pass.h"
 #include "runtime_state.h"
 #include "tune_queue.h"
@@ -60,7 +61,7 @@ Expected<torch::jit::Module> FreezeOrExplain(const torch::jit::Module& module) {
 }
 
 // Throws when DICE_INJECT_CAPTURE_FAILURE names `pass` ("inline",
-// "observe", "memory_format", "attention", "fusion"): tests of the capture fallback.
+// "observe", "memory_format", "attention", "conv_bias", "fusion"): tests of the capture fallback.
 void InjectCaptureFailure(const char* pass) {
   const char* inject = std::getenv("DICE_INJECT_CAPTURE_FAILURE");
   if (inject != nullptr && std::string(inject) == pass)
@@ -169,6 +170,10 @@ Status RunCapturePasses(torch::jit::Module& module, const Options& options, Opti
   RunMemoryFormatPass(graph, options, inputs, report);
   *pass = "attention";
   RunAttentionPass(graph, options, inputs, report);
+  // Needs the observed types (whether the conv's reader is fusible).
+  *pass = "conv_bias";
+  InjectCaptureFailure(*pass);
+  if (!inputs.empty()) MoveConvBiasIntoEpilogue(graph);
   // Mode off: report what would fuse, leave the module's graph without groups.
   *pass = "fusion";
   InjectCaptureFailure(*pass);

@@ -1,0 +1,83 @@
+// conv_bias_pass.cc — see conv_bias_pass.h.
+#include "conv_bias_pass.h"
+
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/ir/ir.h>
+
+#include "dice/torch_ext/capture.h"
+#include "fusion_policy.h"
+#include "graph_pass_util.h"
+
+namespace dice::torch_ext {
+namespace {
+
+using torch::jit::Node;
+using torch::jit::Value;
+
+bool IsConv(const Node* n) {
+  static const std::unordered_set<c10::Symbol> kinds = {
+      c10::Symbol::aten("conv2d"),           c10::Symbol::aten("conv3d"),
+      c10::Symbol::aten("conv_transpose2d"), c10::Symbol::aten("conv_transpose3d"),
+      c10::Symbol::aten("_convolution"),     c10::Symbol::aten("convolution")};
+  return kinds.count(n->kind()) != 0;
+}
+
+// The conv's bias constant [K] (input 2 in every conv schema), or undefined.
+at::Tensor ConstantBias(const Node* conv) {
+  if (conv->inputs().size() < 3 || conv->input(2)->node()->kind() != c10::prim::Constant) return at::Tensor();
+  auto iv = torch::jit::toIValue(conv->input(2));
+  if (!iv || !iv->isTensor()) return at::Tensor();
+  at::Tensor b = iv->toTensor();
+  return b.defined() && b.dim() == 1 ? b : at::Tensor();
+}
+
+// Whether the fusion pass takes `conv` itself into a conv group
+// (DICE_CONV_GROUPS, fusion_policy.h rule 4): the conv template then fuses
+// the bias in its epilogue, and this pass leaves it there.
+bool TakenAsConvGroup(const Node* conv) {
+  if (!IsConvKind(conv->kind().toQualString())) return false;
+  auto tt = conv->output()->type()->cast<c10::TensorType>();
+  auto st = tt ? tt->scalarType() : std::nullopt;
+  const GemmGroups setting = ConvGroupsFromEnv();
+  if (setting == GemmGroups::kAll) return true;
+  return setting == GemmGroups::kFloat32 && st && *st == at::kFloat;
+}
+
+}  // namespace
+
+int MoveConvBiasIntoEpilogue(const std::shared_ptr<torch::jit::Graph>& graph) {
+  std::vector<Node*> convs;
+  for (Node* n : graph->nodes()) {
+    if (!IsConv(n) || n->outputs().size() != 1) continue;
+    const int rank = TensorRank(n->output());
+    if (rank != 4 && rank != 5) continue;
+    if (!ConstantBias(n).defined() || n->output()->uses().size() != 1 || TakenAsConvGroup(n)) continue;
+    const Node* reader = n->output()->uses()[0].user;
+    if (reader->owningBlock() != graph->block() || !UnsupportedReason(reader).empty()) continue;
+    convs.push_back(n);
+  }
+  for (Node* conv : convs) {
+    const at::Tensor bias = ConstantBias(conv);
+    std::vector<int64_t> shape(static_cast<size_t>(TensorRank(conv->output())) - 1, 1);
+    shape[0] = bias.size(0);
+    Value* none = nullptr;
+    {
+      torch::jit::WithInsertPoint before(conv);
+      none = graph->insertConstant(c10::IValue());
+    }
+    torch::jit::WithInsertPoint guard(conv->next());
+    Value* view = graph->insertConstant(bias.reshape(shape).contiguous());
+    Value* y = conv->output();
+    Value* sum = graph->insert(c10::aten::add, {y, view});
+    sum->setType(y->type());
+    y->replaceAllUsesAfterNodeWith(sum->node(), sum);
+    conv->replaceInput(2, none);
+  }
+  return static_cast<int>(convs.size());
+}
+
+}  // namespace dice::torch_ext
