@@ -7,6 +7,8 @@
 #include "model_commands.h"
 
 #include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/cuda.h>
 #include <torch/script.h>
 
@@ -395,6 +397,20 @@ bool MatchAgainstFloat64(const ModelArgs& args, bool gpu, const std::vector<c10:
     std::string error;
     if (!LoadModel(args, gpu, &m64, &error)) throw std::runtime_error(error);
     m64.module.to(torch::kDouble);
+    // A frozen file keeps its weights as graph constants, which Module::to
+    // leaves alone: their floating-point tensors become float64 too.
+    auto graph = m64.module.get_method("forward").graph();
+    torch::jit::Inline(*graph);
+    std::vector<torch::jit::Node*> constants;
+    for (torch::jit::Node* n : graph->nodes())
+      if (n->kind() == c10::prim::Constant && n->output()->type()->cast<c10::TensorType>()) constants.push_back(n);
+    for (torch::jit::Node* n : constants) {
+      const at::Tensor t = torch::jit::toIValue(n->output())->toTensor();
+      if (!t.is_floating_point()) continue;
+      torch::jit::WithInsertPoint at(n);
+      n->output()->replaceAllUsesWith(graph->insertConstant(t.to(torch::kDouble)));
+      n->destroy();
+    }
     std::vector<c10::IValue> in64;
     for (const auto& v : inputs) in64.push_back(v.isTensor() ? c10::IValue(v.toTensor().to(torch::kDouble)) : v);
     ref = Flatten(m64.module.forward(in64));
