@@ -9,8 +9,9 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
-#include "dice/core/tensor_layout.h"
 #include "dice/reference/reference_executor.h"
+#include "graph_pass_util.h"
+#include "layout_copy.h"
 
 namespace dice::torch_ext {
 namespace {
@@ -100,50 +101,6 @@ Expected<int> RankOf(const Value* v) {
   auto t = TypeOf(v, 0);
   if (!t.ok()) return t.status();
   return t->second;
-}
-
-// A 0-d tensor constant (how torch.jit.trace records a Python scalar such as
-// `x * 2.0`): its value. Such a tensor takes part in type promotion like a
-// scalar, so it becomes a weak kConstant.
-std::optional<double> ZeroDimConst(const Value* v) {
-  if (v->node()->kind() != c10::prim::Constant) return std::nullopt;
-  auto iv = torch::jit::toIValue(v);
-  if (!iv || !iv->isTensor()) return std::nullopt;
-  const at::Tensor& t = iv->toTensor();
-  if (!t.defined() || t.dim() != 0 || t.is_complex()) return std::nullopt;
-  return t.item<double>();
-}
-
-// The scalar value of a constant operand (int/float/bool), or nullopt.
-std::optional<double> ScalarConst(const Value* v) {
-  if (auto z = ZeroDimConst(v)) return z;
-  auto iv = torch::jit::toIValue(v);
-  if (!iv) return std::nullopt;
-  if (iv->isDouble()) return iv->toDouble();
-  if (iv->isInt()) return static_cast<double>(iv->toInt());
-  if (iv->isBool()) return iv->toBool() ? 1.0 : 0.0;
-  return std::nullopt;
-}
-
-// A constant operand: prim::Constant, or a prim::ListConstruct of constants
-// (how TorchScript spells `dim=[1, 2]` before constant propagation).
-std::optional<c10::IValue> ConstIValue(const Value* v) {
-  if (auto iv = torch::jit::toIValue(v)) return iv;
-  const Node* n = v->node();
-  if (n->kind() != c10::prim::ListConstruct) return std::nullopt;
-  std::vector<int64_t> ints;
-  for (const Value* e : n->inputs()) {
-    auto iv = torch::jit::toIValue(e);
-    if (!iv || !iv->isInt()) return std::nullopt;
-    ints.push_back(iv->toInt());
-  }
-  return c10::IValue(ints);
-}
-
-bool IsNoneConst(const Value* v) {
-  if (v->type()->kind() == c10::TypeKind::NoneType) return true;
-  auto iv = torch::jit::toIValue(v);
-  return iv && iv->isNone();
 }
 
 // Context for translating one node.
@@ -459,37 +416,6 @@ Expected<int32_t> Cast(Ctx& c) {
   return c.b.Emit(ir::OpKind::kCast, {x}, {}, {}, false, static_cast<int64_t>(*dt));
 }
 
-// x.contiguous(memory_format=...): a layout copy (ir::OpKind::kContiguous),
-// taken only where it changes a known, served layout (contiguous <->
-// channels_last[_3d]): the memory-format pass's region entries and exits. A
-// copy that PyTorch makes for free (the input already in that format) or
-// from a layout the kernels do not serve (a transpose's view) stays with
-// PyTorch, with the reason.
-Expected<int32_t> Contiguous(Ctx& c) {
-  DICE_ASSIGN(x, c.Tensor(c.node->input(0)));
-  int64_t format = 0;  // ir.h: 0 contiguous, 1 channels_last, 2 channels_last_3d
-  TensorLayout target = TensorLayout::kContiguous;
-  if (c.HasNamed("memory_format") && !IsNoneConst(c.Named("memory_format"))) {
-    auto iv = torch::jit::toIValue(c.Named("memory_format"));
-    if (!iv || !iv->isInt()) return Unsupported(c.node, "non-constant memory_format");
-    switch (static_cast<at::MemoryFormat>(iv->toInt())) {
-      case at::MemoryFormat::Contiguous: break;
-      case at::MemoryFormat::ChannelsLast: format = 1; target = TensorLayout::kChannelsLast; break;
-      case at::MemoryFormat::ChannelsLast3d: format = 2; target = TensorLayout::kChannelsLast3d; break;
-      default: return Unsupported(c.node, "memory_format other than contiguous / channels_last[_3d]");
-    }
-  }
-  auto tt = c.node->input(0)->type()->cast<c10::TensorType>();
-  auto sizes = tt ? tt->sizes().concrete_sizes() : std::nullopt;
-  auto strides = tt ? tt->strides().concrete_sizes() : std::nullopt;
-  if (!sizes || !strides || sizes->size() != strides->size())
-    return Unsupported(c.node, "input strides unknown (a layout copy joins a group only where it changes a known layout)");
-  const TensorLayout from = ClassifyLayout(sizes->data(), strides->data(), sizes->size());
-  if (!Servable(from)) return Unsupported(c.node, "input is a strided view (neither contiguous nor channels_last)");
-  if (from == target) return Unsupported(c.node, "input already in that memory format (PyTorch's copy is free)");
-  return c.b.Emit(ir::OpKind::kContiguous, {x}, {}, {}, false, format);
-}
-
 const std::unordered_map<c10::Symbol, Handler>& Handlers() {
   using K = ir::OpKind;
   static const auto* table = new std::unordered_map<c10::Symbol, Handler>{
@@ -591,7 +517,12 @@ const std::unordered_map<c10::Symbol, Handler>& Handlers() {
       {aten::softmax, Softmax(K::kSoftmax)}, {aten::log_softmax, Softmax(K::kLogSoftmax)},
       {aten::layer_norm, LayerNorm}, {aten::group_norm, GroupNorm},
       {aten::to, Cast}, {aten::type_as, Cast},
-      {aten::contiguous, Contiguous},
+      {aten::contiguous,  // a layout copy (layout_copy.h)
+       [](Ctx& c) -> Expected<int32_t> {
+         DICE_ASSIGN(x, c.Tensor(c.node->input(0)));
+         DICE_ASSIGN(format, LayoutCopyFormat(c.node));
+         return c.b.Emit(K::kContiguous, {x}, {}, {}, false, format);
+       }},
       {aten::linear, Linear},
       {aten::conv2d, Conv2d}, {aten::_convolution, Conv2d},
   };

@@ -1,13 +1,17 @@
 // Private: small helpers shared by the measured capture passes
-// (memory_format_pass.cc, attention_pass.cc), which read TorchScript value
-// types and print measured times in their reasons.
+// (memory_format_pass.cc, attention_pass.cc, conv_bias_pass.cc) and the
+// translation to IR (capture.cc), which read TorchScript value types and
+// constants and print measured times in their reasons.
 #pragma once
 
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include <ATen/core/ivalue.h>
+#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 namespace dice::torch_ext {
@@ -35,6 +39,51 @@ inline bool HasCudaTensor(const std::vector<c10::IValue>& inputs) {
     if (iv.isTensor() && iv.toTensor().defined() && iv.toTensor().is_cuda()) return true;
   }
   return false;
+}
+
+/// A 0-d tensor constant (how torch.jit.trace records a Python scalar such as
+/// `x * 2.0`): its value. Such a tensor takes part in type promotion like a
+/// scalar, so it becomes a weak kConstant.
+inline std::optional<double> ZeroDimConst(const torch::jit::Value* v) {
+  if (v->node()->kind() != c10::prim::Constant) return std::nullopt;
+  auto iv = torch::jit::toIValue(v);
+  if (!iv || !iv->isTensor()) return std::nullopt;
+  const at::Tensor& t = iv->toTensor();
+  if (!t.defined() || t.dim() != 0 || t.is_complex()) return std::nullopt;
+  return t.item<double>();
+}
+
+/// The scalar value of a constant operand (int/float/bool), or nullopt.
+inline std::optional<double> ScalarConst(const torch::jit::Value* v) {
+  if (auto z = ZeroDimConst(v)) return z;
+  auto iv = torch::jit::toIValue(v);
+  if (!iv) return std::nullopt;
+  if (iv->isDouble()) return iv->toDouble();
+  if (iv->isInt()) return static_cast<double>(iv->toInt());
+  if (iv->isBool()) return iv->toBool() ? 1.0 : 0.0;
+  return std::nullopt;
+}
+
+/// A constant operand: prim::Constant, or a prim::ListConstruct of constants
+/// (how TorchScript spells `dim=[1, 2]` before constant propagation).
+inline std::optional<c10::IValue> ConstIValue(const torch::jit::Value* v) {
+  if (auto iv = torch::jit::toIValue(v)) return iv;
+  const torch::jit::Node* n = v->node();
+  if (n->kind() != c10::prim::ListConstruct) return std::nullopt;
+  std::vector<int64_t> ints;
+  for (const torch::jit::Value* e : n->inputs()) {
+    auto iv = torch::jit::toIValue(e);
+    if (!iv || !iv->isInt()) return std::nullopt;
+    ints.push_back(iv->toInt());
+  }
+  return c10::IValue(ints);
+}
+
+/// Whether `v` is None (its type, or a constant None).
+inline bool IsNoneConst(const torch::jit::Value* v) {
+  if (v->type()->kind() == c10::TypeKind::NoneType) return true;
+  auto iv = torch::jit::toIValue(v);
+  return iv && iv->isNone();
 }
 
 }  // namespace dice::torch_ext
