@@ -563,7 +563,7 @@ bool DecideLayoutWithGroups(const ModelArgs& args, const dice::torch_ext::Option
   const bool keep_cl = us[0] > 0 && us[1] > 0 && us[1] <= 0.98 * us[0];
   std::snprintf(reason, sizeof(reason), "measured with the dice groups served: contiguous %.1f µs, channels_last "
                 "with fused layout copies %.1f µs; %s", us[0], us[1],
-                keep_cl ? "channels_last kept (>= 2%% faster)" : "contiguous kept");
+                keep_cl ? "channels_last kept (>= 2% faster)" : "contiguous kept");
   if (!keep_cl) {
     capture_report->memory_format_reason += std::string("; ") + reason;
     return true;
