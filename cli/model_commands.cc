@@ -301,6 +301,7 @@ bool WriteTuneOutputs(const ModelArgs& args, const nlohmann::json& doc, std::str
       *error = "cannot write --json " + args.json_path;
       return false;
     }
+    std::printf("dice: JSON report written to %s\n", args.json_path.c_str());
   }
   if (!args.report_path.empty()) {
     const Status st = WriteReport(doc, args.report_path);

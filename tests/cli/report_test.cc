@@ -543,6 +543,7 @@ TEST_F(CompileOnlyTuneTest, JsonWritesNullForUnmeasuredTimesAndThePageSaysCompil
   DiceResult r = RunDice("tune " + model_ + " --input 64x64:f32 --max-candidates 4 --cache " + cache_dir +
                          " --json " + json_path + " --report " + page);
   ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("dice: JSON report written to " + json_path), std::string::npos) << r.output;
   const json doc = json::parse(ReadText(json_path));
   EXPECT_EQ(doc["gpu"], false);
   EXPECT_EQ(doc["compile_only"], true);
