@@ -1,13 +1,13 @@
 // conv_bias_pass.cc — see conv_bias_pass.h.
 #include "conv_bias_pass.h"
 
-#include <string>
-#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
 
+#include "dice/reference/reference_executor.h"
 #include "dice/torch_ext/capture.h"
 #include "fusion_policy.h"
 #include "graph_pass_util.h"
@@ -17,14 +17,6 @@ namespace {
 
 using torch::jit::Node;
 using torch::jit::Value;
-
-bool IsConv(const Node* n) {
-  static const std::unordered_set<c10::Symbol> kinds = {
-      c10::Symbol::aten("conv2d"),           c10::Symbol::aten("conv3d"),
-      c10::Symbol::aten("conv_transpose2d"), c10::Symbol::aten("conv_transpose3d"),
-      c10::Symbol::aten("_convolution"),     c10::Symbol::aten("convolution")};
-  return kinds.count(n->kind()) != 0;
-}
 
 // The conv's bias constant [K] (input 2 in every conv schema), or undefined.
 at::Tensor ConstantBias(const Node* conv) {
@@ -43,25 +35,27 @@ bool TakenAsConvGroup(const Node* conv) {
   auto tt = conv->output()->type()->cast<c10::TensorType>();
   auto st = tt ? tt->scalarType() : std::nullopt;
   const GemmGroups setting = ConvGroupsFromEnv();
-  if (setting == GemmGroups::kAll) return true;
-  return setting == GemmGroups::kFloat32 && st && *st == at::kFloat;
+  // An unknown or unsupported dtype: only DICE_CONV_GROUPS=all takes every conv.
+  if (!st) return setting == GemmGroups::kAll;
+  auto dtype = reference::FromScalarType(*st);
+  return dtype.ok() ? GemmGroupAllowed(setting, *dtype) : setting == GemmGroups::kAll;
 }
 
 }  // namespace
 
 int MoveConvBiasIntoEpilogue(const std::shared_ptr<torch::jit::Graph>& graph) {
-  std::vector<Node*> convs;
+  std::vector<std::pair<Node*, at::Tensor>> convs;  // with their bias
   for (Node* n : graph->nodes()) {
-    if (!IsConv(n) || n->outputs().size() != 1) continue;
+    if (!IsConvNode(n) || n->outputs().size() != 1) continue;
     const int rank = TensorRank(n->output());
     if (rank != 4 && rank != 5) continue;
-    if (!ConstantBias(n).defined() || n->output()->uses().size() != 1 || TakenAsConvGroup(n)) continue;
+    at::Tensor bias = ConstantBias(n);
+    if (!bias.defined() || n->output()->uses().size() != 1 || TakenAsConvGroup(n)) continue;
     const Node* reader = n->output()->uses()[0].user;
     if (reader->owningBlock() != graph->block() || !UnsupportedReason(reader).empty()) continue;
-    convs.push_back(n);
+    convs.emplace_back(n, std::move(bias));
   }
-  for (Node* conv : convs) {
-    const at::Tensor bias = ConstantBias(conv);
+  for (auto& [conv, bias] : convs) {
     std::vector<int64_t> shape(static_cast<size_t>(TensorRank(conv->output())) - 1, 1);
     shape[0] = bias.size(0);
     Value* none = nullptr;

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <optional>
@@ -15,6 +16,17 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 namespace dice::torch_ext {
+
+/// Whether `n` is a convolution the capture passes rewrite (the memory-format
+/// pass's region seeds, the conv-bias pass): aten::conv2d, conv3d,
+/// conv_transpose2d, conv_transpose3d, _convolution, convolution.
+inline bool IsConvNode(const torch::jit::Node* n) {
+  static const std::unordered_set<c10::Symbol> kinds = {
+      c10::Symbol::aten("conv2d"),           c10::Symbol::aten("conv3d"),
+      c10::Symbol::aten("conv_transpose2d"), c10::Symbol::aten("conv_transpose3d"),
+      c10::Symbol::aten("_convolution"),     c10::Symbol::aten("convolution")};
+  return kinds.count(n->kind()) != 0;
+}
 
 /// The rank of a tensor value from its TensorType, or -1 (not a tensor, or
 /// the rank is not known).

@@ -30,16 +30,6 @@ using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Value;
 
-// The rank of a tensor value from its type, or -1 (not a tensor, unknown).
-
-const std::unordered_set<c10::Symbol>& ConvKinds() {
-  static const std::unordered_set<c10::Symbol> kinds = {
-      c10::Symbol::aten("conv2d"),           c10::Symbol::aten("conv3d"),
-      c10::Symbol::aten("conv_transpose2d"), c10::Symbol::aten("conv_transpose3d"),
-      c10::Symbol::aten("_convolution"),     c10::Symbol::aten("convolution")};
-  return kinds;
-}
-
 // Ops whose result has the layout of their (same-rank) tensor operands and
 // that accept any dense layout: elementwise (and their in-place forms),
 // batch_norm, pooling, dropout (identity in eval).
@@ -67,7 +57,7 @@ const std::unordered_set<c10::Symbol>& PreservingKinds() {
 // 4 or 5 when `n` is a conv of a frozen 4-D/5-D weight constant on a batched
 // activation of that rank (the seeds of a region); 0 otherwise.
 int ConvSeedRank(const Node* n) {
-  if (ConvKinds().count(n->kind()) == 0 || n->inputs().size() < 2 || n->outputs().size() != 1) return 0;
+  if (!IsConvNode(n) || n->inputs().size() < 2 || n->outputs().size() != 1) return 0;
   const Value* w = n->input(1);
   if (w->node()->kind() != c10::prim::Constant) return 0;
   auto iv = torch::jit::toIValue(w);
@@ -95,7 +85,7 @@ bool Joins(const Node* n, int rank) { return ConvSeedRank(n) == rank || IsPreser
 // region's layout: a conv's input 0, a preserving op's same-rank operand.
 bool ReadsAsActivation(const Node* n, size_t offset, const Value* v, int rank) {
   if (TensorRank(v) != rank || v->node()->kind() == c10::prim::Constant) return false;
-  return ConvKinds().count(n->kind()) == 0 || offset == 0;
+  return !IsConvNode(n) || offset == 0;
 }
 
 struct Region {
