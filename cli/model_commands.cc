@@ -394,13 +394,13 @@ bool MatchAgainstFloat64(const ModelArgs& args, bool gpu, const std::vector<c10:
   std::vector<at::Tensor> ref;
   try {
     torch::NoGradGuard no_grad;
-    LoadedModel m64;
-    std::string error;
-    if (!LoadModel(args, gpu, &m64, &error)) throw std::runtime_error(error);
-    m64.module.to(torch::kDouble);
+    // The module alone (the file loaded before; `inputs` are the ones to convert).
+    torch::jit::Module m64 = torch::jit::load(args.model_path, gpu ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU));
+    m64.eval();
+    m64.to(torch::kDouble);
     // A frozen file keeps its weights as graph constants, which Module::to
     // leaves alone: their floating-point tensors become float64 too.
-    auto graph = m64.module.get_method("forward").graph();
+    auto graph = m64.get_method("forward").graph();
     torch::jit::Inline(*graph);
     std::vector<torch::jit::Node*> constants;
     for (torch::jit::Node* n : graph->nodes())
@@ -414,7 +414,7 @@ bool MatchAgainstFloat64(const ModelArgs& args, bool gpu, const std::vector<c10:
     }
     std::vector<c10::IValue> in64;
     for (const auto& v : inputs) in64.push_back(v.isTensor() ? c10::IValue(v.toTensor().to(torch::kDouble)) : v);
-    ref = Flatten(m64.module.forward(in64));
+    ref = Flatten(m64.forward(in64));
   } catch (const std::exception& e) {
     *detail = strict + "; no float64 check: " + TorchErrorCause(e);
     return false;
@@ -499,6 +499,20 @@ bool SaveCaptured(LoadedModel& captured, const std::string& path, std::string* e
   return true;
 }
 
+/// TuneGroups on `model` with one progress line per group and phase
+/// (cli/progress.h), each line starting with `prefix`.
+Expected<std::vector<dice::runtime::TuneReport>> TuneWithProgress(LoadedModel& model,
+                                                                  const dice::torch_ext::Options& options,
+                                                                  const std::string& prefix) {
+  ProgressLine progress;
+  auto reports = dice::torch_ext::TuneGroups(
+      model.module, model.inputs, options, [&progress, &prefix](const dice::torch_ext::GroupTuneProgress& g) {
+        ShowTuneProgress(progress, prefix, g.group, g.groups, g.tune);
+      });
+  progress.Finish();
+  return reports;
+}
+
 /// The tuned model of one memory format: the module, its optimize() report
 /// and the tune reports of its groups.
 struct TunedVariant {
@@ -521,7 +535,8 @@ struct TunedVariant {
 /// channels_last replaces `variant` when its median is >= 2% below (the rule
 /// of kAuto, memory_format_pass.h KeepsChannelsLast); `captured` and
 /// `capture_report` are then re-made in channels_last (its capture-alone time
-/// and --save file), and the reason names both medians in µs. Returns false
+/// and --save file), and the reason names both medians in µs; a
+/// `dice: memory format:` line says which was kept. Returns false
 /// only when the channels_last copy cannot be loaded or captured (`error`);
 /// a tune error of the copy keeps contiguous with a warning.
 bool DecideLayoutWithGroups(const ModelArgs& args, const dice::torch_ext::Options& options, TunedVariant* variant,
@@ -543,12 +558,7 @@ bool DecideLayoutWithGroups(const ModelArgs& args, const dice::torch_ext::Option
     Warn("channels_last with fused layout copies not tried: " + report.status().message());
     return true;
   }
-  ProgressLine progress;
-  auto reports = dice::torch_ext::TuneGroups(
-      cl.model.module, cl.model.inputs, o, [&progress](const dice::torch_ext::GroupTuneProgress& g) {
-        ShowTuneProgress(progress, "dice: channels_last: ", g.group, g.groups, g.tune);
-      });
-  progress.Finish();
+  auto reports = TuneWithProgress(cl.model, o, "dice: channels_last: ");
   if (!reports.ok()) {
     Warn("channels_last with fused layout copies not tried: " + reports.status().message());
     return true;
@@ -565,6 +575,7 @@ bool DecideLayoutWithGroups(const ModelArgs& args, const dice::torch_ext::Option
   std::snprintf(reason, sizeof(reason), "measured with the dice groups served: contiguous %.1f µs, channels_last "
                 "with fused layout copies %.1f µs; %s", us[0], us[1],
                 keep_cl ? "channels_last kept (>= 2% faster)" : "contiguous kept");
+  Notice(dice::LogLevel::kInfo, "dice: memory format: %s (%s)", keep_cl ? "channels_last" : "contiguous", reason);
   if (!keep_cl) {
     capture_report->memory_format_reason += std::string("; ") + reason;
     return true;
@@ -689,29 +700,20 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   auto optimized = dice::torch_ext::optimize(tuned.module, options);
   if (!optimized.ok()) return Fail(kExitFailure, optimized.status().message());
   for (const auto& w : optimized->warnings) Warn(w);
-  const dice::torch_ext::OptimizeReport* layout = gpu ? &capture_report : &*optimized;
+  TunedVariant variant{std::move(tuned), std::move(optimized).value(), {}};
+  const dice::torch_ext::OptimizeReport* layout = gpu ? &capture_report : &variant.report;
   Notice(dice::LogLevel::kInfo, "dice: memory format: %s (%s)", layout->memory_format.c_str(),
          layout->memory_format_reason.c_str());
   if (layout->attention == "sdpa" || layout->attention_reason.rfind("no attention chain", 0) != 0) {
     Notice(dice::LogLevel::kInfo, "dice: attention: %s (%s)", layout->attention.c_str(), layout->attention_reason.c_str());
   }
   Notice(dice::LogLevel::kInfo, "dice: %zu fusion group(s) formed, %zu op(s) left with PyTorch",
-         optimized->groups.size(), optimized->left_out.size());
-  ProgressLine progress;  // one line per group and phase (cli/progress.h)
-  auto tuned_groups = dice::torch_ext::TuneGroups(
-      tuned.module, tuned.inputs, options, [&progress](const dice::torch_ext::GroupTuneProgress& g) {
-        ShowTuneProgress(progress, "dice: ", g.group, g.groups, g.tune);
-      });
-  progress.Finish();
+         variant.report.groups.size(), variant.report.left_out.size());
+  auto tuned_groups = TuneWithProgress(variant.model, options, "dice: ");
   if (!tuned_groups.ok()) return Fail(kExitFailure, tuned_groups.status().message());
-  TunedVariant variant{std::move(tuned), std::move(optimized).value(), std::move(tuned_groups).value()};
-  if (!gpu) layout = &variant.report;  // (moved into it)
+  variant.tuned = std::move(tuned_groups).value();
   if (gpu && !DecideLayoutWithGroups(args, options, &variant, &captured, &capture_report, &error)) {
     return Fail(kExitFailure, error);
-  }
-  if (gpu && capture_report.memory_format_reason.find("with the dice groups served") != std::string::npos) {
-    Notice(dice::LogLevel::kInfo, "dice: memory format: %s (%s)", capture_report.memory_format.c_str(),
-           capture_report.memory_format_reason.c_str());
   }
   LoadedModel& tuned_model = variant.model;
   const dice::torch_ext::OptimizeReport* report = &variant.report;
