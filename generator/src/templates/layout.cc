@@ -93,9 +93,7 @@ void PermuteAxes(const std::vector<int>& order, Lowered* lo) {
 
 std::optional<TransposeOrders> TransposePlan(const Lowered& lo) {
   const auto& F = lo.F;
-  if (lo.num_reduces > 0) return std::nullopt;
-  for (const auto& n : lo.nodes)
-    if (n.kind == NodeKind::kReduce) return std::nullopt;
+  if (lo.num_reduces > 0) return std::nullopt;  // (Lower counts every Reduce node it makes)
   TransposeOrders p;
   for (const auto& o : lo.outputs) {
     if (!FullSize(lo.nodes[o.node].shape, F)) continue;  // broadcast output: guarded store
