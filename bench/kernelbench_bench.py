@@ -224,7 +224,14 @@ def run_task(path, args):
         # does: the registered pass sees no types for unfrozen parameters
         # (module attributes) and would leave their ops out of the groups
         # that `dice tune` (which freezes) tuned.
-        traced = torch.jit.freeze(torch.jit.trace(model, tuple(inputs), check_trace=False).eval())
+        traced = torch.jit.trace(model, tuple(inputs), check_trace=False).eval()
+        try:
+            traced = torch.jit.freeze(traced)
+        except RuntimeError as e:
+            # PyTorch's own freeze passes can assert on a model (level2/46:
+            # frozen_conv_folding.cpp:276). `dice tune` falls back to an
+            # unfrozen capture by itself (issue 18 item 6); the row says so.
+            rec["bench_freeze_error"] = str(e).splitlines()[0][:300]
     pt = os.path.join(args.workdir, name + ".pt")
     traced.save(pt)
     # Give the GPU memory back while `dice tune` (and its worker) run: large
@@ -268,6 +275,9 @@ def run_task(path, args):
     stats_before = {g["id"]: g for g in group_stats()}
     with torch.no_grad():
         ref = model(*inputs)
+        # Which file the "dice" column serves: the `--save` file, or (tune
+        # failed before writing it) the traced original, named in the row.
+        rec["served"] = "tuned (--save)" if os.path.exists(served_pt) else "original (no --save file written)"
         dm = torch.jit.load(served_pt if os.path.exists(served_pt) else pt).cuda().eval()
         for _ in range(3):  # the profiling executor optimizes after a few runs
             out = dm(*inputs)

@@ -707,6 +707,10 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   if (layout->attention == "sdpa" || layout->attention_reason.rfind("no attention chain", 0) != 0) {
     Notice(dice::LogLevel::kInfo, "dice: attention: %s (%s)", layout->attention.c_str(), layout->attention_reason.c_str());
   }
+  if (layout->batch_norms_folded > 0 || layout->functional) {
+    Notice(dice::LogLevel::kInfo, "dice: capture: %d batch_norm(s) made a per-channel multiply-add%s",
+           layout->batch_norms_folded, layout->functional ? ", in-place ops made functional" : "");
+  }
   Notice(dice::LogLevel::kInfo, "dice: %zu fusion group(s) formed, %zu op(s) left with PyTorch",
          variant.report.groups.size(), variant.report.left_out.size());
   auto tuned_groups = TuneWithProgress(variant.model, options, "dice: ");
@@ -775,6 +779,8 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   e2e.attention = layout->attention;
   e2e.attention_reason = layout->attention_reason;
   e2e.attention_us = layout->attention_us;
+  e2e.batch_norms_folded = layout->batch_norms_folded;
+  e2e.functional = layout->functional;
   if (!WriteTuneOutputs(args, TuneDocument(args.model_path, *tuned_reports, e2e), &error)) {
     return Fail(kExitFailure, error);
   }

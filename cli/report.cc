@@ -349,6 +349,7 @@ json TuneDocument(const std::string& model, const std::vector<runtime::TuneRepor
             {"reason", e2e.attention_reason},
             {"unfused_us", Measured(e2e.attention_us.first, e2e.attention_us.first > 0)},
             {"sdpa_us", Measured(e2e.attention_us.second, e2e.attention_us.second > 0)}}},
+          {"capture", {{"batch_norms_folded", e2e.batch_norms_folded}, {"functional", e2e.functional}}},
           {"groups", std::move(gs)}};
 }
 

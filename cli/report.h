@@ -71,6 +71,10 @@ struct EndToEnd {
   std::string attention = "unfused";
   std::string attention_reason;
   std::pair<double, double> attention_us{0, 0};
+  /// Capture rewrites that fusion groups then take (OptimizeReport):
+  /// inference batch_norms made a multiply-add, in-place ops made functional.
+  int batch_norms_folded = 0;
+  bool functional = false;
 };
 
 /// One fusion group's entry of the report document: the TuneReport's

@@ -28,6 +28,21 @@ inline bool IsConvNode(const torch::jit::Node* n) {
   return kinds.count(n->kind()) != 0;
 }
 
+/// The functional names of the elementwise aten ops whose result has the
+/// layout of their same-rank tensor operands and whose in-place form
+/// ("relu_") the capture passes may treat like them (the memory-format
+/// pass's region members; MakeElementwiseFunctional's filter). dropout is
+/// the identity in eval.
+inline const std::vector<const char*>& ElementwiseOpNames() {
+  static const std::vector<const char*> names = {
+      "relu",     "relu6",      "leaky_relu", "hardtanh", "elu",       "selu",      "celu",      "gelu",
+      "silu",     "mish",       "sigmoid",    "tanh",     "hardsigmoid", "hardswish", "softplus", "clamp",
+      "clamp_min", "clamp_max", "add",        "sub",      "rsub",      "mul",       "div",       "neg",
+      "exp",      "log",        "abs",        "sqrt",     "rsqrt",     "pow",       "square",    "reciprocal",
+      "maximum",  "minimum",    "dropout"};
+  return names;
+}
+
 /// The rank of a tensor value from its TensorType, or -1 (not a tensor, or
 /// the rank is not known).
 inline int TensorRank(const torch::jit::Value* v) {

@@ -35,16 +35,10 @@ using torch::jit::Value;
 // batch_norm, pooling, dropout (identity in eval).
 const std::unordered_set<c10::Symbol>& PreservingKinds() {
   static const std::unordered_set<c10::Symbol> kinds = [] {
-    const char* elementwise[] = {"relu",     "relu6",     "leaky_relu", "hardtanh",   "elu",     "selu",
-                                 "celu",     "gelu",      "silu",       "mish",       "sigmoid", "tanh",
-                                 "hardsigmoid", "hardswish", "softplus", "clamp",     "clamp_min", "clamp_max",
-                                 "add",      "sub",       "rsub",       "mul",        "div",     "neg",
-                                 "exp",      "log",       "abs",        "sqrt",       "rsqrt",   "pow",
-                                 "square",   "reciprocal", "maximum",   "minimum",    "dropout"};
     const char* others[] = {"batch_norm", "max_pool2d", "max_pool3d", "avg_pool2d", "avg_pool3d",
                             "adaptive_avg_pool2d", "adaptive_avg_pool3d"};
     std::unordered_set<c10::Symbol> s;
-    for (const char* n : elementwise) {
+    for (const char* n : ElementwiseOpNames()) {
       s.insert(c10::Symbol::aten(n));
       s.insert(c10::Symbol::aten(std::string(n) + "_"));
     }

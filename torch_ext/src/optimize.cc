@@ -24,6 +24,7 @@
 #include "dice/runtime/cuda_driver.h"
 #include "dice/torch_ext/fusion_pass.h"
 #include "attention_pass.h"
+#include "batch_norm_pass.h"
 #include "conv_bias_pass.h"
 #include "memory_format_pass.h"
 #include "runtime_state.h"
@@ -61,7 +62,8 @@ Expected<torch::jit::Module> FreezeOrExplain(const torch::jit::Module& module) {
 }
 
 // Throws when DICE_INJECT_CAPTURE_FAILURE names `pass` ("inline",
-// "observe", "memory_format", "attention", "conv_bias", "fusion"): tests of the capture fallback.
+// "functional", "observe", "batch_norm", "memory_format", "attention", "conv_bias", "fusion"): tests of
+// the capture fallback.
 void InjectCaptureFailure(const char* pass) {
   const char* inject = std::getenv("DICE_INJECT_CAPTURE_FAILURE");
   if (inject != nullptr && std::string(inject) == pass)
@@ -158,6 +160,9 @@ Status RunCapturePasses(torch::jit::Module& module, const Options& options, Opti
   *pass = "inline";
   InjectCaptureFailure(*pass);
   torch::jit::Inline(*graph);
+  *pass = "functional";
+  InjectCaptureFailure(*pass);
+  report->functional = MakeElementwiseFunctional(graph);
   std::vector<c10::IValue> inputs;  // self first, as the graph takes them; empty without example inputs
   if (!options.example_inputs.empty()) {
     *pass = "observe";
@@ -165,6 +170,10 @@ Status RunCapturePasses(torch::jit::Module& module, const Options& options, Opti
     inputs.push_back(module._ivalue());
     inputs.insert(inputs.end(), options.example_inputs.begin(), options.example_inputs.end());
     DICE_RETURN_IF_ERROR(ObserveTypes(graph, inputs));
+    // Needs the observed types (rank, channels, dtype of each batch_norm's input).
+    *pass = "batch_norm";
+    InjectCaptureFailure(*pass);
+    report->batch_norms_folded = FoldInferenceBatchNorm(graph);
   }
   *pass = "memory_format";
   RunMemoryFormatPass(graph, options, inputs, report);

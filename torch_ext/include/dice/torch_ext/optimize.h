@@ -144,6 +144,13 @@ struct OptimizeReport {
   /// Median µs of the forward (unfused, sdpa), timed round-robin with CUDA
   /// events after the memory-format pass; {0, 0} = not timed.
   std::pair<double, double> attention_us{0, 0};
+  /// Inference batch_norms the capture rewrote as x * scale + shift so that
+  /// they fuse with their neighbours (batch_norm_pass.h: the ones
+  /// torch.jit.freeze could not fold into a conv).
+  int batch_norms_folded = 0;
+  /// True when in-place elementwise ops (relu_, add_, ...) were made
+  /// functional so that fusion groups can take them (batch_norm_pass.h).
+  bool functional = false;
 };
 
 /// Freezes (options.freeze; the module is put in eval mode) or inlines the
@@ -168,7 +175,12 @@ struct OptimizeReport {
 /// by aten::scaled_dot_product_attention, measured the same way (see
 /// AttentionMode and report.attention*); its failure leaves them unfused with
 /// the warning "capture pass 'attention' failed: <cause>".
-/// DICE_INJECT_CAPTURE_FAILURE=freeze|inline|observe|memory_format|attention|fusion
+/// Before type observation, in-place elementwise ops are made functional
+/// where alias analysis proves it safe; after it, inference batch_norms with
+/// a fusible neighbour become a per-channel multiply-add (report.functional,
+/// report.batch_norms_folded). A failure of either leaves the module as it
+/// was with the warning "capture pass '<name>' failed: <cause>".
+/// DICE_INJECT_CAPTURE_FAILURE=freeze|inline|functional|observe|batch_norm|memory_format|attention|conv_bias|fusion
 /// makes that step fail (tests of these fallbacks).
 /// REQUIRES: when options.freeze is false, forward has not been run yet (its
 /// graph executor would keep the old graph).

@@ -1,0 +1,175 @@
+// The batch_norm and functional capture passes (batch_norm_pass.h, issue 18):
+// an inference batch_norm that torch.jit.freeze cannot fold becomes a
+// per-channel multiply-add inside its neighbours' fusion group, and in-place
+// activations become functional so that groups can take them; the model's
+// values stay eager's.
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/torch.h>
+
+#include "dice/torch_ext/optimize.h"
+
+namespace dice::torch_ext {
+namespace {
+
+using Params = std::vector<std::pair<std::string, at::Tensor>>;
+
+torch::jit::Module Make(const std::string& source, const Params& params) {
+  torch::jit::Module m("TestModule");
+  for (const auto& [name, t] : params) m.register_parameter(name, t, /*is_buffer=*/false);
+  m.define(source);
+  return m;
+}
+
+int Count(const torch::jit::Module& m, const char* kind) {
+  int n = 0;
+  for (const torch::jit::Node* node : m.get_method("forward").graph()->nodes())
+    n += std::string(node->kind().toQualString()) == kind;
+  return n;
+}
+
+Params BatchNormParams(int64_t c) {
+  return {{"bn_w", torch::rand({c}) + 0.5},
+          {"bn_b", torch::randn({c})},
+          {"bn_m", torch::randn({c})},
+          {"bn_v", torch::rand({c}) + 0.1}};
+}
+
+// DenseNet's transition layer: BN -> ReLU -> conv -> avg_pool.
+constexpr const char* kPreActivation = R"(
+def forward(self, x):
+    y = torch.batch_norm(x, self.bn_w, self.bn_b, self.bn_m, self.bn_v, False, 0.1, 1e-5, False)
+    y = torch.relu(y)
+    y = torch.conv2d(y, self.w, None, [1, 1], [0, 0])
+    return torch.avg_pool2d(y, [2, 2], [2, 2])
+)";
+
+class BatchNormPassTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    unsetenv("DICE_MODE");
+    unsetenv("DICE_INJECT_CAPTURE_FAILURE");
+    setenv("DICE_MEMORY_FORMAT", "contiguous", 1);
+    EnsureRegistered();
+    torch::manual_seed(0);
+  }
+  void TearDown() override {
+    unsetenv("DICE_MEMORY_FORMAT");
+    unsetenv("DICE_INJECT_CAPTURE_FAILURE");
+  }
+  static Expected<OptimizeReport> Observe(torch::jit::Module& m, std::vector<c10::IValue> in) {
+    Options opt;
+    opt.mode = Mode::kObserve;
+    opt.example_inputs = std::move(in);
+    return optimize(m, opt);
+  }
+  static void ExpectSameOutputs(torch::jit::Module& got, torch::jit::Module& want, const at::Tensor& x) {
+    torch::NoGradGuard no_grad;
+    const at::Tensor a = got.forward({x}).toTensor(), b = want.forward({x}).toTensor();
+    EXPECT_TRUE(torch::allclose(a, b, 1e-5, 1e-5)) << (a - b).abs().max().item<double>();
+  }
+};
+
+TEST_F(BatchNormPassTest, ABatchNormBeforeAnActivationFusesWithItAsAMultiplyAdd) {
+  Params p = BatchNormParams(6);
+  p.emplace_back("w", torch::randn({4, 6, 1, 1}));
+  auto original = Make(kPreActivation, p);
+  auto m = original.clone();
+  auto rep = Observe(m, {torch::randn({2, 6, 8, 8})});
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->batch_norms_folded, 1);
+  EXPECT_EQ(Count(m, "aten::batch_norm"), 0) << rep->graph;
+  ASSERT_EQ(rep->groups.size(), 1u) << rep->graph;
+  EXPECT_EQ(rep->groups[0].group.summary, "mul+add+relu");
+  ExpectSameOutputs(m, original, torch::randn({2, 6, 8, 8}));
+}
+
+TEST_F(BatchNormPassTest, ABatchNormAfterAnActivationWithoutWeightOrBiasFolds) {
+  // KernelBench level-2 task 52's shape: conv -> activation -> BN (freeze cannot fold it).
+  auto original = Make(R"(
+def forward(self, x):
+    y = torch.conv2d(x, self.w, self.b, [1, 1], [0, 0])
+    y = torch.tanh(y) * y
+    return torch.batch_norm(y, None, None, self.bn_m, self.bn_v, False, 0.1, 1e-3, False)
+)", {{"w", torch::randn({5, 3, 3, 3})}, {"b", torch::randn({5})}, {"bn_m", torch::randn({5})},
+     {"bn_v", torch::rand({5}) + 0.1}});
+  auto m = original.clone();
+  auto rep = Observe(m, {torch::randn({2, 3, 7, 7})});
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->batch_norms_folded, 1);
+  EXPECT_EQ(Count(m, "aten::batch_norm"), 0) << rep->graph;
+  ASSERT_EQ(rep->groups.size(), 1u) << rep->graph;
+  // The conv has two readers, so its bias stays in it (conv_bias_pass.h).
+  EXPECT_EQ(rep->groups[0].group.summary, "tanh+mul+mul+add");
+  ExpectSameOutputs(m, original, torch::randn({2, 3, 7, 7}));
+}
+
+TEST_F(BatchNormPassTest, ALoneBatchNormOrOneInTrainingModeStaysWithPyTorch) {
+  // Its input is the graph's and its reader (flatten) is no group op: one cuDNN pass already.
+  auto lone = Make(R"(
+def forward(self, x):
+    y = torch.batch_norm(x, self.bn_w, self.bn_b, self.bn_m, self.bn_v, False, 0.1, 1e-5, False)
+    return torch.flatten(y, 1)
+)", BatchNormParams(3));
+  auto rep = Observe(lone, {torch::randn({2, 3, 4, 4})});
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->batch_norms_folded, 0);
+  EXPECT_EQ(Count(lone, "aten::batch_norm"), 1);
+  // training = True normalises by the batch's own statistics: not a constant affine.
+  auto training = Make(R"(
+def forward(self, x):
+    y = torch.batch_norm(x, self.bn_w, self.bn_b, self.bn_m, self.bn_v, True, 0.1, 1e-5, False)
+    return torch.relu(y)
+)", BatchNormParams(3));
+  rep = Observe(training, {torch::randn({2, 3, 4, 4})});
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->batch_norms_folded, 0);
+  EXPECT_EQ(Count(training, "aten::batch_norm"), 1);
+}
+
+TEST_F(BatchNormPassTest, InPlaceActivationsBecomeFunctionalAndJoinTheConvEpilogue) {
+  // torchvision's residual block: conv -> relu_, z += y, relu_.
+  auto original = Make(R"(
+def forward(self, x):
+    y = torch.conv2d(x, self.w1, self.b1, [1, 1], [1, 1])
+    y = torch.relu_(y)
+    z = torch.conv2d(y, self.w2, self.b2, [1, 1], [1, 1])
+    z += y
+    return torch.relu_(z)
+)", {{"w1", torch::randn({4, 4, 3, 3})}, {"b1", torch::randn({4})},
+     {"w2", torch::randn({4, 4, 3, 3})}, {"b2", torch::randn({4})}});
+  auto m = original.clone();
+  auto rep = Observe(m, {torch::randn({2, 4, 6, 6})});
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_TRUE(rep->functional);
+  EXPECT_EQ(Count(m, "aten::relu_") + Count(m, "aten::add_"), 0) << rep->graph;
+  ASSERT_EQ(rep->groups.size(), 2u) << rep->graph;
+  EXPECT_EQ(rep->groups[0].group.summary, "add+relu");
+  EXPECT_EQ(rep->groups[1].group.summary, "add+add+relu");
+  ExpectSameOutputs(m, original, torch::randn({2, 4, 6, 6}));
+}
+
+TEST_F(BatchNormPassTest, AWriteToTheGraphsInputStaysInPlace) {
+  // The caller sees x written: RemoveTensorMutation's alias analysis keeps it.
+  auto m = Make(R"(
+def forward(self, x):
+    y = x * 2.0
+    x.relu_()
+    return y + x
+)", {});
+  at::Tensor x = torch::randn({3, 5});
+  const at::Tensor want = torch::relu(x.clone());
+  auto rep = Observe(m, {x.clone()});
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(Count(m, "aten::relu_"), 1) << rep->graph;
+  torch::NoGradGuard no_grad;
+  m.forward({x});
+  EXPECT_TRUE(torch::equal(x, want));
+}
+
+}  // namespace
+}  // namespace dice::torch_ext

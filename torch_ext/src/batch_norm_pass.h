@@ -1,0 +1,54 @@
+// Private: the "batch_norm" and "functional" capture passes (issue 18,
+// whole networks). Both run on the frozen, inlined TorchScript forward graph
+// before the memory-format pass.
+//
+// torch.jit.freeze folds a batch_norm into the conv that directly precedes
+// it; every other inference batch_norm (pre-activation networks such as
+// DenseNet's BN -> ReLU -> conv, or a BN after an activation or a GEMM's
+// epilogue) stays aten::batch_norm, an op no fusion group takes, so it cuts
+// the elementwise chain around it into two groups. Inductor instead lowers
+// it to a per-channel affine and fuses it. FoldInferenceBatchNorm does the
+// same: y = x * scale + shift with the constants scale = w / sqrt(var + eps)
+// and shift = b - mean * scale (computed in float64, stored in x's dtype,
+// viewed [C, 1, ..., 1]), two elementwise ops the fusion pass takes.
+//
+// TorchScript keeps torchvision's in-place activations (nn.ReLU(inplace=True)
+// gives aten::relu_, `out += identity` gives aten::add_), and the fusion
+// pass never takes an in-place op. MakeElementwiseFunctional replaces them
+// by their functional form where PyTorch's own alias analysis proves nothing
+// else sees the write (torch::jit::RemoveTensorMutation, restricted to
+// elementwise ops).
+// Thread-compatible: mutates the graph it is given.
+#pragma once
+
+#include <memory>
+
+namespace torch::jit {
+struct Graph;
+}  // namespace torch::jit
+
+namespace dice::torch_ext {
+
+/// Rewrites each inference batch_norm of `graph`'s top-level block whose
+/// statistics (and weight/bias, when given) are tensor constants [C],
+/// training = false, whose input has a known rank >= 2, size C on dim 1 and
+/// the statistics' floating dtype, and that has a fusible neighbour (its
+/// input's producer or one of its output's readers has
+/// UnsupportedReason == "") into aten::mul(x, scale) then aten::add(., shift)
+/// (see the file comment). The new ops take the batch_norm output's type
+/// (dtype, shape, strides as observed). Other batch_norms are left as they
+/// are (a lone one is one cuDNN pass already). Returns how many it rewrote.
+/// Values differ from eager's by float rounding only ((x - mean) * invstd *
+/// w + b in float there). Throws c10::Error on a PyTorch error (the caller
+/// runs capture passes under its fallback).
+int FoldInferenceBatchNorm(const std::shared_ptr<torch::jit::Graph>& graph);
+
+/// Replaces in-place elementwise aten ops (relu_, add_, mul_, clamp_, ...:
+/// the names of ElementwiseOpNames() with a trailing '_') by their
+/// functional forms where torch::jit::RemoveTensorMutation proves it safe (no
+/// alias of the written value is read after the write, and the value is not
+/// a graph input). Returns whether the graph changed. Throws c10::Error on a
+/// PyTorch error.
+bool MakeElementwiseFunctional(const std::shared_ptr<torch::jit::Graph>& graph);
+
+}  // namespace dice::torch_ext
