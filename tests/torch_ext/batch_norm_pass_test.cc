@@ -108,6 +108,42 @@ def forward(self, x):
   ExpectSameOutputs(m, original, torch::randn({2, 3, 7, 7}));
 }
 
+TEST_F(BatchNormPassTest, AConvsBatchNormIsFoldedIntoItAsPythonsFreezeDoesElseFusedAfterIt) {
+  // torch.jit.freeze (Python) folds conv -> BN into the conv's weights; the
+  // C++ freeze_module alone does not, so optimize() runs PyTorch's folding too.
+  Params p = BatchNormParams(4);
+  p.emplace_back("w", torch::randn({4, 3, 3, 3}));
+  auto original = Make(R"(
+def forward(self, x):
+    y = torch.conv2d(x, self.w, None, [1, 1], [1, 1])
+    y = torch.batch_norm(y, self.bn_w, self.bn_b, self.bn_m, self.bn_v, False, 0.1, 1e-5, False)
+    return torch.relu(y)
+)", p);
+  auto m = original.clone();
+  auto rep = Observe(m, {torch::randn({2, 3, 6, 6})});
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_TRUE(rep->warnings.empty()) << rep->warnings[0];
+  EXPECT_EQ(rep->batch_norms_folded, 0);
+  EXPECT_EQ(Count(m, "aten::batch_norm"), 0) << rep->graph;
+  ASSERT_EQ(rep->groups.size(), 1u) << rep->graph;
+  EXPECT_EQ(rep->groups[0].group.summary, "add+relu");  // the folded bias, moved into the epilogue
+  ExpectSameOutputs(m, original, torch::randn({2, 3, 6, 6}));
+  // PyTorch's folding fails (as its conv folding asserts on some models):
+  // frozen without it, said once, and the batch_norm fuses after the conv.
+  auto unfolded = original.clone();
+  setenv("DICE_INJECT_CAPTURE_FAILURE", "frozen_folding", 1);
+  rep = Observe(unfolded, {torch::randn({2, 3, 6, 6})});
+  unsetenv("DICE_INJECT_CAPTURE_FAILURE");
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_TRUE(rep->frozen);
+  ASSERT_EQ(rep->warnings.size(), 1u);
+  EXPECT_NE(rep->warnings[0].find("(OptimizeFrozenGraph) failed: injected failure"), std::string::npos) << rep->warnings[0];
+  EXPECT_EQ(rep->batch_norms_folded, 1);
+  ASSERT_EQ(rep->groups.size(), 1u) << rep->graph;
+  EXPECT_EQ(rep->groups[0].group.summary, "mul+add+relu");
+  ExpectSameOutputs(unfolded, original, torch::randn({2, 3, 6, 6}));
+}
+
 TEST_F(BatchNormPassTest, ALoneBatchNormOrOneInTrainingModeStaysWithPyTorch) {
   // Its input is the graph's and its reader (flatten) is no group op: one cuDNN pass already.
   auto lone = Make(R"(

@@ -16,6 +16,7 @@
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
+#include <torch/csrc/jit/passes/frozen_graph_optimizations.h>
 #include <torch/csrc/jit/passes/inliner.h>
 
 #include "dice/core/log.h"
@@ -59,6 +60,31 @@ Expected<torch::jit::Module> FreezeOrExplain(const torch::jit::Module& module) {
     what = what.substr(0, what.find('\n'));
     return Status(StatusCode::kInternal, "torch.jit.freeze failed: " + what);
   }
+}
+
+// torch.jit.freeze's frozen-graph optimizations, which Python's
+// torch.jit.freeze runs after freezing and the C++ freeze_module does not
+// (torch/csrc/jit/passes/frozen_graph_optimizations.h): a batch_norm, or a
+// constant add/sub/mul/div, folded into the conv or linear before it.
+// Runs on a clone (its own graph); on success `frozen` becomes it. Errors:
+// kInternal naming the pass and PyTorch's first message line (seen: its
+// conv folding asserting on a Conv2d -> subtract -> Mish model); `frozen`
+// is left as freezing made it.
+Status FoldFrozenOrExplain(torch::jit::Module& frozen) {
+  const char* inject = std::getenv("DICE_INJECT_CAPTURE_FAILURE");
+  torch::jit::Module folded = frozen.clone();
+  try {
+    if (inject != nullptr && std::string(inject) == "frozen_folding")
+      throw std::runtime_error("injected failure (DICE_INJECT_CAPTURE_FAILURE=frozen_folding)");
+    auto graph = folded.get_method("forward").graph();
+    torch::jit::OptimizeFrozenGraph(graph, /*optimize_numerics=*/true);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    return Status(StatusCode::kInternal,
+                  "torch.jit.freeze's conv/linear folding (OptimizeFrozenGraph) failed: " + what.substr(0, what.find('\n')));
+  }
+  frozen = std::move(folded);
+  return Status::Ok();
 }
 
 // Throws when DICE_INJECT_CAPTURE_FAILURE names `pass` ("inline",
@@ -282,6 +308,8 @@ Expected<OptimizeReport> optimize(torch::jit::Module& module, const Options& opt
       if (frozen.ok()) {
         module = std::move(frozen).value();
         report.frozen = true;
+        Status folded = FoldFrozenOrExplain(module);
+        if (!folded.ok()) report.warnings.push_back(folded.message() + "; captured frozen without that folding");
       } else {
         report.warnings.push_back(frozen.status().message() +
                                   "; the module is captured unfrozen (no constant folding)");

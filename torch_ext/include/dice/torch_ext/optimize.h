@@ -159,6 +159,11 @@ struct OptimizeReport {
 /// types are used), runs the fusion pass on the forward graph and sets the
 /// runtime options. With options.mode == kOff no fusion group is inserted
 /// (the groups that would form are still reported).
+/// Freezing is Python's torch.jit.freeze: freeze_module, then PyTorch's
+/// frozen-graph folding (a batch_norm or a constant add/sub/mul/div folded
+/// into the conv or linear before it); a failure of the folding alone keeps
+/// the frozen module without it, with the warning "torch.jit.freeze's
+/// conv/linear folding (OptimizeFrozenGraph) failed: <cause>; ...".
 /// A failure inside torch.jit.freeze (PyTorch's own passes, e.g. its
 /// conv folding asserting on a model) never fails the call: the module is
 /// captured unfrozen, report.frozen is false and report.warnings names the
@@ -180,7 +185,7 @@ struct OptimizeReport {
 /// a fusible neighbour become a per-channel multiply-add (report.functional,
 /// report.batch_norms_folded). A failure of either leaves the module as it
 /// was with the warning "capture pass '<name>' failed: <cause>".
-/// DICE_INJECT_CAPTURE_FAILURE=freeze|inline|functional|observe|batch_norm|memory_format|attention|conv_bias|fusion
+/// DICE_INJECT_CAPTURE_FAILURE=freeze|frozen_folding|inline|functional|observe|batch_norm|memory_format|attention|conv_bias|fusion
 /// makes that step fail (tests of these fallbacks).
 /// REQUIRES: when options.freeze is false, forward has not been run yet (its
 /// graph executor would keep the old graph).
