@@ -707,9 +707,11 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   if (layout->attention == "sdpa" || layout->attention_reason.rfind("no attention chain", 0) != 0) {
     Notice(dice::LogLevel::kInfo, "dice: attention: %s (%s)", layout->attention.c_str(), layout->attention_reason.c_str());
   }
-  if (layout->batch_norms_folded > 0 || layout->functional) {
-    Notice(dice::LogLevel::kInfo, "dice: capture: %d batch_norm(s) made a per-channel multiply-add%s",
-           layout->batch_norms_folded, layout->functional ? ", in-place ops made functional" : "");
+  if (layout->batch_norms_folded > 0 || layout->functional || layout->global_pools_as_mean > 0) {
+    Notice(dice::LogLevel::kInfo,
+           "dice: capture: %d batch_norm(s) made a per-channel multiply-add, %d global pool(s) a mean%s",
+           layout->batch_norms_folded, layout->global_pools_as_mean,
+           layout->functional ? ", in-place ops made functional" : "");
   }
   Notice(dice::LogLevel::kInfo, "dice: %zu fusion group(s) formed, %zu op(s) left with PyTorch",
          variant.report.groups.size(), variant.report.left_out.size());
@@ -781,6 +783,7 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   e2e.attention_us = layout->attention_us;
   e2e.batch_norms_folded = layout->batch_norms_folded;
   e2e.functional = layout->functional;
+  e2e.global_pools_as_mean = layout->global_pools_as_mean;
   if (!WriteTuneOutputs(args, TuneDocument(args.model_path, *tuned_reports, e2e), &error)) {
     return Fail(kExitFailure, error);
   }

@@ -349,7 +349,10 @@ json TuneDocument(const std::string& model, const std::vector<runtime::TuneRepor
             {"reason", e2e.attention_reason},
             {"unfused_us", Measured(e2e.attention_us.first, e2e.attention_us.first > 0)},
             {"sdpa_us", Measured(e2e.attention_us.second, e2e.attention_us.second > 0)}}},
-          {"capture", {{"batch_norms_folded", e2e.batch_norms_folded}, {"functional", e2e.functional}}},
+          {"capture",
+           {{"batch_norms_folded", e2e.batch_norms_folded},
+            {"functional", e2e.functional},
+            {"global_pools_as_mean", e2e.global_pools_as_mean}}},
           {"groups", std::move(gs)}};
 }
 

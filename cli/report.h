@@ -72,9 +72,11 @@ struct EndToEnd {
   std::string attention_reason;
   std::pair<double, double> attention_us{0, 0};
   /// Capture rewrites that fusion groups then take (OptimizeReport):
-  /// inference batch_norms made a multiply-add, in-place ops made functional.
+  /// inference batch_norms made a multiply-add, in-place ops made functional,
+  /// global average pools made a mean.
   int batch_norms_folded = 0;
   bool functional = false;
+  int global_pools_as_mean = 0;
 };
 
 /// One fusion group's entry of the report document: the TuneReport's

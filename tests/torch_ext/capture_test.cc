@@ -164,7 +164,7 @@ TEST_F(CaptureTest, FreezeFailureCapturesUnfrozenWithAWarningNamingThePass) {
 TEST_F(CaptureTest, CapturePassFailureLeavesTheModelUnchangedWithAWarningNamingThePass) {
   auto original = Compile(kMlpLike);
   std::vector<c10::IValue> in = {torch::randn({16, 32}), torch::randn({16, 32}), torch::randn({32, 24})};
-  for (const char* pass : {"inline", "functional", "observe", "batch_norm", "fusion"}) {
+  for (const char* pass : {"inline", "functional", "observe", "batch_norm", "global_pool", "fusion"}) {
     auto m = original.clone();
     Options opt;
     opt.mode = Mode::kObserve;

@@ -25,7 +25,7 @@
 #include "dice/runtime/cuda_driver.h"
 #include "dice/torch_ext/fusion_pass.h"
 #include "attention_pass.h"
-#include "batch_norm_pass.h"
+#include "fusible_rewrites.h"
 #include "conv_bias_pass.h"
 #include "memory_format_pass.h"
 #include "runtime_state.h"
@@ -88,7 +88,8 @@ Status FoldFrozenOrExplain(torch::jit::Module& frozen) {
 }
 
 // Throws when DICE_INJECT_CAPTURE_FAILURE names `pass` ("inline",
-// "functional", "observe", "batch_norm", "memory_format", "attention", "conv_bias", "fusion"): tests of
+// "functional", "observe", "batch_norm", "memory_format", "attention", "global_pool", "conv_bias",
+// "fusion"): tests of
 // the capture fallback.
 void InjectCaptureFailure(const char* pass) {
   const char* inject = std::getenv("DICE_INJECT_CAPTURE_FAILURE");
@@ -205,6 +206,11 @@ Status RunCapturePasses(torch::jit::Module& module, const Options& options, Opti
   RunMemoryFormatPass(graph, options, inputs, report);
   *pass = "attention";
   RunAttentionPass(graph, options, inputs, report);
+  // After the memory-format pass, which keeps the pool inside a region (its
+  // exit copy then moves the pooled values, not the activation).
+  *pass = "global_pool";
+  InjectCaptureFailure(*pass);
+  if (!inputs.empty()) report->global_pools_as_mean = GlobalPoolAsMean(graph);
   // Needs the observed types (whether the conv's reader is fusible).
   *pass = "conv_bias";
   InjectCaptureFailure(*pass);

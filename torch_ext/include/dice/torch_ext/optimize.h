@@ -145,12 +145,15 @@ struct OptimizeReport {
   /// events after the memory-format pass; {0, 0} = not timed.
   std::pair<double, double> attention_us{0, 0};
   /// Inference batch_norms the capture rewrote as x * scale + shift so that
-  /// they fuse with their neighbours (batch_norm_pass.h: the ones
+  /// they fuse with their neighbours (fusible_rewrites.h: the ones
   /// torch.jit.freeze could not fold into a conv).
   int batch_norms_folded = 0;
   /// True when in-place elementwise ops (relu_, add_, ...) were made
-  /// functional so that fusion groups can take them (batch_norm_pass.h).
+  /// functional so that fusion groups can take them (fusible_rewrites.h).
   bool functional = false;
+  /// Global average pools (adaptive_avg_pool to size 1) written as a mean
+  /// over the spatial dims, so they fuse with the ops before them.
+  int global_pools_as_mean = 0;
 };
 
 /// Freezes (options.freeze; the module is put in eval mode) or inlines the
@@ -183,9 +186,10 @@ struct OptimizeReport {
 /// Before type observation, in-place elementwise ops are made functional
 /// where alias analysis proves it safe; after it, inference batch_norms with
 /// a fusible neighbour become a per-channel multiply-add (report.functional,
-/// report.batch_norms_folded). A failure of either leaves the module as it
+/// report.batch_norms_folded); after the memory-format pass a global average
+/// pool becomes a mean (report.global_pools_as_mean). A failure of any leaves the module as it
 /// was with the warning "capture pass '<name>' failed: <cause>".
-/// DICE_INJECT_CAPTURE_FAILURE=freeze|frozen_folding|inline|functional|observe|batch_norm|memory_format|attention|conv_bias|fusion
+/// DICE_INJECT_CAPTURE_FAILURE=freeze|frozen_folding|inline|functional|observe|batch_norm|memory_format|attention|global_pool|conv_bias|fusion
 /// makes that step fail (tests of these fallbacks).
 /// REQUIRES: when options.freeze is false, forward has not been run yet (its
 /// graph executor would keep the old graph).

@@ -1,8 +1,8 @@
-// The batch_norm and functional capture passes (batch_norm_pass.h, issue 18):
-// an inference batch_norm that torch.jit.freeze cannot fold becomes a
-// per-channel multiply-add inside its neighbours' fusion group, and in-place
-// activations become functional so that groups can take them; the model's
-// values stay eager's.
+// The capture rewrites into fusible ops (fusible_rewrites.h, issue 18): an
+// inference batch_norm that torch.jit.freeze cannot fold becomes a
+// per-channel multiply-add inside its neighbours' fusion group, in-place
+// activations become functional, and a global average pool a mean, so that
+// groups can take them; the model's values stay eager's.
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -48,7 +48,7 @@ def forward(self, x):
     return torch.avg_pool2d(y, [2, 2], [2, 2])
 )";
 
-class BatchNormPassTest : public ::testing::Test {
+class FusibleRewritesTest : public ::testing::Test {
  protected:
   void SetUp() override {
     unsetenv("DICE_MODE");
@@ -74,7 +74,7 @@ class BatchNormPassTest : public ::testing::Test {
   }
 };
 
-TEST_F(BatchNormPassTest, ABatchNormBeforeAnActivationFusesWithItAsAMultiplyAdd) {
+TEST_F(FusibleRewritesTest, ABatchNormBeforeAnActivationFusesWithItAsAMultiplyAdd) {
   Params p = BatchNormParams(6);
   p.emplace_back("w", torch::randn({4, 6, 1, 1}));
   auto original = Make(kPreActivation, p);
@@ -88,7 +88,7 @@ TEST_F(BatchNormPassTest, ABatchNormBeforeAnActivationFusesWithItAsAMultiplyAdd)
   ExpectSameOutputs(m, original, torch::randn({2, 6, 8, 8}));
 }
 
-TEST_F(BatchNormPassTest, ABatchNormAfterAnActivationWithoutWeightOrBiasFolds) {
+TEST_F(FusibleRewritesTest, ABatchNormAfterAnActivationWithoutWeightOrBiasFolds) {
   // KernelBench level-2 task 52's shape: conv -> activation -> BN (freeze cannot fold it).
   auto original = Make(R"(
 def forward(self, x):
@@ -108,7 +108,7 @@ def forward(self, x):
   ExpectSameOutputs(m, original, torch::randn({2, 3, 7, 7}));
 }
 
-TEST_F(BatchNormPassTest, AConvsBatchNormIsFoldedIntoItAsPythonsFreezeDoesElseFusedAfterIt) {
+TEST_F(FusibleRewritesTest, AConvsBatchNormIsFoldedIntoItAsPythonsFreezeDoesElseFusedAfterIt) {
   // torch.jit.freeze (Python) folds conv -> BN into the conv's weights; the
   // C++ freeze_module alone does not, so optimize() runs PyTorch's folding too.
   Params p = BatchNormParams(4);
@@ -144,7 +144,7 @@ def forward(self, x):
   ExpectSameOutputs(unfolded, original, torch::randn({2, 3, 6, 6}));
 }
 
-TEST_F(BatchNormPassTest, ALoneBatchNormOrOneInTrainingModeStaysWithPyTorch) {
+TEST_F(FusibleRewritesTest, ALoneBatchNormOrOneInTrainingModeStaysWithPyTorch) {
   // Its input is the graph's and its reader (flatten) is no group op: one cuDNN pass already.
   auto lone = Make(R"(
 def forward(self, x):
@@ -167,7 +167,7 @@ def forward(self, x):
   EXPECT_EQ(Count(training, "aten::batch_norm"), 1);
 }
 
-TEST_F(BatchNormPassTest, InPlaceActivationsBecomeFunctionalAndJoinTheConvEpilogue) {
+TEST_F(FusibleRewritesTest, InPlaceActivationsBecomeFunctionalAndJoinTheConvEpilogue) {
   // torchvision's residual block: conv -> relu_, z += y, relu_.
   auto original = Make(R"(
 def forward(self, x):
@@ -189,7 +189,34 @@ def forward(self, x):
   ExpectSameOutputs(m, original, torch::randn({2, 4, 6, 6}));
 }
 
-TEST_F(BatchNormPassTest, AWriteToTheGraphsInputStaysInPlace) {
+TEST_F(FusibleRewritesTest, AGlobalAveragePoolIsAMeanThatFusesWithTheActivationBeforeIt) {
+  // KernelBench level-2 task 67's shape: conv -> GELU -> global average pool.
+  auto original = Make(R"(
+def forward(self, x):
+    y = torch.conv2d(x, self.w, self.b, [1, 1], [0, 0])
+    y = torch.gelu(y)
+    y = torch.adaptive_avg_pool2d(y, [1, 1])
+    z = torch.adaptive_avg_pool2d(y, [2, 2])
+    return torch.flatten(y, 1), z
+)", {{"w", torch::randn({6, 3, 3, 3})}, {"b", torch::randn({6})}});
+  auto m = original.clone();
+  auto rep = Observe(m, {torch::randn({2, 3, 9, 9})});
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->global_pools_as_mean, 1);  // the [2, 2] pool is not a mean over all of H, W
+  EXPECT_EQ(Count(m, "aten::adaptive_avg_pool2d"), 1) << rep->graph;
+  ASSERT_EQ(rep->groups.size(), 1u) << rep->graph;
+  EXPECT_EQ(rep->groups[0].group.summary, "add+gelu+mean");  // the conv's bias leads (conv_bias_pass.h)
+  torch::NoGradGuard no_grad;
+  const at::Tensor x = torch::randn({2, 3, 9, 9});
+  auto got = m.forward({x}).toTuple(), want = original.forward({x}).toTuple();
+  for (size_t i = 0; i < 2; ++i) {
+    const at::Tensor a = got->elements()[i].toTensor(), b = want->elements()[i].toTensor();
+    EXPECT_EQ(a.sizes(), b.sizes());
+    EXPECT_TRUE(torch::allclose(a, b, 1e-5, 1e-5)) << i << ": " << (a - b).abs().max().item<double>();
+  }
+}
+
+TEST_F(FusibleRewritesTest, AWriteToTheGraphsInputStaysInPlace) {
   // The caller sees x written: RemoveTensorMutation's alias analysis keeps it.
   auto m = Make(R"(
 def forward(self, x):

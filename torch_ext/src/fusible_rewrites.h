@@ -1,6 +1,7 @@
-// Private: the "batch_norm" and "functional" capture passes (issue 18,
-// whole networks). Both run on the frozen, inlined TorchScript forward graph
-// before the memory-format pass.
+// Private: capture rewrites that turn ops no fusion group takes into ops it
+// does (issue 18, whole networks), on the frozen, inlined TorchScript forward
+// graph: "functional" and "batch_norm" before the memory-format pass,
+// "global_pool" after it.
 //
 // torch.jit.freeze folds a batch_norm into the conv that directly precedes
 // it; every other inference batch_norm (pre-activation networks such as
@@ -18,6 +19,10 @@
 // by their functional form where PyTorch's own alias analysis proves nothing
 // else sees the write (torch::jit::RemoveTensorMutation, restricted to
 // elementwise ops).
+// A global average pool (adaptive_avg_pool2d/3d to output size 1, as
+// networks end and squeeze-excite blocks pool) is a mean over the spatial
+// dims; ATen computes it as one. GlobalPoolAsMean writes it as aten::mean so
+// that the elementwise ops before it fuse into the reduction.
 // Thread-compatible: mutates the graph it is given.
 #pragma once
 
@@ -50,5 +55,14 @@ int FoldInferenceBatchNorm(const std::shared_ptr<torch::jit::Graph>& graph);
 /// a graph input). Returns whether the graph changed. Throws c10::Error on a
 /// PyTorch error.
 bool MakeElementwiseFunctional(const std::shared_ptr<torch::jit::Graph>& graph);
+
+/// Rewrites each adaptive_avg_pool2d / adaptive_avg_pool3d of `graph`'s
+/// top-level block whose output size is a constant list of 1s and whose
+/// input has a known floating dtype and rank (2 or 3 spatial dims, batched
+/// or not) into aten::mean(x, spatial dims, keepdim=True), taking the pool
+/// output's type. Run after the memory-format pass (which treats the pool as
+/// layout-preserving). Returns how many it rewrote. Throws c10::Error on a
+/// PyTorch error.
+int GlobalPoolAsMean(const std::shared_ptr<torch::jit::Graph>& graph);
 
 }  // namespace dice::torch_ext

@@ -1,5 +1,5 @@
-// batch_norm_pass.cc — see batch_norm_pass.h.
-#include "batch_norm_pass.h"
+// fusible_rewrites.cc — see fusible_rewrites.h.
+#include "fusible_rewrites.h"
 
 #include <string>
 #include <unordered_set>
@@ -97,6 +97,37 @@ bool MakeElementwiseFunctional(const std::shared_ptr<torch::jit::Graph>& graph) 
     return s;
   }();
   return torch::jit::RemoveTensorMutation(graph, [](Node* n) { return inplace.count(n->kind()) != 0; });
+}
+
+int GlobalPoolAsMean(const std::shared_ptr<torch::jit::Graph>& graph) {
+  static const c10::Symbol k2d = c10::Symbol::aten("adaptive_avg_pool2d");
+  static const c10::Symbol k3d = c10::Symbol::aten("adaptive_avg_pool3d");
+  std::vector<std::pair<Node*, std::vector<int64_t>>> found;  // with the dims to average
+  for (Node* n : graph->nodes()) {
+    if ((n->kind() != k2d && n->kind() != k3d) || n->inputs().size() != 2 || n->outputs().size() != 1) continue;
+    const int spatial = n->kind() == k2d ? 2 : 3;
+    auto size = ConstIValue(n->input(1));
+    auto tt = n->input(0)->type()->cast<c10::TensorType>();
+    const int rank = TensorRank(n->input(0));
+    if (!size || !size->isIntList() || !tt || !tt->scalarType() || !at::isFloatingType(*tt->scalarType())) continue;
+    if (rank != spatial + 1 && rank != spatial + 2) continue;
+    const auto out = size->toIntVector();
+    if (static_cast<int>(out.size()) != spatial) continue;
+    bool ones = true;
+    for (int64_t e : out) ones = ones && e == 1;
+    if (!ones) continue;
+    std::vector<int64_t> dims;
+    for (int d = rank - spatial; d < rank; ++d) dims.push_back(d);
+    found.emplace_back(n, std::move(dims));
+  }
+  for (auto& [pool, dims] : found) {
+    torch::jit::WithInsertPoint guard(pool);
+    Value* mean = graph->insert(c10::aten::mean, {pool->input(0), dims, true});
+    mean->setType(pool->output()->type());
+    pool->output()->replaceAllUsesWith(mean);
+    pool->destroy();
+  }
+  return static_cast<int>(found.size());
 }
 
 }  // namespace dice::torch_ext
