@@ -35,9 +35,36 @@ Expected<std::vector<Candidate>> ElementwiseCandidates(const Lowered& lo, int ma
 /// float), 32-bit or 64-bit indices (NeedsWideIndex). Returns up to
 /// `max_candidates` (t32 first); none when more than 4 distinct inputs need a
 /// tile, and no t64 when its tiles exceed 48 KB (more than 2 inputs).
+/// When TransposeVectorWidths(lo, p) finds a side that can be vectorised
+/// (in or out > 1), up to three vectorised variants follow: origins
+/// ".../transpose_t32v<VI>x<VO>", ".../transpose_t64v<VI>x<VO>" (256 threads)
+/// and ".../transpose_t64v<VI>x<VO>_b128" (128 threads), 1-D blocks, the same
+/// tiles and tile caps; VI = min(in, TW * TW / threads) elements per tiled-load
+/// access along a_in, VO = min(out, TW * TW / threads) per output access
+/// along a_out (1 = that side scalar; e.g. t32v4x2 loads float4 and stores
+/// float2). Direct loads and broadcast outputs that pass the same alignment
+/// test at VO are moved VO wide too, the others one element at a time.
 /// REQUIRES: `p` was computed from `lo` (num_reduces == 0).
 std::vector<Candidate> TransposeCandidates(const Lowered& lo, const TransposeOrders& p, int max_candidates,
                                            const TargetInfo& target);
+
+/// Vector widths (elements per access) of the vectorised tiled transposes.
+struct TransposeVecWidths {
+  int in = 1;   ///< along a_in, for every tiled load of the load phase
+  int out = 1;  ///< along a_out, for every full-size output of the store phase
+};
+
+/// The widest width in {8, 4, 2} (1 = scalar) at which every tensor of a
+/// side of the tiled transpose `p` = TransposePlan(lo) can be accessed that
+/// many consecutive elements at a time at every run a tile visits, provably
+/// from the baked facts: the access is at most 16 bytes and the tensor's data
+/// pointer is aligned to it (TensorSpec / OutputRef alignment, bytes); the
+/// tensor spans the side's innermost axis (a_in for the tiled loads, a_out
+/// for the full-size outputs) with stride 1; F along that axis is a multiple
+/// of the width; and every other stride (axes with F > 1) is a multiple of
+/// it. So f32 reaches 4 (16 bytes), f16 / bf16 8; an odd extent or a 4-byte
+/// aligned pointer gives 1. Pure; thread-safe.
+TransposeVecWidths TransposeVectorWidths(const Lowered& lo, const TransposeOrders& p);
 
 /// Groups whose reductions all reduce the same axes R. Variants: column
 /// (thread per row), warp per row, block per row (register-cached row or
