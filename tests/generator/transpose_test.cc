@@ -5,13 +5,19 @@
 // outputs, I of the tiled loads) and innermost axes; single-order groups,
 // reductions and three orders are refused; the transpose candidates come
 // first and compile with NVRTC for sm_90 (f32, f16, bf16, partial tiles, a
-// 64-bit index). Values are checked on the GPU (transpose_gpu_test.cc).
+// 64-bit index). The vectorised variants (t32v*, t64v*, t64v*_b128) are
+// emitted exactly when a side's vector width is provable from the baked
+// strides, extents and pointer alignments (odd extents, 4-byte aligned
+// pointers and non-unit strides give none), with the widths each dtype
+// allows, mixed dtypes included, and compile too. There is no CPU evaluation
+// of generated kernels: values are checked on the GPU (transpose_gpu_test.cc).
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "../../generator/src/templates/emit.h"
+#include "../../generator/src/templates/families.h"
 #include "../../generator/src/templates/layout.h"
 #include "../../generator/src/templates/lowering.h"
 #include "dice/generator/templates.h"
@@ -143,7 +149,7 @@ TEST(TransposePlan, ChannelsLast3dIntoContiguous) {
   EXPECT_EQ(p->a_out, 4);
   EXPECT_EQ(p->a_in, 1);
   EXPECT_EQ(p->tiled_loads.size(), 2u);
-  TransposeCandidatesCompiled(t, 2);
+  TransposeCandidatesCompiled(t, 5);  // C = 32, W = 8: float4 both ways
 }
 
 TEST(TransposePlan, OutputOrderInputsAreReadDirectly) {
@@ -225,8 +231,8 @@ TEST(TransposeCandidates, ConvEpilogueCompilesForEveryDtypeAndPartialTiles) {
     for (const std::vector<int64_t>& shape :
          {std::vector<int64_t>{2, 3, 5, 126}, std::vector<int64_t>{8, 64, 56, 56}}) {
       SCOPED_TRACE(std::string(ir::DTypeName(dt)) + " " + std::to_string(shape[1]) + "x" + std::to_string(shape[3]));
-      auto tr = TransposeCandidatesCompiled(ConvEpilogueTask(dt, shape), 2);
-      ASSERT_EQ(tr.size(), 2u);
+      auto tr = TransposeCandidatesCompiled(ConvEpilogueTask(dt, shape), 5);
+      ASSERT_EQ(tr.size(), 5u);
       EXPECT_EQ(tr[0].origin, "template:elementwise/transpose_t32");
       EXPECT_EQ(tr[1].origin, "template:elementwise/transpose_t64");
       EXPECT_NE(tr[0].source.find("__shared__ float T0[32][33];"), std::string::npos) << tr[0].source;
@@ -240,14 +246,37 @@ TEST(TransposeCandidates, ConvEpilogueCompilesForEveryDtypeAndPartialTiles) {
       const int64_t tiles = shape[0] * shape[2] * ((shape[1] + 31) / 32) * ((shape[3] + 31) / 32);
       EXPECT_EQ(tr[0].plan.launches[0].grid[0], static_cast<uint32_t>(std::min<int64_t>(tiles, 132 * 8 * 4)));
       EXPECT_NE(tr[0].source.find("unsigned t = blockIdx.x"), std::string::npos);
+      // Vectorised: C = 3 loads one element at a time, W = 126 stores 2 (126 % 4 != 0);
+      // C = 64, W = 56: 16 bytes where the thread's share allows (t32: 4 elements).
+      const bool small = shape[1] == 3;
+      const bool f32 = dt == DType::kFloat32;
+      const std::string t32 = small ? "v1x2" : "v4x4", t64 = small ? "v1x2" : (f32 ? "v4x4" : "v8x8");
+      EXPECT_EQ(tr[2].origin, "template:elementwise/transpose_t32" + t32);
+      EXPECT_EQ(tr[3].origin, "template:elementwise/transpose_t64" + t64);
+      EXPECT_EQ(tr[4].origin, "template:elementwise/transpose_t64" + t64 + "_b128");
+      EXPECT_EQ(tr[2].plan.launches[0].block, (std::array<uint32_t, 3>{256, 1, 1}));
+      EXPECT_EQ(tr[3].plan.launches[0].block, (std::array<uint32_t, 3>{256, 1, 1}));
+      EXPECT_EQ(tr[4].plan.launches[0].block, (std::array<uint32_t, 3>{128, 1, 1}));
+      EXPECT_EQ(tr[2].plan.launches[0].grid[0], tr[0].plan.launches[0].grid[0]);
+      EXPECT_NE(tr[2].source.find("__shared__ float T0[32][33];"), std::string::npos);
+      EXPECT_NE(tr[4].source.find("__shared__ float T0[64][65];"), std::string::npos);
+      const std::string ct = tmpl::CType(dt);
+      if (small) {
+        EXPECT_EQ(tr[3].source.find("dice_ldw<"), std::string::npos) << "C = 3: scalar tile loads";
+        EXPECT_NE(tr[3].source.find("dice_stw<" + ct + ", 2>(out0 + "), std::string::npos) << tr[3].source;
+      } else {
+        const std::string v = f32 ? "4" : "8";
+        EXPECT_NE(tr[3].source.find("dice_ldw<" + ct + ", " + v + ">(in0 + "), std::string::npos) << tr[3].source;
+        EXPECT_NE(tr[3].source.find("dice_stw<" + ct + ", " + v + ">(out0 + "), std::string::npos);
+      }
     }
   }
 }
 
 TEST(TransposeCandidates, CopyIntoChannelsLastCompiles) {
   for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
-    auto tr = TransposeCandidatesCompiled(CopyToChannelsLastTask(dt, {2, 3, 5, 126}), 2);
-    TransposeCandidatesCompiled(CopyToChannelsLastTask(dt, {8, 64, 56, 56}), 2);
+    auto tr = TransposeCandidatesCompiled(CopyToChannelsLastTask(dt, {2, 3, 5, 126}), 5);
+    TransposeCandidatesCompiled(CopyToChannelsLastTask(dt, {8, 64, 56, 56}), 5);
   }
 }
 
@@ -260,19 +289,27 @@ TEST(TransposeCandidates, BroadcastOutputIsStoredOnceGuarded) {
   b.Output(b.Op(OpKind::kMul, {bias, b.Const(2.0)}));
   Task t = MakeTask(b.g, {ChannelsLast(DType::kFloat32, {2, 40, 6, 70}), Spec(DType::kFloat32, {40, 1, 1})});
   ASSERT_TRUE(tmpl::TransposePlan(LowerOk(t)).has_value());
-  auto tr = TransposeCandidatesCompiled(t, 2);
-  ASSERT_FALSE(tr.empty());
+  auto tr = TransposeCandidatesCompiled(t, 5);
+  ASSERT_EQ(tr.size(), 5u);
   const std::string guarded = "if ((tb % 6u) == 0 && ((tb / 6u) % 2u) == 0 && xo == 0) dice_st(out1 + bo1 + xi, ";
   EXPECT_NE(tr[0].source.find(guarded), std::string::npos) << tr[0].source;
+  // The vectorised variant (float4 loads: C = 40; float2 stores: W = 70) stores
+  // the broadcast output element by element, once, at xk (element k of the run).
+  EXPECT_EQ(tr[2].origin, "template:elementwise/transpose_t32v4x2");
+  const std::string guarded_k = "if ((tb % 6u) == 0 && ((tb / 6u) % 2u) == 0 && xk == 0) dice_st(out1 + bo1 + xi, ";
+  EXPECT_NE(tr[2].source.find(guarded_k), std::string::npos) << tr[2].source;
+  EXPECT_NE(tr[2].source.find("dice_stw<float, 2>(out0 + "), std::string::npos);
 }
 
 TEST(TransposeCandidates, WideIndexCompiles) {
   // 2 x 64 x 4096 x 4096 = 2^31 elements: 64-bit indices.
   Task t = ConvEpilogueTask(DType::kBFloat16, {2, 64, 4096, 4096});
   ASSERT_TRUE(tmpl::NeedsWideIndex(LowerOk(t)));
-  auto tr = TransposeCandidatesCompiled(t, 2);
-  ASSERT_FALSE(tr.empty());
+  auto tr = TransposeCandidatesCompiled(t, 5);
+  ASSERT_EQ(tr.size(), 5u);
   EXPECT_NE(tr[0].source.find("unsigned long long t = blockIdx.x"), std::string::npos) << tr[0].source;
+  EXPECT_EQ(tr[3].origin, "template:elementwise/transpose_t64v8x8");
+  EXPECT_NE(tr[3].source.find("unsigned long long t = blockIdx.x"), std::string::npos) << tr[3].source;
 }
 
 TEST(TransposeCandidates, TileCountCapsTheVariants) {
@@ -285,11 +322,13 @@ TEST(TransposeCandidates, TileCountCapsTheVariants) {
     b.Output(acc);
     return MakeTask(b.g, std::vector<ir::TensorSpec>(k, ChannelsLast(DType::kFloat32, {2, 40, 6, 70})));
   };
-  auto tr3 = TransposeCandidatesCompiled(task_with(3), 1);  // 3 x 16.3 KB > 48 KB: no t64
-  ASSERT_EQ(tr3.size(), 1u);
+  auto tr3 = TransposeCandidatesCompiled(task_with(3), 2);  // 3 x 16.3 KB > 48 KB: no t64, t64v*
+  ASSERT_EQ(tr3.size(), 2u);
   EXPECT_EQ(tr3[0].origin, "template:elementwise/transpose_t32");
+  EXPECT_EQ(tr3[1].origin, "template:elementwise/transpose_t32v4x2");
   EXPECT_NE(tr3[0].source.find("__shared__ float T2[32][33];"), std::string::npos);
-  TransposeCandidatesCompiled(task_with(4), 1);
+  EXPECT_NE(tr3[1].source.find("__shared__ float T2[32][33];"), std::string::npos);
+  TransposeCandidatesCompiled(task_with(4), 2);
   TransposeCandidatesCompiled(task_with(5), 0);  // more than 4 tiles: the strided walk only
 }
 
@@ -300,7 +339,142 @@ TEST(TransposeCandidates, MaxCandidatesCapsTheTotal) {
   EXPECT_EQ(one[0].origin, "template:elementwise/transpose_t32");
   auto all = Generate(t, 8);
   EXPECT_EQ(all.size(), 8u);
-  EXPECT_EQ(all[2].origin.find("template:elementwise/b"), 0u) << all[2].origin;  // the strided walk follows
+  EXPECT_EQ(all[1].origin, "template:elementwise/transpose_t64");
+  EXPECT_EQ(all[4].origin, "template:elementwise/transpose_t64v4x4_b128");
+  EXPECT_EQ(all[5].origin.find("template:elementwise/b"), 0u) << all[5].origin;  // the strided walk follows
+}
+
+std::vector<std::string> Origins(const std::vector<Candidate>& cands) {
+  std::vector<std::string> out;
+  for (const auto& c : cands) out.push_back(c.origin.substr(c.origin.rfind('/') + 1));
+  return out;
+}
+
+tmpl::TransposeVecWidths Widths(const Task& t) {
+  tmpl::Lowered lo = LowerOk(t);
+  auto p = tmpl::TransposePlan(lo);
+  EXPECT_TRUE(p.has_value()) << t.Describe();
+  return p ? tmpl::TransposeVectorWidths(lo, *p) : tmpl::TransposeVecWidths{};
+}
+
+TEST(TransposeVectorWidths, FollowTheDtypeAndTheExtents) {
+  auto w = Widths(ConvEpilogueTask(DType::kFloat32, {8, 64, 56, 56}));
+  EXPECT_EQ(w.in, 4);  // 16 bytes of f32
+  EXPECT_EQ(w.out, 4);
+  w = Widths(ConvEpilogueTask(DType::kBFloat16, {8, 64, 56, 56}));
+  EXPECT_EQ(w.in, 8);  // 16 bytes of bf16
+  EXPECT_EQ(w.out, 8);
+  w = Widths(ConvEpilogueTask(DType::kFloat16, {8, 64, 56, 60}));
+  EXPECT_EQ(w.in, 8);
+  EXPECT_EQ(w.out, 4);  // 60 % 8 != 0
+  // The 260 MB epilogue of issue 18: C = 128 loads float4, W = 126 rows start 8-byte aligned.
+  w = Widths(ConvEpilogueTask(DType::kFloat32, {32, 128, 126, 126}));
+  EXPECT_EQ(w.in, 4);
+  EXPECT_EQ(w.out, 2);
+  // The copy into channels_last: a_in = W, a_out = C.
+  w = Widths(CopyToChannelsLastTask(DType::kBFloat16, {8, 64, 56, 58}));
+  EXPECT_EQ(w.in, 2);  // 58 % 4 != 0
+  EXPECT_EQ(w.out, 8);
+}
+
+TEST(TransposeVectorWidths, OddExtentsGetNoVectorVariants) {
+  // C = 3 (a_in) and W = 125 (a_out): neither side provable.
+  Task t = ConvEpilogueTask(DType::kFloat32, {2, 3, 5, 125});
+  auto w = Widths(t);
+  EXPECT_EQ(w.in, 1);
+  EXPECT_EQ(w.out, 1);
+  auto tr = TransposeCandidatesCompiled(t, 2);
+  EXPECT_EQ(Origins(tr), (std::vector<std::string>{"transpose_t32", "transpose_t64"}));
+  // One odd side only: the other is still vectorised.
+  EXPECT_EQ(Origins(TransposeCandidatesCompiled(ConvEpilogueTask(DType::kFloat32, {2, 64, 5, 125}), 5)),
+            (std::vector<std::string>{"transpose_t32", "transpose_t64", "transpose_t32v4x1", "transpose_t64v4x1",
+                                      "transpose_t64v4x1_b128"}));
+}
+
+TEST(TransposeVectorWidths, PointerAlignmentBoundsTheWidth) {
+  Task t = ConvEpilogueTask(DType::kFloat32, {8, 64, 56, 56});
+  t.inputs[0].alignment = 8;  // x at an 8-byte offset: float2 at most
+  EXPECT_EQ(Widths(t).in, 2);
+  t.inputs[0].alignment = 4;
+  EXPECT_EQ(Widths(t).in, 1);
+  EXPECT_EQ(Widths(t).out, 4);
+  t.outputs[0].alignment = 4;
+  EXPECT_EQ(Widths(t).out, 1);
+  TransposeCandidatesCompiled(t, 2);  // neither side: no vectorised variant
+  // The bias (a direct load) does not bound the widths.
+  Task b = ConvEpilogueTask(DType::kFloat32, {8, 64, 56, 56});
+  b.inputs[1].alignment = 4;
+  EXPECT_EQ(Widths(b).in, 4);
+  EXPECT_EQ(Widths(b).out, 4);
+}
+
+TEST(TransposeVectorWidths, NonUnitOrUnalignedStridesAreRefused) {
+  // TransposePlan only admits dense tensors, so the strides are edited after it:
+  // the predicate itself must refuse what it cannot prove.
+  Task t = ConvEpilogueTask(DType::kFloat32, {8, 64, 56, 56});
+  tmpl::Lowered lo = LowerOk(t);
+  auto p = tmpl::TransposePlan(lo);
+  ASSERT_TRUE(p.has_value());
+  const int x = p->tiled_loads[0];
+  tmpl::Lowered a = lo;
+  a.nodes[x].strides[p->a_in] = 2;  // not stride 1 along a_in
+  EXPECT_EQ(tmpl::TransposeVectorWidths(a, *p).in, 1);
+  tmpl::Lowered b = lo;
+  b.nodes[x].strides[p->a_out] = 66;  // rows 2 but not 4 elements apart
+  EXPECT_EQ(tmpl::TransposeVectorWidths(b, *p).in, 2);
+  tmpl::Lowered c = lo;
+  c.outputs[0].strides[p->a_out] = 2;  // the output not stride 1 along a_out
+  EXPECT_EQ(tmpl::TransposeVectorWidths(c, *p).out, 1);
+  EXPECT_EQ(tmpl::TransposeVectorWidths(c, *p).in, 4);
+  c.nodes[x].strides[p->a_in] = 3;
+  EXPECT_EQ(Origins(tmpl::TransposeCandidates(c, *p, 8, TargetInfo{})),
+            (std::vector<std::string>{"transpose_t32", "transpose_t64"}));
+}
+
+TEST(TransposeCandidates, MixedDtypesGetWidthsPerSide) {
+  // relu(float(x) + b): x bf16 channels_last, b and the output f32.
+  GraphBuilder g;
+  int x = g.Input(DType::kBFloat16, 4);
+  int bias = g.Input(DType::kFloat32, 3);
+  int xf = g.Op(OpKind::kCast, {x}, {}, false, static_cast<int64_t>(DType::kFloat32));
+  g.Output(g.Op(OpKind::kRelu, {g.Op(OpKind::kAdd, {xf, bias})}));
+  Task t = MakeTask(g.g, {ChannelsLast(DType::kBFloat16, {8, 64, 56, 56}), Spec(DType::kFloat32, {64, 1, 1})});
+  ASSERT_EQ(t.outputs[0].dtype, DType::kFloat32);
+  auto w = Widths(t);
+  EXPECT_EQ(w.in, 8);   // 16 bytes of bf16
+  EXPECT_EQ(w.out, 4);  // 16 bytes of f32
+  auto tr = TransposeCandidatesCompiled(t, 5);
+  ASSERT_EQ(Origins(tr), (std::vector<std::string>{"transpose_t32", "transpose_t64", "transpose_t32v4x4",
+                                                   "transpose_t64v8x4", "transpose_t64v8x4_b128"}));
+  EXPECT_NE(tr[3].source.find("dice_ldw<__nv_bfloat16, 8>(in0 + "), std::string::npos) << tr[3].source;
+  EXPECT_NE(tr[3].source.find("dice_stw<float, 4>(out0 + "), std::string::npos);
+  EXPECT_NE(tr[2].source.find("dice_ldw<__nv_bfloat16, 4>(in0 + "), std::string::npos) << "t32: 4 per thread";
+}
+
+TEST(TransposeCandidates, DirectLoadsAreReadWideWhereProvable) {
+  // x channels_last, y contiguous like the output, z [W] broadcast, b [C,1,1] broadcast.
+  GraphBuilder g;
+  int x = g.Input(DType::kFloat32, 4);
+  int y = g.Input(DType::kFloat32, 4);
+  int z = g.Input(DType::kFloat32, 1);
+  int bias = g.Input(DType::kFloat32, 3);
+  g.Output(g.Op(OpKind::kMul, {g.Op(OpKind::kAdd, {g.Op(OpKind::kAdd, {x, y}), z}), bias}));
+  Task t = MakeTask(g.g, {ChannelsLast(DType::kFloat32, {2, 16, 4, 8}), Spec(DType::kFloat32, {2, 16, 4, 8}),
+                          Spec(DType::kFloat32, {8}), Spec(DType::kFloat32, {16, 1, 1})});
+  auto tr = TransposeCandidatesCompiled(t, 5);
+  ASSERT_EQ(tr.size(), 5u);
+  EXPECT_EQ(tr[2].origin, "template:elementwise/transpose_t32v4x4");
+  const std::string& src = tr[2].source;
+  EXPECT_NE(src.find("dice_ldw<float, 4>(in1 + "), std::string::npos) << src;  // y
+  EXPECT_NE(src.find("dice_ldw<float, 4>(in2 + "), std::string::npos) << src;  // z along W
+  EXPECT_NE(src.find("dice_ld(in3 + "), std::string::npos) << src;             // b: one value per row
+  EXPECT_EQ(src.find("dice_ldw<float, 4>(in3"), std::string::npos);
+  // y 8-byte aligned: read one element at a time, the rest stays wide.
+  t.inputs[1].alignment = 8;
+  tr = TransposeCandidatesCompiled(t, 5);
+  EXPECT_EQ(tr[2].source.find("dice_ldw<float, 4>(in1 + "), std::string::npos) << tr[2].source;
+  EXPECT_NE(tr[2].source.find("dice_ld(in1 + "), std::string::npos);
+  EXPECT_NE(tr[2].source.find("xk"), std::string::npos) << "the scalar reads walk the run";
 }
 
 }  // namespace
