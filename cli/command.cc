@@ -25,6 +25,21 @@ void AddLogLevelOption(CLI::App& app, std::string* level) {
                  "progress is info, warnings warn; results are printed at every level");
 }
 
+std::string GlobalOptionsFooter() {
+  return "Options of every command (before or after its name):\n"
+         "  --log-level TEXT            diagnostics shown: trace|debug|info|warn|error|off (default "
+         "$DICE_LOG_LEVEL, else info); results are printed at every level";
+}
+
+void ShowGlobalOptionsInHelp(CLI::App& app) {
+  // Option groups are nameless subcommands: not commands, no help of their own.
+  for (CLI::App* sub : app.get_subcommands([](CLI::App* a) { return !a->get_name().empty(); })) {
+    const std::string own = sub->get_footer();
+    sub->footer(own.empty() ? GlobalOptionsFooter() : own + "\n\n" + GlobalOptionsFooter());
+    ShowGlobalOptionsInHelp(*sub);
+  }
+}
+
 int ApplyLogLevel(const std::string& flag) {
   Status env = InitLogLevelFromEnv();
   if (!env.ok() && LogEnabled(LogLevel::kWarn)) {

@@ -42,6 +42,18 @@ int Fail(int code, const std::string& message);
 /// the Register functions: subcommands inherit the fall-through).
 void AddLogLevelOption(CLI::App& app, std::string* level);
 
+/// The footer every command's --help ends with: the options `dice` takes
+/// before or after any command's name (today --log-level and its
+/// environment variable DICE_LOG_LEVEL), which CLI11 lists only in the
+/// top-level `dice --help`. Plain text, one line per option after a heading.
+std::string GlobalOptionsFooter();
+
+/// Appends GlobalOptionsFooter() to the help footer of every subcommand of
+/// `app`, nested ones included (`dice cache ls --help`); `app`'s own footer
+/// is left alone (its help lists --log-level already). Call it after every
+/// Register function has added its commands. No errors.
+void ShowGlobalOptionsInHelp(CLI::App& app);
+
 /// The help of the --cache flag of the model commands (tune, run, profile,
 /// warmup): where winners go, and where tune and warmup put built libraries.
 inline constexpr const char* kCacheFlagHelp =

@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
   RegisterGenerate(app, table);
   RegisterTrain(app, table);
   RegisterJudge(app, table);
+  ShowGlobalOptionsInHelp(app);  // `dice tune --help` names --log-level too
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

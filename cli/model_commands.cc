@@ -66,14 +66,21 @@ struct LoadedModel {
 /// "--input 'a' ...: the model does not run on these inputs: <PyTorch's
 /// cause>" for an exception of a forward() on the user's inputs (a c10::Error,
 /// or the TorchScript interpreter's own exception with its ~19-line
-/// traceback: only the cause line is kept, TorchErrorCause).
+/// traceback: only the cause line is kept, TorchErrorCause), plus "(<hint>)"
+/// when an integer input was drawn from the default range (DefaultRangeHint).
 std::string ModelRunError(const ModelArgs& args, const std::exception& e) {
-  return InputFlags(args.input_specs) + ": the model does not run on these inputs: " + TorchErrorCause(e);
+  std::vector<InputSpec> specs;
+  for (const std::string& text : args.input_specs) {
+    if (auto spec = ParseInputFlag(text, text); spec.ok()) specs.push_back(*spec);
+  }
+  const std::string hint = DefaultRangeHint(specs);
+  return InputFlags(args.input_specs) + ": the model does not run on these inputs: " + TorchErrorCause(e) +
+         (hint.empty() ? "" : " (" + hint + ")");
 }
 
 /// The --input values as specs (their own syntax and sizes, ParseInputFlag;
 /// no model needed); fills `error` and returns false on bad input.
-bool ParseInputs(const ModelArgs& args, std::vector<dice::ir::TensorSpec>* specs, std::string* error) {
+bool ParseInputs(const ModelArgs& args, std::vector<InputSpec>* specs, std::string* error) {
   if (args.input_specs.empty()) {
     *error = "no --input given (one per forward() argument, e.g. --input 1024x8192:f32)";
     return false;
@@ -111,7 +118,7 @@ std::string NotTorchScriptReason(const std::string& path) {
 }
 
 bool LoadModel(const ModelArgs& args, bool want_gpu, LoadedModel* out, std::string* error) {
-  std::vector<dice::ir::TensorSpec> specs;
+  std::vector<InputSpec> specs;
   if (!ParseInputs(args, &specs, error)) return false;
   out->on_gpu = want_gpu;
   const c10::Device device = want_gpu ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
@@ -132,9 +139,7 @@ bool LoadModel(const ModelArgs& args, bool want_gpu, LoadedModel* out, std::stri
   torch::manual_seed(args.seed);
   for (size_t k = 0; k < specs.size(); ++k) {
     try {
-      out->inputs.emplace_back(torch::randn(specs[k].shape, torch::TensorOptions()
-                                                                .dtype(dice::reference::ToScalarType(specs[k].dtype))
-                                                                .device(device)));
+      out->inputs.emplace_back(RandomInput(specs[k], device));
     } catch (const std::exception& e) {  // e.g. more bytes than the device has
       *error = "--input '" + args.input_specs[k] + "': cannot allocate " + std::to_string(specs[k].nbytes()) +
                " bytes on " + device.str() + ": " + TorchErrorCause(e);
@@ -642,7 +647,7 @@ int CmdTune(const ModelArgs& args, double budget_s, int max_candidates, bool req
   // inputs against it and its first run, the cache. Only then the notice of
   // how this machine tunes, so that a bad --input is the one line shown.
   std::string error;
-  if (std::vector<dice::ir::TensorSpec> specs; !ParseInputs(args, &specs, &error)) return Fail(kExitBadInput, error);
+  if (std::vector<InputSpec> specs; !ParseInputs(args, &specs, &error)) return Fail(kExitBadInput, error);
   auto device = dice::runtime::QueryDevice(0);
   const bool gpu = device.ok() && torch::cuda::is_available();
   const std::string no_gpu_why = gpu ? "" : device.ok() ? "PyTorch sees no CUDA device" : device.status().message();
@@ -840,7 +845,8 @@ int CmdRunOrProfile(const ModelArgs& args, bool profile) {
 
 void AddModelArgs(CLI::App* cmd, ModelArgs* args) {
   cmd->add_option("model", args->model_path, "TorchScript model file (torch.jit.save)")->required();
-  cmd->add_option("--input,-i", args->input_specs, "forward() argument spec, e.g. 1024x8192:f32 (repeat per argument)");
+  cmd->add_option("--input,-i", args->input_specs, "forward() argument spec DIMS:DTYPE, repeat per argument: 1024x8192:f32 (f32|f16|bf16: randn), "
+                  "8x128:i64:0..50257 (i64|i32 drawn from [LOW, HIGH), default 0..2), 8x128:b8 (bool)");
   cmd->add_option("--cache", args->cache_dir, kCacheFlagHelp);
   cmd->add_option("--reps", args->reps, "timed repetitions for end-to-end times")->check(CLI::Range(1, 100000));
   cmd->add_option("--seed", args->seed, "seed for the random inputs");
@@ -899,63 +905,16 @@ void RegisterProfile(CLI::App& app, CommandTable& table) {
 
 // ------------------------------------------------ --input checks (model_inputs.h) ----
 
-namespace {
-
-// Why a dimension of `spec` ("8x4096:f32") is not a size, in the user's
-// terms: ": an empty dimension ...", ": dimension '-3' is negative ...", ...;
-// "" when every dimension is a plain number of at most 18 digits (then
-// ir::ParseInputSpec's own message stands: a missing or unknown dtype, rank).
-std::string BadDimension(const std::string& spec) {
-  const size_t colon = spec.rfind(':');
-  if (colon == std::string::npos) return "";
-  const std::string dims = spec.substr(0, colon);
-  if (dims.empty() || dims == "scalar") return "";
-  const std::string example = " (sizes are separated by one lower-case 'x', e.g. 8x4096:f32)";
-  size_t pos = 0;
-  for (int k = 0; pos <= dims.size(); ++k) {
-    size_t next = dims.find('x', pos);
-    if (next == std::string::npos) next = dims.size();
-    const std::string d = dims.substr(pos, next - pos);
-    pos = next + 1;
-    const bool digits = !d.empty() && std::all_of(d.begin(), d.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-    if (digits && d.size() <= 18) continue;
-    if (d.empty()) return ": dimension " + std::to_string(k) + " is empty" + example;
-    if (digits) return ": size " + d + " in dimension " + std::to_string(k) + " overflows int64";
-    if (d[0] == '-' && d.size() > 1) {
-      return ": size " + d + " in dimension " + std::to_string(k) + " is negative; every size must be at least 1";
-    }
-    return ": dimension '" + d + "' is not a non-negative integer" + example;
+at::Tensor RandomInput(const InputSpec& spec, const c10::Device& device) {
+  const auto options = torch::TensorOptions().device(device);
+  switch (spec.element) {
+    case InputElement::kFloat:
+      return torch::randn(spec.shape(), options.dtype(dice::reference::ToScalarType(spec.tensor.dtype)));
+    case InputElement::kInt64: return torch::randint(spec.low, spec.high, spec.shape(), options.dtype(torch::kInt64));
+    case InputElement::kInt32: return torch::randint(spec.low, spec.high, spec.shape(), options.dtype(torch::kInt32));
+    case InputElement::kBool: return torch::randint(0, 2, spec.shape(), options.dtype(torch::kBool));
   }
-  return "";
-}
-
-}  // namespace
-
-Expected<ir::TensorSpec> ParseInputFlag(const std::string& spec, const std::string& flag) {
-  const std::string where = "--input '" + flag + "'" + (spec == flag ? "" : ": '" + spec + "'");
-  auto parsed = ir::ParseInputSpec(spec);
-  if (!parsed.ok()) {
-    if (std::string why = BadDimension(spec); !why.empty()) return Status(StatusCode::kInvalidArgument, where + why);
-    // ParseInputSpec says "input spec '<spec>'<what>"; name the flag instead.
-    std::string what = parsed.status().message();
-    const std::string own = "input spec '" + spec + "'";
-    if (what.rfind(own, 0) == 0) what = what.substr(own.size());
-    else what = ": " + what;
-    return Status(StatusCode::kInvalidArgument, where + what);
-  }
-  int64_t bytes = ir::DTypeSize(parsed->dtype);
-  for (size_t d = 0; d < parsed->shape.size(); ++d) {
-    if (parsed->shape[d] < 1) {
-      return Status(StatusCode::kInvalidArgument, where + ": size " + std::to_string(parsed->shape[d]) +
-                                                      " in dimension " + std::to_string(d) +
-                                                      "; every size must be at least 1");
-    }
-    if (__builtin_mul_overflow(bytes, parsed->shape[d], &bytes)) {
-      return Status(StatusCode::kInvalidArgument,
-                    where + ": the sizes overflow int64 (the tensor would hold more than 2^63 bytes)");
-    }
-  }
-  return parsed;
+  return torch::Tensor();
 }
 
 std::string InputFlags(const std::vector<std::string>& values) {
@@ -964,7 +923,7 @@ std::string InputFlags(const std::vector<std::string>& values) {
   return out.empty() ? "--input" : out;
 }
 
-Status CheckInputsFitForward(const torch::jit::Module& module, const std::vector<ir::TensorSpec>& specs,
+Status CheckInputsFitForward(const torch::jit::Module& module, const std::vector<InputSpec>& specs,
                              const std::string& flags) {
   auto misfit = [&](const std::string& why) {
     return Status(StatusCode::kInvalidArgument, flags + ": the model does not run on these inputs: " + why);
@@ -994,9 +953,9 @@ Status CheckInputsFitForward(const torch::jit::Module& module, const std::vector
                     ", not a Tensor (--input gives tensors only)");
     }
     if (auto tensor = arg.type()->cast<c10::TensorType>()) {
-      if (auto rank = tensor->dim(); rank && *rank != specs[k].shape.size()) {
+      if (auto rank = tensor->dim(); rank && *rank != specs[k].shape().size()) {
         return misfit("forward's argument '" + arg.name() + "' is a rank-" + std::to_string(*rank) +
-                      " tensor, input " + std::to_string(k + 1) + " has rank " + std::to_string(specs[k].shape.size()));
+                      " tensor, input " + std::to_string(k + 1) + " has rank " + std::to_string(specs[k].shape().size()));
       }
     }
   }

@@ -2,40 +2,38 @@
 // warmup`, checked before anything runs so that every malformed --input is
 // bad input (exit 2) with one line that names the flag (docs/CLI.md):
 //
-//   1. each spec parses ("8x4096:f32", "scalar:bf16": ir::ParseInputSpec),
-//      every size is at least 1, and the tensor's bytes fit in int64;
+//   1. each spec parses ("8x4096:f32", "scalar:bf16", "8x128:i64:0..50257":
+//      ParseInputFlag, input_spec.h), every size is at least 1, and the
+//      tensor's bytes fit in int64;
 //   2. the specs fit the model's forward() signature: as many tensors as it
 //      takes, each argument one that accepts a Tensor, of the rank the
 //      schema declares when it declares one;
 //   3. a PyTorch error on the first run with these inputs (a TorchScript
 //      interpreter error carries a ~19-line traceback) is cut to its cause.
 //
-// Defined in model_commands.cc, the CLI's LibTorch boundary (warmup.cc uses
-// them too), so this header includes no torch header.
+// Then RandomInput draws each tensor's values. Defined in model_commands.cc,
+// the CLI's LibTorch boundary (warmup.cc uses them too), so this header
+// includes no torch header.
 #pragma once
 
 #include <exception>
 #include <string>
 #include <vector>
 
-#include "dice/core/ir.h"
 #include "dice/core/status.h"
+#include "input_spec.h"
 
+namespace at {
+class Tensor;
+}  // namespace at
+namespace c10 {
+struct Device;
+}  // namespace c10
 namespace torch::jit {
 struct Module;
 }  // namespace torch::jit
 
 namespace dice::cli {
-
-/// Parses `spec`, one tensor of the --input value `flag` (the whole value
-/// for tune/run/profile; warmup's comma-separated set holds several specs).
-/// Errors (kInvalidArgument), each "--input '<flag>': ...": what
-/// ir::ParseInputSpec rejects (no ':dtype', an unknown dtype, rank above 8,
-/// a dimension that is not a size - said in the user's terms: an empty one
-/// as in "8x:f32", a negative size, a size beyond int64, anything else with
-/// the expected form), a size of 0, and sizes whose element count times the
-/// element size (bytes) overflow int64.
-Expected<ir::TensorSpec> ParseInputFlag(const std::string& spec, const std::string& flag);
 
 /// Checks `specs` (forward's arguments after self, in order) against
 /// `module`'s forward() schema. `flags` is how the user wrote them, for the
@@ -45,8 +43,15 @@ Expected<ir::TensorSpec> ParseInputFlag(const std::string& spec, const std::stri
 /// of them; an argument that cannot take a Tensor (int, List[int], ...);
 /// a spec whose rank differs from the one the schema declares (traced or
 /// scripted code usually declares none: then the first run finds it).
-Status CheckInputsFitForward(const torch::jit::Module& module, const std::vector<ir::TensorSpec>& specs,
+Status CheckInputsFitForward(const torch::jit::Module& module, const std::vector<InputSpec>& specs,
                              const std::string& flags);
+
+/// A tensor of `spec` on `device` with random values from PyTorch's global
+/// generator (seed it with torch::manual_seed first): randn for a float
+/// input, torch.randint(spec.low, spec.high) as int64 / int32 for an integer
+/// one, true/false with p = 0.5 for b8. Throws what PyTorch throws (a
+/// c10::Error when the bytes cannot be allocated on `device`).
+at::Tensor RandomInput(const InputSpec& spec, const c10::Device& device);
 
 /// "--input 'a' --input 'b'" for the values `values` (the prefix of the
 /// messages above).

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "dice/cache/store.h"
-#include "dice/reference/reference_executor.h"
 #include "dice/runtime/cuda_driver.h"
 #include "dice/runtime/local_device.h"
 #include "dice/core/ir.h"
@@ -92,8 +91,8 @@ Expected<Shard> ShardFromEnv() {
 }
 
 // One shape set "8x4096:f32,4096:f32" -> specs (errors name the --input, model_inputs.h).
-Expected<std::vector<ir::TensorSpec>> ParseSet(const std::string& set) {
-  std::vector<ir::TensorSpec> specs;
+Expected<std::vector<InputSpec>> ParseSet(const std::string& set) {
+  std::vector<InputSpec> specs;
   size_t begin = 0;
   while (begin <= set.size()) {
     const size_t comma = set.find(',', begin);
@@ -116,7 +115,7 @@ std::string Last(const std::string& text) {
 
 // The model loads and every set fits its forward() (model_inputs.h): checked
 // before any set is tuned, on the CPU. Returns the exit code, kExitOk when all fit.
-int CheckModelTakesEverySet(const WarmupCommand& c, const std::vector<std::vector<ir::TensorSpec>>& sets) {
+int CheckModelTakesEverySet(const WarmupCommand& c, const std::vector<std::vector<InputSpec>>& sets) {
   torch::jit::Module probe;
   try {
     probe = torch::jit::load(c.model_path, c10::Device(c10::kCPU));
@@ -144,7 +143,7 @@ int Warmup(const WarmupCommand& c) {
   }
   const int shard = from.index, shards = from.count;
   if (c.sets.empty()) return Fail(kExitBadInput, "no --input given (one per shape set, e.g. --input 8x4096:bf16)");
-  std::vector<std::vector<ir::TensorSpec>> sets;
+  std::vector<std::vector<InputSpec>> sets;
   for (const std::string& s : c.sets) {
     auto specs = ParseSet(s);
     if (!specs.ok()) return Fail(kExitBadInput, specs.status().message());
@@ -189,11 +188,7 @@ int Warmup(const WarmupCommand& c) {
     torch::manual_seed(c.seed);
     std::vector<c10::IValue> inputs;
     try {
-      for (const auto& spec : sets[k]) {
-        inputs.emplace_back(torch::randn(spec.shape, torch::TensorOptions()
-                                                         .dtype(reference::ToScalarType(spec.dtype))
-                                                         .device(dev)));
-      }
+      for (const auto& spec : sets[k]) inputs.emplace_back(RandomInput(spec, dev));
     } catch (const std::exception& e) {  // e.g. more bytes than the device has
       return Fail(kExitBadInput, "--input '" + c.sets[k] + "': cannot allocate the inputs on " + dev.str() + ": " +
                                      TorchErrorCause(e));
@@ -202,8 +197,9 @@ int Warmup(const WarmupCommand& c) {
       torch::NoGradGuard no_grad;
       module.forward(inputs);
     } catch (const std::exception& e) {  // a c10::Error, or the interpreter's own (traceback cut to its cause)
+      const std::string hint = DefaultRangeHint(sets[k]);
       return Fail(kExitBadInput, "--input '" + c.sets[k] + "': the model does not run on these inputs: " +
-                                     TorchErrorCause(e));
+                                     TorchErrorCause(e) + (hint.empty() ? "" : " (" + hint + ")"));
     }
     // The cache once the first set has run: opening it creates it, and a
     // rejected command leaves nothing behind.
@@ -276,7 +272,8 @@ void RegisterWarmup(CLI::App& app, CommandTable& table) {
   auto* cmd = app.add_subcommand("warmup", "tune a model offline for a list of input shapes (tune-sync), with progress");
   cmd->add_option("model", c->model_path, "TorchScript model file (torch.jit.save)")->required();
   cmd->add_option("--input,-i", c->sets,
-                  "one shape set per flag: the forward() arguments, comma separated (8x4096:bf16[,4096:bf16])");
+                  "one shape set per flag: the forward() arguments, comma separated (8x4096:bf16[,4096:bf16]); "
+                  "specs as dice tune's --input (8x128:i64:0..50257, 8x128:b8)");
   cmd->add_option("--shard", c->shard, "i/n: warm only the sets k with k % n == i (default: torchrun's "
                                        "RANK/WORLD_SIZE, else Slurm's SLURM_PROCID/SLURM_NTASKS, else 0/1)");
   cmd->add_option("--cache", c->cache_dir, kCacheFlagHelp);

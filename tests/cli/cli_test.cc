@@ -358,17 +358,23 @@ TEST(CliUsageTest, MainUsageCommentListsEveryCommandAndSubcommand) {
   }
 }
 
-// Every command's `--help` shows the default of each option that has one
-// (main.cc captures them all: always_capture_default): a numeric option's
-// line reads `--reps INT:INT in [1 - 100000]=20`. A number without a shown
-// default is one the user cannot learn without the docs.
-TEST(CliHelpTest, EveryNumericOptionOfEveryCommandShowsItsDefault) {
+// Every runnable command as typed after `dice`: "tune", ..., "cache ls", "train sft", ...
+std::vector<std::string> EveryCommand() {
   std::vector<std::string> commands;
   for (const std::string& c : HelpSubcommands("")) {
     const std::vector<std::string> subs = (c == "cache" || c == "train") ? HelpSubcommands(c) : std::vector<std::string>{};
     if (subs.empty()) commands.push_back(c);
     for (const std::string& sub : subs) commands.push_back(c + " " + sub);
   }
+  return commands;
+}
+
+// Every command's `--help` shows the default of each option that has one
+// (main.cc captures them all: always_capture_default): a numeric option's
+// line reads `--reps INT:INT in [1 - 100000]=20`. A number without a shown
+// default is one the user cannot learn without the docs.
+TEST(CliHelpTest, EveryNumericOptionOfEveryCommandShowsItsDefault) {
+  const std::vector<std::string> commands = EveryCommand();
   ASSERT_GE(commands.size(), 20u) << "expected tune, run, ..., cache ls, ..., train sft, ...";
   const std::regex numeric(R"(^\s+(-\w,)?--[a-z0-9-]+ (INT|UINT|FLOAT)\b)");
   int numeric_options = 0;
@@ -388,6 +394,33 @@ TEST(CliHelpTest, EveryNumericOptionOfEveryCommandShowsItsDefault) {
   EXPECT_NE(tune.output.find("--reps INT:INT in [1 - 100000]=20"), std::string::npos) << tune.output;
   EXPECT_NE(tune.output.find("--budget-s FLOAT=60"), std::string::npos) << tune.output;
   EXPECT_NE(tune.output.find("--generator TEXT:{templates,dice,both}=templates"), std::string::npos) << tune.output;
+}
+
+// --log-level is an option of `dice` itself (it falls through to every
+// command), so CLI11 lists it only in `dice --help`; every command's help
+// names it in its footer, with DICE_LOG_LEVEL, groups (`dice cache`) and
+// nested commands (`dice cache ls`) included (issue 20).
+TEST(CliHelpTest, EveryCommandsHelpNamesTheGlobalLogLevelOption) {
+  DiceResult tune = RunDice("tune --help");
+  EXPECT_EQ(tune.code, 0) << tune.output;
+  EXPECT_NE(tune.output.find("--log-level"), std::string::npos) << tune.output;
+  EXPECT_NE(tune.output.find("trace|debug|info|warn|error|off"), std::string::npos) << tune.output;
+  EXPECT_NE(tune.output.find("$DICE_LOG_LEVEL"), std::string::npos) << tune.output;
+  std::vector<std::string> commands = EveryCommand();
+  commands.push_back("cache");
+  commands.push_back("train");
+  for (const std::string& cmd : commands) {
+    DiceResult r = RunDice(cmd + " --help");
+    EXPECT_EQ(r.code, 0) << cmd << "\n" << r.output;
+    EXPECT_NE(r.output.find("--log-level"), std::string::npos) << "dice " << cmd << " --help:\n" << r.output;
+  }
+  // Once in the top-level help (as an option), not twice (no footer there).
+  DiceResult top = RunDice("--help");
+  const size_t first = top.output.find("--log-level");
+  ASSERT_NE(first, std::string::npos) << top.output;
+  EXPECT_EQ(top.output.find("--log-level", first + 1), std::string::npos) << top.output;
+  // The option still works after the command's name, as its help says.
+  EXPECT_EQ(RunDice("cache ls --cache /nonexistent-dice-help-test --log-level off").code, 0);
 }
 
 // Built CUTLASS libraries follow --cache unless $DICE_BUILD_CACHE names
