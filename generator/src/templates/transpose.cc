@@ -302,15 +302,22 @@ Candidate MakeTransposeVec(const Lowered& lo, const TransposeOrders& p, const st
   const std::string name = "dice_ew_tr_" + tag;
   std::string s = Prelude() + kVecHelpers + KernelHead(lo, p, g, name, threads, n_tiles, tw, wide);
 
+  // One phase's loop head: `lanes` threads side by side along the `lane`
+  // axis (v elements each, from lane + "0"), rows of the tile along `row`
+  // (per rows a thread, `rows` apart), each guarded by its extent.
+  auto phase_head = [&](int lanes, int v, int rows, int per, const char* lane, int64_t f_lane, const char* row,
+                        int64_t f_row) {
+    s += "    {\n      const unsigned lx = threadIdx.x % " + num(lanes) + "u, ly = threadIdx.x / " + num(lanes) + "u;\n";
+    s += "      const " + idx + " " + lane + " = " + lane + "0 + lx * " + lit(v) + ";\n";
+    s += "      if (" + std::string(lane) + " < " + lit(f_lane) + ") {\n#pragma unroll\n";
+    s += "        for (int j = 0; j < " + num(per) + "; ++j) {\n";
+    s += "          const unsigned r = ly + " + num(rows) + "u * j;\n";
+    s += "          const " + idx + " " + row + " = " + row + "0 + r;\n";
+    s += "          if (" + std::string(row) + " < " + lit(f_row) + ") {\n";
+  };
+
   // Load phase: lanes_i threads side by side along a_in, vi elements each.
-  s += "    {\n      const unsigned lx = threadIdx.x % " + num(lanes_i) + "u, ly = threadIdx.x / " + num(lanes_i) +
-       "u;\n";
-  s += "      const " + idx + " xi = xi0 + lx * " + lit(vi) + ";\n";
-  s += "      if (xi < " + lit(g.f_in) + ") {\n#pragma unroll\n";
-  s += "        for (int j = 0; j < " + num(per_i) + "; ++j) {\n";
-  s += "          const unsigned r = ly + " + num(rows_i) + "u * j;\n";
-  s += "          const " + idx + " xo = xo0 + r;\n";
-  s += "          if (xo < " + lit(g.f_out) + ") {\n";
+  phase_head(lanes_i, vi, rows_i, per_i, "xi", g.f_in, "xo", g.f_out);
   std::vector<bool> filled(n_tiles, false);
   for (int id : p.tiled_loads) {
     const int k = slot_of[id];
@@ -333,14 +340,7 @@ Candidate MakeTransposeVec(const Lowered& lo, const TransposeOrders& p, const st
 
   // Store phase: lanes_o threads side by side along a_out, vo elements each
   // (xo: the first of them; xk: element k of the run).
-  s += "    {\n      const unsigned lx = threadIdx.x % " + num(lanes_o) + "u, ly = threadIdx.x / " + num(lanes_o) +
-       "u;\n";
-  s += "      const " + idx + " xo = xo0 + lx * " + lit(vo) + ";\n";
-  s += "      if (xo < " + lit(g.f_out) + ") {\n#pragma unroll\n";
-  s += "        for (int j = 0; j < " + num(per_o) + "; ++j) {\n";
-  s += "          const unsigned r = ly + " + num(rows_o) + "u * j;\n";
-  s += "          const " + idx + " xi = xi0 + r;\n";
-  s += "          if (xi < " + lit(g.f_in) + ") {\n";
+  phase_head(lanes_o, vo, rows_o, per_o, "xo", g.f_out, "xi", g.f_in);
   const std::string ind = "            ";
   for (int id : p.direct_loads) {
     if (!DirectVec(lo, p, id, vo)) continue;
