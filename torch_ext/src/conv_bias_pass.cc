@@ -20,10 +20,8 @@ using torch::jit::Value;
 
 // The conv's bias constant [K] (input 2 in every conv schema), or undefined.
 at::Tensor ConstantBias(const Node* conv) {
-  if (conv->inputs().size() < 3 || conv->input(2)->node()->kind() != c10::prim::Constant) return at::Tensor();
-  auto iv = torch::jit::toIValue(conv->input(2));
-  if (!iv || !iv->isTensor()) return at::Tensor();
-  at::Tensor b = iv->toTensor();
+  if (conv->inputs().size() < 3) return at::Tensor();
+  at::Tensor b = TensorConst(conv->input(2));
   return b.defined() && b.dim() == 1 ? b : at::Tensor();
 }
 

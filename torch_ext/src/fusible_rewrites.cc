@@ -19,16 +19,9 @@ namespace {
 using torch::jit::Node;
 using torch::jit::Value;
 
-// A tensor constant operand, or undefined (not a constant, not a tensor).
-at::Tensor ConstTensor(const Value* v) {
-  if (v->node()->kind() != c10::prim::Constant) return at::Tensor();
-  auto iv = torch::jit::toIValue(v);
-  return iv && iv->isTensor() ? iv->toTensor() : at::Tensor();
-}
-
 // A 1-D constant [c] of `dtype`, or undefined.
 at::Tensor ChannelConst(const Value* v, int64_t c, c10::ScalarType dtype) {
-  at::Tensor t = ConstTensor(v);
+  at::Tensor t = TensorConst(v);
   return t.defined() && t.dim() == 1 && t.size(0) == c && t.scalar_type() == dtype ? t : at::Tensor();
 }
 

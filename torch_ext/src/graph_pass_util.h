@@ -80,6 +80,14 @@ inline std::optional<double> ZeroDimConst(const torch::jit::Value* v) {
   return t.item<double>();
 }
 
+/// A tensor constant operand (prim::Constant holding a tensor), or an
+/// undefined tensor (not a constant, not a tensor).
+inline at::Tensor TensorConst(const torch::jit::Value* v) {
+  if (v->node()->kind() != c10::prim::Constant) return at::Tensor();
+  auto iv = torch::jit::toIValue(v);
+  return iv && iv->isTensor() ? iv->toTensor() : at::Tensor();
+}
+
 /// The scalar value of a constant operand (int/float/bool), or nullopt.
 inline std::optional<double> ScalarConst(const torch::jit::Value* v) {
   if (auto z = ZeroDimConst(v)) return z;
