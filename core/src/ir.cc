@@ -174,6 +174,8 @@ const OpInfo kOpTable[] = {
     {OpKind::kLinear, "linear", OpCategory::kContraction, 2, 3, 0},
     {OpKind::kConv2d, "conv2d", OpCategory::kContraction, 2, 3, 0},
     {OpKind::kContiguous, "contiguous", OpCategory::kUnary, 1, 1, 0},
+    {OpKind::kAvgPool, "avg_pool", OpCategory::kPool, 1, 1, 0},
+    {OpKind::kMaxPool, "max_pool", OpCategory::kPool, 1, 1, 0},
 };
 constexpr size_t kNumOps = sizeof(kOpTable) / sizeof(kOpTable[0]);
 }  // namespace
@@ -213,7 +215,8 @@ bool Graph::operator==(const Graph& o) const {
 
 namespace {
 bool UsesDims(const Op& op, OpCategory c) {
-  return c == OpCategory::kReduction || c == OpCategory::kNormalization || op.kind == OpKind::kConv2d;
+  return c == OpCategory::kReduction || c == OpCategory::kNormalization || c == OpCategory::kPool ||
+         op.kind == OpKind::kConv2d;
 }
 
 Status OpError(size_t index, const Op& op, const std::string& what) {
@@ -349,6 +352,21 @@ Expected<std::vector<ValueType>> InferTypes(const Graph& graph) {
           for (size_t k = 1; k < op.args.size(); ++k) {
             if (types[op.args[k]].rank != 1) return OpError(i, op, "weight/bias must be rank 1 [C]");
           }
+        }
+        out = {x.dtype, x.rank, false};
+        break;
+      }
+      case OpCategory::kPool: {  // avg_pool / max_pool: x [N, C, S1..Sk], dims = window per spatial dim
+        const ValueType& x = types[op.args[0]];
+        if (x.is_scalar_constant) return OpError(i, op, "cannot pool a scalar constant");
+        if (x.rank < 3 || x.rank > 5) return OpError(i, op, "input must be [N, C, S1..Sk] with 1 to 3 spatial dims");
+        if (op.ivalue != 0) return OpError(i, op, "takes no integer attribute");
+        if (static_cast<int>(op.dims.size()) != x.rank - 2) {
+          return OpError(i, op, "needs one window size per spatial dim (" + std::to_string(x.rank - 2) + "), got " +
+                                    std::to_string(op.dims.size()));
+        }
+        for (int64_t w : op.dims) {
+          if (w < 1) return OpError(i, op, "window sizes must be >= 1");
         }
         out = {x.dtype, x.rank, false};
         break;
@@ -500,6 +518,19 @@ Expected<std::vector<std::vector<int64_t>>> InferShapes(const Graph& graph, cons
           for (size_t k = 1; k < op.args.size(); ++k) {
             if (shapes[op.args[k]] != std::vector<int64_t>{x[1]}) return OpError(i, op, "weight/bias must be [C]");
           }
+        }
+        break;
+      }
+      case OpCategory::kPool: {  // [N, C, S1..Sk] -> [N, C, S1 / w1, ..., Sk / wk] (floor, as torch's pools)
+        const auto& x = shapes[op.args[0]];
+        out = x;
+        for (size_t d = 2; d < x.size(); ++d) {
+          const int64_t w = op.dims[d - 2];
+          if (x[d] < w) {
+            return OpError(i, op, "spatial dim " + std::to_string(d) + " of size " + std::to_string(x[d]) +
+                                      " is smaller than its window " + std::to_string(w));
+          }
+          out[d] = x[d] / w;
         }
         break;
       }

@@ -155,6 +155,12 @@ std::string OpExpression(const Op& op, const std::vector<std::string>& a, int a_
              ", " + (a.size() > 2 ? a[2] : "None") + ", " + PyFloat(s[0]) + ")";
     case OpKind::kLinear:
       return "F.linear(" + a[0] + ", " + a[1] + (a.size() > 2 ? ", " + a[2] : std::string()) + ")";
+    case OpKind::kAvgPool:
+    case OpKind::kMaxPool: {  // window = stride, no padding (ir.h)
+      const std::string fn = std::string(op.kind == OpKind::kAvgPool ? "F.avg_pool" : "F.max_pool") +
+                             std::to_string(op.dims.size()) + "d";
+      return fn + "(" + a[0] + ", kernel_size=" + PyTupleOfInts(op.dims) + ")";
+    }
     case OpKind::kConv2d: {
       auto pair = [&](size_t k) { return "(" + std::to_string(op.dims[k]) + ", " + std::to_string(op.dims[k + 1]) + ")"; };
       return "F.conv2d(" + a[0] + ", " + a[1] + ", " + (a.size() > 2 ? a[2] : "None") + ", stride=" + pair(0) +

@@ -127,9 +127,38 @@ TensorLayout StatedOutputLayout(const ir::Graph& graph, size_t output) {
   }
 }
 
+namespace {
+// Eager's pools keep their input's memory format (avg_pool2d / max_pool2d of
+// a channels_last tensor is channels_last), and the elementwise ops after
+// them follow it. In a group holding a pool, an output that
+// FollowInputLayout left as given, of the rank of a channels_last(_3d) input
+// with that input's N and C, takes that layout. Graphs without a pool are
+// untouched, so no existing task key changes.
+void FollowPoolLayout(const ir::Graph& graph, const std::vector<ir::TensorSpec>& inputs,
+                      std::vector<ir::TensorSpec>* outputs) {
+  bool pool = false;
+  for (const ir::Op& op : graph.ops) pool = pool || ir::GetOpInfo(op.kind).category == ir::OpCategory::kPool;
+  if (!pool) return;
+  for (auto& out : *outputs) {
+    if (ClassifyLayout(out) != TensorLayout::kContiguous || out.shape.size() < 4) continue;
+    bool same_shape_input = false;
+    for (const auto& in : inputs) same_shape_input = same_shape_input || in.shape == out.shape;
+    if (same_shape_input) continue;  // FollowInputLayout's rule decided
+    for (const auto& in : inputs) {
+      if (in.shape.size() != out.shape.size() || in.shape[0] != out.shape[0] || in.shape[1] != out.shape[1]) continue;
+      const TensorLayout layout = ClassifyLayout(in);
+      if (layout == TensorLayout::kChannelsLast || layout == TensorLayout::kChannelsLast3d)
+        out.strides = LayoutStrides(out.shape, layout);
+      break;
+    }
+  }
+}
+}  // namespace
+
 void ApplyOutputLayouts(const ir::Graph& graph, const std::vector<ir::TensorSpec>& inputs,
                         std::vector<ir::TensorSpec>* outputs) {
   FollowInputLayout(inputs, outputs);
+  FollowPoolLayout(graph, inputs, outputs);
   for (size_t o = 0; o < outputs->size(); ++o) {
     const TensorLayout stated = StatedOutputLayout(graph, o);
     if (stated == TensorLayout::kStrided) continue;

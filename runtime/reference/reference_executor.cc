@@ -167,6 +167,21 @@ Expected<at::Tensor> Normalize(const ir::Op& op, const std::vector<const Value*>
                 std::string("no ATen mapping for normalisation '") + ir::GetOpInfo(op.kind).name + "'");
 }
 
+// avg_pool / max_pool (ir.h kPool): window = stride, no padding, floor mode,
+// as F.avg_pool{k}d(x, window) / F.max_pool{k}d(x, window).
+Expected<at::Tensor> Pool(const ir::Op& op, const at::Tensor& x) {
+  const std::vector<int64_t>& w = op.dims;
+  const bool avg = op.kind == ir::OpKind::kAvgPool;
+  switch (w.size()) {
+    case 1: return avg ? at::avg_pool1d(x, w, w) : at::max_pool1d(x, w, w);
+    case 2: return avg ? at::avg_pool2d(x, w, w) : at::max_pool2d(x, w, w);
+    case 3: return avg ? at::avg_pool3d(x, w, w) : at::max_pool3d(x, w, w);
+    default: break;
+  }
+  return Status(StatusCode::kUnsupported, std::string("no ATen mapping for ") + ir::GetOpInfo(op.kind).name +
+                                              " over " + std::to_string(w.size()) + " spatial dims");
+}
+
 /// Evaluates one op on earlier values. `scalar_options` place 0-d tensors
 /// made from constants (a cast of a constant) on the inputs' device.
 Expected<Value> EvalOp(const ir::Op& op, const std::vector<Value>& values, const at::TensorOptions& scalar_options,
@@ -214,6 +229,7 @@ Expected<Value> EvalOp(const ir::Op& op, const std::vector<Value>& values, const
     case ir::OpCategory::kBinary: r = Binary(op, *args[0], *args[1]); break;
     case ir::OpCategory::kReduction: r = Reduce(op, args[0]->tensor); break;
     case ir::OpCategory::kNormalization: r = Normalize(op, args); break;
+    case ir::OpCategory::kPool: r = Pool(op, args[0]->tensor); break;
     case ir::OpCategory::kContraction: {  // F.linear / F.conv2d; upcast operands are float64 already
       std::optional<at::Tensor> bias;
       if (args.size() > 2) bias = args[2]->tensor;

@@ -234,6 +234,54 @@ TEST(IrTest, Conv2dRejectsBadChannelsBiasKernelAndAttributes) {
   EXPECT_NE(type_msg(lin).find("takes no dims"), std::string::npos) << type_msg(lin);
 }
 
+// x [N, C, S...] -> kind(x, window) * 2.
+Graph PoolTimesTwo(OpKind kind, int rank, std::vector<int64_t> window) {
+  Graph g;
+  g.inputs = {{DType::kFloat32, rank}};
+  Op pool; pool.kind = kind; pool.args = {0}; pool.dims = std::move(window);
+  Op c; c.kind = OpKind::kConstant; c.scalars = {2.0};
+  Op mul; mul.kind = OpKind::kMul; mul.args = {1, 2};
+  g.ops = {pool, c, mul};
+  g.outputs = {3};
+  return g;
+}
+
+TEST(IrTest, PoolsRoundTripAndInferTorchsFloorShapes) {
+  const Graph g = PoolTimesTwo(OpKind::kAvgPool, 4, {2, 3});
+  const std::string text = Canonical(g);
+  EXPECT_NE(text.find("%1 = avg_pool(%0) dims=[2,3]"), std::string::npos) << text;
+  auto parsed = Parse(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(*parsed, g);
+  EXPECT_NE(GraphHash(g), GraphHash(PoolTimesTwo(OpKind::kMaxPool, 4, {2, 3})));
+  EXPECT_NE(GraphHash(g), GraphHash(PoolTimesTwo(OpKind::kAvgPool, 4, {3, 2})));  // window order matters
+  EXPECT_EQ(GetOpInfo(OpKind::kMaxPool).category, OpCategory::kPool);
+  // Floor mode, as torch's pools: 9 rows in windows of 2 give 4, 7 columns in windows of 3 give 2.
+  auto shapes = InferShapes(g, {TensorSpec::Contiguous(DType::kFloat32, {5, 6, 9, 7})});
+  ASSERT_TRUE(shapes.ok()) << shapes.status().ToString();
+  EXPECT_EQ((*shapes)[1], (std::vector<int64_t>{5, 6, 4, 2}));
+  EXPECT_EQ((*shapes)[3], (std::vector<int64_t>{5, 6, 4, 2}));
+  auto one_d = InferShapes(PoolTimesTwo(OpKind::kMaxPool, 3, {4}), {TensorSpec::Contiguous(DType::kFloat32, {2, 3, 17})});
+  ASSERT_TRUE(one_d.ok()) << one_d.status().ToString();
+  EXPECT_EQ((*one_d)[1], (std::vector<int64_t>{2, 3, 4}));
+}
+
+TEST(IrTest, PoolsRejectBadWindowsAndRanks) {
+  auto type_msg = [](const Graph& g) {
+    auto t = InferTypes(g);
+    return t.ok() ? std::string() : t.status().message();
+  };
+  EXPECT_NE(type_msg(PoolTimesTwo(OpKind::kAvgPool, 4, {2})).find("one window size per spatial dim (2), got 1"),
+            std::string::npos);
+  EXPECT_NE(type_msg(PoolTimesTwo(OpKind::kMaxPool, 4, {2, 0})).find("window sizes must be >= 1"), std::string::npos);
+  EXPECT_NE(type_msg(PoolTimesTwo(OpKind::kMaxPool, 2, {})).find("1 to 3 spatial dims"), std::string::npos);
+  EXPECT_NE(type_msg(PoolTimesTwo(OpKind::kMaxPool, 6, {2, 2, 2, 2})).find("1 to 3 spatial dims"), std::string::npos);
+  auto small = InferShapes(PoolTimesTwo(OpKind::kAvgPool, 4, {4, 4}), {TensorSpec::Contiguous(DType::kFloat32, {1, 2, 8, 3})});
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find("spatial dim 3 of size 3 is smaller than its window 4"), std::string::npos)
+      << small.status().ToString();
+}
+
 TEST(IrTest, RejectsShapesThatDoNotBroadcast) {
   auto shapes = InferShapes(BiasGeluSum(), {TensorSpec::Contiguous(DType::kFloat32, {64, 128}),
                                             TensorSpec::Contiguous(DType::kFloat32, {100})});

@@ -131,6 +131,36 @@ TEST(TensorLayoutRule, ALayoutCopyOutputTakesItsStatedFormatTheOthersFollowTheIn
   EXPECT_EQ(out[0].strides, LayoutStrides({4, 8, 3, 3}, TensorLayout::kChannelsLast));
 }
 
+TEST(TensorLayoutRule, APoolsOutputKeepsItsChannelsLastInputsFormatOtherGroupsAreUnchanged) {
+  // relu(x) pooled 2x2, plus relu(x) itself: eager's max_pool2d of a
+  // channels_last tensor is channels_last, so both outputs are.
+  ir::Graph g;
+  g.inputs = {{ir::DType::kFloat32, 4}};
+  ir::Op relu; relu.kind = ir::OpKind::kRelu; relu.args = {0};
+  ir::Op pool; pool.kind = ir::OpKind::kMaxPool; pool.args = {1}; pool.dims = {2, 2};
+  g.ops = {relu, pool};
+  g.outputs = {2, 1};
+  const std::vector<int64_t> shape = {4, 8, 6, 6}, pooled = {4, 8, 3, 3};
+  auto cl = MakeServedTask(g, {Spec(shape, LayoutStrides(shape, TensorLayout::kChannelsLast))}, TargetInfo{});
+  ASSERT_TRUE(cl.ok()) << cl.status().ToString();
+  EXPECT_EQ(cl->outputs[0].shape, pooled);
+  EXPECT_EQ(cl->outputs[0].strides, LayoutStrides(pooled, TensorLayout::kChannelsLast));
+  EXPECT_EQ(cl->outputs[1].strides, LayoutStrides(shape, TensorLayout::kChannelsLast));
+  // Contiguous input: contiguous outputs.
+  auto nchw = MakeServedTask(g, {ir::TensorSpec::Contiguous(ir::DType::kFloat32, shape)}, TargetInfo{});
+  ASSERT_TRUE(nchw.ok()) << nchw.status().ToString();
+  EXPECT_TRUE(nchw->outputs[0].is_contiguous());
+  // Without a pool, an output of another shape than the channels_last input stays as given (a keepdim sum).
+  ir::Graph sum;
+  sum.inputs = {{ir::DType::kFloat32, 4}};
+  ir::Op s; s.kind = ir::OpKind::kSum; s.args = {0}; s.dims = {3}; s.keepdim = true;
+  sum.ops = {s};
+  sum.outputs = {1};
+  auto red = MakeServedTask(sum, {Spec(shape, LayoutStrides(shape, TensorLayout::kChannelsLast))}, TargetInfo{});
+  ASSERT_TRUE(red.ok()) << red.status().ToString();
+  EXPECT_TRUE(red->outputs[0].is_contiguous());
+}
+
 TEST(TensorLayoutRule, LayoutCopyIsValidatedAndRoundTripsThroughCanonicalText) {
   const ir::Graph g = EpilogueWithLayoutCopy(1);
   const std::string text = ir::Canonical(g);

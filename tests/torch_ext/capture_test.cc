@@ -424,5 +424,43 @@ def forward(self, x, b):
   EXPECT_TRUE(torch::allclose(out->elements()[0].toTensor(), want, 1e-5, 1e-6));
 }
 
+TEST_F(CaptureTest, WindowedPoolsJoinTheEpilogueBeforeThemAndOthersStayWithPyTorch) {
+  // KernelBench level2/46's tail (x - a, tanh, - b, pool) and a pool after it:
+  // the pools with stride = window and no padding are IR pools inside the
+  // group; an overlapping pool (stride 1) stays with PyTorch, with its reason.
+  auto m = Compile(R"(
+def forward(self, x):
+    y = torch.tanh(x - 0.5) - 0.2
+    p = torch.max_pool2d(y, [2, 2])
+    q = torch.avg_pool1d(p.flatten(2) * 2.0, [4])
+    r = torch.max_pool2d(torch.relu(x), [2, 2], [1, 1])
+    return q, r
+)");
+  Options opt;
+  opt.example_inputs = {torch::randn({2, 4, 8, 8})};
+  auto rep = optimize(m, opt);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  std::vector<std::vector<ir::OpKind>> groups;
+  for (const auto& g : rep->groups) groups.push_back(NonConstantOps(g.group.graph));
+  const std::vector<ir::OpKind> tail = {ir::OpKind::kSub, ir::OpKind::kTanh, ir::OpKind::kSub, ir::OpKind::kMaxPool};
+  EXPECT_NE(std::find(groups.begin(), groups.end(), tail), groups.end()) << rep->graph;
+  for (const auto& g : rep->groups) {
+    if (NonConstantOps(g.group.graph) != tail) continue;
+    EXPECT_EQ(g.group.graph.ops.back().dims, (std::vector<int64_t>{2, 2}));
+  }
+  bool overlapping_left_out = false;
+  for (const auto& n : rep->left_out)
+    if (n.kind == "aten::max_pool2d" && n.reason == "stride differs from kernel_size") overlapping_left_out = true;
+  EXPECT_TRUE(overlapping_left_out) << rep->graph;
+  // The groups' fallback (the reference executor) computes the original outputs.
+  torch::NoGradGuard no_grad;
+  auto x = torch::randn({2, 4, 8, 8});
+  auto out = m.forward({x}).toTuple();
+  auto y = torch::tanh(x - 0.5) - 0.2;
+  auto want_q = torch::avg_pool1d(torch::max_pool2d(y, {2, 2}).flatten(2) * 2.0, {4});
+  EXPECT_TRUE(torch::allclose(out->elements()[0].toTensor(), want_q, 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(out->elements()[1].toTensor(), torch::max_pool2d(torch::relu(x), {2, 2}, {1, 1})));
+}
+
 }  // namespace
 }  // namespace dice::torch_ext

@@ -360,6 +360,32 @@ TEST_F(ReferenceExecutorTest, GroupNormMatchesDefinition) {
   EXPECT_TRUE(at::allclose(got, normed * w.view({6, 1}) + b.view({6, 1}), 1e-4, 1e-4));
 }
 
+TEST_F(ReferenceExecutorTest, PoolsMatchTheirWindowDefinitionInOneTwoAndThreeDims) {
+  // Each output is the mean / max of one non-overlapping window (stride =
+  // window, no padding, floor mode: a trailing partial window is dropped),
+  // computed here with reshape + reduce.
+  at::Tensor x = Randn({2, 3, 9, 8});  // row 8 is dropped by windows of 2
+  at::Tensor win = x.narrow(2, 0, 8).reshape({2, 3, 4, 2, 4, 2});
+  ir::Graph avg = MakeGraph({{DType::kFloat32, 4}}, {MakeOp(OpKind::kAvgPool, {0}, {}, 0, {2, 2})});
+  ir::Graph mx = MakeGraph({{DType::kFloat32, 4}}, {MakeOp(OpKind::kMaxPool, {0}, {}, 0, {2, 2})});
+  ExpectSame(RunOne(avg, {x}), win.mean({3, 5}));
+  ExpectSame(RunOne(mx, {x}), win.amax({3, 5}));
+  at::Tensor x1 = Randn({2, 3, 12});
+  ExpectSame(RunOne(MakeGraph({{DType::kFloat32, 3}}, {MakeOp(OpKind::kMaxPool, {0}, {}, 0, {3})}), {x1}),
+             x1.reshape({2, 3, 4, 3}).amax({3}));
+  at::Tensor x3 = Randn({1, 2, 4, 4, 6});
+  ExpectSame(RunOne(MakeGraph({{DType::kFloat32, 5}}, {MakeOp(OpKind::kAvgPool, {0}, {}, 0, {2, 2, 3})}), {x3}),
+             x3.reshape({1, 2, 2, 2, 2, 2, 2, 3}).mean({3, 5, 7}));
+  // The float64 second opinion pools in float64; a NaN in a window is that window's max.
+  at::Tensor up = RunOne(avg, {x}, /*upcast=*/true);
+  EXPECT_EQ(up.scalar_type(), at::kDouble);
+  at::Tensor with_nan = x.clone();
+  with_nan.index_put_({0, 0, 0, 0}, std::nan(""));
+  at::Tensor got = RunOne(mx, {with_nan});
+  EXPECT_TRUE(std::isnan(got.index({0, 0, 0, 0}).item<float>()));
+  EXPECT_FALSE(std::isnan(got.index({0, 0, 0, 1}).item<float>()));
+}
+
 TEST_F(ReferenceExecutorTest, ChainsOpsAndReturnsSeveralOutputs) {
   at::Tensor x = Randn({4, 16});
   at::Tensor y = Randn({4, 16});

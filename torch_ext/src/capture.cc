@@ -384,6 +384,44 @@ Expected<int32_t> Conv2d(Ctx& c) {
   return c.b.Emit(ir::OpKind::kConv2d, std::move(args), {}, std::move(dims), false, groups->toInt());
 }
 
+// avg_pool{1,2,3}d / max_pool{1,2,3}d with stride = window (or the default
+// []), no padding, dilation 1, floor mode, count_include_pad irrelevant
+// without padding, no divisor_override: ir avg_pool / max_pool, dims = the
+// window. A batched input only (rank = spatial dims + 2).
+Handler Pool(ir::OpKind kind, int spatial) {
+  return [kind, spatial](Ctx& c) -> Expected<int32_t> {
+    DICE_ASSIGN(x, c.Tensor(c.node->input(0)));
+    DICE_ASSIGN(rank, RankOf(c.node->input(0)));
+    if (rank != spatial + 2) return Unsupported(c.node, "unbatched input (rank " + std::to_string(rank) + ")");
+    auto ints = [&](const char* name) -> std::optional<std::vector<int64_t>> {
+      auto v = ConstIValue(c.Named(name));
+      if (!v || !v->isIntList()) return std::nullopt;
+      std::vector<int64_t> out = v->toIntVector();
+      if (out.size() == 1 && spatial > 1) out.assign(static_cast<size_t>(spatial), out[0]);
+      return out;
+    };
+    auto window = ints("kernel_size");
+    auto stride = ints("stride");
+    auto padding = ints("padding");
+    if (!window || static_cast<int>(window->size()) != spatial || !stride || !padding)
+      return Unsupported(c.node, "non-constant kernel_size, stride or padding");
+    if (!stride->empty() && *stride != *window) return Unsupported(c.node, "stride differs from kernel_size");
+    for (int64_t p : *padding)
+      if (p != 0) return Unsupported(c.node, "padding");
+    if (c.HasNamed("dilation")) {
+      auto dilation = ints("dilation");
+      if (!dilation) return Unsupported(c.node, "non-constant dilation");
+      for (int64_t d : *dilation)
+        if (d != 1) return Unsupported(c.node, "dilation");
+    }
+    DICE_ASSIGN(ceil, c.Bool(c.Named("ceil_mode"), "ceil_mode"));
+    if (ceil) return Unsupported(c.node, "ceil_mode");
+    if (c.HasNamed("divisor_override") && !IsNoneConst(c.Named("divisor_override")))
+      return Unsupported(c.node, "divisor_override");
+    return c.b.Emit(kind, {x}, {}, std::move(*window));
+  };
+}
+
 // to(dtype) / type_as: casts among f32/f16/bf16 on the same device.
 Expected<int32_t> Cast(Ctx& c) {
   DICE_ASSIGN(x, c.Tensor(c.node->input(0)));
@@ -525,6 +563,9 @@ const std::unordered_map<c10::Symbol, Handler>& Handlers() {
        }},
       {aten::linear, Linear},
       {aten::conv2d, Conv2d}, {aten::_convolution, Conv2d},
+      {aten::avg_pool1d, Pool(K::kAvgPool, 1)}, {aten::avg_pool2d, Pool(K::kAvgPool, 2)},
+      {aten::avg_pool3d, Pool(K::kAvgPool, 3)}, {aten::max_pool1d, Pool(K::kMaxPool, 1)},
+      {aten::max_pool2d, Pool(K::kMaxPool, 2)}, {aten::max_pool3d, Pool(K::kMaxPool, 3)},
   };
   return *table;
 }

@@ -37,6 +37,15 @@ const std::unordered_set<std::string_view>& OpaqueNorms() {
   return kinds;
 }
 
+// Windowed pools: a reduction over windows of the spatial dims, which no
+// other op of a group can share (lowering.h: they split the pooled axes).
+const std::unordered_set<std::string_view>& WindowPools() {
+  static const std::unordered_set<std::string_view> kinds = {"aten::avg_pool1d", "aten::avg_pool2d",
+                                                             "aten::avg_pool3d", "aten::max_pool1d",
+                                                             "aten::max_pool2d", "aten::max_pool3d"};
+  return kinds;
+}
+
 std::string DimsSignature(const std::vector<int64_t>& dims) {
   std::string sig = "dims:";
   for (size_t i = 0; i < dims.size(); ++i) sig += (i ? "," : "") + std::to_string(dims[i]);
@@ -381,7 +390,7 @@ bool IsCastOrProjection(std::string_view kind) {
 std::string ReductionSignature(const PolicyNode& node, const std::string& unique) {
   const bool last_axes = LastAxesNorms().count(node.kind) != 0;
   if (!last_axes && !DimReductions().count(node.kind)) {
-    return OpaqueNorms().count(node.kind) ? unique : "";
+    return OpaqueNorms().count(node.kind) || WindowPools().count(node.kind) ? unique : "";
   }
   if (node.operands == 0) return unique;
   if (last_axes) {

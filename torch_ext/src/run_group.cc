@@ -561,6 +561,11 @@ Expected<std::vector<c10::SymDimVector>> SymbolicShapes(const ir::Graph& graph, 
         }
         break;
       }
+      case ir::OpCategory::kPool: {  // [N, C, S1..Sk] -> [N, C, S1 / w1, ...] (ir.h)
+        out = shapes[o.args[0]];
+        for (size_t d = 2; d < out.size(); ++d) out[d] = out[d] / o.dims[d - 2];
+        break;
+      }
       case ir::OpCategory::kContraction: {  // linear: [..., K] x [N, K] -> [..., N]
         if (o.kind == ir::OpKind::kConv2d) {  // [N, C, H, W] * [K, C/g, R, S] -> [N, K, P, Q] (ir.h)
           const auto& x = shapes[o.args[0]];

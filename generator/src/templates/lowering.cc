@@ -108,6 +108,7 @@ class Lowerer {
   Status LowerOp(size_t i);
   Status LowerReduction(const ir::Op& op, int v);
   Status LowerNormalization(const ir::Op& op, int v);
+  Status LowerPool(const ir::Op& op, int v);
   Expected<int> ElementwiseNode(const ir::Op& op, const std::vector<int>& args, int v);
   // torch rounds every op's result to its dtype; f16/bf16 results are
   // rounded the same way here so fused chains match eager op by op.
@@ -124,7 +125,8 @@ class Lowerer {
   std::vector<ir::ValueType> types_;
   std::vector<ValInfo> infos_;
   std::map<std::pair<int, std::vector<int>>, int> memo_;
-  std::map<int, int64_t> split_;  // logical axis -> groups (group_norm)
+  std::map<int, int64_t> split_;  // logical axis -> groups (group_norm) or windows (a pool)
+  std::map<int, int64_t> pooled_;  // logical axis -> window (> 1) of the pool that splits it
   Lowered lo_;
 };
 
@@ -327,6 +329,45 @@ Status Lowerer::LowerNormalization(const ir::Op& op, int v) {
   return Status::Ok();
 }
 
+// A pool (stride = window, no padding) splits each pooled spatial axis of
+// extent S into (S / w windows, w) -- group_norm's split, with the windows as
+// the groups -- and reduces the inner parts: the result lives on the outer
+// parts, its values downstream keep the input's map (rank is unchanged), and
+// an output of it is strided along the outer parts only (Run).
+Status Lowerer::LowerPool(const ir::Op& op, int v) {
+  int a = op.args[0];
+  const auto& sh = shapes_[a];
+  std::vector<int> ma = infos_[a].anchored ? infos_[a].map : DefaultMap(sh.size());
+  auto xr = Get(a, ma);
+  if (!xr.ok()) return xr.status();
+  std::vector<std::pair<int, bool>> axes;
+  double count = 1;
+  for (size_t d = 2; d < sh.size(); ++d) {
+    const int64_t w = op.dims[d - 2];
+    count *= static_cast<double>(w);
+    if (w == 1) continue;
+    if (sh[d] % w != 0) {
+      return Unsupported(std::string(ir::GetOpInfo(op.kind).name) + ": spatial dim " + std::to_string(d) + " (" +
+                         std::to_string(sh[d]) + ") is not a multiple of its window " + std::to_string(w));
+    }
+    const int64_t windows = sh[d] / w;
+    auto it = split_.find(ma[d]);
+    if (it != split_.end() && it->second != windows)
+      return Unsupported("two ops splitting one axis differently (group_norm groups or pool windows)");
+    split_[ma[d]] = windows;
+    pooled_[ma[d]] = w;
+    axes.emplace_back(ma[d], true);
+  }
+  int out = -1;
+  if (op.kind == OpKind::kAvgPool) {
+    out = Binary(OpKind::kDiv, Reduce(ReduceOp::kSum, *xr, axes), Const(count));
+  } else {
+    out = Reduce(ReduceOp::kMax, *xr, axes);
+  }
+  infos_[v] = ValInfo{true, RoundTo(v, out), ma};
+  return Status::Ok();
+}
+
 Status Lowerer::LowerOp(size_t i) {
   const ir::Op& op = g_.ops[i];
   const int v = g_.op_value(i);
@@ -335,6 +376,7 @@ Status Lowerer::LowerOp(size_t i) {
     case OpCategory::kConstant: return Status::Ok();  // free
     case OpCategory::kReduction: return LowerReduction(op, v);
     case OpCategory::kNormalization: return LowerNormalization(op, v);
+    case OpCategory::kPool: return LowerPool(op, v);
     case OpCategory::kContraction:
       return Status(StatusCode::kUnsupported, std::string(info.name) +
                                                   ": a contraction has no elementwise/row template (the gemm family serves it)");
@@ -404,6 +446,15 @@ Expected<Lowered> Lowerer::Run() {
     if (!n.ok()) return n.status();
     OutputRef ref;
     ref.node = *n;
+    ref.pooled.assign(r_, false);
+    for (size_t d = 0; d < sh.size(); ++d) {
+      auto it = pooled_.find(map[d]);
+      // A pooled value has the windows' extent along a split axis; a value
+      // before the pool (also an output) has the whole extent.
+      if (it != pooled_.end() && d >= 2 && sh[d] > 0 && split_.at(map[d]) == sh[d] &&
+          lo_.nodes[*n].lshape[map[d]] == sh[d] * it->second)
+        ref.pooled[map[d]] = true;
+    }
     ref.dtype = task_.outputs[o].dtype;
     ref.alignment = task_.outputs[o].alignment;
     ref.lstrides.assign(r_, 0);
@@ -499,6 +550,9 @@ Expected<Lowered> Lowerer::Run() {
   }
   for (auto& o : lo_.outputs) {
     o.strides = to_phys_strides(o.lstrides, lo_.nodes[o.node].lshape);
+    // A pooled output steps along the windows (the outer part) by its own stride.
+    for (int a = 0; a < r_; ++a)
+      if (o.pooled[a]) o.strides[phys[a][0]] = o.lstrides[a];
     // Physical output strides follow the node's physical shape (a reduced
     // group_norm statistic keeps its group axis).
     for (size_t p = 0; p < P; ++p)

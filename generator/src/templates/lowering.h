@@ -7,7 +7,9 @@
 //   elementwise op evaluated in float), Binary (add/sub/mul/div/max/min/pow)
 //   and Reduce (sum/max/min over the reduced axes; keepdim-broadcast result).
 // Every node lives in the "physical" iteration space F (rank = max input rank,
-// plus one axis when group_norm splits channels into (groups, C/groups)):
+// plus one axis when group_norm splits channels into (groups, C/groups), and
+// one per pooled spatial axis, split into (windows, window) by avg_pool /
+// max_pool, whose Reduce takes the inner parts):
 // node.shape[a] is F[a] or 1 (broadcast). Non-keepdim reductions are mapped
 // back onto F's kept axes, so a consumer indexes everything by F coordinates.
 // Nodes are in topological order (args have smaller ids).
@@ -52,6 +54,7 @@ struct OutputRef {
   int node = -1;
   std::vector<int64_t> strides;
   std::vector<int64_t> lstrides;
+  std::vector<bool> pooled;      ///< per logical axis: the output holds one value per pool window there
   ir::DType dtype = ir::DType::kFloat32;
   int64_t alignment = 16;
   int64_t numel = 0;

@@ -111,13 +111,25 @@ enum class OpKind : uint8_t {
   /// how the memory-format pass's region exits and entries (layout copies)
   /// become part of fusion groups (issue 18 item 2).
   kContiguous,
+  /// Windowed pooling with stride = window, no padding, floor mode (issue 18:
+  /// the pools after conv epilogues): F.avg_pool{k}d(x, window) and
+  /// F.max_pool{k}d(x, window). One arg x [N, C, S1..Sk], k = 1..3 spatial
+  /// dims (rank k + 2); dims = the window per spatial dim (k values, each >= 1,
+  /// in dim order, NOT sorted); out [N, C, S1 / w1, ...] (floor). avg_pool
+  /// divides by the window's element count; max_pool propagates NaN as
+  /// torch.amax does. Category kPool.
+  kAvgPool,
+  kMaxPool,
 };
 
 /// Broad category of an op, used by passes and code generators.
 /// kContraction (kLinear, kConv2d) sums products over input dims; the
 /// elementwise and row templates refuse it, the gemm family serves linear and
 /// the conv family conv2d (issue 18).
-enum class OpCategory : uint8_t { kConstant, kUnary, kBinary, kReduction, kNormalization, kContraction };
+/// kPool (avg_pool, max_pool) reduces each non-overlapping window of the
+/// spatial dims: the row family serves it as a reduction over the inner part
+/// of each spatial axis split into (windows, window).
+enum class OpCategory : uint8_t { kConstant, kUnary, kBinary, kReduction, kNormalization, kContraction, kPool };
 
 /// Static facts about an OpKind: name in the canonical text ("add"), the
 /// torch spelling used by RenderReferenceProgram, arity and category.
@@ -137,7 +149,7 @@ Expected<OpKind> OpKindFromName(std::string_view name);
 struct Op {
   OpKind kind = OpKind::kConstant;
   std::vector<int32_t> args;     ///< value ids, each < this op's own value id
-  std::vector<int64_t> dims;     ///< reductions / softmax: non-negative, sorted; conv2d: {sh, sw, ph, pw, dh, dw}
+  std::vector<int64_t> dims;     ///< reductions / softmax: non-negative, sorted; conv2d: {sh, sw, ph, pw, dh, dw}; pools: window per spatial dim
   bool keepdim = false;          ///< reductions
   int64_t ivalue = 0;            ///< gelu approximation, cast dtype, layer_norm ndim, group_norm / conv2d groups
   std::vector<double> scalars;   ///< see OpKind

@@ -91,8 +91,11 @@ TensorLayout StatedOutputLayout(const ir::Graph& graph, size_t output);
 /// produced by a layout copy (kContiguous) takes the strides of its stated
 /// format (LayoutStrides: a region's exit copy fused into the epilogue writes
 /// NCHW, an entry copy writes channels_last), every other output follows
-/// FollowInputLayout. A graph without a layout copy gets exactly
-/// FollowInputLayout's strides, so no existing task key changes. This is
+/// FollowInputLayout. In a graph holding a pool (avg_pool / max_pool), an
+/// output of no input's shape, of the rank and N, C of a channels_last(_3d)
+/// input, takes that layout (eager's pools keep their input's format). A
+/// graph without a layout copy or a pool gets exactly FollowInputLayout's
+/// strides, so no existing task key changes. This is
 /// eager's result for the group when a layout copy's value has no reader
 /// inside the group (the fusion policy keeps it so: fusion_policy.h rule 5).
 void ApplyOutputLayouts(const ir::Graph& graph, const std::vector<ir::TensorSpec>& inputs,

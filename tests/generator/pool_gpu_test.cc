@@ -1,0 +1,100 @@
+// pool_gpu_test.cc — (label gpu) windowed pools (ir avg_pool / max_pool)
+// through the real tuner and verifier (worker process, ATen's pools as the
+// reference, poisoned outputs, NaN placement, repeat-run agreement): a pool
+// alone, contiguous and channels_last, f32 and bf16, 1-D and 3-D, and
+// KernelBench level2/46's epilogue (x - a, tanh, - b, avg_pool) at a
+// quarter of its batch. No candidate may fail verification and at least one
+// must pass; each candidate's time is printed beside eager's (the baseline:
+// the same ops as ATen runs them), not asserted (bench/ holds the
+// performance targets). Skipped without a GPU.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "dice/core/ir.h"
+#include "dice/core/task.h"
+#include "dice/core/tensor_layout.h"
+#include "dice/generator/templates.h"
+#include "dice/runtime/cuda_driver.h"
+#include "dice/runtime/tuner.h"
+
+namespace dice::generator {
+namespace {
+
+struct Case {
+  const char* name;
+  const char* ir;
+  std::vector<const char*> inputs;
+  bool channels_last;  // input 0 in channels_last(_3d)
+};
+
+const std::vector<Case>& Cases() {
+  static const std::vector<Case> cases = {
+      {"avg_pool2x2_f32", "dice-ir v1\ninput %0 f32 rank=4\n%1 = avg_pool(%0) dims=[2,2]\noutput %1\n",
+       {"32x64x64x64:f32"}, false},
+      {"max_pool2x2_f32_channels_last", "dice-ir v1\ninput %0 f32 rank=4\n%1 = max_pool(%0) dims=[2,2]\noutput %1\n",
+       {"32x64x64x64:f32"}, true},
+      {"max_pool2x2_bf16", "dice-ir v1\ninput %0 bf16 rank=4\n%1 = max_pool(%0) dims=[2,2]\noutput %1\n",
+       {"32x64x64x64:bf16"}, false},
+      {"avg_pool4_1d_f32", "dice-ir v1\ninput %0 f32 rank=3\n%1 = avg_pool(%0) dims=[4]\noutput %1\n",
+       {"64x128x1024:f32"}, false},
+      {"max_pool2x2x2_3d_f32", "dice-ir v1\ninput %0 f32 rank=5\n%1 = max_pool(%0) dims=[2,2,2]\noutput %1\n",
+       {"16x16x16x32x32:f32"}, false},
+      // level2/46: conv output [128, 128, 126, 126] at a quarter of the batch.
+      {"sub_tanh_sub_avg_pool_f32",
+       "dice-ir v1\ninput %0 f32 rank=4\n%1 = const(0.5)\n%2 = sub(%0, %1)\n%3 = tanh(%2)\n%4 = const(0.2)\n"
+       "%5 = sub(%3, %4)\n%6 = avg_pool(%5) dims=[2,2]\noutput %6\n",
+       {"32x128x126x126:f32"}, false},
+      {"sub_tanh_sub_avg_pool_f32_channels_last",
+       "dice-ir v1\ninput %0 f32 rank=4\n%1 = const(0.5)\n%2 = sub(%0, %1)\n%3 = tanh(%2)\n%4 = const(0.2)\n"
+       "%5 = sub(%3, %4)\n%6 = avg_pool(%5) dims=[2,2]\noutput %6\n",
+       {"32x128x126x126:f32"}, true},
+  };
+  return cases;
+}
+
+TEST(PoolGpu, PoolCandidatesPassTheVerifier) {
+  auto dev = runtime::QueryDevice(0);
+  if (!dev.ok()) GTEST_SKIP() << "no GPU: " << dev.status().ToString();
+  const TargetInfo target = runtime::TargetForDevice(0);
+  runtime::TuneOptions options;
+  options.max_candidates = 8;
+  options.budget_s = 120;
+  runtime::Tuner tuner(nullptr, {std::make_shared<TemplateGenerator>()}, options);
+  for (const Case& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    auto graph = ir::Parse(c.ir);
+    ASSERT_TRUE(graph.ok()) << graph.status().ToString();
+    std::vector<ir::TensorSpec> inputs;
+    for (const char* s : c.inputs) inputs.push_back(*ir::ParseInputSpec(s));
+    if (c.channels_last) {
+      inputs[0].strides = LayoutStrides(inputs[0].shape, inputs[0].shape.size() == 5 ? TensorLayout::kChannelsLast3d
+                                                                                       : TensorLayout::kChannelsLast);
+    }
+    auto task = MakeServedTask(*graph, inputs, target);  // the output layouts the verifier derives too
+    ASSERT_TRUE(task.ok()) << task.status().ToString();
+    auto report = tuner.Tune(*task);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    double bytes = 0;  // every input and output moved once
+    for (const auto& t : task->inputs) bytes += static_cast<double>(t.numel() * ir::DTypeSize(t.dtype));
+    for (const auto& t : task->outputs) bytes += static_cast<double>(t.numel() * ir::DTypeSize(t.dtype));
+    auto tbps = [&](double us) { return us > 0 ? bytes / (us * 1e6) : 0.0; };
+    int verified = 0;
+    for (const auto& o : report->outcomes) {
+      EXPECT_NE(o.outcome, runtime::Outcome::kVerifyFailed) << o.origin << ": " << o.error;
+      EXPECT_NE(o.outcome, runtime::Outcome::kCrashed) << o.origin << ": " << o.error;
+      if (!runtime::IsVerified(o.outcome)) continue;
+      ++verified;
+      std::printf("[pool-gpu] %-40s %-40s %9.2f us %6.2f TB/s\n", c.name, o.origin.c_str(), o.time_us, tbps(o.time_us));
+    }
+    EXPECT_GE(verified, 1) << "no pool candidate was verified";
+    std::printf("[pool-gpu] %-40s baseline %9.2f us (%.2f TB/s)  best %9.2f us  speedup %5.2fx  %s\n", c.name,
+                report->baseline_us, tbps(report->baseline_us), report->best_us, report->speedup,
+                report->winner_origin.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace dice::generator
