@@ -1,7 +1,8 @@
 // pool_gpu_test.cc — (label gpu) windowed pools (ir avg_pool / max_pool)
 // through the real tuner and verifier (worker process, ATen's pools as the
 // reference, poisoned outputs, NaN placement, repeat-run agreement): a pool
-// alone, contiguous and channels_last, f32 and bf16, 1-D and 3-D, and
+// alone, contiguous and channels_last, f32 and bf16, 1-D and 3-D, windows
+// that do not divide the extent (floor mode), and
 // KernelBench level2/46's epilogue (x - a, tanh, - b, avg_pool) at a
 // quarter of its batch. No candidate may fail verification and at least one
 // must pass; each candidate's time is printed beside eager's (the baseline:
@@ -42,6 +43,12 @@ const std::vector<Case>& Cases() {
        {"64x128x1024:f32"}, false},
       {"max_pool2x2x2_3d_f32", "dice-ir v1\ninput %0 f32 rank=5\n%1 = max_pool(%0) dims=[2,2,2]\noutput %1\n",
        {"16x16x16x32x32:f32"}, false},
+      // Floor mode: windows that do not divide the extent drop its tail
+      // (level2/50, 72, 78: ConvTranspose3d outputs of 63; level2/65: 382 in windows of 4).
+      {"max_pool2x2x2_3d_uneven_channels_last",
+       "dice-ir v1\ninput %0 f32 rank=5\n%1 = max_pool(%0) dims=[2,2,2]\noutput %1\n", {"8x16x31x63x63:f32"}, true},
+      {"avg_pool4x4_uneven_f32", "dice-ir v1\ninput %0 f32 rank=4\n%1 = avg_pool(%0) dims=[4,4]\noutput %1\n",
+       {"16x64x94x94:f32"}, true},
       // level2/46: conv output [128, 128, 126, 126] at a quarter of the batch.
       {"sub_tanh_sub_avg_pool_f32",
        "dice-ir v1\ninput %0 f32 rank=4\n%1 = const(0.5)\n%2 = sub(%0, %1)\n%3 = tanh(%2)\n%4 = const(0.2)\n"

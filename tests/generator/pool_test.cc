@@ -150,13 +150,58 @@ TEST(PoolLowering, ChannelsLastIsPooledWithChannelsInnermostAndStaysChannelsLast
   CompileSome(t);
 }
 
+TEST(PoolLowering, FloorModeIteratesOverTheCoveredPartOfAnUnevenAxis) {
+  // 63 rows in windows of 2: torch's floor mode reads rows 0..61 and drops
+  // row 62 (KernelBench's ConvTranspose3d outputs of odd extent).
+  GraphBuilder b;
+  int x = b.Input(DType::kFloat32, 5), bias = b.Input(DType::kFloat32, 4);
+  int y = b.Op(OpKind::kMul, {b.Op(OpKind::kAdd, {x, bias}), b.Const(0.5)});
+  b.Output(b.Op(OpKind::kAvgPool, {y}, {2, 2, 2}));
+  Task t = MakeTask(b.g, {Spec(DType::kFloat32, {2, 4, 7, 63, 10}), Spec(DType::kFloat32, {4, 1, 1, 1})});
+  ASSERT_EQ(t.outputs[0].shape, (std::vector<int64_t>{2, 4, 3, 31, 5}));
+  tmpl::Lowered lo = LowerOk(t);
+  EXPECT_EQ(lo.F, (std::vector<int64_t>{2, 4, 3, 2, 31, 2, 5, 2}));
+  EXPECT_EQ(lo.reduce_axes, (std::vector<int>{3, 5, 7}));
+  const tmpl::Node* load = nullptr;
+  for (const auto& n : lo.nodes)
+    if (n.kind == tmpl::NodeKind::kLoad && n.input == 0) load = &n;
+  ASSERT_NE(load, nullptr);
+  // The input keeps its own strides over its 7 x 63 x 10 extent.
+  EXPECT_EQ(load->strides, (std::vector<int64_t>{4 * 4410, 4410, 1260, 630, 20, 10, 2, 1}));
+  EXPECT_EQ(lo.outputs[0].strides, (std::vector<int64_t>{4 * 465, 465, 155, 0, 5, 0, 1, 0}));
+  CompileSome(t, 2);
+}
+
+TEST(PoolLowering, AnUnevenChannelsLast3dInputIsStillWalkedWithChannelsInnermost) {
+  // ConvTranspose3d -> max_pool 2 over [N, C, 63, 63, 63] in channels_last_3d:
+  // the input is row-major with gaps in (N, D, H, W, C) order.
+  const std::vector<int64_t> shape = {2, 16, 7, 9, 5};
+  ir::TensorSpec x = Spec(DType::kFloat32, shape);
+  x.strides = LayoutStrides(shape, TensorLayout::kChannelsLast3d);
+  Task t = PoolTask(OpKind::kMaxPool, x, {2, 2, 2});
+  EXPECT_EQ(t.outputs[0].strides, LayoutStrides({2, 16, 3, 4, 2}, TensorLayout::kChannelsLast3d));
+  tmpl::Lowered lo = LowerOk(t);
+  EXPECT_TRUE(lo.pool_gaps);
+  ASSERT_TRUE(tmpl::ToMemoryOrder(&lo));
+  EXPECT_EQ(lo.F, (std::vector<int64_t>{2, 3, 2, 4, 2, 2, 2, 16}));  // N, D/2, 2, H/2, 2, W/2, 2, C
+  EXPECT_EQ(lo.reduce_axes, (std::vector<int>{2, 4, 6}));
+  CompileSome(t, 2);
+}
+
 TEST(PoolLowering, RefusedPatternsNameTheirCause) {
   TemplateGenerator gen;
-  // 7 rows do not split into windows of 2 (the pool drops the last row).
-  auto odd = gen.Generate(PoolTask(OpKind::kAvgPool, Spec(DType::kFloat32, {2, 3, 7, 6}), {2, 2}), 4);
+  // relu(x) is an output at its full 7 rows, but the pool's iteration covers 6.
+  GraphBuilder u;
+  int ux = u.Input(DType::kFloat32, 4);
+  int relu = u.Op(OpKind::kRelu, {ux});
+  u.Output(relu);
+  u.Output(u.Op(OpKind::kMaxPool, {relu}, {2, 2}));
+  auto odd = gen.Generate(MakeTask(u.g, {Spec(DType::kFloat32, {2, 3, 7, 6})}), 4);
   ASSERT_FALSE(odd.ok());
   EXPECT_EQ(odd.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(odd.status().message().find("not a multiple of its window"), std::string::npos) << odd.status().ToString();
+  EXPECT_NE(odd.status().message().find("output 0 holds all 7 elements of an axis whose pool reads only the first 6"),
+            std::string::npos)
+      << odd.status().ToString();
   // A full-size tensor read after the pool lives on the windows' extent, which the split space cannot hold.
   GraphBuilder b;
   int x = b.Input(DType::kFloat32, 4), r = b.Input(DType::kFloat32, 4);

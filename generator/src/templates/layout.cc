@@ -17,8 +17,10 @@ bool FullSize(const std::vector<int64_t>& shape, const std::vector<int64_t>& F) 
 
 // The axes of extent > 1, outermost first, in which `strides` are dense
 // row-major (innermost stride 1, each outer stride = inner stride * inner
-// extent); empty when they are not.
-std::vector<int> DenseOrder(const std::vector<int64_t>& strides, const std::vector<int64_t>& F) {
+// extent); empty when they are not. With `gaps`, an outer stride may exceed
+// that (row-major with gaps: a floor-mode pool's input, whose uncovered tail
+// elements the iteration skips).
+std::vector<int> DenseOrder(const std::vector<int64_t>& strides, const std::vector<int64_t>& F, bool gaps = false) {
   std::vector<int> axes;
   for (size_t a = 0; a < F.size(); ++a)
     if (F[a] > 1) axes.push_back(static_cast<int>(a));
@@ -26,8 +28,9 @@ std::vector<int> DenseOrder(const std::vector<int64_t>& strides, const std::vect
   std::stable_sort(axes.begin(), axes.end(), [&](int x, int y) { return strides[x] > strides[y]; });
   int64_t expected = 1;
   for (size_t k = axes.size(); k-- > 0;) {
-    if (strides[axes[k]] != expected) return {};
-    expected *= F[axes[k]];
+    const int64_t s = strides[axes[k]];
+    if (gaps ? (s < expected || (k + 1 == axes.size() && s != 1)) : s != expected) return {};
+    expected = s * F[axes[k]];
   }
   return axes;
 }
@@ -56,7 +59,7 @@ std::optional<std::vector<int>> MemoryOrder(const Lowered& lo) {
   bool any = false;
   auto consider = [&](const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
     if (!FullSize(shape, F) || strides.size() != F.size()) return true;
-    std::vector<int> order = DenseOrder(strides, F);
+    std::vector<int> order = DenseOrder(strides, F, lo.pool_gaps);
     if (order.empty()) return false;
     if (any && order != common) return false;
     common = std::move(order);

@@ -29,7 +29,8 @@ namespace dice::generator::tmpl {
 /// F[a] > 1) are all dense row-major: order[k] is the F axis placed k-th.
 /// Extent-1 axes go first, in their original order. nullopt when F is
 /// already in that order (contiguous tasks, unchanged), when there is no
-/// full-size tensor, when a full-size tensor is not dense (gaps, overlap,
+/// full-size tensor, when a full-size tensor is not dense (gaps -- allowed
+/// only where Lowered::pool_gaps: a floor-mode pool's input --, overlap,
 /// stride 0) or when two full-size tensors are dense in different orders:
 /// the strided lowering then stays (correct, not coalesced; for two orders
 /// the elementwise family adds tiled transposes, see TransposePlan).

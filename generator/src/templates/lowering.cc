@@ -127,6 +127,9 @@ class Lowerer {
   std::map<std::pair<int, std::vector<int>>, int> memo_;
   std::map<int, int64_t> split_;  // logical axis -> groups (group_norm) or windows (a pool)
   std::map<int, int64_t> pooled_;  // logical axis -> window (> 1) of the pool that splits it
+  // logical axis -> (extent before the pool, the part its windows cover) for
+  // a floor-mode pool whose window does not divide the extent
+  std::map<int, std::pair<int64_t, int64_t>> truncated_;
   Lowered lo_;
 };
 
@@ -346,16 +349,14 @@ Status Lowerer::LowerPool(const ir::Op& op, int v) {
     const int64_t w = op.dims[d - 2];
     count *= static_cast<double>(w);
     if (w == 1) continue;
-    if (sh[d] % w != 0) {
-      return Unsupported(std::string(ir::GetOpInfo(op.kind).name) + ": spatial dim " + std::to_string(d) + " (" +
-                         std::to_string(sh[d]) + ") is not a multiple of its window " + std::to_string(w));
-    }
     const int64_t windows = sh[d] / w;
     auto it = split_.find(ma[d]);
     if (it != split_.end() && it->second != windows)
       return Unsupported("two ops splitting one axis differently (group_norm groups or pool windows)");
     split_[ma[d]] = windows;
     pooled_[ma[d]] = w;
+    // Floor mode: the last sh[d] % w elements along the axis are never read.
+    if (sh[d] % w != 0) truncated_[ma[d]] = {sh[d], windows * w};
     axes.emplace_back(ma[d], true);
   }
   int out = -1;
@@ -436,6 +437,22 @@ Expected<Lowered> Lowerer::Run() {
   infos_.assign(g_.num_values(), ValInfo{});
   lo_.inputs = task_.inputs;
   for (size_t i = 0; i < g_.ops.size(); ++i) DICE_RETURN_IF_ERROR(LowerOp(i));
+  // A floor-mode pool reads only the part of the axis its windows cover: the
+  // values before it iterate over that part (loads keep their strides).
+  for (const auto& [a, t] : truncated_) {
+    for (size_t o = 0; o < g_.outputs.size(); ++o) {
+      const int v = g_.outputs[o];
+      const auto& sh = shapes_[v];
+      const std::vector<int> map = infos_[v].anchored ? infos_[v].map : DefaultMap(sh.size());
+      for (size_t d = 0; d < sh.size(); ++d)
+        if (map[d] == a && sh[d] == t.first)
+          return Unsupported("output " + std::to_string(o) + " holds all " + std::to_string(t.first) +
+                             " elements of an axis whose pool reads only the first " + std::to_string(t.second));
+    }
+    for (auto& n : lo_.nodes)
+      if (n.lshape[a] == t.first) n.lshape[a] = t.second;
+    lo_.pool_gaps = true;
+  }
   if (task_.outputs.size() != g_.outputs.size())
     return Status(StatusCode::kInvalidArgument, "templates: task outputs do not match the graph");
   for (size_t o = 0; o < g_.outputs.size(); ++o) {

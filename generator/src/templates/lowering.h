@@ -67,6 +67,9 @@ struct Lowered {
   std::vector<int> reduce_axes;  ///< R: the axes every Reduce reduces (empty: elementwise)
   std::vector<ir::TensorSpec> inputs;
   int num_reduces = 0;
+  /// A floor-mode pool drops the tail of an axis its window does not divide:
+  /// the loads before it skip those elements (row-major with gaps, not dense).
+  bool pool_gaps = false;
 };
 
 /// Lowers `task`. Errors: kUnsupported naming the op or pattern (e.g. two
