@@ -1,6 +1,7 @@
 // TorchScript node -> fusion-group IR translation (see capture.h).
 #include "dice/torch_ext/capture.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -387,37 +388,31 @@ Expected<int32_t> Conv2d(Ctx& c) {
 // avg_pool{1,2,3}d / max_pool{1,2,3}d with stride = window (or the default
 // []), no padding, dilation 1, floor mode, count_include_pad irrelevant
 // without padding, no divisor_override: ir avg_pool / max_pool, dims = the
-// window. A batched input only (rank = spatial dims + 2).
+// window (one listed value stands for every spatial dim). Batched only.
 Handler Pool(ir::OpKind kind, int spatial) {
   return [kind, spatial](Ctx& c) -> Expected<int32_t> {
     DICE_ASSIGN(x, c.Tensor(c.node->input(0)));
     DICE_ASSIGN(rank, RankOf(c.node->input(0)));
     if (rank != spatial + 2) return Unsupported(c.node, "unbatched input (rank " + std::to_string(rank) + ")");
-    auto ints = [&](const char* name) -> std::optional<std::vector<int64_t>> {
+    auto ints = [&](const char* name, int64_t absent) -> std::optional<std::vector<int64_t>> {
+      if (!c.HasNamed(name)) return std::vector<int64_t>(static_cast<size_t>(spatial), absent);
       auto v = ConstIValue(c.Named(name));
       if (!v || !v->isIntList()) return std::nullopt;
       std::vector<int64_t> out = v->toIntVector();
       if (out.size() == 1 && spatial > 1) out.assign(static_cast<size_t>(spatial), out[0]);
       return out;
     };
-    auto window = ints("kernel_size");
-    auto stride = ints("stride");
-    auto padding = ints("padding");
-    if (!window || static_cast<int>(window->size()) != spatial || !stride || !padding)
-      return Unsupported(c.node, "non-constant kernel_size, stride or padding");
+    auto all = [](const std::optional<std::vector<int64_t>>& v, int64_t want) {
+      return v && std::all_of(v->begin(), v->end(), [want](int64_t e) { return e == want; });
+    };
+    auto window = ints("kernel_size", 0), stride = ints("stride", 0);
+    if (!window || static_cast<int>(window->size()) != spatial || !stride)
+      return Unsupported(c.node, "non-constant kernel_size or stride");
     if (!stride->empty() && *stride != *window) return Unsupported(c.node, "stride differs from kernel_size");
-    for (int64_t p : *padding)
-      if (p != 0) return Unsupported(c.node, "padding");
-    if (c.HasNamed("dilation")) {
-      auto dilation = ints("dilation");
-      if (!dilation) return Unsupported(c.node, "non-constant dilation");
-      for (int64_t d : *dilation)
-        if (d != 1) return Unsupported(c.node, "dilation");
-    }
+    if (!all(ints("padding", 0), 0) || !all(ints("dilation", 1), 1)) return Unsupported(c.node, "padding or dilation");
     DICE_ASSIGN(ceil, c.Bool(c.Named("ceil_mode"), "ceil_mode"));
-    if (ceil) return Unsupported(c.node, "ceil_mode");
-    if (c.HasNamed("divisor_override") && !IsNoneConst(c.Named("divisor_override")))
-      return Unsupported(c.node, "divisor_override");
+    if (ceil || (c.HasNamed("divisor_override") && !IsNoneConst(c.Named("divisor_override"))))
+      return Unsupported(c.node, "ceil_mode or divisor_override");
     return c.b.Emit(kind, {x}, {}, std::move(*window));
   };
 }
