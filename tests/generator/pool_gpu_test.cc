@@ -14,12 +14,8 @@
 
 #include <gtest/gtest.h>
 
-#include "dice/core/ir.h"
-#include "dice/core/task.h"
-#include "dice/core/tensor_layout.h"
-#include "dice/generator/templates.h"
 #include "dice/runtime/cuda_driver.h"
-#include "dice/runtime/tuner.h"
+#include "gpu_tune_util.h"
 
 namespace dice::generator {
 namespace {
@@ -28,36 +24,36 @@ struct Case {
   const char* name;
   const char* ir;
   std::vector<const char*> inputs;
-  bool channels_last;  // input 0 in channels_last(_3d)
+  TensorLayout layout;  // of input 0 (kContiguous: as parsed)
 };
 
 const std::vector<Case>& Cases() {
   static const std::vector<Case> cases = {
       {"avg_pool2x2_f32", "dice-ir v1\ninput %0 f32 rank=4\n%1 = avg_pool(%0) dims=[2,2]\noutput %1\n",
-       {"32x64x64x64:f32"}, false},
+       {"32x64x64x64:f32"}, TensorLayout::kContiguous},
       {"max_pool2x2_f32_channels_last", "dice-ir v1\ninput %0 f32 rank=4\n%1 = max_pool(%0) dims=[2,2]\noutput %1\n",
-       {"32x64x64x64:f32"}, true},
+       {"32x64x64x64:f32"}, TensorLayout::kChannelsLast},
       {"max_pool2x2_bf16", "dice-ir v1\ninput %0 bf16 rank=4\n%1 = max_pool(%0) dims=[2,2]\noutput %1\n",
-       {"32x64x64x64:bf16"}, false},
+       {"32x64x64x64:bf16"}, TensorLayout::kContiguous},
       {"avg_pool4_1d_f32", "dice-ir v1\ninput %0 f32 rank=3\n%1 = avg_pool(%0) dims=[4]\noutput %1\n",
-       {"64x128x1024:f32"}, false},
+       {"64x128x1024:f32"}, TensorLayout::kContiguous},
       {"max_pool2x2x2_3d_f32", "dice-ir v1\ninput %0 f32 rank=5\n%1 = max_pool(%0) dims=[2,2,2]\noutput %1\n",
-       {"16x16x16x32x32:f32"}, false},
+       {"16x16x16x32x32:f32"}, TensorLayout::kContiguous},
       // Floor mode: windows that do not divide the extent drop its tail
       // (level2/50, 72, 78: ConvTranspose3d outputs of 63; level2/65: 382 in windows of 4).
       {"max_pool2x2x2_3d_uneven_channels_last",
-       "dice-ir v1\ninput %0 f32 rank=5\n%1 = max_pool(%0) dims=[2,2,2]\noutput %1\n", {"8x16x31x63x63:f32"}, true},
+       "dice-ir v1\ninput %0 f32 rank=5\n%1 = max_pool(%0) dims=[2,2,2]\noutput %1\n", {"8x16x31x63x63:f32"}, TensorLayout::kChannelsLast3d},
       {"avg_pool4x4_uneven_f32", "dice-ir v1\ninput %0 f32 rank=4\n%1 = avg_pool(%0) dims=[4,4]\noutput %1\n",
-       {"16x64x94x94:f32"}, true},
+       {"16x64x94x94:f32"}, TensorLayout::kChannelsLast},
       // level2/46: conv output [128, 128, 126, 126] at a quarter of the batch.
       {"sub_tanh_sub_avg_pool_f32",
        "dice-ir v1\ninput %0 f32 rank=4\n%1 = const(0.5)\n%2 = sub(%0, %1)\n%3 = tanh(%2)\n%4 = const(0.2)\n"
        "%5 = sub(%3, %4)\n%6 = avg_pool(%5) dims=[2,2]\noutput %6\n",
-       {"32x128x126x126:f32"}, false},
+       {"32x128x126x126:f32"}, TensorLayout::kContiguous},
       {"sub_tanh_sub_avg_pool_f32_channels_last",
        "dice-ir v1\ninput %0 f32 rank=4\n%1 = const(0.5)\n%2 = sub(%0, %1)\n%3 = tanh(%2)\n%4 = const(0.2)\n"
        "%5 = sub(%3, %4)\n%6 = avg_pool(%5) dims=[2,2]\noutput %6\n",
-       {"32x128x126x126:f32"}, true},
+       {"32x128x126x126:f32"}, TensorLayout::kChannelsLast},
   };
   return cases;
 }
@@ -66,27 +62,15 @@ TEST(PoolGpu, PoolCandidatesPassTheVerifier) {
   auto dev = runtime::QueryDevice(0);
   if (!dev.ok()) GTEST_SKIP() << "no GPU: " << dev.status().ToString();
   const TargetInfo target = runtime::TargetForDevice(0);
-  runtime::TuneOptions options;
-  options.max_candidates = 8;
-  options.budget_s = 120;
-  runtime::Tuner tuner(nullptr, {std::make_shared<TemplateGenerator>()}, options);
+  auto tuner = tmpl_test::TemplateTuner();
   for (const Case& c : Cases()) {
     SCOPED_TRACE(c.name);
-    auto graph = ir::Parse(c.ir);
-    ASSERT_TRUE(graph.ok()) << graph.status().ToString();
-    std::vector<ir::TensorSpec> inputs;
-    for (const char* s : c.inputs) inputs.push_back(*ir::ParseInputSpec(s));
-    if (c.channels_last) {
-      inputs[0].strides = LayoutStrides(inputs[0].shape, inputs[0].shape.size() == 5 ? TensorLayout::kChannelsLast3d
-                                                                                       : TensorLayout::kChannelsLast);
-    }
-    auto task = MakeServedTask(*graph, inputs, target);  // the output layouts the verifier derives too
-    ASSERT_TRUE(task.ok()) << task.status().ToString();
-    auto report = tuner.Tune(*task);
+    const bool laid_out = c.layout != TensorLayout::kContiguous;
+    auto task = tmpl_test::ServedTask(c.ir, c.inputs, target, laid_out ? 0 : -1, c.layout);
+    ASSERT_TRUE(task.has_value());
+    auto report = tuner->Tune(*task);
     ASSERT_TRUE(report.ok()) << report.status().ToString();
-    double bytes = 0;  // every input and output moved once
-    for (const auto& t : task->inputs) bytes += static_cast<double>(t.numel() * ir::DTypeSize(t.dtype));
-    for (const auto& t : task->outputs) bytes += static_cast<double>(t.numel() * ir::DTypeSize(t.dtype));
+    const double bytes = tmpl_test::MovedBytes(*task);
     auto tbps = [&](double us) { return us > 0 ? bytes / (us * 1e6) : 0.0; };
     int verified = 0;
     for (const auto& o : report->outcomes) {

@@ -17,12 +17,8 @@
 
 #include <gtest/gtest.h>
 
-#include "dice/core/ir.h"
-#include "dice/core/task.h"
-#include "dice/core/tensor_layout.h"
-#include "dice/generator/templates.h"
 #include "dice/runtime/cuda_driver.h"
-#include "dice/runtime/tuner.h"
+#include "gpu_tune_util.h"
 
 namespace dice::generator {
 namespace {
@@ -34,10 +30,6 @@ struct Case {
   int channels_last_input;  // -1: none
   int transposes;           // transpose candidates expected (scalar t32, t64 + vectorised ones)
 };
-
-std::vector<int64_t> ChannelsLastStrides(const std::vector<int64_t>& s) {
-  return {s[2] * s[3] * s[1], 1, s[3] * s[1], s[1]};
-}
 
 // relu(x + b) of a channels_last x, then the layout copy to NCHW (a conv
 // region's exit fused into its epilogue); and a conv region's entry copy.
@@ -84,28 +76,14 @@ TEST(TransposeGpu, TransposeCandidatesPassTheVerifier) {
   auto dev = runtime::QueryDevice(0);
   if (!dev.ok()) GTEST_SKIP() << "no GPU: " << dev.status().ToString();
   const TargetInfo target = runtime::TargetForDevice(0);
-  runtime::TuneOptions options;
-  options.max_candidates = 8;
-  options.budget_s = 120;
-  runtime::Tuner tuner(nullptr, {std::make_shared<TemplateGenerator>()}, options);
+  auto tuner = tmpl_test::TemplateTuner();
   for (const Case& c : Cases()) {
     SCOPED_TRACE(c.name);
-    auto graph = ir::Parse(c.ir);
-    ASSERT_TRUE(graph.ok()) << graph.status().ToString();
-    std::vector<ir::TensorSpec> inputs;
-    for (const char* s : c.inputs) inputs.push_back(*ir::ParseInputSpec(s));
-    if (c.channels_last_input >= 0) {
-      auto& in = inputs[c.channels_last_input];
-      in.strides = ChannelsLastStrides(in.shape);
-    }
-    // The output layouts the worker's verifier derives too (tensor_layout.h ApplyOutputLayouts).
-    auto task = MakeServedTask(*graph, inputs, target);
-    ASSERT_TRUE(task.ok()) << task.status().ToString();
-    auto report = tuner.Tune(*task);
+    auto task = tmpl_test::ServedTask(c.ir, c.inputs, target, c.channels_last_input);
+    ASSERT_TRUE(task.has_value());
+    auto report = tuner->Tune(*task);
     ASSERT_TRUE(report.ok()) << report.status().ToString();
-    double bytes = 0;  // every input and output moved once
-    for (const auto& t : task->inputs) bytes += static_cast<double>(t.numel() * ir::DTypeSize(t.dtype));
-    for (const auto& t : task->outputs) bytes += static_cast<double>(t.numel() * ir::DTypeSize(t.dtype));
+    const double bytes = tmpl_test::MovedBytes(*task);
     auto tbps = [&](double us) { return us > 0 ? bytes / (us * 1e6) : 0.0; };
     int transposes = 0;
     for (const auto& o : report->outcomes) {

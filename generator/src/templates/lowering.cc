@@ -106,6 +106,13 @@ class Lowerer {
     return std::vector<int>(map.end() - static_cast<long>(rank), map.end());
   }
   Status LowerOp(size_t i);
+  // The node of op's first argument along its own map (anchored) or the
+  // default one; *map receives that map.
+  Expected<int> FirstArg(const ir::Op& op, std::vector<int>* map) {
+    const int a = op.args[0];
+    *map = infos_[a].anchored ? infos_[a].map : DefaultMap(shapes_[a].size());
+    return Get(a, *map);
+  }
   Status LowerReduction(const ir::Op& op, int v);
   Status LowerNormalization(const ir::Op& op, int v);
   Status LowerPool(const ir::Op& op, int v);
@@ -196,10 +203,9 @@ Expected<int> Lowerer::Instantiate(int v, const std::vector<int>& map) {
 }
 
 Status Lowerer::LowerReduction(const ir::Op& op, int v) {
-  int a = op.args[0];
-  const auto& sh = shapes_[a];
-  std::vector<int> ma = infos_[a].anchored ? infos_[a].map : DefaultMap(sh.size());
-  auto xr = Get(a, ma);
+  const auto& sh = shapes_[op.args[0]];
+  std::vector<int> ma;
+  auto xr = FirstArg(op, &ma);
   if (!xr.ok()) return xr.status();
   int x = *xr;
   std::vector<int64_t> dims = op.dims;
@@ -256,11 +262,10 @@ Status Lowerer::LowerReduction(const ir::Op& op, int v) {
 }
 
 Status Lowerer::LowerNormalization(const ir::Op& op, int v) {
-  int a = op.args[0];
-  const auto& sh = shapes_[a];
+  const auto& sh = shapes_[op.args[0]];
   const int rank = static_cast<int>(sh.size());
-  std::vector<int> ma = infos_[a].anchored ? infos_[a].map : DefaultMap(sh.size());
-  auto xr = Get(a, ma);
+  std::vector<int> ma;
+  auto xr = FirstArg(op, &ma);
   if (!xr.ok()) return xr.status();
   int x = *xr;
   int out = -1;
@@ -338,10 +343,9 @@ Status Lowerer::LowerNormalization(const ir::Op& op, int v) {
 // parts, its values downstream keep the input's map (rank is unchanged), and
 // an output of it is strided along the outer parts only (Run).
 Status Lowerer::LowerPool(const ir::Op& op, int v) {
-  int a = op.args[0];
-  const auto& sh = shapes_[a];
-  std::vector<int> ma = infos_[a].anchored ? infos_[a].map : DefaultMap(sh.size());
-  auto xr = Get(a, ma);
+  const auto& sh = shapes_[op.args[0]];
+  std::vector<int> ma;
+  auto xr = FirstArg(op, &ma);
   if (!xr.ok()) return xr.status();
   std::vector<std::pair<int, bool>> axes;
   double count = 1;
