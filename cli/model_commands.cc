@@ -870,7 +870,8 @@ void RegisterTune(CLI::App& app, CommandTable& table) {
   auto* tune = app.add_subcommand("tune", "tune the model's fusion groups and cache the winners");
   AddModelArgs(tune, &a->model);
   tune->add_option("--budget-s", a->budget_s, "tuning budget per fusion group, seconds (nvcc-built GEMM "
-                                                  "candidates take ~40 s each)")->capture_default_str();
+                                                  "candidates take ~40 s each; without a GPU one not yet built "
+                                                  "starts only with >= 40 s left)")->capture_default_str();
   tune->add_option("--max-candidates", a->max_candidates, "candidates per generator and group")->check(CLI::Range(1, 256));
   tune->add_option("--memory-format", a->model.memory_format, "conv regions' layout: auto (default: measured on the GPU, "
                    "or $DICE_MEMORY_FORMAT), contiguous or channels_last")->check(CLI::IsMember({"auto", "contiguous", "channels_last"}));

@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
 
   // Tune every group (compile-only without a GPU), then serve the winners.
   options.tune.compile_only = !cuda;
-  options.tune.budget_s = 30;
+  options.tune.budget_s = 60;  // one CUTLASS build (30-90 s) per linear group fits (tuner.h kMinUncachedNvccBudgetS)
   auto tuned = dice::torch_ext::TuneGroups(module, {x}, options);
   if (!tuned.ok()) {
     std::fprintf(stderr, "mlp_block: tuning failed: %s\n", tuned.status().ToString().c_str());

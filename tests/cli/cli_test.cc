@@ -454,7 +454,7 @@ TEST(BuildCacheDirTest, TuneWithACacheFlagKeepsItsBuildsUnderThatDirectory) {
   ASSERT_EQ(std::system(("python3 '" + d + "/make.py' '" + d + "/m.pt'").c_str()), 0);
   // DICE_BUILD_CACHE (ctest sets it for every test) is unset for the child only.
   const std::string tune = "env -u DICE_BUILD_CACHE " + std::string(DICE_CLI_PATH) + " tune " + d +
-                           "/m.pt --input 32x64:f32 --budget-s 5 --max-candidates 1 --cache " + d + "/cache 2>&1";
+                           "/m.pt --input 32x64:f32 --budget-s 45 --max-candidates 1 --cache " + d + "/cache 2>&1";
   const std::string out = Shell(tune);
   const std::string listing = Shell("ls " + d + "/cache/builds 2>&1");
   EXPECT_NE(out.find("linear"), std::string::npos) << "a linear group was formed:\n" << out;

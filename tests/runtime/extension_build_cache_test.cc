@@ -133,6 +133,18 @@ TEST_F(BuildCacheTest, MissBuildsAndStoresThenHitCopiesTheSameBytesWithoutNvcc) 
   EXPECT_EQ(Entries(dir, "").size(), 2u);  // the library and its sidecar, no temporaries left
 }
 
+TEST_F(BuildCacheTest, ExtensionBuildCachedTellsAHitBeforeAnyNvccRun) {
+  // The compile-only tuner asks this before an nvcc build it may not have
+  // the budget for (tuner.h kMinUncachedNvccBudgetS).
+  const std::string dir = root_ + "/cache/builds";
+  EXPECT_FALSE(ExtensionBuildCached(Source(), "sm_90", 1, Options(dir)));
+  ASSERT_NE(Build(Source(), Options(dir)), nullptr);
+  EXPECT_TRUE(ExtensionBuildCached(Source(), "sm_90", 1, Options(dir)));
+  EXPECT_FALSE(ExtensionBuildCached(Source(), "sm_90", 2, Options(dir)));  // another entry point: another key
+  EXPECT_FALSE(ExtensionBuildCached(Source(), "sm_90", 1, Options("off")));
+  EXPECT_EQ(Calls(), 1);  // asking never runs nvcc
+}
+
 TEST_F(BuildCacheTest, TruncatedCachedLibraryIsDetectedRemovedAndRebuilt) {
   const std::string dir = root_ + "/cache";
   ASSERT_NE(Build(Source(), Options(dir)), nullptr);

@@ -7,7 +7,11 @@
 // failures reported by a generator. No GPU needed.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 #include <map>
@@ -92,6 +96,42 @@ TEST(ExtensionCompilerTest, CompileOnlyTunerStopsBuildingAtTheBudget) {
   ASSERT_EQ(report->outcomes.size(), 1u);
   EXPECT_EQ(report->outcomes[0].outcome, Outcome::kSkipped);
   EXPECT_EQ(report->outcomes[0].error, "tuning budget exhausted");
+}
+
+TEST(ExtensionCompilerTest, CompileOnlyTunerStartsNoUncachedNvccBuildWithLessThanItNeedsLeft) {
+  // --budget-s 5 on a CPU machine: the CUTLASS build (30-90 s) would overrun
+  // it by most of a minute, so it is skipped with the reason (issue 20).
+  auto task = Task::Make(runtime_test::ReluGraph(), {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {64})},
+                         TargetInfo{});
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  class OneExtension : public KernelGenerator {
+   public:
+    std::string name() const override { return "one"; }
+    Expected<std::vector<Candidate>> Generate(const Task&, int) override {
+      return std::vector<Candidate>{GoodReluExtension()};
+    }
+  };
+  char tmpl[] = "/tmp/dice-empty-build-cache-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const char* old = std::getenv("DICE_BUILD_CACHE");
+  const std::string saved = old ? old : "";
+  ::setenv("DICE_BUILD_CACHE", tmpl, 1);  // nothing built here yet
+  TuneOptions o;
+  o.compile_only = true;
+  o.budget_s = 5;
+  Tuner tuner(nullptr, {std::make_shared<OneExtension>()}, o);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto report = tuner.Tune(*task);
+  const double took_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (old) ::setenv("DICE_BUILD_CACHE", saved.c_str(), 1); else ::unsetenv("DICE_BUILD_CACHE");
+  ::rmdir(tmpl);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_EQ(report->outcomes.size(), 1u);
+  EXPECT_EQ(report->outcomes[0].outcome, Outcome::kSkipped);
+  EXPECT_NE(report->outcomes[0].error.find("an uncached nvcc build (30-90 s) starts only with >= 40 s"),
+            std::string::npos)
+      << report->outcomes[0].error;
+  EXPECT_LT(took_s, 5.0) << "no nvcc ran";
 }
 
 TEST(ExtensionCompilerTest, RejectsDeviceFormAndMalformedArch) {

@@ -341,6 +341,14 @@ Expected<std::unique_ptr<ExtensionBuild>> CompileExtension(const Candidate& cand
   return build;
 }
 
+bool ExtensionBuildCached(const Candidate& candidate, const std::string& arch, int num_inputs,
+                          const ExtensionCompileOptions& options) {
+  const std::string dir = build_cache::ResolveDir(options.build_cache_dir);
+  if (dir.empty()) return false;
+  auto tc = Prepare(candidate, arch, num_inputs, options);
+  return tc.ok() && build_cache::Load(dir, BuildKey(*tc, candidate, arch, num_inputs)).ok();
+}
+
 Expected<std::unique_ptr<ExtensionBuild>> CompileExtensionCached(const Candidate& candidate, const std::string& arch,
                                                                  int num_inputs, const ExtensionCompileOptions& options) {
   const std::string dir = build_cache::ResolveDir(options.build_cache_dir);

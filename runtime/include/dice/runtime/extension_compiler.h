@@ -146,6 +146,14 @@ Expected<std::unique_ptr<ExtensionBuild>> CompileExtensionCached(const Candidate
                                                                  int num_inputs,
                                                                  const ExtensionCompileOptions& options = {});
 
+/// Whether CompileExtensionCached(candidate, arch, num_inputs, options) would
+/// find its library in the build cache (a verified copy, no nvcc run). False
+/// when caching is off, the toolchain is missing, the candidate is device
+/// form, or the entry is absent or corrupt. Reads the cached library to check
+/// it (milliseconds); compiles nothing. Thread-safe.
+bool ExtensionBuildCached(const Candidate& candidate, const std::string& arch, int num_inputs,
+                          const ExtensionCompileOptions& options = {});
+
 /// The -arch= value nvcc gets for `candidate` on a task whose arch is `arch`
 /// ("sm_90"): `arch` itself, or its arch-specific variant when the source asks
 /// for one with the line "// dice-nvcc-arch-feature: a" within its first 4,096

@@ -35,6 +35,13 @@
 
 namespace dice::runtime {
 
+/// A compile-only tune (no GPU) starts an nvcc build that is not in the build
+/// cache only while at least this much of the group's budget is left, in
+/// seconds: one CUTLASS instantiation takes 30-90 s, so a build started with
+/// less would overrun --budget-s by most of that (issue 20). Cached builds
+/// (a verified copy, milliseconds) are always taken.
+inline constexpr double kMinUncachedNvccBudgetS = 40;
+
 struct TuneOptions {
   int max_candidates = 16;      ///< per generator
   double budget_s = 60;         ///< wall-clock budget per task, seconds
