@@ -40,6 +40,11 @@ sed -i "s|\$HOME/opt/dice|$tmp/prefix|g" "$tmp/commands.sh"
 grep -q '^my_app: 1 fusion group(s), output \[8, 8\]$' "$tmp/doc.log" || { cat "$tmp/doc.log"; echo "the doc's program did not print its line" >&2; exit 1; }
 grep '^my_app:' "$tmp/doc.log"
 
+# The installed tools start as they are, with no LD_LIBRARY_PATH (install RPATH: lib/ and LibTorch's).
+env -u LD_LIBRARY_PATH "$tmp/prefix/bin/dice" --help > "$tmp/dice-help.log" 2>&1 ||
+  { cat "$tmp/dice-help.log"; echo "the installed bin/dice does not start" >&2; exit 1; }
+grep -q 'tune' "$tmp/dice-help.log" || { cat "$tmp/dice-help.log"; echo "bin/dice --help lists no tune" >&2; exit 1; }
+
 # The package: targets + a core-only program, Torch found through python3 (not on the prefix path).
 cmake -S "$src" -B "$tmp/check" -DCMAKE_PREFIX_PATH="$tmp/prefix" > "$tmp/check.log" 2>&1 || { cat "$tmp/check.log"; exit 1; }
 cmake --build "$tmp/check" > "$tmp/check-build.log" 2>&1 || { cat "$tmp/check-build.log"; exit 1; }
