@@ -444,8 +444,7 @@ struct Tuner::Impl {
                  left < kMinUncachedNvccBudgetS &&
                  !ExtensionBuildCached(c, task.target.arch, static_cast<int>(task.inputs.size()), eo)) {
         o.error = fmt::format("tuning budget exhausted: an uncached nvcc build (30-90 s) starts only with >= {:.0f} s "
-                              "of the group's budget left ({:.1f} s left; --budget-s)",
-                              kMinUncachedNvccBudgetS, left);
+                              "of the group's budget left ({:.1f} s left; --budget-s)", kMinUncachedNvccBudgetS, left);
         m.outcomes.push_back(std::move(o));
         m.binaries.emplace_back();
         continue;
