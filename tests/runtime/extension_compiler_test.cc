@@ -75,22 +75,28 @@ TEST(ExtensionCompilerTest, NvccPastItsDeadlineIsKilledAndReportedAsTimeout) {
   EXPECT_EQ(build.status().code(), StatusCode::kTimeout) << build.status().ToString();
 }
 
+// A generator of one good extension candidate, after `delay_ms` of generating.
+class OneExtension : public KernelGenerator {
+ public:
+  explicit OneExtension(int delay_ms) : delay_ms_(delay_ms) {}
+  std::string name() const override { return "one"; }
+  Expected<std::vector<Candidate>> Generate(const Task&, int) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+    return std::vector<Candidate>{GoodReluExtension()};
+  }
+
+ private:
+  int delay_ms_;
+};
+
 TEST(ExtensionCompilerTest, CompileOnlyTunerStopsBuildingAtTheBudget) {
   auto task = Task::Make(runtime_test::ReluGraph(), {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {64})},
                          TargetInfo{});
   ASSERT_TRUE(task.ok()) << task.status().ToString();
-  class OneExtension : public KernelGenerator {
-   public:
-    std::string name() const override { return "one"; }
-    Expected<std::vector<Candidate>> Generate(const Task&, int) override {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // generation eats the budget
-      return std::vector<Candidate>{GoodReluExtension()};
-    }
-  };
   TuneOptions o;
   o.compile_only = true;
   o.budget_s = 0.2;  // spent by generation, before the first build
-  Tuner tuner(nullptr, {std::make_shared<OneExtension>()}, o);
+  Tuner tuner(nullptr, {std::make_shared<OneExtension>(300)}, o);  // generation eats the budget
   auto report = tuner.Tune(*task);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   ASSERT_EQ(report->outcomes.size(), 1u);
@@ -104,13 +110,6 @@ TEST(ExtensionCompilerTest, CompileOnlyTunerStartsNoUncachedNvccBuildWithLessTha
   auto task = Task::Make(runtime_test::ReluGraph(), {ir::TensorSpec::Contiguous(ir::DType::kFloat32, {64})},
                          TargetInfo{});
   ASSERT_TRUE(task.ok()) << task.status().ToString();
-  class OneExtension : public KernelGenerator {
-   public:
-    std::string name() const override { return "one"; }
-    Expected<std::vector<Candidate>> Generate(const Task&, int) override {
-      return std::vector<Candidate>{GoodReluExtension()};
-    }
-  };
   char tmpl[] = "/tmp/dice-empty-build-cache-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const char* old = std::getenv("DICE_BUILD_CACHE");
@@ -119,7 +118,7 @@ TEST(ExtensionCompilerTest, CompileOnlyTunerStartsNoUncachedNvccBuildWithLessTha
   TuneOptions o;
   o.compile_only = true;
   o.budget_s = 5;
-  Tuner tuner(nullptr, {std::make_shared<OneExtension>()}, o);
+  Tuner tuner(nullptr, {std::make_shared<OneExtension>(0)}, o);
   const auto t0 = std::chrono::steady_clock::now();
   auto report = tuner.Tune(*task);
   const double took_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
