@@ -5,10 +5,15 @@ torch.compile, round-robin with CUDA events. Prints one JSON line per variant.
 "channels_last+copies" pays the NCHW -> NHWC copy of the input and the copy
 back of the output inside the timed region, as a KernelBench model (NCHW in
 and out) does. With --kernels, each variant is also run 5 times under
-torch.profiler and its CUDA kernels are printed (µs per forward, top 8).
+torch.profiler and its CUDA kernels are printed (µs per forward, top 12).
+With --served FILE.pt (a `dice tune --save` file, e.g. the bench's
+/tmp/dice-bench/<task>.served.pt) the model dice serves from the cache
+(DICE_MODE=cache, --cache DIR, --lib the extension) is one more variant,
+"dice served", in the same loop.
 Usage: python3 bench/conv_tactic_probe.py TASK.py [--reps 20] [--kernels]
+           [--served FILE.pt --cache DIR --lib build/torch_ext/libdice_torch_ext.so]
 """
-import argparse, importlib.util, json, sys
+import argparse, importlib.util, json, os, sys
 
 import torch
 
@@ -25,6 +30,9 @@ def main():
     ap.add_argument("task")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--kernels", action="store_true")
+    ap.add_argument("--served", help="a `dice tune --save` file to time as the variant \"dice served\"")
+    ap.add_argument("--cache", default="/tmp/dice-bench-cache", help="the cache dir the served file's winners are in")
+    ap.add_argument("--lib", default="build/torch_ext/libdice_torch_ext.so")
     a = ap.parse_args()
     m = load(a.task)
     torch.manual_seed(0)
@@ -44,6 +52,12 @@ def main():
                                                             if t.dim() == 4 else t for t in x]).contiguous()),
         "torch.compile": (False, lambda: compiled(*x)),
     }
+    if a.served:
+        os.environ["DICE_MODE"] = "cache"
+        os.environ["DICE_CACHE_DIR"] = a.cache
+        torch.ops.load_library(a.lib)
+        served = torch.jit.load(a.served).cuda().eval()
+        variants["dice served"] = (False, lambda: served(*x))
     times = {k: [] for k in variants}
     with torch.no_grad():
         for k, (bench, fn) in variants.items():  # warm-up (and cuDNN's search)
@@ -74,7 +88,7 @@ def main():
                         fn()
                     torch.cuda.synchronize()
                 rows = sorted((e for e in prof.key_averages() if e.device_time_total > 0),
-                              key=lambda e: -e.device_time_total)[:8]
+                              key=lambda e: -e.device_time_total)[:12]
                 print(json.dumps({"task": a.task.split("/")[-1], "variant": k, "kernels": [
                     {"name": e.key[:90], "us_per_forward": e.device_time_total / 5, "calls": e.count / 5} for e in rows]}))
         sys.stdout.flush()

@@ -5,8 +5,8 @@
 # the device call carries (`carry: [".deps", ...]`) and scripts/setup.sh
 # unpacks there. Also copies the KernelBench task files the benchmark needs
 # into .deps/kernelbench (../shared does not travel), the infilling items and
-# SDAR configs into .deps/dice-rl and .deps/sdar, and pytest wheels into
-# .deps/wheels.
+# SDAR configs into .deps/dice-rl and .deps/sdar, pytest wheels into
+# .deps/wheels and the CUTLASS headers' wheel into .deps/cutlass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .deps
@@ -14,6 +14,10 @@ mkdir -p .deps
    libhiredis-dev libhiredis0.14 nlohmann-json3-dev libcli11-dev libicu-dev libicu72 >/dev/null)
 # pytest (+ wheel) for the Python frontend's tests, installed offline there by setup.sh.
 python3 -m pip download -q -d .deps/wheels pytest wheel
+# The CUTLASS headers' wheel (pinned in scripts/setup.sh): without it the GPU
+# machine builds no gemm/conv candidate and their GPU tests skip or fail.
+cutlass=$(sed -n 's/^CUTLASS_VERSION=//p' scripts/setup.sh)
+python3 -m pip download -q --no-deps -d .deps/cutlass "nvidia-cutlass==$cutlass"
 if [ -d ../shared/data/kernelbench ]; then
   rm -rf .deps/kernelbench && cp -r ../shared/data/kernelbench .deps/kernelbench
 fi

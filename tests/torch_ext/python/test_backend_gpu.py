@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import dice_torch
+from conftest import NEEDS_CUTLASS
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda.is_available() is False)")]
@@ -102,6 +103,7 @@ def test_opcheck_on_cuda():
                                 torch.randn(64, device="cuda", dtype=torch.half)]))
 
 
+@NEEDS_CUTLASS
 def test_linear_epilogue_group_is_tuned_then_served_from_the_cache(tmp_path):
     """An F.linear + epilogue (a 2-D and a 3-D input) through backend="dice":
     tune-sync gives each GEMM group a verified winner (the CUTLASS gemm family)

@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 
 import dice_torch
+from conftest import NEEDS_CUTLASS
 from dice_torch import decisions, measure
 
 pytestmark = [pytest.mark.gpu,
@@ -116,6 +117,7 @@ class TwoLinears(nn.Module):
         return torch.relu(self.b(torch.relu(self.a(x))))
 
 
+@NEEDS_CUTLASS
 def test_first_call_prebuilds_every_linear_groups_nvcc_candidates_at_once(tmp_path):
     # Two GEMM groups (linear + relu, two shapes of one alignment class): the
     # tune-sync first call's prebuild pass records both tasks and builds their
