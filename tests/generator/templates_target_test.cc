@@ -102,6 +102,28 @@ TEST(TemplateTarget, SplitRowChunksScaleWithSmCount) {
   EXPECT_FALSE(HasOriginContaining(pcie, "/c66"));
 }
 
+TEST(TemplateTarget, TilesplitChunksScaleWithSmCount) {
+  // A global average pool of a channels_last activation (level2/67's
+  // [128, 64, 254, 254] conv output, stored N, H, W, C): 8192 rows of 64516,
+  // 256 tiles of 32 rows. Chunks fill about two waves of blocks: 132 SMs x
+  // 8 blocks of 256 x 2 = 2112 blocks -> 9 chunks a tile (114 SMs: 8).
+  const ir::Graph g = UnaryGraph(OpKind::kMean, 4, {1, 2});
+  const auto sxm = Generate(g, {128, 254, 254, 64}, TargetInfo{});
+  const auto pcie = Generate(g, {128, 254, 254, 64}, H100Pcie());
+  const LaunchPlan p = PlanOf(sxm, "row/tilesplit32x8/c9");
+  ASSERT_EQ(p.launches.size(), 2u);  // the partials, then the finalize
+  EXPECT_EQ(p.launches[0].grid[0], 256u * 9);
+  EXPECT_EQ(p.launches[0].block[0], 256u);
+  EXPECT_EQ(p.launches[1].grid[0], 256u);  // only row outputs: a block per tile
+  EXPECT_EQ(p.workspace_bytes, 8192u * 9 * sizeof(double));
+  EXPECT_EQ(PlanOf(sxm, "row/tilesplit32x16/c5").launches.at(0).grid[0], 256u * 5);
+  EXPECT_EQ(PlanOf(pcie, "row/tilesplit32x8/c8").launches.at(0).grid[0], 256u * 8);
+  EXPECT_EQ(sxm.at(0).origin, "template:row/tilesplit32x8/c9");
+  // Rows enough for the SMs (1024 tiles), or rows too short: no tilesplit.
+  EXPECT_FALSE(HasOriginContaining(Generate(g, {128, 64, 64, 256}, TargetInfo{}), "tilesplit"));
+  EXPECT_FALSE(HasOriginContaining(Generate(g, {8, 16, 16, 64}, TargetInfo{}), "tilesplit"));
+}
+
 TEST(TemplateTarget, ClusterRowsInFlightFollowSmCountAndL2) {
   const ir::Graph g = UnaryGraph(OpKind::kSoftmax, 2, {1});
   // softmax over [4096, 8192] (32 KB rows): at most 2 rows per SM in flight.

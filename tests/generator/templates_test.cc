@@ -161,6 +161,32 @@ TEST(TemplateGenerator, ColumnVariantLeadsForInnerAxisReduction) {
   EXPECT_NE(cands[0].origin.find("row/column"), std::string::npos) << cands[0].origin;
 }
 
+TEST(TemplateGenerator, TilesplitCompilesForSpatialReductionsOfChannelsLast) {
+  // Reduced axes not innermost (N, H, W, C stored; H and W reduced) with few
+  // tiles of rows for their length: the tilesplit schedule leads and compiles,
+  // one level with row outputs only, and two levels with a full-shaped output
+  // (x - mean(x), then its max: the finalize writes every chunk).
+  {
+    GraphBuilder b;
+    int x = b.Input(DType::kFloat32, 4);
+    b.Output(b.Op(OpKind::kMean, {x}, {1, 2}, false));
+    auto cands = ExpectCompiles(MakeTask(b.g, {Spec(DType::kFloat32, {16, 128, 128, 64})}), 2);
+    ASSERT_FALSE(cands.empty());
+    EXPECT_EQ(cands[0].origin.rfind("template:row/tilesplit32x8/c", 0), 0u) << cands[0].origin;
+  }
+  GraphBuilder b;
+  int x = b.Input(DType::kFloat32, 4);
+  int m = b.Op(OpKind::kMean, {x}, {1, 2}, true);
+  int d = b.Op(OpKind::kSub, {x, m});
+  b.Output(d);
+  b.Output(b.Op(OpKind::kAmax, {d}, {1, 2}, false));
+  auto cands = ExpectCompiles(MakeTask(b.g, {Spec(DType::kFloat32, {16, 96, 96, 64})}), 2);
+  ASSERT_FALSE(cands.empty());
+  ASSERT_EQ(cands[0].origin.rfind("template:row/tilesplit", 0), 0u) << cands[0].origin;
+  ASSERT_EQ(cands[0].plan.launches.size(), 3u);  // two levels, then the finalize
+  EXPECT_EQ(cands[0].plan.launches[2].grid[0], cands[0].plan.launches[0].grid[0]);  // over every chunk
+}
+
 TEST(TemplateGenerator, SoftmaxAndLogSoftmaxCompile) {
   for (OpKind k : {OpKind::kSoftmax, OpKind::kLogSoftmax}) {
     for (int64_t dim : {1, 2}) {

@@ -251,7 +251,7 @@ TEST_F(MemoryFormatPassTest, RegionCopiesBecomeFusionGroupsTheExitFusedIntoTheEp
   EXPECT_TRUE(got.is_contiguous());
 }
 
-TEST_F(MemoryFormatPassTest, AConvBiasMovesIntoTheEpilogueOnlyWhenItsOneReaderFuses) {
+TEST_F(MemoryFormatPassTest, AConvBiasMovesIntoTheEpilogueOnlyWhenEveryReaderFuses) {
   // y = conv(x) + b then relu: the bias add becomes the epilogue group's first op.
   auto original = Make(kConvReluBias, {{"w1", torch::randn({8, 3, 3, 3})},
                                        {"b1", torch::randn({8})},
@@ -273,17 +273,38 @@ TEST_F(MemoryFormatPassTest, AConvBiasMovesIntoTheEpilogueOnlyWhenItsOneReaderFu
   at::Tensor want = original.forward({run}).toTensor();
   at::Tensor got = m.forward({run}).toTensor();
   EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5)) << (got - want).abs().max().item<double>();
-  // Two readers of the conv's output (flatten is not fused): the bias stays in the conv.
-  auto biased = Make(R"(
+  // Two readers, both fused (level2/52's x * tanh(softplus(x))): the bias
+  // moves and both read the add, inside one group.
+  auto twice = Make(R"(
 def forward(self, x):
     y = torch.conv2d(x, self.w1, self.b1, [1, 1], [1, 1])
-    return torch.flatten(y, 1)
+    return torch.mul(torch.tanh(torch.softplus(y)), y)
 )", {{"w1", torch::randn({4, 3, 3, 3})}, {"b1", torch::randn({4})}});
+  auto twice_original = twice.clone();
   opt.example_inputs = {torch::randn({2, 3, 6, 6})};
-  ASSERT_TRUE(optimize(biased, opt).ok());
-  auto kept = NodesOf(biased, "aten::conv2d");
-  ASSERT_EQ(kept.size(), 1u);
-  EXPECT_FALSE(kept[0]->input(2)->type()->kind() == c10::TypeKind::NoneType);
+  auto twice_rep = optimize(twice, opt);
+  ASSERT_TRUE(twice_rep.ok()) << twice_rep.status().ToString();
+  auto moved = NodesOf(twice, "aten::conv2d");
+  ASSERT_EQ(moved.size(), 1u);
+  EXPECT_TRUE(moved[0]->input(2)->type()->kind() == c10::TypeKind::NoneType) << twice_rep->graph;
+  ASSERT_EQ(twice_rep->groups.size(), 1u) << twice_rep->graph;
+  EXPECT_EQ(twice_rep->groups[0].group.summary, "add+softplus+tanh+mul");
+  const at::Tensor small = torch::randn({2, 3, 6, 6});
+  at::Tensor twice_want = twice_original.forward({small}).toTensor();
+  at::Tensor twice_got = twice.forward({small}).toTensor();
+  EXPECT_TRUE(torch::allclose(twice_got, twice_want, 1e-5, 1e-5)) << (twice_got - twice_want).abs().max().item<double>();
+  // One reader is not fused (flatten): the bias stays in the conv, whether
+  // that reader is alone or beside a fused one.
+  for (const char* body : {"    return torch.flatten(y, 1)\n",
+                           "    return torch.relu(y), torch.flatten(y, 1)\n"}) {
+    auto biased = Make(std::string("\ndef forward(self, x):\n    y = torch.conv2d(x, self.w1, self.b1, [1, 1], [1, 1])\n") +
+                           body,
+                       {{"w1", torch::randn({4, 3, 3, 3})}, {"b1", torch::randn({4})}});
+    ASSERT_TRUE(optimize(biased, opt).ok()) << body;
+    auto kept = NodesOf(biased, "aten::conv2d");
+    ASSERT_EQ(kept.size(), 1u);
+    EXPECT_FALSE(kept[0]->input(2)->type()->kind() == c10::TypeKind::NoneType) << body;
+  }
 }
 
 TEST_F(MemoryFormatPassTest, ACopyPyTorchMakesForFreeOrOfAViewStaysWithPyTorch) {

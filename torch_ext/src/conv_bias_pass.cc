@@ -48,9 +48,16 @@ int MoveConvBiasIntoEpilogue(const std::shared_ptr<torch::jit::Graph>& graph) {
     const int rank = TensorRank(n->output());
     if (rank != 4 && rank != 5) continue;
     at::Tensor bias = ConstantBias(n);
-    if (!bias.defined() || n->output()->uses().size() != 1 || TakenAsConvGroup(n)) continue;
-    const Node* reader = n->output()->uses()[0].user;
-    if (reader->owningBlock() != graph->block() || !UnsupportedReason(reader).empty()) continue;
+    if (!bias.defined() || n->output()->uses().empty() || TakenAsConvGroup(n)) continue;
+    // Every reader fuses (x * tanh(softplus(x)) reads the conv output twice):
+    // the add then lands in their group, and no reader outside a group pays
+    // for a pass that cuDNN's own bias add would have made.
+    bool all_fuse = true;
+    for (const auto& use : n->output()->uses()) {
+      const Node* reader = use.user;
+      all_fuse = all_fuse && reader->owningBlock() == graph->block() && UnsupportedReason(reader).empty();
+    }
+    if (!all_fuse) continue;
     convs.emplace_back(n, std::move(bias));
   }
   for (auto& [conv, bias] : convs) {

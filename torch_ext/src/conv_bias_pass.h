@@ -5,13 +5,14 @@
 // Triton epilogue after the conv. On a frozen, inlined, type-observed
 // TorchScript forward graph this pass does the same for the fusion groups:
 // a conv (conv2d, conv3d, conv_transpose2d/3d, _convolution, convolution)
-// whose bias is a 1-D tensor constant [K] and whose output has exactly one
-// reader, an op the fusion pass can fuse (UnsupportedReason == ""), becomes
-// the conv without bias followed by aten::add(y, bias viewed [K, 1, 1(, 1)]),
-// which then joins the epilogue's fusion group. The values are eager's: the
+// whose bias is a 1-D tensor constant [K] and whose output's readers (one or
+// more: x * tanh(softplus(x)) reads it twice) are all ops the fusion pass can
+// fuse (UnsupportedReason == ""), becomes the conv without bias followed by
+// aten::add(y, bias viewed [K, 1, 1(, 1)]), which every reader then reads and
+// which joins the epilogue's fusion group. The values are eager's: the
 // bias is added after the conv in the output's dtype either way. Convs whose
-// bias is None or not a constant, whose output has other readers or a
-// reader outside any group, or that the fusion pass takes into a conv group
+// bias is None or not a constant, whose output has a reader outside any
+// group (or no reader), or that the fusion pass takes into a conv group
 // of its own (DICE_CONV_GROUPS: the conv template fuses the bias), are left
 // as they are.
 // Thread-compatible: mutates the graph it is given.

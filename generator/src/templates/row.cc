@@ -19,6 +19,12 @@
 //   split<B>    rows cut into C chunks: one kernel per level writes per-chunk
 //               partials to the workspace (float64 slots), a finalize kernel
 //               combines them (each block redundantly) and writes the outputs
+//   tilesplit32x<Y>/c<C>  the tile schedule (32 adjacent rows, coalesced when
+//               the reduced axes are not innermost) with each row cut into C
+//               chunks, one block per (tile, chunk), and the split schedule's
+//               workspace partials and finalize kernel: a global average pool
+//               of a channels_last activation (N*C = 8192 rows of 64516) runs
+//               256 tiles, a third of an H100's block slots, without it
 //   cluster<B>/q<Q>  a row per thread-block cluster of Q CTAs (sm_90+; Q = 1:
 //               one block per row), each CTA a contiguous chunk; a pass's
 //               partials are combined through distributed shared memory
@@ -59,7 +65,7 @@ std::string AccToFloat(ReduceOp op, const std::string& acc) {
 }
 
 
-enum class Mode { kColumn, kWarp, kBlock, kSplit, kCluster, kTile };
+enum class Mode { kColumn, kWarp, kBlock, kSplit, kCluster, kTile, kTileSplit };
 
 struct RowCfg {
   Mode mode;
@@ -198,11 +204,15 @@ class RowEmitter {
     switch (cfg_.mode) {
       case Mode::kColumn: return 1;
       case Mode::kWarp: return 32;
-      case Mode::kTile: return cfg_.threads / 32;
+      case Mode::kTile:
+      case Mode::kTileSplit: return cfg_.threads / 32;
       default: return cfg_.threads;
     }
   }
-  bool Chunked() const { return cfg_.mode == Mode::kSplit || cfg_.mode == Mode::kCluster; }
+  bool Chunked() const {
+    return cfg_.mode == Mode::kSplit || cfg_.mode == Mode::kCluster || cfg_.mode == Mode::kTileSplit;
+  }
+  bool Tiled() const { return cfg_.mode == Mode::kTile || cfg_.mode == Mode::kTileSplit; }
   // The cached copy of load `id` at this thread's element: register slot
   // (per > 0, loop index it) or the CTA's shared-memory chunk (smem, k - kbeg).
   std::string CachedAt(int id) const {
@@ -246,6 +256,9 @@ class RowEmitter {
                    const std::string& loop, bool group_reduce, const std::string& ind, std::string* s) const;
   std::string ClusterKernel(const std::string& name) const;
   std::string SplitKernel(const std::string& name, int level) const;  // level 0 = finalize
+  // tilesplit: level l's partials of (tile, chunk), or (level 0) the finalize;
+  // `whole_tiles`: the finalize runs one block per tile (no full outputs).
+  std::string TileSplitKernel(const std::string& name, int level, bool whole_tiles) const;
   std::string FusedKernel(const std::string& name) const;
 
   const Lowered& lo_;
@@ -267,6 +280,8 @@ std::string RowEmitter::Tag() const {
       return "cluster" + std::to_string(cfg_.threads) + "/q" + std::to_string(cfg_.chunks) + (cfg_.smem ? "/smem" : "") +
              fused;
     case Mode::kTile: return "tile32x" + std::to_string(cfg_.threads / 32) + reg + fused;
+    case Mode::kTileSplit:
+      return "tilesplit32x" + std::to_string(cfg_.threads / 32) + "/c" + std::to_string(cfg_.chunks) + fused;
   }
   return "";
 }
@@ -315,6 +330,9 @@ void RowEmitter::ElementLoop(const std::string& ind, const std::function<void(co
     if (!exact) *s += ind + "  }\n";
     *s += ind + "}\n";
   } else if (Chunked()) {
+    // A tile's warps each stream their own k: unrolled, a thread has four
+    // loads in flight instead of one behind its accumulator.
+    if (cfg_.mode == Mode::kTileSplit) *s += ind + "#pragma unroll 4\n";
     *s += ind + "for (" + idx_ + " k = kbeg + tid; k < kend; k += " + Lit(G) + ") {\n";
     body(ind + "  ");
     *s += ind + "}\n";
@@ -330,7 +348,9 @@ std::string RowEmitter::GroupReduce(ReduceOp op, const std::string& acc) const {
   switch (cfg_.mode) {
     case Mode::kColumn: return acc;
     case Mode::kWarp: return "dice_warp_reduce<" + tag + ">(" + acc + ")";
-    case Mode::kTile: return "dice_tile_reduce<" + tag + ", " + std::to_string(cfg_.threads / 32) + ">(" + acc + ", dice_sh)";
+    case Mode::kTile:
+    case Mode::kTileSplit:
+      return "dice_tile_reduce<" + tag + ", " + std::to_string(cfg_.threads / 32) + ">(" + acc + ", dice_sh)";
     default: return "dice_block_reduce<" + tag + ", " + std::to_string(cfg_.threads) + ">(" + acc + ", dice_sh)";
   }
 }
@@ -459,7 +479,7 @@ void RowEmitter::EmitOutputLoop(const std::vector<int>& targets, const std::stri
           std::string g1 = GuardExpr(ri_.O, lo_.F, shape, "row", ri_.wide);
           std::string g2 = GuardExpr(ri_.R, lo_.F, shape, "k", ri_.wide);
           std::string guard = g1.empty() ? g2 : (g2.empty() ? g1 : g1 + " && " + g2);
-          if (cfg_.mode == Mode::kTile) guard = guard.empty() ? "live" : "live && " + guard;
+          if (Tiled()) guard = guard.empty() ? "live" : "live && " + guard;
           std::string st = "dice_st(out" + std::to_string(o) + " + " + off + ", " + ValueName(lo_, out.node) + ");";
           *s += in2 + (guard.empty() ? st : "if (" + guard + ") " + st) + "\n";
         }
@@ -682,6 +702,53 @@ std::string RowEmitter::SplitKernel(const std::string& name, int level) const {
   return s;
 }
 
+std::string RowEmitter::TileSplitKernel(const std::string& name, int level, bool whole_tiles) const {
+  const int T = cfg_.threads;
+  const int C = cfg_.chunks;
+  const int64_t CL = (ri_.L + C - 1) / C;
+  const int64_t rc = ri_.rows * C;
+  std::string s = "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(T) + ") " + name + "(" +
+                  ParamList(lo_, true) + ") {\n";
+  s += "  __shared__ float dice_sh[" + std::to_string(33 * (T / 32)) + "];\n";
+  s += "  double* ws = reinterpret_cast<double*>(workspace);\n";
+  s += "  const unsigned tid = threadIdx.x >> 5;\n";
+  if (whole_tiles) {
+    s += "  const " + idx_ + " tile = (" + idx_ + ")blockIdx.x;\n";
+    s += "  const " + idx_ + " chunk = 0;\n";
+  } else {
+    s += "  const " + idx_ + " tile = (" + idx_ + ")blockIdx.x / " + Lit(C) + ";\n";
+    s += "  const " + idx_ + " chunk = (" + idx_ + ")blockIdx.x % " + Lit(C) + ";\n";
+  }
+  // Lanes past the last row compute row rows-1 and store nothing (the block
+  // synchronises in the tile reduction, so every thread runs every loop).
+  s += "  const bool live = tile * 32 + (threadIdx.x & 31u) < " + Lit(ri_.rows) + ";\n";
+  s += "  const " + idx_ + " row = live ? tile * 32 + (threadIdx.x & 31u) : " + Lit(ri_.rows - 1) + ";\n";
+  s += "  const " + idx_ + " kbeg = chunk * " + Lit(CL) + ";\n";
+  s += "  const " + idx_ + " kend = kbeg + " + Lit(CL) + " < " + Lit(ri_.L) + " ? kbeg + " + Lit(CL) + " : " +
+       Lit(ri_.L) + ";\n";
+  // Earlier levels' results: every thread combines its row's C partials in
+  // chunk order (the same value in every block of the row).
+  auto combine = [&](int below) {
+    EmitCombine([&](int id) { return ri_.level[id] < below; },
+                [&](int id) { return "ws[" + Lit(ri_.slot.at(id) * rc) + " + row * " + Lit(C) + " + q]"; },
+                "for (unsigned q = 0u; q < " + std::to_string(C) + "u; ++q) ", false, "  ", &s);
+  };
+  if (level > 0) {
+    combine(level);
+    EmitLevel(level, "  ", &s, false);
+    for (int id : ri_.reduces)
+      if (ri_.level[id] == level)
+        s += "  if (tid == 0u && live) ws[" + Lit(ri_.slot.at(id) * rc) + " + row * " + Lit(C) + " + chunk] = r" +
+             std::to_string(id) + ";\n";
+  } else {
+    combine(ri_.max_level + 1);
+    EmitFullOutputs("  ", &s, false);
+    EmitRowOutputs("  ", "chunk == 0u && tid == 0u && live", &s);
+  }
+  s += "}\n";
+  return s;
+}
+
 Candidate RowEmitter::Build() {
   Candidate c;
   c.origin = "template:row/" + Tag();
@@ -706,6 +773,18 @@ Candidate RowEmitter::Build() {
     }
     s += SplitKernel(base + "_fin", 0);
     launch(base + "_fin", ri_.rows * cfg_.chunks);
+    c.plan.workspace_bytes = static_cast<uint64_t>(ri_.reduces.size()) * ri_.rows * cfg_.chunks * sizeof(double);
+  } else if (cfg_.mode == Mode::kTileSplit) {
+    const int64_t tiles = (ri_.rows + 31) / 32;
+    for (int l = 1; l <= ri_.max_level; ++l) {
+      const std::string k = base + "_p" + std::to_string(l);
+      s += TileSplitKernel(k, l, false);
+      launch(k, tiles * cfg_.chunks);
+    }
+    // Without full-shaped outputs only chunk 0 writes: one block per tile.
+    const bool whole_tiles = ri_.full_outputs.empty();
+    s += TileSplitKernel(base + "_fin", 0, whole_tiles);
+    launch(base + "_fin", whole_tiles ? tiles : tiles * cfg_.chunks);
     c.plan.workspace_bytes = static_cast<uint64_t>(ri_.reduces.size()) * ri_.rows * cfg_.chunks * sizeof(double);
   } else if (cfg_.mode == Mode::kCluster) {
     s += ClusterKernel(base);
@@ -805,8 +884,24 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
     cfg.grid = std::min<int64_t>(ri.rows, 4096) * Q;
     order.push_back(cfg);
   };
+  // Reduced axes not innermost with few tiles of 32 rows for the SMs (fewer
+  // than 4 blocks each) and long rows: the rows are cut into chunks so that
+  // about 2 waves of blocks stream (H100/H200: 2112 blocks of 256 threads),
+  // each thread over at least 64 elements of its row.
+  auto tilesplit = [&](int Y) {
+    const int64_t tiles = (ri.rows + 31) / 32;
+    const int T = 32 * Y;
+    const int64_t want = int64_t{sms} * (target.max_threads_per_sm / T) * 2;
+    int64_t c = std::min<int64_t>((want + tiles - 1) / tiles, 256);
+    c = std::min<int64_t>(c, ri.L / (int64_t{Y} * 64));
+    if (c >= 2) order.push_back(RowCfg{Mode::kTileSplit, T, 0, static_cast<int>(c)});
+  };
   const bool few_long_rows = ri.rows <= 2 * sms && ri.L >= 16384;  // at most 2 rows per SM
   if (ri.inner) {
+    if ((ri.rows + 31) / 32 < int64_t{sms} * 4 && ri.L >= 4096) {
+      tilesplit(8);
+      tilesplit(16);
+    }
     column(128); tile(8); tile(16); column(256); block(256); warp(); block(128);
   } else if (few_long_rows) {
     split(512); split(256); cluster(1024); cluster_smem(1024); block(1024); block(512); block(256);
@@ -827,7 +922,7 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
   if (has_fused) {
     std::vector<RowCfg> both;
     for (RowCfg cfg : order) {
-      if (cfg.mode == Mode::kTile) continue;  // no tile form of the fused reductions
+      if (cfg.mode == Mode::kTile || cfg.mode == Mode::kTileSplit) continue;  // no tile form of the fused reductions
       cfg.fused = true;
       both.push_back(cfg);
     }
