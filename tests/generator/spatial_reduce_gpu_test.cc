@@ -38,7 +38,7 @@ const std::vector<Case>& Cases() {
       // Two levels and a full-shaped output: x - mean(x), then its spatial max.
       {"center_then_amax_f32",
        "dice-ir v1\ninput %0 f32 rank=4\n%1 = mean(%0) dims=[2,3] keepdim=1\n%2 = sub(%0, %1)\n"
-       "%3 = amax(%2) dims=[2,3]\noutput %2\noutput %3\n",
+       "%3 = amax(%2) dims=[2,3]\noutput %2, %3\n",
        {"16x64x96x96:f32"}},
   };
   return cases;

@@ -307,6 +307,57 @@ def forward(self, x):
   }
 }
 
+TEST_F(MemoryFormatPassTest, AGlobalPoolWrittenAsAKeepdimReductionStaysInsideTheRegion) {
+  // level2/44: conv, scale, mean over [2, 3] twice (keepdim). The region ends
+  // after the means, whose [N, C, 1, 1] output is the same memory in either
+  // layout: no full-size copy back to NCHW before them. The fusion group
+  // reads the conv output channels_last and reduces it there.
+  auto original = Make(R"(
+def forward(self, x):
+    y = torch.conv2d(x, self.w1, self.b1, [1, 1], [1, 1])
+    y = torch.mean(y * 0.5, [2, 3], True)
+    return torch.mean(y, [-1, -2], True)
+)", {{"w1", torch::randn({8, 3, 3, 3})}, {"b1", torch::randn({8})}});
+  auto m = original.clone();
+  setenv("DICE_MEMORY_FORMAT", "channels_last", 1);
+  Options opt;
+  opt.mode = Mode::kObserve;
+  opt.example_inputs = {torch::randn({2, 3, 10, 10})};
+  auto rep = optimize(m, opt);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->memory_format, "channels_last");
+  // The entry copy; then the bias and both means (PyTorch's frozen-graph
+  // folding moved the scale into the conv's weights).
+  ASSERT_EQ(rep->groups.size(), 2u) << rep->graph;
+  EXPECT_EQ(rep->groups[1].group.summary, "add+mean+mean") << rep->graph;
+  // Without groups (mode off), the one exit copy reads the last mean's
+  // [2, 8, 1, 1] output (a free copy: already contiguous), not the activation.
+  auto plain = original.clone();
+  ASSERT_TRUE(Capture(plain, torch::randn({2, 3, 10, 10})).ok());
+  const auto exits = NodesOf(plain, "aten::contiguous");
+  ASSERT_EQ(exits.size(), 2u);  // the entry copy, then the exit
+  EXPECT_EQ(FormatOf(exits[0]), static_cast<int64_t>(at::MemoryFormat::ChannelsLast));
+  EXPECT_EQ(std::string(exits[1]->input(0)->node()->kind().toQualString()), "aten::mean");
+  torch::NoGradGuard no_grad;
+  const at::Tensor run = torch::randn({2, 3, 10, 10});
+  at::Tensor want = original.forward({run}).toTensor();
+  at::Tensor got = m.forward({run}).toTensor();
+  EXPECT_EQ(got.sizes(), want.sizes());
+  EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5)) << (got - want).abs().max().item<double>();
+  // Not a global pool (H alone, or keepdim off): the region ends before it,
+  // and the reduction reads the NCHW copy.
+  for (const char* reduce : {"torch.mean(y, [2], True)", "torch.mean(y, [2, 3])"}) {
+    auto partial = Make(std::string("\ndef forward(self, x):\n    y = torch.conv2d(x, self.w1, self.b1, [1, 1], [1, 1])\n"
+                                    "    return ") + reduce + "\n",
+                        {{"w1", torch::randn({8, 3, 3, 3})}, {"b1", torch::randn({8})}});
+    auto partial_rep = Capture(partial, torch::randn({2, 3, 10, 10}));
+    ASSERT_TRUE(partial_rep.ok()) << partial_rep.status().ToString();
+    auto means = NodesOf(partial, "aten::mean");
+    ASSERT_EQ(means.size(), 1u) << reduce;
+    EXPECT_EQ(std::string(means[0]->input(0)->node()->kind().toQualString()), "aten::contiguous") << reduce;
+  }
+}
+
 TEST_F(MemoryFormatPassTest, ACopyPyTorchMakesForFreeOrOfAViewStaysWithPyTorch) {
   // x.contiguous() of a contiguous value is free in eager, of a transpose a
   // strided gather the kernels do not serve: neither becomes a group op.

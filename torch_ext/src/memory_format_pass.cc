@@ -61,9 +61,34 @@ int ConvSeedRank(const Node* n) {
   return TensorRank(n->input(0)) == r && TensorRank(n->output()) == r ? r : 0;
 }
 
+// A global pool written as a reduction: aten::mean/sum/amax/amin over every
+// spatial dim (2 .. rank-1, any order, negative or not) with keepdim=True.
+// Its output [N, C, 1, ...] is the same memory in either layout, so the
+// region (and its exit copy) can end after it instead of before it, where a
+// full-size activation would be copied back to contiguous only to be
+// reduced (level2/44: mean over [2, 3] twice after a ConvTranspose2d).
+bool IsSpatialReduceKeepdim(const Node* n, int rank) {
+  static const std::unordered_set<c10::Symbol> kinds = {c10::Symbol::aten("mean"), c10::Symbol::aten("sum"),
+                                                        c10::Symbol::aten("amax"), c10::Symbol::aten("amin")};
+  if (kinds.count(n->kind()) == 0 || n->inputs().size() < 3 || n->outputs().size() != 1) return false;
+  if (TensorRank(n->input(0)) != rank || TensorRank(n->output()) != rank) return false;
+  auto keepdim = torch::jit::toIValue(n->input(2));
+  auto dims = ConstIValue(n->input(1));
+  if (!keepdim || !keepdim->isBool() || !keepdim->toBool() || !dims || !dims->isIntList()) return false;
+  std::vector<int64_t> want(static_cast<size_t>(rank - 2));
+  for (int d = 2; d < rank; ++d) want[static_cast<size_t>(d - 2)] = d;
+  std::vector<int64_t> got;
+  for (int64_t d : dims->toIntVector()) got.push_back(d < 0 ? d + rank : d);
+  std::sort(got.begin(), got.end());
+  // A dtype argument (mean/sum's 4th) other than None changes the values' type: not taken.
+  if (n->inputs().size() > 3 && !IsNoneConst(n->input(3))) return false;
+  return got == want;
+}
+
 // Whether `n` preserves a rank-`rank` layout: a preserving kind with one
 // output of that rank and every tensor operand of known rank.
 bool IsPreserving(const Node* n, int rank) {
+  if (IsSpatialReduceKeepdim(n, rank)) return true;
   if (PreservingKinds().count(n->kind()) == 0 || n->outputs().size() != 1 || TensorRank(n->output()) != rank) {
     return false;
   }
