@@ -7,8 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "dice/core/ir.h"
@@ -59,6 +61,33 @@ inline double MovedBytes(const Task& t) {
   for (const auto& s : t.inputs) bytes += static_cast<double>(s.numel() * ir::DTypeSize(s.dtype));
   for (const auto& s : t.outputs) bytes += static_cast<double>(s.numel() * ir::DTypeSize(s.dtype));
   return bytes;
+}
+
+/// Tunes `task` and checks what every GPU test of a family checks (test
+/// failures, not exceptions): the tune succeeds and no candidate fails
+/// verification or crashes. Prints one line per verified candidate (µs, TB/s
+/// over MovedBytes) and a summary line (eager's baseline, the best, the
+/// speedup, the winner), each starting "[<tag>] <name>". Returns the origins
+/// of the verified candidates ("template:row/..."), empty when the tune failed.
+inline std::vector<std::string> TuneAndPrintVerified(runtime::Tuner& tuner, const Task& task, const char* tag,
+                                                     const char* name) {
+  auto report = tuner.Tune(task);
+  EXPECT_TRUE(report.ok()) << report.status().ToString();
+  if (!report.ok()) return {};
+  const double bytes = MovedBytes(task);
+  auto tbps = [&](double us) { return us > 0 ? bytes / (us * 1e6) : 0.0; };
+  std::vector<std::string> verified;
+  for (const auto& o : report->outcomes) {
+    EXPECT_NE(o.outcome, runtime::Outcome::kVerifyFailed) << o.origin << ": " << o.error;
+    EXPECT_NE(o.outcome, runtime::Outcome::kCrashed) << o.origin << ": " << o.error;
+    if (!runtime::IsVerified(o.outcome)) continue;
+    verified.push_back(o.origin);
+    std::printf("[%s] %-40s %-40s %9.2f us %6.2f TB/s\n", tag, name, o.origin.c_str(), o.time_us, tbps(o.time_us));
+  }
+  std::printf("[%s] %-40s baseline %9.2f us (%.2f TB/s)  best %9.2f us  speedup %5.2fx  %s\n", tag, name,
+              report->baseline_us, tbps(report->baseline_us), report->best_us, report->speedup,
+              report->winner_origin.c_str());
+  return verified;
 }
 
 }  // namespace dice::tmpl_test

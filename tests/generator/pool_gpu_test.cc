@@ -8,7 +8,6 @@
 // must pass; each candidate's time is printed beside eager's (the baseline:
 // the same ops as ATen runs them), not asserted (bench/ holds the
 // performance targets). Skipped without a GPU.
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -68,22 +67,8 @@ TEST(PoolGpu, PoolCandidatesPassTheVerifier) {
     const bool laid_out = c.layout != TensorLayout::kContiguous;
     auto task = tmpl_test::ServedTask(c.ir, c.inputs, target, laid_out ? 0 : -1, c.layout);
     ASSERT_TRUE(task.has_value());
-    auto report = tuner->Tune(*task);
-    ASSERT_TRUE(report.ok()) << report.status().ToString();
-    const double bytes = tmpl_test::MovedBytes(*task);
-    auto tbps = [&](double us) { return us > 0 ? bytes / (us * 1e6) : 0.0; };
-    int verified = 0;
-    for (const auto& o : report->outcomes) {
-      EXPECT_NE(o.outcome, runtime::Outcome::kVerifyFailed) << o.origin << ": " << o.error;
-      EXPECT_NE(o.outcome, runtime::Outcome::kCrashed) << o.origin << ": " << o.error;
-      if (!runtime::IsVerified(o.outcome)) continue;
-      ++verified;
-      std::printf("[pool-gpu] %-40s %-40s %9.2f us %6.2f TB/s\n", c.name, o.origin.c_str(), o.time_us, tbps(o.time_us));
-    }
-    EXPECT_GE(verified, 1) << "no pool candidate was verified";
-    std::printf("[pool-gpu] %-40s baseline %9.2f us (%.2f TB/s)  best %9.2f us  speedup %5.2fx  %s\n", c.name,
-                report->baseline_us, tbps(report->baseline_us), report->best_us, report->speedup,
-                report->winner_origin.c_str());
+    const auto verified = tmpl_test::TuneAndPrintVerified(*tuner, *task, "pool-gpu", c.name);
+    EXPECT_GE(verified.size(), 1u) << "no pool candidate was verified";
   }
 }
 

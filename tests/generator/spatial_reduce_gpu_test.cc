@@ -8,7 +8,6 @@
 // verified and none may fail verification. Times are printed beside eager's
 // (the same ops as ATen runs them), not asserted (bench/ holds the
 // performance targets). Skipped without a GPU.
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -53,23 +52,10 @@ TEST(SpatialReduceGpu, TilesplitCandidatesPassTheVerifier) {
     SCOPED_TRACE(c.name);
     auto task = tmpl_test::ServedTask(c.ir, c.inputs, target, 0, TensorLayout::kChannelsLast);
     ASSERT_TRUE(task.has_value());
-    auto report = tuner->Tune(*task);
-    ASSERT_TRUE(report.ok()) << report.status().ToString();
-    const double bytes = tmpl_test::MovedBytes(*task);
-    auto tbps = [&](double us) { return us > 0 ? bytes / (us * 1e6) : 0.0; };
     int tilesplit = 0;
-    for (const auto& o : report->outcomes) {
-      EXPECT_NE(o.outcome, runtime::Outcome::kVerifyFailed) << o.origin << ": " << o.error;
-      EXPECT_NE(o.outcome, runtime::Outcome::kCrashed) << o.origin << ": " << o.error;
-      if (!runtime::IsVerified(o.outcome)) continue;
-      if (o.origin.find("row/tilesplit") != std::string::npos) ++tilesplit;
-      std::printf("[spatial-gpu] %-24s %-40s %9.2f us %6.2f TB/s\n", c.name, o.origin.c_str(), o.time_us,
-                  tbps(o.time_us));
-    }
+    for (const std::string& origin : tmpl_test::TuneAndPrintVerified(*tuner, *task, "spatial-gpu", c.name))
+      tilesplit += origin.find("row/tilesplit") != std::string::npos ? 1 : 0;
     EXPECT_GE(tilesplit, 1) << "no tilesplit candidate was verified";
-    std::printf("[spatial-gpu] %-24s baseline %9.2f us (%.2f TB/s)  best %9.2f us  speedup %5.2fx  %s\n", c.name,
-                report->baseline_us, tbps(report->baseline_us), report->best_us, report->speedup,
-                report->winner_origin.c_str());
   }
 }
 
