@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -99,9 +100,10 @@ bool ParseInputs(const ModelArgs& args, std::vector<InputSpec>* specs, std::stri
 /// Loads the module and builds random inputs; fills `error` and returns false on bad input.
 /// Why torch::jit::load refused `path`, for the two files people hand it
 /// most often by mistake: a torch.save archive (a pickled nn.Module or state
-/// dict: a zip with data.pkl but no TorchScript code) and a file that is no
-/// zip archive at all. "" when the file looks like a TorchScript archive (then
-/// PyTorch's own first line is the cause).
+/// dict: a zip with data.pkl but no TorchScript code), a file that is no
+/// zip archive at all, a directory (a models/ folder instead of its
+/// model.pt) and a path that does not exist. "" when the file looks like a
+/// TorchScript archive (then PyTorch's own first line is the cause).
 std::string NotTorchScriptReason(const std::string& path) {
   const char* how = "save the model with torch.jit.save(torch.jit.script(model), path) or "
                     "torch.jit.save(torch.jit.trace(model, example_inputs), path)";
@@ -112,7 +114,10 @@ std::string NotTorchScriptReason(const std::string& path) {
                                                          "TorchScript archive: ") + how;
     return "";
   } catch (const std::exception&) {
-    if (!std::filesystem::is_regular_file(path)) return "";
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) return "it is a directory, not a model file (give the .pt file in it)";
+    if (!std::filesystem::exists(path, ec)) return "no such file";
+    if (!std::filesystem::is_regular_file(path, ec)) return "";
     return std::string("not a TorchScript archive (not a zip file): ") + how;
   }
 }
@@ -197,11 +202,16 @@ std::string TimedOn(bool gpu, int threads) {
          ", see DICE_CPU_TIMING_THREADS";
 }
 
-/// Median wall time of module.forward(inputs) in µs after warm-up; GPU work is synchronised.
-double TimeForward(torch::jit::Module& module, const std::vector<c10::IValue>& inputs, bool gpu, int reps) {
+/// Median wall time of module.forward(inputs) in µs after 3 warm-up calls
+/// (TorchScript's profiling runs among them); GPU work is synchronised.
+/// `after_warmup` (may be empty) runs between the two, e.g. to reset the
+/// group statistics so that they count the timed calls only.
+double TimeForward(torch::jit::Module& module, const std::vector<c10::IValue>& inputs, bool gpu, int reps,
+                   const std::function<void()>& after_warmup = nullptr) {
   torch::NoGradGuard no_grad;
   for (int i = 0; i < 3; ++i) module.forward(inputs);
   Sync(gpu);
+  if (after_warmup) after_warmup();
   std::vector<double> us;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -454,7 +464,13 @@ bool MatchAgainstFloat64(const ModelArgs& args, bool gpu, const std::vector<c10:
 bool CheckCache(const std::string& cache_dir, std::string* error) {
   const std::string dir = cache_dir.empty() ? dice::cache::DefaultCacheDir() : cache_dir;
   auto store = dice::cache::Store::Open(dice::cache::DatabasePath(dir));
-  if (!store.ok()) *error = "kernel cache unusable: " + store.status().message();
+  if (!store.ok()) {
+    *error = "kernel cache unusable: " + store.status().message();
+    // A damaged database is kept as it is (never modified): say how to go on.
+    if (store.status().code() == dice::StatusCode::kCorrupt) {
+      *error += " (move " + dice::cache::DatabasePath(dir) + " aside, or pass another --cache directory)";
+    }
+  }
   return store.ok();
 }
 
@@ -819,7 +835,9 @@ int CmdRunOrProfile(const ModelArgs& args, bool profile) {
   double us = 0;
   try {
     CpuTimingScope timing(gpu, cpu_threads);  // the group times of observe mode are taken in here too
-    us = TimeForward(m.module, m.inputs, gpu, args.reps);
+    // The group statistics count the timed calls only, not the warm-up (whose
+    // first calls run TorchScript's profiling executor, several times slower).
+    us = TimeForward(m.module, m.inputs, gpu, args.reps, dice::torch_ext::ResetGroupStats);
   } catch (const std::exception& e) {
     return Fail(kExitBadInput, ModelRunError(args, e));
   }

@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
     std::printf("  group %d: %s\n", g.id, g.group.summary.c_str());
     std::printf("%s", g.group.canonical.c_str());
   }
-  std::printf("left with PyTorch:\n");
+  std::printf("left with PyTorch:%s\n", report->left_out.empty() ? " nothing" : "");
   for (const auto& n : report->left_out) std::printf("  %-24s %s\n", n.kind.c_str(), n.reason.c_str());
 
   dice::torch_ext::ResetGroupStats();

@@ -77,6 +77,11 @@ TEST_F(CliTest, MissingModelFileIsBadInput) {
   DiceResult r = RunDice("tune " + (dir_ / "nope.pt").string() + " --input 8x8:f32 --cache " + Cache());
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("cannot load TorchScript model"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nope.pt': no such file"), std::string::npos) << r.output;
+  // A folder of models instead of the model file in it (new-user pass, issue 20).
+  r = RunDice("tune " + dir_.string() + " --input 8x8:f32 --cache " + Cache());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("it is a directory, not a model file"), std::string::npos) << r.output;
 }
 
 TEST_F(CliTest, CorruptModelFileIsBadInput) {
@@ -191,6 +196,10 @@ TEST_F(CliTest, CpuTimingUsesOneIntraOpThreadUnlessToldAndSaysSo) {
   DiceResult one = RunDice(args);
   EXPECT_EQ(one.code, 0) << one.output;
   EXPECT_NE(one.output.find("(CPU, 1 intra-op thread, see DICE_CPU_TIMING_THREADS)"), std::string::npos) << one.output;
+  // The group rows count the 3 timed calls, not the 3 warm-up calls before
+  // them (TorchScript's profiling runs, several times slower): columns id,
+  // group, inputs, calls.
+  EXPECT_TRUE(std::regex_search(one.output, std::regex(R"(\n\s*\d+\s+\S+\s+\S+\s+3\s)"))) << one.output;
   ::setenv("DICE_CPU_TIMING_THREADS", "2", 1);
   DiceResult two = RunDice(args);
   ::setenv("DICE_CPU_TIMING_THREADS", "two", 1);
@@ -224,6 +233,9 @@ TEST_F(CliTest, CorruptCacheFileIsReportedAndLeftIntact) {
     EXPECT_NE(r.output.find("kernels.db"), std::string::npos) << r.output;
     EXPECT_EQ(ReadFile(db), garbage) << "the cache file was modified";
   }
+  // tune says how to go on (new-user pass, issue 20).
+  DiceResult r = RunDice("tune " + model_ + " --input 8x8:f32 --cache " + Cache());
+  EXPECT_NE(r.output.find("aside, or pass another --cache directory"), std::string::npos) << r.output;
 }
 
 TEST_F(CliTest, UnknownCacheKeyIsBadInput) {

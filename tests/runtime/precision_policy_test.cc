@@ -5,6 +5,7 @@
 // refuses is not served by the Tuner (a miss: tuned again, which needs a GPU
 // here), one it allows is.
 #include "dice/runtime/precision_policy.h"
+#include "dice/runtime/winner_versions.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "dice/core/task.h"
 #include "dice/generator/templates.h"
 #include "dice/runtime/cuda_driver.h"
+#include "dice/runtime/extension_compiler.h"
 #include "dice/runtime/tuner.h"
 
 namespace dice::runtime {
@@ -156,6 +158,51 @@ TEST(PrecisionPolicyTest, OnlyAReducedPrecisionWinnerCanBeRefused) {
   EXPECT_EQ(RefusedWinnerReason(Switches(true, false), ConvReluGraph(), w), "");
 }
 
+TEST(WinnerVersionsTest, AnExtensionWinnerBuiltAgainstOtherLibrariesIsStale) {
+  // Issue 18 item 5: a binary built against another torch or CUTLASS is re-tuned, never served blind.
+  cache::WinnerRecord w;
+  w.origin = "template:gemm/3xtf32/128x128x16/s4";
+  w.versions_json = R"({"torch": "2.10.0", "cutlass": "4.2.0", "form": "extension"})";
+  EXPECT_EQ(StaleBuildReason(w, "2.11.0", "4.2.0"),
+            "winner template:gemm/3xtf32/128x128x16/s4 was built against torch 2.10.0; this process runs 2.11.0");
+  EXPECT_EQ(StaleBuildReason(w, "2.10.0", "4.3.0"),
+            "winner template:gemm/3xtf32/128x128x16/s4 was built against cutlass 4.2.0; this process runs 4.3.0");
+  EXPECT_EQ(StaleBuildReason(w, "2.10.0", "4.2.0"), "") << "same versions: served";
+  EXPECT_EQ(StaleBuildReason(w, "", ""), "") << "versions this process does not know are not compared";
+  // A row from before CUTLASS versions were recorded, or a candidate without CUTLASS.
+  w.versions_json = R"({"torch": "2.11.0", "cutlass": "", "form": "extension"})";
+  EXPECT_EQ(StaleBuildReason(w, "2.11.0", "4.3.0"), "");
+  w.versions_json = R"({"torch": "2.11.0", "form": "extension"})";
+  EXPECT_EQ(StaleBuildReason(w, "2.11.0", "4.3.0"), "");
+  // A device-form (NVRTC) winner holds no library: never stale here.
+  w.versions_json = R"({"torch": "2.10.0", "cutlass": "4.2.0", "form": "device"})";
+  EXPECT_EQ(StaleBuildReason(w, "2.11.0", "4.3.0"), "");
+  w.versions_json = "";
+  EXPECT_EQ(StaleBuildReason(w, "2.11.0", "4.3.0"), "");
+  w.versions_json = "not json";
+  EXPECT_EQ(StaleBuildReason(w, "2.11.0", "4.3.0"), "") << "WinnerForm reports a corrupt row";
+  // RefusedWinnerReason applies it with the options' torch version.
+  w.versions_json = R"({"torch": "2.10.0", "form": "extension"})";
+  TuneOptions o = Switches(true, true);
+  o.torch_version = "2.11.0";
+  EXPECT_EQ(RefusedWinnerReason(o, LinearReluGraph(), w),
+            "winner template:gemm/3xtf32/128x128x16/s4 was built against torch 2.10.0; this process runs 2.11.0");
+  o.torch_version = "2.10.0";
+  EXPECT_EQ(RefusedWinnerReason(o, LinearReluGraph(), w), "");
+  TuneOptions other = o;
+  other.torch_version = "2.11.0";
+  EXPECT_FALSE(o == other) << "the torch extension rebuilds its tuners when the options differ";
+}
+
+TEST(WinnerVersionsTest, CutlassVersionIsReadFromTheHeadersNvccUses) {
+  if (CutlassIncludeDir().empty()) {
+    EXPECT_EQ(CutlassVersion(), "");
+    GTEST_SKIP() << "no CUTLASS headers (scripts/setup.sh unpacks the pinned nvidia-cutlass wheel)";
+  }
+  // scripts/setup.sh pins nvidia-cutlass 4.2.0.0, whose cutlass/version.h says 4.2.0.
+  EXPECT_EQ(CutlassVersion(), "4.2.0");
+}
+
 TEST(PrecisionPolicyTest, OptionsWithOtherSwitchesCompareUnequal) {
   // The torch extension rebuilds its tuners when the options differ.
   EXPECT_TRUE(Switches(true, false) == Switches(true, false));
@@ -228,6 +275,27 @@ TEST_F(TunerPrecisionServeTest, StrictFp32RefusesACachedTf32WinnerDespiteTheOver
   all.allow_reduced_precision = true;
   auto report = Tune(all);
   ASSERT_FALSE(report.ok()) << "DICE_STRICT_FP32=1 served a TF32 winner";
+  EXPECT_EQ(report.status().code(), StatusCode::kNoDevice) << report.status().ToString();
+}
+
+TEST_F(TunerPrecisionServeTest, AnExtensionWinnerBuiltAgainstAnotherTorchIsNotServed) {
+  if (CudaDriver::Get().ok()) GTEST_SKIP() << "a GPU is present: the re-tune would run there";
+  auto row = store_->GetWinner(task_.Key());
+  ASSERT_TRUE(row.ok() && row->has_value());
+  cache::WinnerRecord w = **row;
+  w.versions_json = R"({"torch": "2.10.0", "form": "extension"})";
+  w.speedup = 3;  // PutWinner keeps the existing row unless the new one is faster
+  ASSERT_TRUE(*store_->PutWinner(w));
+  TuneOptions same = Switches(/*tf32_conv=*/true, false);
+  same.torch_version = "2.10.0";
+  auto served = Tune(same);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_TRUE(served->from_cache) << "built against this torch: served";
+  TuneOptions newer = same;
+  newer.torch_version = "2.11.0";
+  auto report = Tune(newer);
+  // Not served: the Tune goes on to tune the task again, which needs a GPU here.
+  ASSERT_FALSE(report.ok()) << "served a winner built against torch 2.10.0 to torch 2.11.0";
   EXPECT_EQ(report.status().code(), StatusCode::kNoDevice) << report.status().ToString();
 }
 

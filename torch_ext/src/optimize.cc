@@ -18,6 +18,7 @@
 #include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/frozen_graph_optimizations.h>
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/version.h>
 
 #include "dice/core/log.h"
 #include "dice/core/task.h"
@@ -251,6 +252,7 @@ void ApplyFrameworkPrecision(runtime::TuneOptions* options) {
   options->tf32_conv = ctx.allowTF32CuDNN(at::Float32Op::CONV);
   options->tf32_matmul =
       ctx.float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL) == at::Float32Precision::TF32;
+  options->torch_version = TORCH_VERSION;  // extension winners built against another are refused
 }
 
 Options GetRuntimeOptions() {

@@ -48,8 +48,10 @@ void SetRuntimeSettings(const RuntimeSettings& settings);
 /// also set by torch.backends.cudnn.conv.fp32_precision), tf32_matmul =
 /// torch.backends.cuda.matmul.allow_tf32 (also on under
 /// torch.set_float32_matmul_precision("high"/"medium") or
-/// torch.backends.cuda.matmul.fp32_precision = "tf32"). Leaves the other
-/// fields, allow_reduced_precision included. Never throws, also when the
+/// torch.backends.cuda.matmul.fp32_precision = "tf32"); and torch_version =
+/// this build's TORCH_VERSION (winner_versions.h: extension winners built
+/// against another torch are refused). Leaves the other fields,
+/// allow_reduced_precision included. Never throws, also when the
 /// legacy and the fp32_precision APIs were mixed. Defined in optimize.cc
 /// (it needs ATen).
 void ApplyFrameworkPrecision(runtime::TuneOptions* options);

@@ -1,6 +1,8 @@
 // precision_policy.cc — the TF32 rule per op class (precision_policy.h).
 #include "dice/runtime/precision_policy.h"
 
+#include "dice/runtime/winner_versions.h"
+
 #include <cstdlib>
 #include <cstring>
 
@@ -27,6 +29,8 @@ std::string ReducedPrecisionRefusal(const TuneOptions& options, const ir::Graph&
 
 std::string RefusedWinnerReason(const TuneOptions& options, const ir::Graph& graph,
                                 const cache::WinnerRecord& winner) {
+  std::string stale = StaleBuildReason(winner, options.torch_version, CutlassVersion());
+  if (!stale.empty()) return stale;
   if (!winner.reduced_precision) return "";
   const std::string why = ReducedPrecisionRefusal(options, graph);
   if (why.empty()) return "";

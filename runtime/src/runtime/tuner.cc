@@ -26,6 +26,7 @@
 #include "dice/runtime/extension_compiler.h"
 #include "dice/runtime/precision_policy.h"
 #include "dice/runtime/select_winner.h"
+#include "dice/runtime/winner_versions.h"
 #include "dice/runtime/worker_pool.h"
 #include "dice/runtime/worker_protocol.h"
 #include "tune_claim.h"
@@ -246,7 +247,8 @@ cache::WinnerRecord MakeWinnerRecord(const Task& task, const Candidate& c, std::
                                    {"abi", kRuntimeAbiVersion},
                                    {"torch", hello.torch_version},
                                    {"dice", DICE_VERSION_STRING},
-                                   // extension form: `cubin` holds the nvcc-built shared object
+                                   // extension form: `cubin` holds the nvcc-built shared object (winner_versions.h)
+                                   {"cutlass", c.source.find("cutlass/") != std::string::npos ? CutlassVersion() : ""},
                                    {"form", CandidateFormName(c.form)}}
                         .dump();
   return w;
@@ -257,18 +259,16 @@ void ServeCached(const cache::WinnerRecord& w, Clock::time_point start, const Pr
                  TuneReport* report) {
   report->from_cache = true;
   report->winner_origin = w.origin;
-  report->baseline_us = w.baseline_us;
-  report->best_us = w.best_us;
-  report->speedup = w.speedup;
+  std::tie(report->baseline_us, report->best_us, report->speedup) = std::tie(w.baseline_us, w.best_us, w.speedup);
   report->tune_seconds = SecondsSince(start);
   TuneProgress served;
   served.best_us = w.best_us;
   progress.Send(TunePhase::kDone, served);
 }
 
-// A cached row a Tune serves as is: verified, and not a winner whose TF32 the
-// precision policy now refuses for the task (that one is a miss, tuned again
-// under the current policy; its row stays until a new winner replaces it).
+// A cached row a Tune serves as is: verified, and not refused (RefusedWinnerReason:
+// TF32 the policy now refuses, or built against other library versions). A
+// refused row is a miss, tuned again; it stays until a new winner replaces it.
 bool Serves(const std::optional<cache::WinnerRecord>& row, const Task& task, const TuneOptions& opt) {
   return row && row->verified && RefusedWinnerReason(opt, task.graph, *row).empty();
 }

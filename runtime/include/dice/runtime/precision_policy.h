@@ -15,7 +15,8 @@
 // The Tuner applies it to candidate filtering, the worker's verification
 // tolerance and the winner selection, and refuses to serve a cached winner
 // marked reduced precision that the policy now refuses (a miss: re-tuned
-// under the current policy). The torch extension fills tf32_conv and
+// under the current policy), and likewise one built against other library
+// versions (winner_versions.h). The torch extension fills tf32_conv and
 // tf32_matmul from PyTorch's switches at each tune and each resolution.
 // Pure functions of their arguments and the environment; thread-safe.
 #pragma once
@@ -45,10 +46,14 @@ inline bool AllowsReducedPrecision(const TuneOptions& options, const ir::Graph& 
 }
 
 /// Why the stored `winner` of a task whose graph is `graph` must not be
-/// served under `options`, or "" when it may: a winner marked
+/// served under `options`, or "" when it may: an extension-form winner built
+/// against another torch (options.torch_version) or CUTLASS version
+/// (winner_versions.h StaleBuildReason: "winner <origin> was built against
+/// torch 2.10.0; this process runs 2.11.0"), or a winner marked
 /// reduced_precision under a policy that refuses it ("winner <origin> uses
 /// TF32 (reduced precision) and torch.backends.cudnn.allow_tf32 is off").
-/// A refused winner is a cache miss; the row is left as it is.
+/// A refused winner is a cache miss (re-tuned in tune modes; the new winner
+/// replaces the row), never served blind; the row is left as it is.
 std::string RefusedWinnerReason(const TuneOptions& options, const ir::Graph& graph,
                                 const cache::WinnerRecord& winner);
 

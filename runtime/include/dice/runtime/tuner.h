@@ -58,6 +58,12 @@ struct TuneOptions {
   /// TF32 allowed for tasks with a GEMM (torch.backends.cuda.matmul.allow_tf32;
   /// copied likewise).
   bool tf32_matmul = false;
+  /// The PyTorch version of the process that serves the winners ("2.11.0";
+  /// the torch extension fills it from TORCH_VERSION like the switches
+  /// above). A stored extension-form winner built against another torch or
+  /// CUTLASS version is refused (winner_versions.h) and tuned again. "" does
+  /// not compare torch versions.
+  std::string torch_version;
   bool compile_only = false;    ///< no GPU: generate + NVRTC compile, never store a winner
   std::string worker_path;      ///< dice-worker binary ("" = next to this library / build path)
   int device = 0;               ///< CUDA ordinal the worker uses
@@ -81,11 +87,11 @@ inline double DefaultClaimTtl(const TuneOptions& o) { return o.budget_s + 180 + 
 /// a tune differ from those it was built with.
 inline bool operator==(const TuneOptions& a, const TuneOptions& b) {
   return std::tie(a.max_candidates, a.budget_s, a.margin, a.trials, a.candidate_timeout_s, a.allow_reduced_precision,
-                  a.tf32_conv, a.tf32_matmul, a.compile_only, a.worker_path, a.device, a.extension_compile_timeout_s,
-                  a.claim_ttl_s) ==
+                  a.tf32_conv, a.tf32_matmul, a.torch_version, a.compile_only, a.worker_path, a.device,
+                  a.extension_compile_timeout_s, a.claim_ttl_s) ==
          std::tie(b.max_candidates, b.budget_s, b.margin, b.trials, b.candidate_timeout_s, b.allow_reduced_precision,
-                  b.tf32_conv, b.tf32_matmul, b.compile_only, b.worker_path, b.device, b.extension_compile_timeout_s,
-                  b.claim_ttl_s);
+                  b.tf32_conv, b.tf32_matmul, b.torch_version, b.compile_only, b.worker_path, b.device,
+                  b.extension_compile_timeout_s, b.claim_ttl_s);
 }
 inline bool operator!=(const TuneOptions& a, const TuneOptions& b) { return !(a == b); }
 
