@@ -3,7 +3,9 @@
 // convolutions (aten::conv2d/conv3d/conv_transpose2d/3d/_convolution/
 // convolution with a frozen 4-D or 5-D weight constant) and of the
 // layout-preserving ops between them (elementwise, batch_norm, pooling,
-// dropout), and runs each region in channels_last (channels_last_3d for 5-D):
+// dropout, and a mean/sum/amax/amin over every spatial dim with keepdim: a
+// global pool, whose [N, C, 1, ...] output is the same memory in both
+// layouts), and runs each region in channels_last (channels_last_3d for 5-D):
 //   - each conv weight constant is replaced by its channels_last copy;
 //   - one aten::contiguous(x, memory_format=channels_last) is inserted per
 //     activation entering the region (its input edges);
