@@ -122,7 +122,9 @@ int FailRequest(const std::string& url, const Status& st) {
   if (name == "Read") cause = "no answer in time, or the connection dropped (--timeout-ms)";
   if (name == "Write") cause = "the connection dropped while sending";
   if (name.rfind("SSL", 0) == 0) cause = "the TLS connection failed (" + name + ")";
-  return Fail(kExitFailure, "cache server " + url + " is not reachable (" + cause + "): " + m);
+  // The request, then httplib's own word in brackets (not a dangling last word).
+  const std::string request = colon == std::string::npos ? m : m.substr(0, colon) + " (httplib: " + name + ")";
+  return Fail(kExitFailure, "cache server " + url + " is not reachable (" + cause + "): " + request);
 }
 
 // Why `rec` cannot be served by this build, or "": its versions_json names

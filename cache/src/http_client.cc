@@ -34,14 +34,7 @@ Status RequestError(const std::string& what, const httplib::Result& res) {
     const StatusCode code =
         err == httplib::Error::ConnectionTimeout || err == httplib::Error::Read ? StatusCode::kTimeout
                                                                                   : StatusCode::kIoError;
-    // httplib names the failure in one word ("Connection", "Read"): say what it means.
-    const char* meaning = err == httplib::Error::Connection          ? "could not connect (refused or unreachable)"
-                          : err == httplib::Error::ConnectionTimeout ? "timed out connecting"
-                          : err == httplib::Error::Read              ? "timed out or failed reading the answer"
-                          : err == httplib::Error::Write             ? "failed sending the request"
-                                                                     : nullptr;
-    return Status(code, what + ": " + (meaning ? std::string(meaning) + " (httplib: " + httplib::to_string(err) + ")"
-                                               : httplib::to_string(err)));
+    return Status(code, what + ": " + httplib::to_string(err));
   }
   const int status = res->status;
   const StatusCode code = status >= 400 && status < 500 ? StatusCode::kInvalidArgument : StatusCode::kIoError;

@@ -370,6 +370,7 @@ TEST(CachePullTest, ADeadServerIsNamedWithItsUrlAndTheCause) {
     EXPECT_EQ(r.code, 1) << cmd << "\n" << r.output;
     EXPECT_NE(r.output.find("cache server " + url + " is not reachable (no connection: nothing listens there"),
               std::string::npos) << "the URL and the cause:\n" << r.output;
+    EXPECT_NE(r.output.find(" (httplib: Connection)\n"), std::string::npos) << "httplib's word, bracketed:\n" << r.output;
     if (cmd == "pull") {
       struct stat st {};
       EXPECT_NE(::stat(local.c_str(), &st), 0) << "a failed pull created the local cache " << local;
