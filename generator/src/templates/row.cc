@@ -255,6 +255,19 @@ class RowEmitter {
   void EmitCombine(const std::function<bool(int)>& pick, const std::function<std::string(int)>& part,
                    const std::string& loop, bool group_reduce, const std::string& ind, std::string* s) const;
   std::string ClusterKernel(const std::string& name) const;
+  // The workspace slot of reduce `id`'s partial for this row and chunk
+  // `chunk` (an expression): split and tilesplit share the layout
+  // [reduce][row][chunk] of float64.
+  std::string PartialAt(int id, const std::string& chunk) const {
+    return "ws[" + Lit(ri_.slot.at(id) * ri_.rows * cfg_.chunks) + " + row * " + Lit(cfg_.chunks) + " + " + chunk + "]";
+  }
+  // Declares kbeg / kend: the k range of `chunk` (declared before) when the
+  // row is cut into cfg_.chunks equal chunks (the last one shorter).
+  std::string ChunkRange() const {
+    const int64_t CL = (ri_.L + cfg_.chunks - 1) / cfg_.chunks;
+    return "  const " + idx_ + " kbeg = chunk * " + Lit(CL) + ";\n  const " + idx_ + " kend = kbeg + " + Lit(CL) +
+           " < " + Lit(ri_.L) + " ? kbeg + " + Lit(CL) + " : " + Lit(ri_.L) + ";\n";
+  }
   std::string SplitKernel(const std::string& name, int level) const;  // level 0 = finalize
   // tilesplit: level l's partials of (tile, chunk), or (level 0) the finalize;
   // `whole_tiles`: the finalize runs one block per tile (no full outputs).
@@ -590,9 +603,8 @@ void RowEmitter::EmitCombine(const std::function<bool(int)>& pick, const std::fu
 }
 
 void RowEmitter::EmitCombinePartials(int below_level, const std::string& ind, std::string* s) const {
-  const int64_t rc = ri_.rows * cfg_.chunks;
   EmitCombine([&](int id) { return ri_.level[id] < below_level; },
-              [&](int id) { return "ws[" + Lit(ri_.slot.at(id) * rc) + " + row * " + Lit(cfg_.chunks) + " + q]"; },
+              [&](int id) { return PartialAt(id, "q"); },
               "for (unsigned q = tid; q < " + std::to_string(cfg_.chunks) + "u; q += " +
                   std::to_string(cfg_.threads) + "u) ",
               true, ind, s);
@@ -617,9 +629,7 @@ std::string RowEmitter::ClusterKernel(const std::string& name) const {
   if (Q > 1) s += "  __shared__ double dice_cl[" + std::to_string(ri_.reduces.size()) + "];\n";
   s += "  const unsigned tid = threadIdx.x;\n";
   s += "  const " + idx_ + " chunk = (" + idx_ + ")blockIdx.x % " + Lit(Q) + ";  // == %cluster_ctarank\n";
-  s += "  const " + idx_ + " kbeg = chunk * " + Lit(CL) + ";\n";
-  s += "  const " + idx_ + " kend = kbeg + " + Lit(CL) + " < " + Lit(ri_.L) + " ? kbeg + " + Lit(CL) + " : " +
-       Lit(ri_.L) + ";\n";
+  s += ChunkRange();
   const bool sm = cfg_.smem;
   if (sm) {
     // The chunk of each cached load: CL floats per load, in dynamic shared memory.
@@ -672,7 +682,6 @@ std::string RowEmitter::ClusterKernel(const std::string& name) const {
 std::string RowEmitter::SplitKernel(const std::string& name, int level) const {
   const int T = cfg_.threads;
   const int C = cfg_.chunks;
-  const int64_t CL = (ri_.L + C - 1) / C;
   std::string s = "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(T) + ") " + name + "(" +
                   ParamList(lo_, true) + ") {\n";
   s += "  __shared__ float dice_sh[64];\n";
@@ -681,18 +690,15 @@ std::string RowEmitter::SplitKernel(const std::string& name, int level) const {
   s += "  const unsigned tid = threadIdx.x;\n";
   s += "  const " + idx_ + " row = (" + idx_ + ")blockIdx.x / " + Lit(C) + ";\n";
   s += "  const " + idx_ + " chunk = (" + idx_ + ")blockIdx.x % " + Lit(C) + ";\n";
-  s += "  const " + idx_ + " kbeg = chunk * " + Lit(CL) + ";\n";
-  s += "  const " + idx_ + " kend = kbeg + " + Lit(CL) + " < " + Lit(ri_.L) + " ? kbeg + " + Lit(CL) + " : " +
-       Lit(ri_.L) + ";\n";
+  s += ChunkRange();
   if (level > 0) {
     EmitCombinePartials(level, "  ", &s);
     EmitLevel(level, "  ", &s, false);
-    const int64_t rc = ri_.rows * C;
     // Moment partials travel as raw float64 sums (d<id>): Σt and Σt² add across chunks.
     for (int id : ri_.reduces)
       if (ri_.level[id] == level)
-        s += "  if (tid == 0u) ws[" + Lit(ri_.slot.at(id) * rc) + " + row * " + Lit(C) + " + chunk] = " +
-             (IsMomentReduce(ri_, id) ? "d" : "r") + std::to_string(id) + ";\n";
+        s += "  if (tid == 0u) " + PartialAt(id, "chunk") + " = " + (IsMomentReduce(ri_, id) ? "d" : "r") +
+             std::to_string(id) + ";\n";
   } else {
     EmitCombinePartials(ri_.max_level + 1, "  ", &s);
     EmitFullOutputs("  ", &s, false);
@@ -705,8 +711,6 @@ std::string RowEmitter::SplitKernel(const std::string& name, int level) const {
 std::string RowEmitter::TileSplitKernel(const std::string& name, int level, bool whole_tiles) const {
   const int T = cfg_.threads;
   const int C = cfg_.chunks;
-  const int64_t CL = (ri_.L + C - 1) / C;
-  const int64_t rc = ri_.rows * C;
   std::string s = "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(T) + ") " + name + "(" +
                   ParamList(lo_, true) + ") {\n";
   s += "  __shared__ float dice_sh[" + std::to_string(33 * (T / 32)) + "];\n";
@@ -723,14 +727,12 @@ std::string RowEmitter::TileSplitKernel(const std::string& name, int level, bool
   // synchronises in the tile reduction, so every thread runs every loop).
   s += "  const bool live = tile * 32 + (threadIdx.x & 31u) < " + Lit(ri_.rows) + ";\n";
   s += "  const " + idx_ + " row = live ? tile * 32 + (threadIdx.x & 31u) : " + Lit(ri_.rows - 1) + ";\n";
-  s += "  const " + idx_ + " kbeg = chunk * " + Lit(CL) + ";\n";
-  s += "  const " + idx_ + " kend = kbeg + " + Lit(CL) + " < " + Lit(ri_.L) + " ? kbeg + " + Lit(CL) + " : " +
-       Lit(ri_.L) + ";\n";
+  s += ChunkRange();
   // Earlier levels' results: every thread combines its row's C partials in
   // chunk order (the same value in every block of the row).
   auto combine = [&](int below) {
     EmitCombine([&](int id) { return ri_.level[id] < below; },
-                [&](int id) { return "ws[" + Lit(ri_.slot.at(id) * rc) + " + row * " + Lit(C) + " + q]"; },
+                [&](int id) { return PartialAt(id, "q"); },
                 "for (unsigned q = 0u; q < " + std::to_string(C) + "u; ++q) ", false, "  ", &s);
   };
   if (level > 0) {
@@ -738,8 +740,7 @@ std::string RowEmitter::TileSplitKernel(const std::string& name, int level, bool
     EmitLevel(level, "  ", &s, false);
     for (int id : ri_.reduces)
       if (ri_.level[id] == level)
-        s += "  if (tid == 0u && live) ws[" + Lit(ri_.slot.at(id) * rc) + " + row * " + Lit(C) + " + chunk] = r" +
-             std::to_string(id) + ";\n";
+        s += "  if (tid == 0u && live) " + PartialAt(id, "chunk") + " = r" + std::to_string(id) + ";\n";
   } else {
     combine(ri_.max_level + 1);
     EmitFullOutputs("  ", &s, false);
@@ -765,26 +766,23 @@ Candidate RowEmitter::Build() {
     l.block = {T, 1, 1};
     c.plan.launches.push_back(l);
   };
-  if (cfg_.mode == Mode::kSplit) {
+  if (cfg_.mode == Mode::kSplit || cfg_.mode == Mode::kTileSplit) {
+    // One kernel per level writing the partials, then the finalize; a block
+    // per (row, chunk), or per (tile of 32 rows, chunk).
+    const bool tiled = cfg_.mode == Mode::kTileSplit;
+    const int64_t units = tiled ? (ri_.rows + 31) / 32 : ri_.rows;
+    auto kernel = [&](const std::string& k, int level, bool whole_tiles) {
+      return tiled ? TileSplitKernel(k, level, whole_tiles) : SplitKernel(k, level);
+    };
     for (int l = 1; l <= ri_.max_level; ++l) {
       const std::string k = base + "_p" + std::to_string(l);
-      s += SplitKernel(k, l);
-      launch(k, ri_.rows * cfg_.chunks);
+      s += kernel(k, l, false);
+      launch(k, units * cfg_.chunks);
     }
-    s += SplitKernel(base + "_fin", 0);
-    launch(base + "_fin", ri_.rows * cfg_.chunks);
-    c.plan.workspace_bytes = static_cast<uint64_t>(ri_.reduces.size()) * ri_.rows * cfg_.chunks * sizeof(double);
-  } else if (cfg_.mode == Mode::kTileSplit) {
-    const int64_t tiles = (ri_.rows + 31) / 32;
-    for (int l = 1; l <= ri_.max_level; ++l) {
-      const std::string k = base + "_p" + std::to_string(l);
-      s += TileSplitKernel(k, l, false);
-      launch(k, tiles * cfg_.chunks);
-    }
-    // Without full-shaped outputs only chunk 0 writes: one block per tile.
-    const bool whole_tiles = ri_.full_outputs.empty();
-    s += TileSplitKernel(base + "_fin", 0, whole_tiles);
-    launch(base + "_fin", whole_tiles ? tiles : tiles * cfg_.chunks);
+    // tilesplit without full-shaped outputs: only chunk 0 writes, one block per tile.
+    const bool whole_tiles = tiled && ri_.full_outputs.empty();
+    s += kernel(base + "_fin", 0, whole_tiles);
+    launch(base + "_fin", whole_tiles ? units : units * cfg_.chunks);
     c.plan.workspace_bytes = static_cast<uint64_t>(ri_.reduces.size()) * ri_.rows * cfg_.chunks * sizeof(double);
   } else if (cfg_.mode == Mode::kCluster) {
     s += ClusterKernel(base);

@@ -1,13 +1,12 @@
 // winner_versions.cc — library versions of stored winners (winner_versions.h).
 #include "dice/runtime/winner_versions.h"
 
-#include <fstream>
 #include <regex>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "dice/runtime/extension_compiler.h"
+#include "text_files.h"
 
 namespace dice::runtime {
 namespace {
@@ -15,10 +14,7 @@ namespace {
 std::string ReadCutlassVersion() {
   const std::string dir = CutlassIncludeDir();
   if (dir.empty()) return "";
-  std::ifstream in(dir + "/cutlass/version.h");
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string s = text.str();
+  const std::string s = text_files::ReadText(dir + "/cutlass/version.h");
   std::string parts[3];
   const char* names[3] = {"CUTLASS_MAJOR", "CUTLASS_MINOR", "CUTLASS_PATCH"};
   for (int i = 0; i < 3; ++i) {
