@@ -27,7 +27,7 @@ t0=$(date +%s)
 printf '%s\n' "${tasks[@]}" | timeout "${WARM_S:-150}" xargs -P "${WARM_JOBS:-6}" -I{} python3 bench/kernelbench_bench.py --warm-compile-only \
   "${flags[@]}" {} > "$OUT/warm.log" 2>&1
 echo "[bench] torch.compile warm-up: $(( $(date +%s) - t0 )) s"
-PYTHONUNBUFFERED=1 timeout "${TIMED_S:-480}" python3 bench/kernelbench_bench.py "${tasks[@]}" --out "$OUT/results.jsonl" --reps "${REPS:-30}" \
+PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 timeout "${TIMED_S:-480}" python3 bench/kernelbench_bench.py "${tasks[@]}" --out "$OUT/results.jsonl" --reps "${REPS:-30}" \
   --budget-s "${BUDGET_S:-20}" "${flags[@]}" > "$OUT/bench.log" 2>&1
 echo "[bench] timed pass done: $(( $(date +%s) - t0 )) s"
 python3 bench/report.py "$OUT/results.jsonl" | tee "$OUT/table.md"

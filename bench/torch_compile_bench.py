@@ -34,7 +34,9 @@ Variants: eager, inductor (alias compile-default), max-autotune (alias
 max-autotune-no-cudagraphs), dice, inductor-via-backend (Inductor alone
 compiled by dice's own path, pipeline.plain_inductor, in a custom backend:
 what the guard serves when it keeps Inductor; it should time as inductor
-does). Each row has task, correct (dice's),
+does), reduce-overhead (Inductor with CUDA graphs: the reference for
+launch-bound networks). --kernel-sum adds each variant's GPU kernel time
+per call (kernel_us) beside its wall time. Each row has task, correct (dice's),
 speedup_vs_compile (dice vs torch.compile default) and per variant
 first_call_s (compile, with --cold-inductor-cache from an empty Inductor cache).
 CPU dry run (tiny shapes: module-level ints of each task capped at 32; the
@@ -63,7 +65,7 @@ sys.path.insert(0, str(ROOT / "torch_ext" / "python"))
 import kernelbench_bench as kb  # noqa: E402  (load_task, bench_interleaved, outputs_match)
 from tasks.gpt2_block import Model as _Gpt2Task  # noqa: E402
 
-VARIANTS = ("eager", "inductor", "max-autotune", "dice", "inductor-via-backend")
+VARIANTS = ("eager", "inductor", "max-autotune", "dice", "inductor-via-backend", "reduce-overhead")
 DEFAULT_VARIANTS = VARIANTS[:4]
 ALIASES = {"compile-default": "inductor", "max-autotune-no-cudagraphs": "max-autotune"}
 
@@ -180,6 +182,23 @@ def time_us(fns: dict, reps: int, cuda: bool) -> dict:
     return out
 
 
+def kernel_sum_us(fn, runs: int = 5) -> float:
+    """GPU time of one call of ``fn`` (µs): the sum of its CUDA kernels' and
+    memcpy/memset durations under torch.profiler, averaged over ``runs``
+    calls. Beside the wall time (CUDA events, ``us``) it says whether a
+    variant is bound by its kernels or by the CPU launching them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            fn()
+        torch.cuda.synchronize()
+    total = sum(e.device_time_total for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    return total / runs
+
+
 def make_variant(name: str, model: nn.Module, args) -> nn.Module:
     """The callable for one variant: the model itself (eager), torch.compile
     default / max-autotune-no-cudagraphs, or backend="dice" with the run's
@@ -190,6 +209,8 @@ def make_variant(name: str, model: nn.Module, args) -> nn.Module:
         return torch.compile(model)
     if name == "max-autotune":
         return torch.compile(model, mode="max-autotune-no-cudagraphs")
+    if name == "reduce-overhead":  # Inductor with CUDA graphs: the launch-overhead reference
+        return torch.compile(model, mode="reduce-overhead")
     if name == "inductor-via-backend":  # what the dice backend serves when the guard keeps Inductor alone
         from dice_torch import pipeline
 
@@ -252,6 +273,12 @@ def run_workload(label: str, model: nn.Module, inputs: list, args) -> dict:
         except Exception as e:  # a variant failing only when timed
             for name in ready:
                 rec["variants"][name]["error"] = f"timing: {type(e).__name__}: {e}"[:500]
+        if cuda and args.kernel_sum:
+            for name, fn in ready.items():
+                try:
+                    rec["variants"][name]["kernel_us"] = kernel_sum_us(fn)
+                except Exception as e:
+                    rec["variants"][name]["kernel_us_error"] = f"{type(e).__name__}: {e}"[:300]
     add_speedups(rec)
     return rec
 
@@ -349,6 +376,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--skip-done", action="store_true", help="skip tasks that already have a row in --out")
     p.add_argument("--cold-inductor-cache", action="store_true",
                    help="a fresh empty TORCHINDUCTOR_CACHE_DIR for this run (first-call times from cold)")
+    p.add_argument("--kernel-sum", action="store_true",
+                   help="also record each variant's GPU kernel time per call (kernel_us, torch.profiler)")
     p.add_argument("--out", default="compile-bench.jsonl")
     args = p.parse_args(argv)
     if not args.tasks and not args.gpt2 and not args.gpt2_fp32 and not args.list:
