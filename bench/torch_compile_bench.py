@@ -287,9 +287,12 @@ def dice_decisions(reports: list) -> dict:
     """The dice variant's decisions from its CompileReports: regions (summary,
     choice, source), guard choices, graphs that fell back (stage: cause), and
     each tune-sync first call's prebuild counts (distinct nvcc builds, built,
-    cached, failed, seconds)."""
-    out: dict = {"regions": [], "guard": [], "fallback": [], "prebuild": []}
+    cached, failed, seconds), and each graph's CUDA-graph replay decision."""
+    out: dict = {"regions": [], "guard": [], "fallback": [], "prebuild": [], "replay": []}
     for r in reports:
+        if getattr(r, "replay", None) is not None:
+            out["replay"].append({"choice": r.replay.choice, "source": r.replay.source,
+                                  "replay_us": r.replay.replay_us, "direct_us": r.replay.direct_us})
         if getattr(r, "prebuild", None):
             out["prebuild"].append(r.prebuild)
         out["regions"] += [{"summary": d.summary, "choice": d.choice, "source": d.source} for d in r.regions]

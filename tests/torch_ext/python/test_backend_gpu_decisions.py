@@ -9,7 +9,7 @@ import torch.nn as nn
 
 import dice_torch
 from conftest import NEEDS_CUTLASS
-from dice_torch import decisions, measure
+from dice_torch import decisions, measure, replay
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda.is_available() is False)")]
@@ -134,3 +134,60 @@ def test_first_call_prebuilds_every_linear_groups_nvcc_candidates_at_once(tmp_pa
     assert pre is not None and pre["tasks"] == 2 and "error" not in pre, pre
     assert 0 < pre["distinct"] < pre["requested"], pre  # the two groups share sources
     assert pre["failed"] == 0 and pre["built"] + pre["cached"] == pre["distinct"], pre
+
+
+class SmallConvNet(nn.Module):
+    """Launch-bound at batch 2: three conv + batchnorm + ReLU stages, a pool and a linear."""
+
+    def __init__(self):
+        super().__init__()
+        layers, cin = [], 3
+        for cout in (16, 32, 64):
+            layers += [nn.Conv2d(cin, cout, 3, 2, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+            cin = cout
+        self.body = nn.Sequential(*layers)
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(self.body(x), 1), 1))
+
+
+def test_replayed_graph_copies_new_inputs_in_and_returns_fresh_outputs(monkeypatch, tmp_path):
+    # Replay made to win by the timer (the capture and the replays are real):
+    # every call's output matches eager for its own input, earlier outputs are
+    # not overwritten by later replays, and a parameter moved to another
+    # address makes the call run the graph directly, still correct.
+    def timer(label, fn, base_fn, args):
+        measure.call(fn, args)
+        measure.call(base_fn, args)
+        return measure.Comparison(10.0, 100.0, [(10.0, 100.0)] * 2)
+
+    monkeypatch.setattr(replay, "_timer", timer)
+    torch.manual_seed(0)
+    net = SmallConvNet().cuda().eval()
+    compiled = torch.compile(net, backend="dice", options={"mode": "tune-sync", "cache_dir": str(tmp_path)})
+    xs = [torch.randn(2, 3, 32, 32, device="cuda") for _ in range(4)]
+    with torch.no_grad():
+        outs = [compiled(x) for x in xs]
+        rep = dice_torch.last_report()
+        assert rep.replay is not None and rep.replay.choice == replay.REPLAY, rep.replay
+        for x, y in zip(xs, outs):
+            torch.testing.assert_close(y, net(x), rtol=1e-3, atol=1e-3)
+        net.fc.weight.data = net.fc.weight.data.clone()
+        torch.testing.assert_close(compiled(xs[0]), net(xs[0]), rtol=1e-3, atol=1e-3)
+
+
+def test_replay_decision_with_real_timings_is_consistent(tmp_path):
+    torch.manual_seed(0)
+    net = SmallConvNet().cuda().eval()
+    compiled = torch.compile(net, backend="dice", options={"mode": "tune-sync", "cache_dir": str(tmp_path)})
+    x = torch.randn(2, 3, 32, 32, device="cuda")
+    with torch.no_grad():
+        got = compiled(x)
+        again = compiled(x)
+    torch.testing.assert_close(got, net(x), rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(again, net(x), rtol=1e-3, atol=1e-3)
+    d = dice_torch.last_report().replay
+    assert d is not None and d.source == "measured", d
+    if d.choice == replay.REPLAY:
+        assert decisions.keep_dice(d.replay_us, d.direct_us, decisions.GUARD_MIN_GAIN), d

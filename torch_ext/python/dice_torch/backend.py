@@ -35,7 +35,10 @@ Options (``torch.compile(..., backend="dice", options={...})`` or the keyword
 arguments of ``optimize``): ``mode`` (off | observe | cache | tune | tune-sync;
 default ``$DICE_MODE``, else "cache"), ``cache_dir`` (default
 ``$DICE_CACHE_DIR``, else ~/.cache/dice), ``rest`` ("inductor" | "eager"),
-``force_partition`` (bool). Inference only: a graph that needs autograd goes
+``force_partition`` (bool), ``cudagraphs`` ("auto" | "off", default
+``$DICE_TORCH_CUDAGRAPHS``, else "auto": with ``rest="inductor"`` on a GPU,
+the served graph is replayed from a CUDA graph where measured faster,
+replay.py). Inference only: a graph that needs autograd goes
 to the rest compiler unchanged, with a warning. Mode and cache dir are
 process-wide (as on the C++ side): the last compile's options apply. Dynamic
 shapes: the op computes its task key from the concrete shapes of each call;
@@ -53,7 +56,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx
 
-from . import _library, decisions, logs, measure, partition, pipeline
+from . import _library, decisions, logs, measure, partition, pipeline, replay
 
 log = logging.getLogger("dice_torch")
 
@@ -77,6 +80,7 @@ class CompileReport:
     fallback: dict[str, str] | None = None  #: {"stage", "cause"} when dice's part failed and rest took over
     decomposed: list[str] = field(default_factory=list)  #: ops kept whole for dice, decomposed for Inductor
     prebuild: dict[str, Any] | None = None  #: the tune-sync first call's prebuild pass (measure._prebuild), else None
+    replay: Any = None  #: replay.ReplayDecision: CUDA-graph replay of the served graph, or why not (None: not considered)
 
 
 _reports: list[CompileReport] = []
@@ -138,7 +142,7 @@ def resolve_options(options: dict[str, Any] | None) -> dict[str, Any]:
         ValueError: an unknown option, mode or rest (the message lists the accepted values).
     """
     options = dict(options or {})
-    accepted = ("mode", "cache_dir", "rest", "force_partition")
+    accepted = ("mode", "cache_dir", "rest", "force_partition", "cudagraphs")
     unknown = set(options) - set(accepted)
     if unknown:
         raise ValueError(f"dice backend: unknown option(s) {sorted(unknown)} (accepted: {', '.join(accepted)})")
@@ -153,7 +157,8 @@ def resolve_options(options: dict[str, Any] | None) -> dict[str, Any]:
     force = options.get("force_partition")
     if force is None:
         force = os.environ.get(FORCE_ENV, "") not in ("", "0")
-    return {"mode": mode, "cache_dir": str(cache_dir), "rest": rest, "force_partition": bool(force)}
+    return {"mode": mode, "cache_dir": str(cache_dir), "rest": rest, "force_partition": bool(force),
+            "cudagraphs": replay.resolve_choice(options)}
 
 
 def autograd_reason(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
@@ -192,6 +197,8 @@ def is_static(example_inputs: Sequence[Any]) -> bool:
 _stage_hook: Callable[[str], None] | None = None
 #: Test hook: whether the first call may measure (default: on a GPU).
 _can_measure: Callable[[Sequence[Any]], bool] = on_gpu
+#: Test hook: whether CUDA-graph replay is considered (default: on a GPU).
+_can_replay: Callable[[Sequence[Any]], bool] = on_gpu
 
 
 def _enter_stage(state: pipeline.CompileState | None, stage: str) -> None:
@@ -235,6 +242,13 @@ def dice_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     report = CompileReport(mode=opts["mode"], rest=opts["rest"])
     logs.count("graphs")
     compiled = _compile(gm, example_inputs, opts, report)
+    if opts["rest"] == "inductor" and report.skipped is None and report.fallback is None \
+            and _can_replay(example_inputs):
+        try:
+            compiled = replay.wrap(compiled, gm, example_inputs, opts["cudagraphs"], opts["mode"],
+                                   decisions.DecisionStore(opts["cache_dir"]), _can_measure(example_inputs), report)
+        except Exception as e:  # the graph is served as compiled
+            report.replay = replay.ReplayDecision(replay.DIRECT, f"replay failed: {type(e).__name__}: {e}"[:300])
     _reports.append(report)  # only compiles that returned (dynamo may retry a graph)
     return compiled
 
