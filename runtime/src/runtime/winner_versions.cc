@@ -1,7 +1,8 @@
 // winner_versions.cc — library versions of stored winners (winner_versions.h).
 #include "dice/runtime/winner_versions.h"
 
-#include <regex>
+#include <cctype>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -11,6 +12,25 @@
 namespace dice::runtime {
 namespace {
 
+// The digits after "#define <name>" and blanks in `text`, or "" when absent.
+// Plain string search, not std::regex: loaded into a Python process beside
+// libtorch, this library's std::regex instantiations can bind to another
+// library's copies of the same weak symbols, and compiling a pattern then
+// recursed until the stack overflowed (session 23, H100, on the first
+// winner lookup of a served model).
+std::string DefinedNumber(const std::string& text, const std::string& name) {
+  const std::string key = "#define " + name;
+  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
+    size_t p = at + key.size();
+    if (p >= text.size() || (text[p] != ' ' && text[p] != '\t')) continue;  // CUTLASS_MAJOR_... is another name
+    while (p < text.size() && (text[p] == ' ' || text[p] == '\t')) ++p;
+    size_t end = p;
+    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+    if (end > p) return text.substr(p, end - p);
+  }
+  return "";
+}
+
 std::string ReadCutlassVersion() {
   const std::string dir = CutlassIncludeDir();
   if (dir.empty()) return "";
@@ -18,9 +38,8 @@ std::string ReadCutlassVersion() {
   std::string parts[3];
   const char* names[3] = {"CUTLASS_MAJOR", "CUTLASS_MINOR", "CUTLASS_PATCH"};
   for (int i = 0; i < 3; ++i) {
-    std::smatch m;
-    if (!std::regex_search(s, m, std::regex(std::string("#define ") + names[i] + "\\s+([0-9]+)"))) return "";
-    parts[i] = m[1];
+    parts[i] = DefinedNumber(s, names[i]);
+    if (parts[i].empty()) return "";
   }
   return parts[0] + "." + parts[1] + "." + parts[2];
 }
