@@ -11,10 +11,12 @@ the bandwidth the conv would need at that time for its minimum traffic
 Prints one JSON line per profile and per conv.
 Usage: python3 bench/grouped_conv_probe.py --kb DIR level3/19_MobileNetV1.py ...
 """
-import argparse, collections, importlib.util, json, statistics
+import argparse, importlib.util, json, statistics
 
 import torch
 import torch.nn.functional as F
+
+import kernelbench_bench as kb  # cuda_kernel_table (the script's own folder is on sys.path)
 
 
 def load(path):
@@ -22,22 +24,6 @@ def load(path):
     m = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(m)
     return m
-
-
-def kernel_table(fn, runs=5):
-    """Runs fn `runs` times under torch.profiler; returns [(name, µs per run)]."""
-    from torch.profiler import profile, ProfilerActivity
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(runs):
-            fn()
-        torch.cuda.synchronize()
-    acc = collections.Counter()
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            acc[e.name] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
-    return [(k, v / runs) for k, v in acc.most_common()]
 
 
 def time_round_robin(fns, reps):
@@ -86,7 +72,7 @@ def main():
         with torch.no_grad():
             compiled = torch.compile(model)
             compiled(*x)
-            rows = kernel_table(lambda: compiled(*x))
+            rows = kb.cuda_kernel_table(lambda: compiled(*x))
         total = sum(v for _, v in rows)
         grouped = sum(v for k, v in rows if "depthwise" in k.lower() or "grouped" in k.lower())
         print(json.dumps({"task": task, "variant": "torch.compile", "kernel_us_per_forward": round(total, 1),
@@ -110,8 +96,8 @@ def main():
                     for k, v in t.items():
                         out[k + ("+benchmark" if bench_flag else "")] = round(v, 1)
                 torch.backends.cudnn.benchmark = False
-                names = [n for n, _ in kernel_table(lambda: conv(xin, w), runs=2)[:2]]
-                names_cl = [n for n, _ in kernel_table(lambda: conv(xin_cl, w_cl), runs=2)[:2]]
+                names = [n for n, _ in kb.cuda_kernel_table(lambda: conv(xin, w), runs=2)[:2]]
+                names_cl = [n for n, _ in kb.cuda_kernel_table(lambda: conv(xin_cl, w_cl), runs=2)[:2]]
             best = min(out.values())
             print(json.dumps({"task": task, "x": xshape, "w": wshape, "stride": stride, "pad": pad, "groups": groups,
                               "out": oshape, "mbytes": round(nbytes / 1e6, 2), "us": out,

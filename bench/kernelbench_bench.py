@@ -63,6 +63,26 @@ def load_task(path):
 _flush = None
 
 
+def cuda_kernel_table(fn, runs=5):
+    """Runs ``fn`` once, then ``runs`` times under torch.profiler; returns
+    [(kernel or memcpy/memset name, µs per call)], largest first."""
+    import collections
+
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            fn()
+        torch.cuda.synchronize()
+    acc = collections.Counter()
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            acc[e.name] += e.device_time_total
+    return [(k, v / runs) for k, v in acc.most_common()]
+
+
 def bench_interleaved(fns, reps):
     """Median µs per name of fns {name: callable}, timed round-robin.
 

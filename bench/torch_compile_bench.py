@@ -184,19 +184,10 @@ def time_us(fns: dict, reps: int, cuda: bool) -> dict:
 
 def kernel_sum_us(fn, runs: int = 5) -> float:
     """GPU time of one call of ``fn`` (µs): the sum of its CUDA kernels' and
-    memcpy/memset durations under torch.profiler, averaged over ``runs``
-    calls. Beside the wall time (CUDA events, ``us``) it says whether a
-    variant is bound by its kernels or by the CPU launching them."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(runs):
-            fn()
-        torch.cuda.synchronize()
-    total = sum(e.device_time_total for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-    return total / runs
+    memcpy/memset durations under torch.profiler (kb.cuda_kernel_table).
+    Beside the wall time (CUDA events, ``us``) it says whether a variant is
+    bound by its kernels or by the CPU launching them."""
+    return sum(us for _, us in kb.cuda_kernel_table(fn, runs))
 
 
 def make_variant(name: str, model: nn.Module, args) -> nn.Module:
