@@ -18,6 +18,12 @@ For each task file (KernelBench format: Model, get_inputs, get_init_inputs):
      plus the tune's memory-format / attention decisions, no dice group),
      decisions_speedup = captured_us / decided_us and winners_speedup =
      decided_us / dice_us.
+  5. with --replay, two more columns (issue 18: a whole-model CUDA graph is
+     reported apart and against mode="reduce-overhead"): the served model
+     wrapped in dice_torch.replayed (its first call measures CUDA-graph replay
+     against direct and keeps the faster; dice_replay_us, replay decision and
+     its correctness), and torch.compile(mode="reduce-overhead")
+     (reduce_overhead_us).
 All times: CUDA events, warm-up, L2 flushed (256 MB write) before each
 repetition, median of --reps, in µs. The variants are timed side by side:
 each repetition runs eager, torch.compile, (max-autotune, freezing,) captured, dice once each in
@@ -207,6 +213,36 @@ def match_against_float64(model, inputs, got, want, strict_detail):
     return True, f"{strict_detail} vs eager; vs float64 ours {worst:.3g} within 2x eager's own error"
 
 
+def replay_variants(model, dm, inputs, ref, args, rec):
+    """--replay's two variants: the served model ``dm`` through
+    dice_torch.replayed (first call: replay measured against direct, in
+    tune-sync, decision stored in --cache; second call checked against eager's
+    ``ref``) and torch.compile(model, mode="reduce-overhead") warmed up (its
+    CUDA graphs are recorded on the first calls). Fills rec["replay"] and
+    rec["replay_correct"]; returns (replayed, reduce_overhead), None for one
+    that failed (its error in rec)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch_ext", "python"))
+    from dice_torch import replay as dice_replay
+
+    rp = ro = None
+    try:
+        rp = dice_replay.replayed(dm, mode="tune-sync", cache_dir=args.cache)
+        rp(*inputs)
+        ok, detail = outputs_match(rp(*inputs), ref)
+        d = rp.decision
+        rec["replay"] = {"choice": d.choice, "source": d.source, "replay_us": d.replay_us, "direct_us": d.direct_us}
+        rec["replay_correct"], rec["replay_correct_detail"] = ok, detail
+    except Exception as e:  # the other columns still run
+        rp, rec["replay_error"] = None, f"{type(e).__name__}: {e}"[:300]
+    try:
+        ro = torch.compile(model, mode="reduce-overhead")
+        for _ in range(3):
+            ro(*inputs)
+    except Exception as e:
+        ro, rec["reduce_overhead_error"] = None, f"{type(e).__name__}: {e}"[:300]
+    return rp, ro
+
+
 def run_task(path, args):
     name = os.path.basename(path)[:-3]
     level = os.path.basename(os.path.dirname(path))
@@ -306,6 +342,9 @@ def run_task(path, args):
             ok, detail = match_against_float64(model, inputs, out, ref, detail)
         rec["correct"], rec["correct_detail"] = ok, detail
         del out
+        rp = ro = None
+        if args.replay:
+            rp, ro = replay_variants(model, dm, inputs, ref, args, rec)
         ref = None
         cap = load_captured(pt, inputs)
         dec = load_captured(served_pt, inputs) if os.path.exists(served_pt) else None
@@ -317,7 +356,14 @@ def run_task(path, args):
             fns["max_autotune"] = lambda: ma(*inputs)
         if fz is not None:
             fns["freezing"] = lambda: fz(*inputs)
+        if rp is not None:
+            fns["dice_replay"] = lambda: rp(*inputs)
+        if ro is not None:
+            fns["reduce_overhead"] = lambda: ro(*inputs)
         us = bench_interleaved(fns, args.reps)
+        for name in ("dice_replay", "reduce_overhead"):
+            if name in us:
+                rec[name + "_us"] = us[name]
         rec["eager_us"], rec["compile_us"], rec["dice_us"] = us["eager"], us["compile"], us["dice"]
         if ma is not None:
             rec["max_autotune_us"] = us["max_autotune"]
@@ -344,7 +390,7 @@ def run_task(path, args):
             reasons = {r: n - old.get("fallback_reasons", {}).get(r, 0) for r, n in g["fallback_reasons"].items()}
             rec["serving"].append({"group": g["summary"], "calls": calls, "hits": g["hits"] - old.get("hits", 0),
                                    "fallback_reasons": {r: n for r, n in reasons.items() if n}})
-    del compiled, ma, fz, dm, cap, dec
+    del compiled, ma, fz, dm, cap, dec, rp, ro
     torch.cuda.empty_cache()
     os.environ["DICE_MODE"] = "off"
     rec["speedup_vs_eager"] = rec["eager_us"] / rec["dice_us"]
@@ -371,6 +417,9 @@ def main():
     p.add_argument("--freezing", action="store_true",
                    help="also time torch.compile with torch._inductor.config.freezing=True (Inductor's inference "
                         "freezing) in the same round-robin loop: column freezing_us, speedup_vs_freezing")
+    p.add_argument("--replay", action="store_true",
+                   help="also time the served model with dice's CUDA-graph replay (dice_torch.replayed) and "
+                        "torch.compile(mode=\"reduce-overhead\"): columns dice_replay_us, reduce_overhead_us")
     p.add_argument("--warm-compile-only", action="store_true",
                    help="only run torch.compile once per task (fills Inductor's on-disk caches; run these in "
                         "parallel before the timed, sequential pass)")
@@ -394,6 +443,8 @@ def main():
                     torch.compile(model, mode="max-autotune-no-cudagraphs")(*inputs)
                 if args.freezing:
                     torch.compile(model, options={"freezing": True})(*inputs)
+                if args.replay:
+                    torch.compile(model, mode="reduce-overhead")(*inputs)
             print("warmed", path, flush=True)
         return
     torch.ops.load_library(args.lib)

@@ -38,6 +38,13 @@ def main(paths):
             print(f"| ↳ max-autotune | | {r['max_autotune_us']:.1f} | | | {r['max_autotune_us'] / r['dice_us']:.2f}x | | | |")
         if r.get("freezing_us"):
             print(f"| ↳ freezing | | {r['freezing_us']:.1f} | | | {r['freezing_us'] / r['dice_us']:.2f}x | | | |")
+        if r.get("dice_replay_us"):
+            rep = (r.get("replay") or {}).get("choice", "?")
+            ro = r.get("reduce_overhead_us")
+            ro_txt = f"; vs reduce-overhead ({ro:.1f} µs) {ro / r['dice_replay_us']:.2f}x" if ro else ""
+            print(f"| ↳ dice + CUDA-graph replay ({rep}) | | | {r['dice_replay_us']:.1f} | "
+                  f"{r['eager_us'] / r['dice_replay_us']:.2f}x | {r['compile_us'] / r['dice_replay_us']:.2f}x{ro_txt} | "
+                  f"{'yes' if r.get('replay_correct') else 'NO'} | | |")
     for level in sorted({r["task"].split("/")[0] for r in recs}):
         rs = [r for r in recs if r["task"].startswith(level)]
         ok = [r for r in rs if r.get("correct")]
@@ -53,6 +60,14 @@ def main(paths):
         if fz:
             ma_txt += (f"; vs torch.compile freezing {geomean([r['freezing_us'] / r['dice_us'] for r in fz]):.3f}x over "
                        f"{len(fz)} tasks (min {min(r['freezing_us'] / r['dice_us'] for r in fz):.3f}x)")
+        rp = [r for r in ok if r.get("dice_replay_us") and r.get("replay_correct")]
+        if rp:
+            ma_txt += (f"; dice + CUDA-graph replay (reported apart) vs torch.compile "
+                       f"{geomean([r['compile_us'] / r['dice_replay_us'] for r in rp]):.3f}x over {len(rp)} tasks")
+            ro = [r for r in rp if r.get("reduce_overhead_us")]
+            if ro:
+                ma_txt += (f", vs reduce-overhead {geomean([r['reduce_overhead_us'] / r['dice_replay_us'] for r in ro]):.3f}x"
+                           f" over {len(ro)}")
         print(f"\n**{level}**: {n} tasks, correct {len(ok)}/{n}, fast_1 {100.0 * fast1 / max(n, 1):.0f}%, "
               f"fast_2 {100.0 * fast2 / max(n, 1):.0f}%, geomean vs eager {geomean([r['speedup_vs_eager'] for r in ok]):.3f}x, "
               f"vs torch.compile {geomean([r['speedup_vs_compile'] for r in ok]):.3f}x; compile vs eager "

@@ -191,3 +191,27 @@ def test_replay_decision_with_real_timings_is_consistent(tmp_path):
     assert d is not None and d.source == "measured", d
     if d.choice == replay.REPLAY:
         assert decisions.keep_dice(d.replay_us, d.direct_us, decisions.GUARD_MIN_GAIN), d
+
+
+def test_a_served_torchscript_model_is_replayed_with_fresh_inputs_and_outputs(monkeypatch, tmp_path):
+    # dice_torch.replayed on a scripted, frozen model (what `dice tune --save`
+    # writes), replay made to win by the timer: real capture of the
+    # TorchScript executor's kernels, outputs right for every input.
+    def timer(label, fn, base_fn, args):
+        measure.call(fn, args)
+        measure.call(base_fn, args)
+        return measure.Comparison(10.0, 100.0, [(10.0, 100.0)] * 2)
+
+    monkeypatch.setattr(replay, "_timer", timer)
+    torch.manual_seed(0)
+    net = SmallConvNet().cuda().eval()
+    xs = [torch.randn(2, 3, 32, 32, device="cuda") for _ in range(4)]
+    with torch.no_grad():
+        scripted = torch.jit.freeze(torch.jit.trace(net, (xs[0],)).eval())
+        for _ in range(3):  # the profiling executor optimizes on the first calls
+            scripted(xs[0])
+        served = dice_torch.replayed(scripted, mode="tune-sync", cache_dir=str(tmp_path))
+        outs = [served(x) for x in xs]
+        assert served.decision.choice == replay.REPLAY, served.decision
+        for x, y in zip(xs, outs):
+            torch.testing.assert_close(y, net(x), rtol=1e-3, atol=1e-3)

@@ -172,3 +172,62 @@ def test_cudagraphs_off_and_cpu_graphs_are_left_alone(monkeypatch, tmp_path):
     with torch.no_grad():
         compiled(torch.randn(4, 16))
     assert dice_torch.last_report().replay is None  # no GPU: the graph went to Inductor unchanged
+
+
+def test_a_call_that_writes_or_returns_an_input_is_caught():
+    x = torch.randn(4)
+    before = [x.clone()]
+    assert replay.call_unsafe_reason(before, [x], x * 2) is None
+    x.add_(1)
+    assert replay.call_unsafe_reason(before, [x], x * 2) == "the call wrote input 0"
+    assert replay.call_unsafe_reason([x.clone()], [x], (x.view(2, 2), 3)) == "an output shares an input's storage"
+
+
+def _served(monkeypatch, tmp_path, mode, replay_us, fn=None):
+    """A scripted model through dice_torch.replayed on CPU (CUDA-input check
+    lifted, fake replayer and timer); returns (the wrapper, timed labels)."""
+    monkeypatch.setattr(replay, "inputs_unsafe_reason", lambda inputs: None)
+    monkeypatch.setattr(replay, "_make_replayer", FakeReplayer)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    timed = []
+
+    def timer(label, f, base_fn, args):
+        timed.append(label)
+        return measure.Comparison(replay_us, 100.0, [(replay_us, 100.0)] * 2)
+
+    monkeypatch.setattr(replay, "_timer", timer)
+    module = fn or torch.jit.script(Net().eval())
+    served = dice_torch.replayed(module, mode=mode, cache_dir=str(tmp_path))
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(served(x), module(x))
+        torch.testing.assert_close(served(x), module(x))
+    return served, timed
+
+
+def test_a_served_model_keeps_replay_where_measured_faster_and_reuses_the_decision(monkeypatch, tmp_path):
+    served, timed = _served(monkeypatch, tmp_path, "tune-sync", replay_us=50.0)
+    assert timed == ["replay"] and (served.decision.choice, served.decision.source) == (replay.REPLAY, "measured")
+    served, timed = _served(monkeypatch, tmp_path, "cache", replay_us=500.0)
+    assert timed == [] and (served.decision.choice, served.decision.source) == (replay.REPLAY, "cache")
+    # Another input shape is another decision: not tuned, so direct.
+    module = torch.jit.script(Net().eval())
+    other = dice_torch.replayed(module, mode="cache", cache_dir=str(tmp_path))
+    with torch.no_grad():
+        other(torch.randn(8, 16))
+    assert other.decision.choice == replay.DIRECT and "no tune" in other.decision.source
+
+
+def test_a_served_model_that_returns_a_view_of_its_input_is_never_replayed(monkeypatch, tmp_path):
+    served, timed = _served(monkeypatch, tmp_path, "tune-sync", replay_us=1.0, fn=lambda x: x.view(-1))
+    assert timed == [] and served.decision.choice == replay.DIRECT
+    assert served.decision.source == "not replayable: an output shares an input's storage"
+
+
+def test_a_served_model_with_cudagraphs_off_runs_directly(monkeypatch, tmp_path):
+    module = torch.jit.script(Net().eval())
+    served = dice_torch.replayed(module, mode="tune-sync", cache_dir=str(tmp_path), cudagraphs="off")
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(served(x), module(x))
+    assert served.decision.source == "off (cudagraphs option)"

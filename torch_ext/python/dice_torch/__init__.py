@@ -3,6 +3,7 @@
     import dice_torch                                   # or rely on the entry point
     model = torch.compile(model, backend="dice")        # options={"mode": ..., "rest": "eager"}
     fast = dice_torch.optimize(model, example_inputs, mode="tune-sync")
+    served = dice_torch.replayed(torch.jit.load("m.served.pt").cuda(), mode="tune-sync")  # CUDA-graph replay where faster
 
 Fusion groups of the ATen graph (elementwise chains, reductions, softmax /
 log_softmax, layer/group norm, the epilogues after matmuls) become calls to
@@ -11,7 +12,8 @@ which serves cached winner kernels and otherwise runs the group with ATen.
 Environment: DICE_MODE, DICE_CACHE_DIR (as the C++ side), DICE_TORCH_LIB /
 DICE_BUILD_DIR (where libdice_torch_ext.so is), DICE_LOG_LEVEL (trace|debug|
 info|warn|error|off: the ``dice_torch`` logger), DICE_TORCH_FORCE_PARTITION=1
-(partition on CPU too: a test switch).
+(partition on CPU too: a test switch), DICE_TORCH_CUDAGRAPHS=off (no
+CUDA-graph replay, replay.py).
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from . import _library, logs
 from .backend import (CompileReport, OptimizedModel, backend_stats, clear_reports, dice_backend, group_stats,
                       last_report, optimize, reports)
 from .partition import FusionGroup, LeftOut, PartitionReport, fuse_dice_groups
+from .replay import replayed
 
 __all__ = ["CompileReport", "backend_stats", "FusionGroup", "LeftOut", "OptimizedModel", "PartitionReport", "clear_reports",
-           "dice_backend", "fuse_dice_groups", "group_stats", "last_report", "load_library", "optimize", "reports"]
+           "dice_backend", "fuse_dice_groups", "group_stats", "last_report", "load_library", "optimize", "replayed", "reports"]
 
 load_library = _library.load
 

@@ -191,29 +191,49 @@ _make_replayer: Callable[[Callable, Sequence[Any], Sequence[int]], Callable] = R
 
 
 class ReplayTactic:
-    """The backend's result wrapped: the first call runs ``fn`` (which may
-    tune and measure), then decides replay against direct on that call's
-    inputs (tune modes) or applies the stored decision (cache mode); later
-    calls run the decided callable. Failures keep ``fn``: replay never
-    makes a graph fail.
+    """A compiled graph or served model wrapped: the first call runs ``fn``
+    (which may tune and measure), then decides replay against direct on
+    that call's inputs (tune modes) or applies the stored decision (cache
+    mode); later calls run the decided callable. Failures keep ``fn``:
+    replay never makes a call fail.
 
     Args:
-        fn: the compiled graph. key: where the decision is stored (None:
-        never stored). store: the DecisionStore. measure_now: tune modes on
-        a GPU. static: static_indices(example_inputs). report: its
-        ``replay`` field is set to the ReplayDecision.
+        fn: the compiled graph or model. key: where the decision is stored,
+            or a function of the first call's inputs giving it (None: never
+            stored). store: the DecisionStore. measure_now: tune modes on a
+            GPU. static: indices of inputs read in place (static_indices).
+        report: its ``replay`` field is set to the ReplayDecision.
+        check_call: check the first call itself (for models whose graph was
+            not inspected): CUDA tensor inputs, none written, no output
+            sharing an input's storage; else never replayed.
+        baseline: the DecisionStore baseline the decision is stored under.
     """
 
-    def __init__(self, fn: Callable, key: str | None, store: decisions.DecisionStore, measure_now: bool,
-                 static: Sequence[int], report: Any):
+    def __init__(self, fn: Callable, key: str | Callable[[list], str] | None, store: decisions.DecisionStore,
+                 measure_now: bool, static: Sequence[int], report: Any, check_call: bool = False,
+                 baseline: str = "inductor"):
         self._fn, self._key, self._store = fn, key, store
         self._measure_now, self._static, self._report = measure_now, list(static), report
+        self._check_call, self._baseline = check_call, baseline
         self._chosen: Callable | None = None
+
+    @property
+    def decision(self) -> ReplayDecision | None:
+        """The ReplayDecision once the first call ran, else None."""
+        return self._report.replay
 
     def __call__(self, *args: Any) -> Any:
         if self._chosen is not None:
             return self._chosen(*args)
+        reason = inputs_unsafe_reason(args) if self._check_call else None
+        before = [a.clone() for a in args] if self._check_call and reason is None else None
         out = self._fn(*args)
+        if before is not None:
+            reason = call_unsafe_reason(before, args, out)
+        if reason is not None:
+            self._chosen = self._fn
+            self._report.replay = ReplayDecision(DIRECT, "not replayable: " + reason)
+            return out
         try:
             self._chosen, self._report.replay = self._decide(list(args))
         except Exception as e:  # capture or timing failed: the graph runs as compiled
@@ -224,7 +244,8 @@ class ReplayTactic:
         return out
 
     def _decide(self, args: list) -> tuple[Callable, ReplayDecision]:
-        stored = self._store.get(self._key, "inductor") if self._key else None
+        key = self._key(args) if callable(self._key) else self._key
+        stored = self._store.get(key, self._baseline) if key else None
         if not self._measure_now:
             if stored is None or stored.get("choice") != REPLAY:
                 return self._fn, ReplayDecision(DIRECT, "cache" if stored else "not decided (no tune)")
@@ -235,14 +256,76 @@ class ReplayTactic:
         c = _timer("replay", replayer, self._fn, args)
         won = c.variant_wins(decisions.GUARD_MIN_GAIN)
         d = ReplayDecision(REPLAY if won else DIRECT, "measured", c.variant_us, c.base_us)
-        if self._key:
-            self._store.put_many([(self._key, {"choice": d.choice, "source": d.source, "replay_us": d.replay_us,
-                                               "direct_us": d.direct_us})], "inductor")
+        if key:
+            self._store.put_many([(key, {"choice": d.choice, "source": d.source, "replay_us": d.replay_us,
+                                         "direct_us": d.direct_us})], self._baseline)
         log.info("dice: CUDA-graph replay %s (%.1f vs %.1f µs direct)", "kept" if won else "not kept",
                  c.variant_us, c.base_us)
         if won:
             logs.count("graphs_replayed")
         return (replayer if won else self._fn), d
+
+
+def call_unsafe_reason(before: Sequence[torch.Tensor], args: Sequence[torch.Tensor], out: Any) -> str | None:
+    """Why a model whose call turned inputs ``before`` (clones taken before
+    the call) into ``args`` and returned ``out`` must not be replayed, or
+    None: it wrote an input, or an output shares an input's storage."""
+    for i, (b, a) in enumerate(zip(before, args)):
+        if not torch.equal(b, a):
+            return f"the call wrote input {i}"
+    storages = {a.untyped_storage().data_ptr() for a in args}
+    for t in pytree.tree_leaves(out):
+        if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in storages:
+            return "an output shares an input's storage"
+    return None
+
+
+def _module_key(module: Any, args: list) -> str:
+    """Decision key of a served model: its graph (TorchScript: the inlined
+    graph's text; else its class and repr) and the inputs' dtype, shape,
+    strides and device."""
+    import hashlib
+
+    graph = str(module.inlined_graph) if hasattr(module, "inlined_graph") else \
+        f"{type(module).__qualname__}\n{module!r}"
+    sig = ";".join(f"{a.dtype}{tuple(a.shape)}{a.stride()}{a.device.type}" for a in args)
+    return "served:" + hashlib.sha256((graph + "\n" + sig).encode()).hexdigest()
+
+
+@dataclass
+class _Report:
+    """What replayed() fills (the backend fills its CompileReport instead)."""
+
+    replay: ReplayDecision | None = None
+
+
+def replayed(module: Callable, mode: str | None = None, cache_dir: str | None = None,
+             cudagraphs: str | None = None) -> ReplayTactic:
+    """A served model (``torch.jit.load`` of a ``dice tune --save`` file, or
+    any inference-only callable on CUDA tensors with fixed shapes) with the
+    replay tactic: in mode tune / tune-sync its first call measures replay
+    against direct and stores the decision in ``cache_dir``'s decisions
+    file (baseline "served"); in cache mode the stored decision applies;
+    ``.decision`` says what was done. The first call checks that the model
+    writes no input and returns no view of one (else never replayed).
+
+    Args:
+        module: the model; called as ``module(*inputs)``.
+        mode: DICE mode (default $DICE_MODE, else "cache").
+        cache_dir: the DICE cache dir (default $DICE_CACHE_DIR, else ~/.cache/dice).
+        cudagraphs: "auto" | "off" (default $DICE_TORCH_CUDAGRAPHS, else "auto").
+    Raises:
+        ValueError: an unknown cudagraphs choice."""
+    mode = (mode or os.environ.get("DICE_MODE") or "cache").replace("_", "-")
+    choice = resolve_choice({"cudagraphs": cudagraphs})
+    report = _Report()
+    store = decisions.DecisionStore(cache_dir or "")
+    tactic = ReplayTactic(module, lambda args: _module_key(module, args), store,
+                          mode in ("tune", "tune-sync") and torch.cuda.is_available(), [], report,
+                          check_call=True, baseline="served")
+    if choice == "off":
+        tactic._chosen, report.replay = module, ReplayDecision(DIRECT, "off (cudagraphs option)")
+    return tactic
 
 
 def wrap(fn: Callable, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], choice: str, mode: str,
