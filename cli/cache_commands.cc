@@ -42,7 +42,9 @@ int CmdCache(const std::string& action, const std::string& key, const std::strin
   if (action == "ls") {
     auto rows = (*store)->ListWinners();
     if (!rows.ok()) return Fail(kExitFailure, rows.status().message());
-    std::printf("%-16s %-6s %-28s %-30s %8s %s\n", "key", "arch", "ops", "inputs", "speedup", "origin");
+    if (!rows->empty()) {
+      std::printf("%-16s %-6s %-28s %-30s %8s %s\n", "key", "arch", "ops", "inputs", "speedup", "origin");
+    }
     for (const auto& r : *rows) {
       auto g = dice::ir::Parse(r.graph_canonical);
       std::printf("%-16s %-6s %-28s %-30s %7.2fx %s\n", r.task_key.substr(0, 16).c_str(), r.arch.c_str(),

@@ -31,11 +31,10 @@ at::Tensor ConstantBias(const Node* conv) {
 bool TakenAsConvGroup(const Node* conv) {
   if (!IsConvKind(conv->kind().toQualString())) return false;
   auto tt = conv->output()->type()->cast<c10::TensorType>();
-  auto st = tt ? tt->scalarType() : std::nullopt;
   const GemmGroups setting = ConvGroupsFromEnv();
   // An unknown or unsupported dtype: only DICE_CONV_GROUPS=all takes every conv.
-  if (!st) return setting == GemmGroups::kAll;
-  auto dtype = reference::FromScalarType(*st);
+  if (!tt || !tt->scalarType().has_value()) return setting == GemmGroups::kAll;
+  auto dtype = reference::FromScalarType(tt->scalarType().value());
   return dtype.ok() ? GemmGroupAllowed(setting, *dtype) : setting == GemmGroups::kAll;
 }
 

@@ -148,15 +148,17 @@ class Replayer:
         self._ptrs = {i: args[i].data_ptr() for i in self._static}
         self._inputs = [a if i in self._static else a.clone() for i, a in enumerate(args)]
         self.direct_calls = 0
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # warm-up off the default stream, as capture wants
-            for _ in range(2):
-                fn(*self._inputs)
-        torch.cuda.current_stream().wait_stream(stream)
-        self._graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self._graph):
-            self._out = fn(*self._inputs)
+        self._device = next((a.device for a in args if a.is_cuda), torch.device("cuda"))
+        with torch.cuda.device(self._device):  # the inputs' GPU, not the current one
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):  # warm-up off the default stream, as capture wants
+                for _ in range(2):
+                    fn(*self._inputs)
+            torch.cuda.current_stream().wait_stream(stream)
+            self._graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self._graph):
+                self._out = fn(*self._inputs)
 
     def __call__(self, *args: Any) -> Any:
         if torch.is_grad_enabled() or any(args[i].data_ptr() != p for i, p in self._ptrs.items()):
@@ -165,10 +167,11 @@ class Replayer:
                 log.info("dice: a CUDA-graph replayed graph ran directly (grad mode on, or a parameter or "
                          "buffer at another address than when captured)")
             return self._fn(*args)
-        for i, a in enumerate(args):
-            if i not in self._static:
-                self._inputs[i].copy_(a)
-        self._graph.replay()
+        with torch.cuda.device(self._device):  # the copies on the replay's stream
+            for i, a in enumerate(args):
+                if i not in self._static:
+                    self._inputs[i].copy_(a)
+            self._graph.replay()
         return pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, self._out)
 
 

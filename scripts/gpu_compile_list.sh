@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One device call's chunk of issue 17's lists through bench/torch_compile_bench.py,
+# resumable across calls (every call starts on a fresh or recycled machine, so the
+# rows so far travel with the carried tree):
+#   here:   cp <last call's files_at>/compile_list.jsonl .gpu-carry/compile_list.jsonl   (if any)
+#           bash scripts/gpu_snapshot.sh
+#   device: carry [".gpu-carry"], command
+#           bash .gpu-carry/tree/scripts/gpu_from_snapshot.sh bash scripts/gpu_compile_list.sh level3-dev
+# Lists: level3-dev, level2-20, gpt2 (the GPT-2-style block, bf16 and float32).
+# Variants: eager, torch.compile default, reduce-overhead (CUDA graphs: dice's
+# replay is compared with it) and dice (tune-sync, rest=inductor), cold Inductor
+# cache, first-call times recorded. Env: BUDGET_S (default 480), VARIANTS.
+# Builds what the dice variant needs first when build/ lacks it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/dice-out}
+mkdir -p "$OUT"
+list=${1:?usage: gpu_compile_list.sh level3-dev|level2-20|gpt2}
+rows="$OUT/compile_list.jsonl"
+[ -f ../.gpu-carry/compile_list.jsonl ] && cp ../.gpu-carry/compile_list.jsonl "$rows"
+if [ ! -f build/torch_ext/libdice_torch_ext.so ]; then
+  BUILD_TARGETS="dice dice-worker dice_torch_ext" JOBS=16 bash scripts/setup.sh > "$OUT/build.log" 2>&1 \
+    || { tail -40 "$OUT/build.log"; exit 1; }
+fi
+source scripts/deps_env.sh
+nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+git_rev=$(cat SNAPSHOT_COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
+sel=(--list "$list")
+[ "$list" = gpt2 ] && sel=(--gpt2 --gpt2-fp32)
+DICE_LOG_LEVEL=info PYTHONPATH=torch_ext/python timeout $(( ${BUDGET_S:-480} + 60 )) python3 -u bench/torch_compile_bench.py \
+  --kb .deps/kernelbench "${sel[@]}" --variants "${VARIANTS:-eager,inductor,reduce-overhead,dice}" \
+  --cold-inductor-cache --cache /tmp/dice-compile-list-cache --time-budget-s "${BUDGET_S:-480}" --skip-done \
+  --out "$rows" > "$OUT/compile_list_$list.log" 2>&1
+echo "rc $? (tree $git_rev); rows now: $(wc -l < "$rows")"
+tail -12 "$OUT/compile_list_$list.log"
