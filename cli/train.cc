@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "dice/generator/tokenizer.h"
 #include "dice/training/dataset.h"
 #include "dice/training/eval.h"
 #include "dice/training/eval_report.h"
@@ -96,18 +97,38 @@ int RunInit(const TrainArgs& a) {
       return Fail(Status(StatusCode::kInvalidArgument, "train init: the byte tokenizer needs --vocab >= 260"));
     }
   } else {
-    c.vocab_size = a.vocab > 0 ? a.vocab : 151936;
-    c.mask_token_id = 151669;
+    // The mask id is the tokenizer's (151669 for SDAR's files). The table
+    // size: Qwen's 151936 for the full files; for a trimmed copy
+    // (training/scripts/trim_tokenizer.py writes trim.json) its ids rounded
+    // up to a multiple of 64.
+    auto tok = generator::Tokenizer::Load(a.init_tokenizer);
+    if (!tok.ok()) return Fail(tok.status());
+    if (tok->mask_id() < 0) {
+      return Fail(Status(StatusCode::kInvalidArgument, "train init: the tokenizer in " + a.init_tokenizer +
+                                                           " has no mask_token (tokenizer_config.json)"));
+    }
+    c.mask_token_id = tok->mask_id();
+    const bool trimmed = training::ReadFile(a.init_tokenizer + "/trim.json").ok();
+    c.vocab_size = a.vocab > 0 ? a.vocab : trimmed ? (tok->vocab_size() + 63) / 64 * 64 : 151936;
+    if (c.vocab_size < tok->vocab_size()) {
+      return Fail(Status(StatusCode::kInvalidArgument, "train init: --vocab " + std::to_string(c.vocab_size) +
+                                                           " is below the tokenizer's " +
+                                                           std::to_string(tok->vocab_size()) + " ids"));
+    }
   }
   auto s = training::InitRandomCheckpoint(c, a.init_out, a.init_seed);
   if (!s.ok()) return Fail(s);
   if (a.byte_tokenizer) {
     s = training::WriteByteTokenizer(a.init_out);
   } else {
-    for (const char* name : {"vocab.json", "merges.txt", "tokenizer_config.json", "tokenizer.json"}) {
+    for (const char* name : {"vocab.json", "merges.txt", "tokenizer_config.json", "tokenizer.json", "added_tokens.json",
+                             "trim.json"}) {
       auto text = training::ReadFile(a.init_tokenizer + "/" + name);
       if (!text.ok()) {
-        if (std::string(name) == "tokenizer.json") continue;  // optional
+        if (std::string(name) != "vocab.json" && std::string(name) != "merges.txt" &&
+            std::string(name) != "tokenizer_config.json") {
+          continue;  // optional
+        }
         return Fail(text.status());
       }
       s = training::WriteFileAtomic(a.init_out + "/" + name, *text);
@@ -257,7 +278,7 @@ CLI::App* AddInit(CLI::App& train, TrainArgs& a) {
   cmd->add_option("--kv-heads", a.kv_heads, "num_key_value_heads")->check(CLI::Range(1, 256));
   cmd->add_option("--head-dim", a.head_dim, "head_dim")->check(CLI::Range(2, 1024));
   cmd->add_option("--intermediate", a.intermediate, "intermediate_size")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--vocab", a.vocab, "vocab_size (default 260 byte / 151936 Qwen)");
+  cmd->add_option("--vocab", a.vocab, "vocab_size (default 260 byte / 151936 Qwen / a trimmed tokenizer's ids rounded up to 64)");
   cmd->add_option("--context", a.context, "max_position_embeddings")->check(CLI::Range(16, 1 << 20));
   cmd->add_option("--seed", a.init_seed, "initialisation seed");
   return cmd;
