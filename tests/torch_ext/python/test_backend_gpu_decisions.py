@@ -152,17 +152,22 @@ class SmallConvNet(nn.Module):
         return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(self.body(x), 1), 1))
 
 
-def test_replayed_graph_copies_new_inputs_in_and_returns_fresh_outputs(monkeypatch, tmp_path):
-    # Replay made to win by the timer (the capture and the replays are real):
-    # every call's output matches eager for its own input, earlier outputs are
-    # not overwritten by later replays, and a parameter moved to another
-    # address makes the call run the graph directly, still correct.
+def _replay_measured_faster(monkeypatch):
+    """Replay made to win by the timer; both callables still really run."""
     def timer(label, fn, base_fn, args):
         measure.call(fn, args)
         measure.call(base_fn, args)
         return measure.Comparison(10.0, 100.0, [(10.0, 100.0)] * 2)
 
     monkeypatch.setattr(replay, "_timer", timer)
+
+
+def test_replayed_graph_copies_new_inputs_in_and_returns_fresh_outputs(monkeypatch, tmp_path):
+    # Replay made to win by the timer (the capture and the replays are real):
+    # every call's output matches eager for its own input, earlier outputs are
+    # not overwritten by later replays, and a parameter moved to another
+    # address makes the call run the graph directly, still correct.
+    _replay_measured_faster(monkeypatch)
     torch.manual_seed(0)
     net = SmallConvNet().cuda().eval()
     compiled = torch.compile(net, backend="dice", options={"mode": "tune-sync", "cache_dir": str(tmp_path)})
@@ -197,12 +202,7 @@ def test_a_served_torchscript_model_is_replayed_with_fresh_inputs_and_outputs(mo
     # dice_torch.replayed on a scripted, frozen model (what `dice tune --save`
     # writes), replay made to win by the timer: real capture of the
     # TorchScript executor's kernels, outputs right for every input.
-    def timer(label, fn, base_fn, args):
-        measure.call(fn, args)
-        measure.call(base_fn, args)
-        return measure.Comparison(10.0, 100.0, [(10.0, 100.0)] * 2)
-
-    monkeypatch.setattr(replay, "_timer", timer)
+    _replay_measured_faster(monkeypatch)
     torch.manual_seed(0)
     net = SmallConvNet().cuda().eval()
     xs = [torch.randn(2, 3, 32, 32, device="cuda") for _ in range(4)]
