@@ -296,10 +296,12 @@ def dice_decisions(reports: list) -> dict:
 
 
 def add_speedups(rec: dict) -> None:
-    """Per variant speedup_vs_eager / _vs_compile / _vs_max_autotune, and the
+    """Per variant speedup_vs_eager / _vs_compile / _vs_max_autotune /
+    _vs_reduce_overhead (where those variants ran), and the
     row's own ``correct`` and ``speedup_vs_compile`` (the dice variant's)."""
     base = {k: rec["variants"].get(n, {}).get("us") for k, n in
-            (("eager", "eager"), ("compile", "inductor"), ("max_autotune", "max-autotune"))}
+            (("eager", "eager"), ("compile", "inductor"), ("max_autotune", "max-autotune"),
+             ("reduce_overhead", "reduce-overhead"))}
     for v in rec["variants"].values():
         for k, us in base.items():
             if v.get("us") and us:
@@ -326,8 +328,8 @@ def summarize(records: list[dict], variants: list[str]) -> str:
                      f" {d.get('first_call_s', float('nan')):.1f} |")
     lines.append("")
     lines.append("| variant | correct | fast_1 | fast_2 | geomean vs eager | geomean vs compile | min vs compile |"
-                 " geomean vs max-autotune | first call s (sum) |")
-    lines.append("|---|---|---|---|---|---|---|---|---|")
+                 " geomean vs max-autotune | geomean vs reduce-overhead | first call s (sum) |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
     n = max(len(records), 1)
     for name in variants:
         vs = [r["variants"].get(name, {}) for r in records]
@@ -345,7 +347,7 @@ def summarize(records: list[dict], variants: list[str]) -> str:
                      f" {geo('speedup_vs_compile')} | {min(mins):.3f} |" if mins else
                      f"| {name} | {len(ok)}/{len(records)} | {f1 / n:.0%} | {f2 / n:.0%} | {geo('speedup_vs_eager')} |"
                      f" {geo('speedup_vs_compile')} | - |")
-        lines[-1] += f" {geo('speedup_vs_max_autotune')} | {first:.1f} |"
+        lines[-1] += f" {geo('speedup_vs_max_autotune')} | {geo('speedup_vs_reduce_overhead')} | {first:.1f} |"
     return "\n".join(lines)
 
 
