@@ -34,6 +34,7 @@ Usage (GPU machine): python3 bench/kernelbench_bench.py TASK.py [...] --dice bui
     --lib build/torch_ext/libdice_torch_ext.so --cache /tmp/dice-cache --out results.jsonl
 """
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -67,6 +68,8 @@ def load_task(path):
 
 
 _flush = None
+#: dice_torch's sources (the --replay variant imports it from the checkout).
+TORCH_EXT_PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch_ext", "python")
 
 
 def cuda_kernel_table(fn, runs=5):
@@ -221,7 +224,8 @@ def replay_variants(model, dm, inputs, ref, args, rec):
     CUDA graphs are recorded on the first calls). Fills rec["replay"] and
     rec["replay_correct"]; returns (replayed, reduce_overhead), None for one
     that failed (its error in rec)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch_ext", "python"))
+    if TORCH_EXT_PYTHON not in sys.path:
+        sys.path.insert(0, TORCH_EXT_PYTHON)
     from dice_torch import replay as dice_replay
 
     rp = ro = None
@@ -230,7 +234,7 @@ def replay_variants(model, dm, inputs, ref, args, rec):
         rp(*inputs)
         ok, detail = outputs_match(rp(*inputs), ref)
         d = rp.decision
-        rec["replay"] = {"choice": d.choice, "source": d.source, "replay_us": d.replay_us, "direct_us": d.direct_us}
+        rec["replay"] = dataclasses.asdict(d)
         rec["replay_correct"], rec["replay_correct_detail"] = ok, detail
     except Exception as e:  # the other columns still run
         rp, rec["replay_error"] = None, f"{type(e).__name__}: {e}"[:300]

@@ -47,6 +47,7 @@ GPT-2 block at batch 2, sequence 16, width 64; float32):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -282,8 +283,7 @@ def dice_decisions(reports: list) -> dict:
     out: dict = {"regions": [], "guard": [], "fallback": [], "prebuild": [], "replay": []}
     for r in reports:
         if getattr(r, "replay", None) is not None:
-            out["replay"].append({"choice": r.replay.choice, "source": r.replay.source,
-                                  "replay_us": r.replay.replay_us, "direct_us": r.replay.direct_us})
+            out["replay"].append(dataclasses.asdict(r.replay))
         if getattr(r, "prebuild", None):
             out["prebuild"].append(r.prebuild)
         out["regions"] += [{"summary": d.summary, "choice": d.choice, "source": d.source} for d in r.regions]

@@ -121,14 +121,16 @@ int RunInit(const TrainArgs& a) {
   if (a.byte_tokenizer) {
     s = training::WriteByteTokenizer(a.init_out);
   } else {
-    for (const char* name : {"vocab.json", "merges.txt", "tokenizer_config.json", "tokenizer.json", "added_tokens.json",
-                             "trim.json"}) {
+    struct File {
+      const char* name;
+      bool required;
+    };
+    for (const File f : {File{"vocab.json", true}, File{"merges.txt", true}, File{"tokenizer_config.json", true},
+                         File{"tokenizer.json", false}, File{"added_tokens.json", false}, File{"trim.json", false}}) {
+      const std::string name = f.name;
       auto text = training::ReadFile(a.init_tokenizer + "/" + name);
       if (!text.ok()) {
-        if (std::string(name) != "vocab.json" && std::string(name) != "merges.txt" &&
-            std::string(name) != "tokenizer_config.json") {
-          continue;  // optional
-        }
+        if (!f.required) continue;
         return Fail(text.status());
       }
       s = training::WriteFileAtomic(a.init_out + "/" + name, *text);

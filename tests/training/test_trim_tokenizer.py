@@ -84,3 +84,21 @@ def test_a_merge_of_an_unknown_token_is_refused(tmp_path):
     (bad / "merges.txt").write_text("#version: 0.2\nĠ t\nnotatoken x\n")
     with pytest.raises(ValueError, match="merges.txt line 3"):
         trim_tokenizer.trim(str(bad), ["t"], lambda t: [])
+
+
+def test_train_init_refuses_a_table_smaller_than_the_tokenizer_and_a_tokenizer_without_mask(trimmed, tmp_path):
+    out, _ = trimmed
+    small = subprocess.run([CLI, "train", "init", "--tokenizer", str(out), "--out", str(tmp_path / "m"),
+                            "--vocab", "300"], capture_output=True, text=True)
+    assert small.returncode != 0 and "--vocab 300 is below the tokenizer's" in small.stderr, small.stderr
+    assert not (tmp_path / "m" / "config.json").exists()
+    nomask = tmp_path / "nomask"
+    nomask.mkdir()
+    for f in ("vocab.json", "merges.txt"):
+        (nomask / f).write_text((out / f).read_text())
+    cfg = json.load(open(out / "tokenizer_config.json"))
+    cfg.pop("mask_token", None)
+    (nomask / "tokenizer_config.json").write_text(json.dumps(cfg))
+    r = subprocess.run([CLI, "train", "init", "--tokenizer", str(nomask), "--out", str(tmp_path / "m2")],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "has no mask_token" in r.stderr, r.stderr

@@ -231,3 +231,8 @@ def test_a_served_model_with_cudagraphs_off_runs_directly(monkeypatch, tmp_path)
     with torch.no_grad():
         torch.testing.assert_close(served(x), module(x))
     assert served.decision.source == "off (cudagraphs option)"
+
+
+def test_replayed_refuses_an_unknown_cudagraphs_choice():
+    with pytest.raises(ValueError, match="unknown cudagraphs choice 'always'"):
+        dice_torch.replayed(Net(), cudagraphs="always")

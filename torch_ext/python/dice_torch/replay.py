@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -260,8 +260,7 @@ class ReplayTactic:
         won = c.variant_wins(decisions.GUARD_MIN_GAIN)
         d = ReplayDecision(REPLAY if won else DIRECT, "measured", c.variant_us, c.base_us)
         if key:
-            self._store.put_many([(key, {"choice": d.choice, "source": d.source, "replay_us": d.replay_us,
-                                         "direct_us": d.direct_us})], self._baseline)
+            self._store.put_many([(key, asdict(d))], self._baseline)
         log.info("dice: CUDA-graph replay %s (%.1f vs %.1f µs direct)", "kept" if won else "not kept",
                  c.variant_us, c.base_us)
         if won:
