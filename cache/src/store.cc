@@ -493,6 +493,24 @@ Status Store::CheckIntegrity() {
   if (findings != "ok") {
     return Status(StatusCode::kCorrupt, "cache database " + impl_->path + " fails integrity_check: " + findings);
   }
+  // Each (arch, verified) with rows in either place, where the two disagree.
+  auto counts = impl_->Prepare(
+      "SELECT arch, verified, coalesce((SELECT n FROM winner_counts c WHERE c.arch = g.arch AND c.verified = g.verified), 0),"
+      " (SELECT count(*) FROM winners w WHERE w.arch = g.arch AND w.verified = g.verified)"
+      " FROM (SELECT arch, verified FROM winner_counts UNION SELECT arch, verified FROM winners) g");
+  if (!counts.ok()) return counts.status();
+  while ((rc = sqlite3_step(*counts)) == SQLITE_ROW) {
+    const int64_t kept = sqlite3_column_int64(*counts, 2), actual = sqlite3_column_int64(*counts, 3);
+    if (kept == actual) continue;
+    Status st(StatusCode::kCorrupt, "cache database " + impl_->path + ": winner_counts says " + std::to_string(kept) +
+                                        " rows for arch '" + ColumnText(*counts, 0) + "', verified " +
+                                        std::to_string(sqlite3_column_int(*counts, 1)) + "; the table has " +
+                                        std::to_string(actual));
+    sqlite3_reset(*counts);
+    return st;
+  }
+  sqlite3_reset(*counts);
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "compare winner_counts");
   return Status::Ok();
 }
 

@@ -28,10 +28,11 @@ struct Connection {
   /// `counts` be used: PRAGMA data_version moves on commits by *other*
   /// connections, and every write to the file is another connection's.
   bool read_only = false;
-  /// Store::ListWinnerPage's totals (count SQL + filter values -> rows) as
-  /// of PRAGMA data_version `counts_version` (-1: none yet). A count walks a
-  /// whole index (3-5 ms at 100k entries, most of a page's cost); a page on
-  /// an unchanged file reuses it.
+  /// Store::ListWinnerPage's totals that count the table (an op filter:
+  /// count SQL + filter values -> rows) as of PRAGMA data_version
+  /// `counts_version` (-1: none yet). Such a count reads every row's IR; a
+  /// page on an unchanged file reuses it. (The unfiltered and arch/verified
+  /// totals are sums over winner_counts, schema v5, and need no memory.)
   std::unordered_map<std::string, int64_t> counts;
   int64_t counts_version = -1;
 

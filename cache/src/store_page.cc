@@ -5,13 +5,17 @@
 //    planner's, so a page is never a sort of the table. Its filter columns
 //    (arch, verified) are in every index, so a filtered page stays in the
 //    index; only an op filter reads the table (the IR, which lies before
-//    the payload in the row). The second reads each picked row by rowid.
-//  - A winners row keeps its cubin before created_at, speedup, hits and
-//    verified, so reading those from the table walks the cubin's overflow
-//    pages: that is why nothing but the returned rows is read from it.
-//  - The count is a third statement on the same filters, on the smallest
-//    index that holds them (the table only for an op filter). The three run
-//    in one read transaction on a read connection of the Store's pool
+//    the launch plan, source and cubin in the row). The second reads each
+//    picked row by rowid.
+//  - Since schema v5 a winners row keeps its summary columns first and the
+//    source and cubin last, so reading a summary stops before the payload
+//    (length(cubin) comes from the record header); before, every summary
+//    walked the cubin's overflow pages.
+//  - The count is a third statement on the same filters: a sum over
+//    winner_counts (rows per arch and verified, kept by triggers, schema
+//    v5) unless a key or an op filter is set; then it counts the primary
+//    key (at most one row) or the table. The three run in one read
+//    transaction on a read connection of the Store's pool
 //    (store_readers.h), so they see one snapshot and wait for no writer.
 #include <sqlite3.h>
 
@@ -82,16 +86,16 @@ std::pair<std::string, std::string> IndexAndOrder(const WinnerQuery& q) {
   return {" INDEXED BY winners_newest", " ORDER BY created_at DESC, arch, verified, rowid"};
 }
 
-// The statement counting the matching rows. count(verified) rather than
-// count(*): SQLite answers count(*) from the primary key's index whatever
-// INDEXED BY says, and its 64-hex keys make it several times the size of
-// these (~20-byte entries).
+// Whether the query's total is a sum over winner_counts (its filters are
+// among arch and verified, the counts' key) rather than a count of rows.
+bool CountedByTriggers(const WinnerQuery& q) { return q.task_key.empty() && q.op.empty(); }
+
+// The statement counting the matching rows (`where`: FilterSql, whose arch
+// and verified terms name winner_counts' columns too). A key filter counts
+// on the primary key, an op filter reads every row's IR.
 std::string CountSql(const WinnerQuery& q, const std::string& where) {
-  std::string index;
-  if (q.task_key.empty() && q.op.empty()) {
-    index = q.arch.empty() ? " INDEXED BY winners_hits" : " INDEXED BY winners_arch_newest";
-  }
-  return "SELECT count(verified) FROM winners" + index + where;
+  if (CountedByTriggers(q)) return "SELECT coalesce(sum(n), 0) FROM winner_counts" + where;
+  return "SELECT count(*) FROM winners" + where;
 }
 
 // Binds the filter parameters FilterSql used.
@@ -146,13 +150,16 @@ int64_t DataVersion(Connection& c) {
 }
 
 // The rows matching `query`'s filters (`where`: FilterSql), inside the
-// page's read transaction. On a read connection the count is remembered
-// while the file is unchanged (Connection::counts, PRAGMA data_version);
-// the write connection counts every time.
+// page's read transaction. A count of the table (an op filter) is
+// remembered on a read connection while the file is unchanged
+// (Connection::counts, PRAGMA data_version); the sum over winner_counts
+// and the key lookup are cheap and run every time, as does any count on
+// the write connection.
 Expected<int64_t> CountRows(Connection& c, const WinnerQuery& query, const std::string& where) {
   const std::string sql = CountSql(query, where);
+  const bool remember = c.read_only && !query.op.empty();
   std::string key;
-  if (c.read_only) {
+  if (remember) {
     // Opens the snapshot (data_version is the pager's as of the last read).
     if (auto first = c.Prepare("SELECT 1 FROM meta LIMIT 1"); first.ok()) {
       sqlite3_step(*first);
@@ -173,7 +180,7 @@ Expected<int64_t> CountRows(Connection& c, const WinnerQuery& query, const std::
   const int64_t total = rc == SQLITE_ROW ? sqlite3_column_int64(*count, 0) : 0;
   sqlite3_reset(*count);
   if (rc != SQLITE_ROW) return c.Error(rc, "count winners");
-  if (c.read_only && c.counts_version >= 0) c.counts.emplace(std::move(key), total);
+  if (remember && c.counts_version >= 0) c.counts.emplace(std::move(key), total);
   return total;
 }
 

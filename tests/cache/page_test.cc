@@ -202,6 +202,74 @@ TEST_F(PageTest, CountOnlyAndBadQueries) {
   EXPECT_EQ(store_->ListWinnerPage(bad).status().code(), StatusCode::kInvalidArgument);
 }
 
+// The list's totals come from winner_counts (schema v5, kept by triggers)
+// when only arch and verified filter; after every kind of write each
+// filter's total must equal a count of the table.
+TEST_F(PageTest, TotalsFollowEveryWriteForEveryFilter) {
+  auto check = [this](const std::string& after) {
+    for (const char* arch : {"", "sm_80", "sm_90", "sm_70"}) {
+      for (int verified : {-1, 0, 1}) {
+        std::string where = " WHERE 1";
+        if (arch[0] != '\0') where += std::string(" AND arch = '") + arch + "'";
+        if (verified >= 0) where += " AND verified = " + std::to_string(verified);
+        WinnerQuery q;
+        q.arch = arch;
+        q.verified = verified;
+        q.limit = 0;
+        EXPECT_EQ(std::to_string(Page(q).total), RawSql(db_path_, "SELECT count(*) FROM winners" + where))
+            << "after " << after << ": arch '" << arch << "' verified " << verified;
+      }
+    }
+    EXPECT_TRUE(store_->CheckIntegrity().ok()) << after << ": " << store_->CheckIntegrity().ToString();
+  };
+  check("nothing");
+  PutSix();
+  check("six puts");
+  // Replaced by a better one on another arch (INSERT OR REPLACE).
+  ASSERT_TRUE(*store_->PutWinner(MakeRecord(0, 8.0, 0, "sm_80", true)));
+  check("a replace that moves arch");
+  // An unverified row gives way to a verified one; a verified one is kept.
+  ASSERT_TRUE(*store_->PutWinner(MakeRecord(2, 1.0, 0, "sm_90", true)));
+  check("verified replaces unverified");
+  ASSERT_FALSE(*store_->PutWinner(MakeRecord(1, 9.0, 0, "sm_80", false)));
+  check("unverified kept out");
+  ASSERT_TRUE(*store_->PutWinner(MakeRecord(9, 2.0, 0, "sm_70", false)));
+  check("a new unverified arch");
+  ASSERT_TRUE(*store_->MarkVerified(Key(9), 10.0, 4.0));
+  check("mark verified");
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(*store_->RecordHit(Key(5)));
+  check("hits");
+  ASSERT_TRUE(*store_->PutWinner(MakeRecord(10, 2.0, 0, "sm_90", false)));
+  ASSERT_TRUE(*store_->RemoveUnverifiedWinner(Key(10)));
+  check("remove unverified");
+  ASSERT_TRUE(*store_->RemoveWinner(Key(4)));
+  check("remove");
+  // Writes by another connection (the sqlite3 shell) fire the triggers too.
+  RawSql(db_path_, "UPDATE winners SET verified = 0 WHERE task_key = '" + Key(3) + "'");
+  check("flag cleared by hand");
+  RawSql(db_path_, "UPDATE winners SET arch = 'sm_80', verified = 1 WHERE task_key = '" + Key(3) + "'");
+  check("arch and flag changed by hand");
+  RawSql(db_path_, "DELETE FROM winners WHERE arch = 'sm_80'");
+  check("delete by hand");
+  GcOptions gc;
+  gc.max_payload_bytes = 1;
+  ASSERT_TRUE(store_->CollectGarbage(gc).ok());
+  check("gc removed everything");
+  EXPECT_EQ(RawSql(db_path_, "SELECT coalesce(sum(n), 0) FROM winner_counts"), "0");
+}
+
+// A write the triggers do not follow (INSERT OR IGNORE over an existing
+// key by hand) shows in CheckIntegrity, naming the count that is off.
+TEST_F(PageTest, IntegrityCheckFindsACountThatIsOff) {
+  PutSix();
+  RawSql(db_path_, "UPDATE winner_counts SET n = n + 1 WHERE arch = 'sm_80' AND verified = 1");
+  Status st = store_->CheckIntegrity();
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+  EXPECT_NE(st.message().find("winner_counts says 3 rows for arch 'sm_80', verified 1; the table has 2"),
+            std::string::npos)
+      << st.ToString();
+}
+
 TEST_F(PageTest, NewCacheHasThePageIndexes) {
   EXPECT_EQ(RawSql(db_path_, "PRAGMA user_version"), std::to_string(kSchemaVersion));
   EXPECT_EQ(RawSql(db_path_, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN"

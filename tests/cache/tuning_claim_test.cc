@@ -136,15 +136,21 @@ TEST_F(TuningClaimTest, RejectsEmptyKeyAndNonPositiveTtl) {
 }
 
 TEST_F(TuningClaimTest, Version3CacheMigratesToClaimsTableKeepingWinners) {
-  ASSERT_TRUE(store_->PutWinner(Winner("kept", "template:x")).ok());
+  // A v3 cache: v4's tables less tuning_claims, with one winner.
   store_.reset();
+  std::filesystem::remove(db_path_);
+  testing::CreateVersion4Cache(db_path_);
+  WinnerRecord kept = Winner("kept", "template:x");
+  kept.created_at = 1700000000;
+  kept.content_hash = ContentHash(kept);
+  testing::InsertWinnerRow(db_path_, kept);
   RawSql(db_path_, "DROP TABLE tuning_claims");
   RawSql(db_path_, "PRAGMA user_version = 3");
   RawSql(db_path_, "UPDATE meta SET value = '3' WHERE key = 'schema_version'");
   auto s = Store::Open(db_path_);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  EXPECT_EQ(RawSql(db_path_, "PRAGMA user_version"), "4");
-  EXPECT_EQ((*s)->GetMeta("schema_version")->value_or(""), "4");
+  EXPECT_EQ(RawSql(db_path_, "PRAGMA user_version"), std::to_string(kSchemaVersion));
+  EXPECT_EQ((*s)->GetMeta("schema_version")->value_or(""), std::to_string(kSchemaVersion));
   EXPECT_TRUE((*s)->GetWinner("kept")->has_value());
   EXPECT_TRUE((*s)->ClaimTuning("kept", Owner(1, ""), 60)->claimed);
 }

@@ -35,8 +35,12 @@ namespace dice::cache {
 /// hits and last_used_at (old rows: verified, local, 0 hits, never used).
 /// v3: indexes for the paged summary queries (Store::ListWinnerPage); no
 /// column changes. v4: table tuning_claims (tuning_claim.h: who is tuning a
-/// task key, until when); winners and attempts unchanged.
-inline constexpr int kSchemaVersion = 4;
+/// task key, until when); winners and attempts unchanged. v5: winners
+/// rebuilt with its summary columns before the IR, launch plan, source and
+/// cubin (same columns, rows, rowids and indexes; a page of summaries no
+/// longer reads the payload), and table winner_counts (rows per arch and
+/// verified, kept by triggers) for the list's total.
+inline constexpr int kSchemaVersion = 5;
 
 /// A verified winner for one task key.
 struct WinnerRecord {
@@ -159,7 +163,11 @@ class Store {
   /// cache (user_version 0 but tables present); kIoError when the file or its
   /// directory is not writable (WAL needs <path>-wal and <path>-shm beside it);
   /// kInvalidArgument for an empty path. Older schema versions are migrated
-  /// forward in one transaction. Busy timeout: 10 s.
+  /// forward in one transaction. Busy timeout: 10 s. Migrating a file
+  /// older than v5 copies every winner once (its cubins included: seconds
+  /// per GB) and needs free space of about the winners' size for the WAL
+  /// meanwhile; another process opening the file waits for it up to the
+  /// busy timeout, then fails with kIoError.
   static Expected<std::unique_ptr<Store>> Open(const std::string& path);
   ~Store();
   Store(const Store&) = delete;
@@ -227,7 +235,11 @@ class Store {
   /// shrinks. Errors: kInvalidArgument for a negative bound; kIoError.
   Expected<GcResult> CollectGarbage(const GcOptions& options);
 
-  /// PRAGMA integrity_check: OK, or kCorrupt with SQLite's first findings.
+  /// PRAGMA integrity_check, then the list's row counts (winner_counts,
+  /// kept by triggers) against the winners table: OK, or kCorrupt with
+  /// SQLite's first findings or the first (arch, verified) whose count is
+  /// off (a write the triggers do not follow, such as INSERT OR IGNORE over
+  /// an existing key by hand).
   Status CheckIntegrity();
 
   /// Records one attempt (insert or replace by (task_key, candidate_hash));
