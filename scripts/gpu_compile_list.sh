@@ -9,15 +9,19 @@
 # Lists: level3-dev, level2-20, gpt2 (the GPT-2-style block, bf16 and float32).
 # Variants: eager, torch.compile default, reduce-overhead (CUDA graphs: dice's
 # replay is compared with it) and dice (tune-sync, rest=inductor), cold Inductor
-# cache, first-call times recorded. Env: BUDGET_S (default 480), VARIANTS.
+# cache, first-call times recorded. Env: BUDGET_S (default 480), VARIANTS,
+# ROWS (the rows file's name under $OUT and .gpu-carry, default
+# compile_list.jsonl: a second pass such as VARIANTS=inductor,max-autotune
+# ROWS=max_autotune.jsonl resumes apart from the first).
 # Builds what the dice variant needs first when build/ lacks it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/dice-out}
 mkdir -p "$OUT"
 list=${1:?usage: gpu_compile_list.sh level3-dev|level2-20|gpt2}
-rows="$OUT/compile_list.jsonl"
-[ -f ../.gpu-carry/compile_list.jsonl ] && cp ../.gpu-carry/compile_list.jsonl "$rows"
+rows_name=${ROWS:-compile_list.jsonl}
+rows="$OUT/$rows_name"
+[ -f "../.gpu-carry/$rows_name" ] && cp "../.gpu-carry/$rows_name" "$rows"
 if [ ! -f build/torch_ext/libdice_torch_ext.so ]; then
   BUILD_TARGETS="dice dice-worker dice_torch_ext" JOBS=16 bash scripts/setup.sh > "$OUT/build.log" 2>&1 \
     || { tail -40 "$OUT/build.log"; exit 1; }

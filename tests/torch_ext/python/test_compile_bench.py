@@ -70,3 +70,40 @@ def test_attribution_splits_eager_over_dice_into_capture_decisions_and_winners()
     b = bench.kb.attribution(100.0, 80.0, 40.0)
     assert b["decisions_speedup"] is None and b["winners_speedup"] == pytest.approx(2.0)
     assert bench.kb.attribution(100.0, None, 40.0)["capture_speedup"] is None
+
+
+class _Counter(nn.Module):
+    """Keeps its last output as state, as KernelBench's VanillaRNN does."""
+
+    def __init__(self):
+        super().__init__()
+        self.state = torch.zeros(4)
+
+    def forward(self, x):
+        self.state = self.state + x
+        return self.state
+
+
+def test_each_variant_starts_from_the_models_state_and_a_repeat_failure_stays_its_own(monkeypatch):
+    calls = {"flaky": 0}
+
+    def make_variant(name, model, args):
+        if name != "flaky":
+            return model
+
+        def flaky(*xs):  # right on its first call, raises on any later one
+            calls["flaky"] += 1
+            if calls["flaky"] > 1:
+                raise RuntimeError("overwritten by a subsequent run")
+            return model(*xs)
+        return flaky
+
+    monkeypatch.setattr(bench, "make_variant", make_variant)
+    args = type("Args", (), {"variants": ["eager", "flaky", "other"], "reps": 3, "device": "cpu",
+                             "kernel_sum": False})()
+    rec = bench.run_workload("counter", _Counter(), [torch.ones(4)], args)
+    v = rec["variants"]
+    # Shared state would have made the second and third variants' first outputs 2 and 3.
+    assert all(v[n]["correct"] for n in ("eager", "flaky", "other")), v
+    assert "repeat call" in v["flaky"]["error"] and "us" not in v["flaky"]
+    assert "error" not in v["eager"] and v["eager"]["us"] > 0 and v["other"]["us"] > 0
