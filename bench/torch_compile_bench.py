@@ -38,7 +38,8 @@ does), reduce-overhead (Inductor with CUDA graphs: the reference for
 launch-bound networks). --kernel-sum adds each variant's GPU kernel time
 per call (kernel_us) beside its wall time. Each row has task, correct (dice's),
 speedup_vs_compile (dice vs torch.compile default) and per variant
-first_call_s (compile, with --cold-inductor-cache from an empty Inductor cache).
+first_call_s (compile; with --cold-inductor-cache each variant from empty
+Inductor and Triton caches).
 CPU dry run (tiny shapes: module-level ints of each task capped at 32; the
 GPT-2 block at batch 2, sequence 16, width 64; float32):
     python3 bench/torch_compile_bench.py level1/23_Softmax.py --gpt2 --dry-run
@@ -192,6 +193,25 @@ def kernel_sum_us(fn, runs: int = 5) -> float:
     return sum(us for _, us in kb.cuda_kernel_table(fn, runs))
 
 
+def fresh_compile_caches() -> None:
+    """Empty compile caches for the next variant's first call: new
+    TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR (temporary dirs, left for the
+    OS to clean) and Inductor's in-process caches cleared
+    (torch._inductor.utils.clear_caches). Without this, a variant compiled
+    after another reuses its FX graphs and Triton kernels, and its first call
+    looks faster than a user's would (session 24's rows had this: one cold
+    cache per run)."""
+    import tempfile
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-cold-")
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cold-")
+    try:
+        from torch._inductor.utils import clear_caches
+        clear_caches()
+    except ImportError:  # an older torch: the on-disk caches are still fresh
+        pass
+
+
 def make_variant(name: str, model: nn.Module, args) -> nn.Module:
     """The callable for one variant: the model itself (eager), torch.compile
     default / max-autotune-no-cudagraphs, or backend="dice" with the run's
@@ -245,6 +265,8 @@ def run_workload(label: str, model: nn.Module, inputs: list, args) -> dict:
             rec["variants"][name] = v
             try:
                 dice_torch.clear_reports()
+                if getattr(args, "cold_inductor_cache", False):
+                    fresh_compile_caches()
                 compiled = make_variant(name, copy.deepcopy(pristine), args)
                 if name == "reduce-overhead":
                     def fn(*xs, f=compiled):
@@ -397,7 +419,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="stop starting workloads when the next would likely end past this many seconds (0: no limit)")
     p.add_argument("--skip-done", action="store_true", help="skip tasks that already have a row in --out")
     p.add_argument("--cold-inductor-cache", action="store_true",
-                   help="a fresh empty TORCHINDUCTOR_CACHE_DIR for this run (first-call times from cold)")
+                   help="fresh empty Inductor and Triton caches before each variant of each workload "
+                        "(first-call times from cold, none reusing another variant's compile)")
     p.add_argument("--kernel-sum", action="store_true",
                    help="also record each variant's GPU kernel time per call (kernel_us, torch.profiler)")
     p.add_argument("--out", default="compile-bench.jsonl")
@@ -465,15 +488,20 @@ def main(argv=None) -> int:
     args.reps = args.reps or (3 if args.dry_run else 30)
     if args.dry_run and args.dice_mode.startswith("tune"):
         args.dice_mode = "cache"  # nothing to tune without a GPU
-    if args.cold_inductor_cache:
-        import tempfile
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-cold-")
     try:
         todo = workloads(args)
     except ValueError as e:
         print(f"torch_compile_bench: {e}", file=sys.stderr)
         return 2
     skip = done_tasks(args.out) if args.skip_done else set()
+    if args.cold_inductor_cache:
+        # The process's one-time compiler start-up (imports, toolchain checks:
+        # ~19 s on the CPU here) would otherwise land on whichever variant
+        # compiles first; a throw-away compile takes it, then every variant
+        # starts from empty caches (fresh_compile_caches).
+        dev = "cuda" if args.device == "cuda" else "cpu"
+        torch.compile(lambda t: torch.relu(t) + 1)(torch.ones(4, device=dev))
+        torch._dynamo.reset()
     start, walls, records, left = time.time(), [], [], []
     for label, build in todo:
         if label in skip:
