@@ -236,3 +236,17 @@ def test_a_served_model_with_cudagraphs_off_runs_directly(monkeypatch, tmp_path)
 def test_replayed_refuses_an_unknown_cudagraphs_choice():
     with pytest.raises(ValueError, match="unknown cudagraphs choice 'always'"):
         dice_torch.replayed(Net(), cudagraphs="always")
+
+
+def test_replayed_refuses_an_unknown_mode_as_the_backend_does():
+    with pytest.raises(ValueError, match="dice_torch.replayed: unknown mode 'fast'"):
+        dice_torch.replayed(Net(), mode="fast")
+
+
+def test_a_served_model_in_observe_mode_never_replays(monkeypatch, tmp_path):
+    module = torch.jit.script(Net().eval())
+    served = dice_torch.replayed(module, mode="observe", cache_dir=str(tmp_path))
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(served(x), module(x))
+    assert served.decision.choice == replay.DIRECT and served.decision.source == "mode observe"

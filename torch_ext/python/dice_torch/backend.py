@@ -134,6 +134,17 @@ def backend_stats() -> dict[str, Any]:
     return logs.counters()
 
 
+def resolve_mode(mode: str | None, who: str = "dice backend") -> str:
+    """The DICE mode: ``mode``, else $DICE_MODE, else "cache"; "tune_sync"
+    is read as "tune-sync". Shared by the backend and dice_torch.replayed.
+    Raises:
+        ValueError: a mode not in MODES (the message names ``who`` and lists them)."""
+    mode = (mode or os.environ.get("DICE_MODE") or "cache").replace("_", "-")
+    if mode not in MODES:
+        raise ValueError(f"{who}: unknown mode '{mode}' (expected {'|'.join(MODES)})")
+    return mode
+
+
 def resolve_options(options: dict[str, Any] | None) -> dict[str, Any]:
     """Fills mode / cache_dir / rest / force_partition from ``options``, then
     the environment (DICE_MODE, DICE_CACHE_DIR, DICE_TORCH_FORCE_PARTITION),
@@ -146,10 +157,7 @@ def resolve_options(options: dict[str, Any] | None) -> dict[str, Any]:
     unknown = set(options) - set(accepted)
     if unknown:
         raise ValueError(f"dice backend: unknown option(s) {sorted(unknown)} (accepted: {', '.join(accepted)})")
-    mode = options.get("mode") or os.environ.get("DICE_MODE") or "cache"
-    mode = mode.replace("_", "-")
-    if mode not in MODES:
-        raise ValueError(f"dice backend: unknown mode '{mode}' (expected {'|'.join(MODES)})")
+    mode = resolve_mode(options.get("mode"))
     rest = options.get("rest") or "inductor"
     if rest not in RESTS:
         raise ValueError(f"dice backend: unknown rest compiler '{rest}' (expected {'|'.join(RESTS)})")

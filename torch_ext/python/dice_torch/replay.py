@@ -220,6 +220,12 @@ class ReplayTactic:
         self._check_call, self._baseline = check_call, baseline
         self._chosen: Callable | None = None
 
+    def keep_direct(self, source: str) -> None:
+        """Decides now, before any call: every call runs ``fn`` directly;
+        ``source`` is the ReplayDecision's reason (e.g. the cudagraphs
+        option is off)."""
+        self._chosen, self._report.replay = self._fn, ReplayDecision(DIRECT, source)
+
     @property
     def decision(self) -> ReplayDecision | None:
         """The ReplayDecision once the first call ran, else None."""
@@ -313,12 +319,15 @@ def replayed(module: Callable, mode: str | None = None, cache_dir: str | None = 
 
     Args:
         module: the model; called as ``module(*inputs)``.
-        mode: DICE mode (default $DICE_MODE, else "cache").
+        mode: DICE mode (default $DICE_MODE, else "cache"; off and observe
+            never replay).
         cache_dir: the DICE cache dir (default $DICE_CACHE_DIR, else ~/.cache/dice).
         cudagraphs: "auto" | "off" (default $DICE_TORCH_CUDAGRAPHS, else "auto").
     Raises:
-        ValueError: an unknown cudagraphs choice."""
-    mode = (mode or os.environ.get("DICE_MODE") or "cache").replace("_", "-")
+        ValueError: an unknown mode or cudagraphs choice."""
+    from .backend import resolve_mode  # backend imports this module
+
+    mode = resolve_mode(mode, "dice_torch.replayed")
     choice = resolve_choice({"cudagraphs": cudagraphs})
     report = _Report()
     store = decisions.DecisionStore(cache_dir or "")
@@ -326,7 +335,9 @@ def replayed(module: Callable, mode: str | None = None, cache_dir: str | None = 
                           mode in ("tune", "tune-sync") and torch.cuda.is_available(), [], report,
                           check_call=True, baseline="served")
     if choice == "off":
-        tactic._chosen, report.replay = module, ReplayDecision(DIRECT, "off (cudagraphs option)")
+        tactic.keep_direct("off (cudagraphs option)")
+    elif mode not in ("cache", "tune", "tune-sync"):
+        tactic.keep_direct(f"mode {mode}")
     return tactic
 
 
