@@ -255,6 +255,22 @@ void RenderGroup(const json& g, int group, std::ostringstream& h) {
   if (!key.empty()) h << " \u00b7 key <code>" << HtmlEscape(ValidUtf8(key.substr(0, 16))) << "</code>";
   h << "</p>\n";
   const json& cands = ArrayAt(g, "candidates");
+  const json by = GeneratorSummary(cands, winner);
+  if (by.size() > 1 || by.contains("dice")) {  // one template source alone says nothing the summary does not
+    h << "<table class=\"generators\" id=\"generators-" << group << "\"><thead><tr><th>source</th>"
+      << "<th>candidates</th><th>parsed</th><th>compiled</th><th>verified</th><th>best</th><th>won</th></tr>"
+      << "</thead>\n<tbody>\n";
+    for (const auto& [src, s] : by.items()) {
+      h << "<tr class=\"source\" data-source=\"" << HtmlEscape(ValidUtf8(src)) << "\"><td>"
+        << HtmlEscape(ValidUtf8(src.empty() ? std::string("?") : src)) << "</td><td class=\"n\">"
+        << s["candidates"].get<int64_t>() << "</td><td class=\"n\">" << s["parsed"].get<int64_t>()
+        << "</td><td class=\"n\">" << s["compiled"].get<int64_t>() << "</td><td class=\"n\">"
+        << s["verified"].get<int64_t>() << "</td><td class=\"n\">"
+        << Us(s["best_us"].is_number() ? std::optional<double>(s["best_us"].get<double>()) : std::nullopt)
+        << "</td><td>" << (s["won"].get<bool>() ? "yes" : "no") << "</td></tr>\n";
+    }
+    h << "</tbody></table>\n";
+  }
   if (cands.empty()) {
     h << "<p class=\"note\">" << (BoolAt(g, "from_cache") ? "served from the cache: nothing was tried this run"
                                                           : "no candidates")
@@ -294,6 +310,40 @@ int CmdReport(const std::string& source, const std::string& out_path) {
 
 }  // namespace
 
+json GeneratorSummary(const json& cands, const std::string& winner_origin) {
+  auto prefix = [](const std::string& origin) {
+    std::string p = origin.substr(0, origin.find(':'));
+    if (p == "generator" && origin.size() > p.size() + 1) p = origin.substr(p.size() + 1);
+    return p;
+  };
+  const std::string winner = winner_origin.empty() ? std::string() : prefix(winner_origin);
+  json out = json::object();
+  if (!cands.is_array()) return out;
+  for (const json& c : cands) {
+    if (!c.is_object()) continue;
+    const std::string src = prefix(TextAt(c, "origin"));
+    const std::string outcome = TextAt(c, "outcome");
+    if (!out.contains(src)) {
+      out[src] = {{"candidates", 0}, {"parsed", 0}, {"compiled", 0}, {"verified", 0},
+                  {"best_us", nullptr}, {"won", !winner.empty() && src == winner}};
+    }
+    json& s = out[src];
+    s["candidates"] = s["candidates"].get<int64_t>() + 1;
+    const bool parsed = outcome != "parse_error" && outcome != "skipped";
+    const bool compiled = parsed && outcome != "compile_error";
+    const bool verified = outcome == "slower" || outcome == "winner" || outcome == "verified";
+    if (parsed) s["parsed"] = s["parsed"].get<int64_t>() + 1;
+    if (compiled) s["compiled"] = s["compiled"].get<int64_t>() + 1;
+    if (verified) {
+      s["verified"] = s["verified"].get<int64_t>() + 1;
+      if (auto t = NumberAt(c, "time_us"); t && *t > 0 && (s["best_us"].is_null() || *t < s["best_us"].get<double>())) {
+        s["best_us"] = *t;
+      }
+    }
+  }
+  return out;
+}
+
 json GroupJson(const runtime::TuneReport& r, bool timed, std::optional<int64_t> calls_per_forward) {
   json cands = json::array();
   for (const runtime::CandidateOutcome& o : r.outcomes) {
@@ -315,7 +365,8 @@ json GroupJson(const runtime::TuneReport& r, bool timed, std::optional<int64_t> 
           {"calls_per_forward", calls_per_forward ? json(*calls_per_forward) : json(nullptr)},
           {"saved_us", saved.saved_us ? json(*saved.saved_us) : json(nullptr)},
           {"saved_per", !saved.saved_us ? json(nullptr) : json(saved.calls_per_forward ? "forward" : "call")},
-          {"tune_seconds", r.tune_seconds}, {"candidates", std::move(cands)}};
+          {"tune_seconds", r.tune_seconds}, {"by_generator", GeneratorSummary(cands, r.winner_origin)},
+          {"candidates", std::move(cands)}};
 }
 
 json TuneDocument(const std::string& model, const std::vector<runtime::TuneReport>& groups, const EndToEnd& e2e) {
@@ -394,6 +445,7 @@ Expected<json> CacheDocument(const std::string& cache_dir) {
                       {"verified", w.verified},
                       {"pulled_from", w.pulled_from},
                       {"hits", w.hits},
+                      {"by_generator", GeneratorSummary(cands, w.origin)},
                       {"candidates", std::move(cands)}});
   }
   return json{{"source", "cache"}, {"cache", (*store)->path()}, {"groups", std::move(groups)}};

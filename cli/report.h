@@ -15,6 +15,7 @@
 //    "groups": [{"task_key", "description", "baseline_us", "best_us", "speedup",
 //                "winner", "from_cache", "tried", "compiled", "verified",
 //                "calls_per_forward", "saved_us", "saved_per", "tune_seconds",
+//                "by_generator": {"dice": {...}, "template": {...}}   (GeneratorSummary)
 //                "candidates": [{"origin", "hash", "outcome", "error",
 //                                "compile_ms", "time_us", "speedup"}]}]}
 //
@@ -78,6 +79,21 @@ struct EndToEnd {
   bool functional = false;
   int global_pools_as_mean = 0;
 };
+
+/// Per candidate source, what a group's candidates came to (issue 21 item
+/// 4: decoded, compiled, verified, the best DICE time against the best
+/// template time, whether DICE won): {"dice": {...}, "template": {...}},
+/// keyed by the origin's prefix ("dice:sample3" -> "dice"; a skipped
+/// generator's "generator:dice" -> "dice"). Each value has
+///   "candidates": rows (for DICE: samples decoded, parse failures included),
+///   "parsed": rows that were a candidate (not parse_error / skipped),
+///   "compiled": rows that compiled (every outcome after compile),
+///   "verified": rows that passed the verifier (slower, winner, verified),
+///   "best_us": the least time_us among them (µs; null when none was timed),
+///   "won": whether the group's winner origin has this prefix.
+/// `cands` is a report document's "candidates" array; rows without an
+/// origin count under "". Never throws; non-object rows are skipped.
+nlohmann::json GeneratorSummary(const nlohmann::json& cands, const std::string& winner_origin);
 
 /// One fusion group's entry of the report document: the TuneReport's
 /// fields (baseline_us, best_us, speedup in µs and x; null when `timed` is

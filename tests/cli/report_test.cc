@@ -292,6 +292,61 @@ TEST(ReportJsonTest, TimedRunCarriesEachCandidatesSpeedupOverTheBaseline) {
   EXPECT_EQ(doc["groups"][0]["winner"], "template:w");
 }
 
+TEST(ReportJsonTest, SummarisesEachCandidateSourceDecodedCompiledVerifiedBestAndWon) {
+  const json by = GeneratorSummary(Fixture()["groups"][0]["candidates"], "template:elementwise/b256/v4");
+  ASSERT_EQ(by.size(), 2u) << by.dump();
+  EXPECT_EQ(by["template"]["candidates"], 2);
+  EXPECT_EQ(by["template"]["compiled"], 2);
+  EXPECT_EQ(by["template"]["verified"], 2);
+  EXPECT_DOUBLE_EQ(by["template"]["best_us"].get<double>(), 8.0);
+  EXPECT_TRUE(by["template"]["won"].get<bool>());
+  // Two samples decoded: one not a candidate (parse_error), one that did not compile.
+  EXPECT_EQ(by["dice"]["candidates"], 2);
+  EXPECT_EQ(by["dice"]["parsed"], 1);
+  EXPECT_EQ(by["dice"]["compiled"], 0);
+  EXPECT_EQ(by["dice"]["verified"], 0);
+  EXPECT_TRUE(by["dice"]["best_us"].is_null());
+  EXPECT_FALSE(by["dice"]["won"].get<bool>());
+}
+
+TEST(ReportJsonTest, ASkippedGeneratorCountsUnderItsNameAndAWinningDiceSampleWins) {
+  runtime::TuneReport r;
+  r.baseline_us = 30;
+  r.best_us = 9;
+  r.speedup = 30.0 / 9;
+  r.winner_origin = "dice:sample0";
+  runtime::CandidateOutcome d;
+  d.origin = "dice:sample0";
+  d.outcome = runtime::Outcome::kWinner;
+  d.time_us = 9;
+  runtime::CandidateOutcome t;
+  t.origin = "template:w";
+  t.outcome = runtime::Outcome::kSlower;
+  t.time_us = 12;
+  runtime::CandidateOutcome skipped;
+  skipped.origin = "generator:dice";
+  skipped.outcome = runtime::Outcome::kSkipped;
+  skipped.error = "budget spent";
+  r.outcomes = {d, t, skipped};
+  const json by = TuneDocument("m.pt", {r}, Measured())["groups"][0]["by_generator"];
+  EXPECT_EQ(by["dice"]["candidates"], 2) << by.dump();
+  EXPECT_EQ(by["dice"]["parsed"], 1);
+  EXPECT_DOUBLE_EQ(by["dice"]["best_us"].get<double>(), 9.0);
+  EXPECT_TRUE(by["dice"]["won"].get<bool>());
+  EXPECT_DOUBLE_EQ(by["template"]["best_us"].get<double>(), 12.0);
+  EXPECT_FALSE(by["template"]["won"].get<bool>());
+}
+
+TEST(ReportHtmlTest, ShowsASourceTableWhereDiceCandidatesWereTriedOnly) {
+  const std::string html = RenderReportHtml(Fixture());
+  EXPECT_NE(html.find("id=\"generators-1\""), std::string::npos);
+  EXPECT_EQ(html.find("id=\"generators-2\""), std::string::npos);  // templates alone
+  const std::string table = Element(html, "<table class=\"generators\"", "</table>");
+  EXPECT_NE(table.find("data-source=\"dice\""), std::string::npos) << table;
+  EXPECT_NE(table.find("data-source=\"template\""), std::string::npos) << table;
+  EXPECT_NE(table.find("8.0 \u00b5s"), std::string::npos) << table;
+}
+
 TEST(ReportJsonTest, CarriesTheMemoryFormatDecisionWithBothTimesOrNull) {
   runtime::TuneReport r;
   EndToEnd measured = Measured();
