@@ -117,7 +117,7 @@ int FailRequest(const std::string& url, const Status& st) {
   const size_t colon = m.rfind(": ");
   const std::string name = colon == std::string::npos ? m : m.substr(colon + 2);
   std::string cause = name;
-  if (name == "Connection") cause = "no connection: nothing listens there, or the host is unreachable";
+  if (name == "Connection") cause = "no connection: nothing listens there, the host is unreachable, or its name does not resolve";
   if (name == "ConnectionTimeout") cause = "connecting timed out (--timeout-ms)";
   if (name == "Read") cause = "no answer in time, or the connection dropped (--timeout-ms)";
   if (name == "Write") cause = "the connection dropped while sending";

@@ -168,4 +168,11 @@ std::string DefaultRangeHint(const std::vector<InputSpec>& specs) {
   return "";
 }
 
+std::string RunFailureHint(const std::vector<InputSpec>& specs, const std::string& cause) {
+  if (cause.find("not implemented for '") != std::string::npos) {
+    return "an op of the model does not take this dtype: check the :dtype of each --input";
+  }
+  return DefaultRangeHint(specs);
+}
+
 }  // namespace dice::cli

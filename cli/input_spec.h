@@ -76,4 +76,11 @@ Expected<InputSpec> ParseInputFlag(const std::string& spec, const std::string& f
 /// model takes, e.g. 8x128:i64:0..50257"). Pure.
 std::string DefaultRangeHint(const std::vector<InputSpec>& specs);
 
+/// The hint a failed first run appends, for the model's error `cause`: an op
+/// that has no kernel for an input's dtype (PyTorch's "... not implemented
+/// for 'Long'") gets "an op of the model does not take this dtype: check
+/// the :dtype of each --input" (a value range would not help); any other
+/// cause gets DefaultRangeHint(specs). "" when neither applies. Pure.
+std::string RunFailureHint(const std::vector<InputSpec>& specs, const std::string& cause);
+
 }  // namespace dice::cli

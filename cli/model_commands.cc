@@ -68,14 +68,16 @@ struct LoadedModel {
 /// cause>" for an exception of a forward() on the user's inputs (a c10::Error,
 /// or the TorchScript interpreter's own exception with its ~19-line
 /// traceback: only the cause line is kept, TorchErrorCause), plus "(<hint>)"
-/// when an integer input was drawn from the default range (DefaultRangeHint).
+/// naming the likely fix (RunFailureHint: a dtype no op takes, or integer
+/// inputs drawn from the default range).
 std::string ModelRunError(const ModelArgs& args, const std::exception& e) {
   std::vector<InputSpec> specs;
   for (const std::string& text : args.input_specs) {
     if (auto spec = ParseInputFlag(text, text); spec.ok()) specs.push_back(*spec);
   }
-  const std::string hint = DefaultRangeHint(specs);
-  return InputFlags(args.input_specs) + ": the model does not run on these inputs: " + TorchErrorCause(e) +
+  const std::string cause = TorchErrorCause(e);
+  const std::string hint = RunFailureHint(specs, cause);
+  return InputFlags(args.input_specs) + ": the model does not run on these inputs: " + cause +
          (hint.empty() ? "" : " (" + hint + ")");
 }
 
@@ -543,10 +545,12 @@ Expected<std::vector<dice::runtime::TuneReport>> TuneWithProgress(LoadedModel& m
                                                                   const dice::torch_ext::Options& options,
                                                                   const std::string& prefix) {
   ProgressLine progress;
+  std::optional<TuneHeartbeat> heartbeat(std::in_place, progress, prefix);  // a line every 10 s through a long nvcc build
   auto reports = dice::torch_ext::TuneGroups(
-      model.module, model.inputs, options, [&progress, &prefix](const dice::torch_ext::GroupTuneProgress& g) {
-        ShowTuneProgress(progress, prefix, g.group, g.groups, g.tune);
+      model.module, model.inputs, options, [&heartbeat](const dice::torch_ext::GroupTuneProgress& g) {
+        heartbeat->Show(g.group, g.groups, g.tune);
       });
+  heartbeat.reset();  // its thread prints no more
   progress.Finish();
   return reports;
 }

@@ -138,6 +138,53 @@ void ShowTuneProgress(ProgressLine& line, const std::string& prefix, int group, 
   if (p.phase == runtime::TunePhase::kDone) line.Finish();
 }
 
+TuneHeartbeat::TuneHeartbeat(ProgressLine& line, std::string prefix, double every_s)
+    : line_(line), prefix_(std::move(prefix)), every_s_(every_s > 0 ? every_s : 10.0),
+      thread_([this] { Run(); }) {}
+
+TuneHeartbeat::~TuneHeartbeat() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void TuneHeartbeat::Show(int group, int groups, const runtime::TuneProgress& p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ShowTuneProgress(line_, prefix_, group, groups, p);
+  group_ = group;
+  groups_ = groups;
+  last_ = p;
+  description_ = std::string(p.description);  // the view is valid only during the callback
+  last_.description = {};
+  live_ = p.phase != runtime::TunePhase::kDone;
+  at_ = std::chrono::steady_clock::now();
+  since_event_s_ = 0;
+}
+
+void TuneHeartbeat::Run() {
+  const auto every = std::chrono::duration<double>(every_s_);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    if (!live_) {
+      wake_.wait_for(lock, every);
+      continue;
+    }
+    const auto due = at_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(every);
+    if (wake_.wait_until(lock, due, [this, due] { return stop_ || at_ >= due || !live_; })) continue;
+    // No event for every_s: the same state, its clock brought up to now.
+    const auto now = std::chrono::steady_clock::now();
+    since_event_s_ += std::chrono::duration<double>(now - at_).count();
+    at_ = now;
+    runtime::TuneProgress p = last_;
+    p.elapsed_s += since_event_s_;
+    line_.Update(prefix_ + FormatTuneProgress(group_, groups_, p) + ", still working" +
+                 (description_.empty() ? std::string() : " | " + description_));
+  }
+}
+
 bool StepEta::ParseStep(const std::string& line, int64_t* k, int64_t* n) {
   for (size_t at = line.find("step "); at != std::string::npos; at = line.find("step ", at + 1)) {
     size_t i = at + 5, k_end = i;

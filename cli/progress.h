@@ -12,9 +12,12 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "dice/core/log.h"
 #include "dice/runtime/tuner.h"
@@ -91,6 +94,41 @@ std::string FormatTuneProgress(int group, int groups, const runtime::TuneProgres
 /// persist are instants). kDone ends the group's in-place line,
 /// so each group's outcome stays on screen.
 void ShowTuneProgress(ProgressLine& line, const std::string& prefix, int group, int groups, const runtime::TuneProgress& p);
+
+/// Keeps a tune's progress line alive while one step takes long: a CUTLASS
+/// candidate's nvcc build sends no event for ~40 s (compile-only, and in
+/// the worker). Show passes each event to ShowTuneProgress; a thread
+/// repeats the last one, with its elapsed time brought up to now and
+/// ", still working", each `every_s` seconds (> 0) without a new event,
+/// until kDone (the group is finished) or destruction. Show and the thread
+/// print under one mutex; the ProgressLine must outlive it and be used only
+/// through it meanwhile. Shown at log level info, as every progress line.
+class TuneHeartbeat {
+ public:
+  TuneHeartbeat(ProgressLine& line, std::string prefix, double every_s = 10.0);
+  ~TuneHeartbeat();
+  TuneHeartbeat(const TuneHeartbeat&) = delete;
+  TuneHeartbeat& operator=(const TuneHeartbeat&) = delete;
+
+  /// ShowTuneProgress(line, prefix, group, groups, p), remembered for the heartbeat.
+  void Show(int group, int groups, const runtime::TuneProgress& p);
+
+ private:
+  void Run();
+  ProgressLine& line_;
+  const std::string prefix_;
+  const double every_s_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;                            // guarded by mu_
+  bool live_ = false;                            // guarded by mu_: an event to repeat (not kDone)
+  int group_ = 0, groups_ = 0;                   // guarded by mu_
+  runtime::TuneProgress last_;                   // guarded by mu_; its description cleared (a view)
+  std::string description_;                      // guarded by mu_: last_'s description, copied
+  std::chrono::steady_clock::time_point at_;     // guarded by mu_: when last_ came (or was repeated)
+  double since_event_s_ = 0;                     // guarded by mu_: seconds from last_ to the previous repeat
+  std::thread thread_;
+};
 
 /// Adds an estimate of the time left to training progress lines ("sft step
 /// 12/100 loss ...", "rl step 3/10 ..."): the mean time per step since the

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -159,7 +160,8 @@ int Warmup(const WarmupCommand& c) {
     const std::string why = device.ok() ? "PyTorch sees no CUDA device" : device.status().message();
     if (c.require_gpu) return Fail(kExitNoGpu, "no CUDA device present (" + why + ")");
     Notice(LogLevel::kWarn, "dice: no CUDA device present (%s); warming up compile-only: candidates are generated "
-           "and compiled by NVRTC for sm_90; nothing is verified, timed or cached as a winner.", why.c_str());
+           "and compiled for sm_90 (NVRTC for device form, nvcc for extension form); nothing is verified, timed or "
+           "cached as a winner.", why.c_str());
   } else {
     Notice(LogLevel::kInfo, "dice: warming up on cuda:%d, %s (%s)%s", local->ordinal, device->name.c_str(),
            device->arch.c_str(), local->source.empty() ? "" : (" from " + local->source).c_str());
@@ -197,9 +199,10 @@ int Warmup(const WarmupCommand& c) {
       torch::NoGradGuard no_grad;
       module.forward(inputs);
     } catch (const std::exception& e) {  // a c10::Error, or the interpreter's own (traceback cut to its cause)
-      const std::string hint = DefaultRangeHint(sets[k]);
-      return Fail(kExitBadInput, "--input '" + c.sets[k] + "': the model does not run on these inputs: " +
-                                     TorchErrorCause(e) + (hint.empty() ? "" : " (" + hint + ")"));
+      const std::string cause = TorchErrorCause(e);
+      const std::string hint = RunFailureHint(sets[k], cause);
+      return Fail(kExitBadInput, "--input '" + c.sets[k] + "': the model does not run on these inputs: " + cause +
+                                     (hint.empty() ? "" : " (" + hint + ")"));
     }
     // The cache once the first set has run: opening it creates it, and a
     // rejected command leaves nothing behind.
@@ -225,9 +228,11 @@ int Warmup(const WarmupCommand& c) {
     ProgressLine progress;
     const std::string prefix = "[" + std::to_string(done + 1) + "/" + std::to_string(mine) + "] set " +
                                std::to_string(k + 1) + ": ";
+    std::optional<TuneHeartbeat> heartbeat(std::in_place, progress, prefix);  // lines through long nvcc builds
     auto tuned = torch_ext::TuneGroups(module, inputs, options, [&](const torch_ext::GroupTuneProgress& g) {
-      ShowTuneProgress(progress, prefix, g.group, g.groups, g.tune);
+      heartbeat->Show(g.group, g.groups, g.tune);
     });
+    heartbeat.reset();
     progress.Finish();
     ++done;
     if (!tuned.ok()) {

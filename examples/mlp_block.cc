@@ -14,6 +14,7 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include "dice/runtime/outcome.h"
 #include "dice/torch_ext/optimize.h"
 
 namespace {
@@ -42,6 +43,7 @@ def forward(self, x):
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // piped (tee, a log): each line as it is printed, not at exit
   dice::torch_ext::EnsureRegistered();
   const int64_t tokens = argc > 1 ? std::atoll(argv[1]) : 512;
   const int64_t hidden = argc > 2 ? std::atoll(argv[2]) : 1024;
@@ -92,7 +94,16 @@ int main(int argc, char** argv) {
   // Tune every group (compile-only without a GPU), then serve the winners.
   options.tune.compile_only = !cuda;
   options.tune.budget_s = 60;  // one CUTLASS build (30-90 s) per linear group fits (tuner.h kMinUncachedNvccBudgetS)
-  auto tuned = dice::torch_ext::TuneGroups(module, {x}, options);
+  // One line per tuning phase of each group: a linear's CUTLASS candidates
+  // build with nvcc for tens of seconds, and the phases show where it is.
+  auto tuned = dice::torch_ext::TuneGroups(module, {x}, options, [](const dice::torch_ext::GroupTuneProgress& g) {
+    const auto phase = g.tune.phase;
+    using dice::runtime::TunePhase;
+    if (phase != TunePhase::kGenerate && phase != TunePhase::kCompile && phase != TunePhase::kDone) return;
+    std::printf("tuning group %d/%d %s (%.1f s): %d candidate(s), %d compiled\n", g.group, g.groups,
+                std::string(dice::runtime::TunePhaseName(phase)).c_str(), g.tune.elapsed_s, g.tune.generated,
+                g.tune.compiled);
+  });
   if (!tuned.ok()) {
     std::fprintf(stderr, "mlp_block: tuning failed: %s\n", tuned.status().ToString().c_str());
     return 1;
@@ -103,6 +114,12 @@ int main(int argc, char** argv) {
                 r.description.c_str(), us(r.baseline_us).c_str(), us(r.best_us).c_str(),
                 r.speedup > 0 ? (us(r.speedup) + "x").c_str() : "-", r.tried, r.compiled, r.verified,
                 r.winner_origin.empty() ? "-" : r.winner_origin.c_str());
+    for (const auto& o : r.outcomes) {  // why a candidate did not compile or was not tried
+      if (o.outcome != dice::runtime::Outcome::kCompiled && !dice::runtime::IsVerified(o.outcome)) {
+        std::printf("  %s: %s %s\n", o.origin.c_str(), std::string(dice::runtime::OutcomeName(o.outcome)).c_str(),
+                    o.error.substr(0, 160).c_str());
+      }
+    }
   }
   if (!cuda) {
     std::printf("no CUDA device: candidates were compiled for sm_90 only; nothing was cached as a winner\n");

@@ -246,6 +246,14 @@ std::string RenderDashboard(const WinnerPage& page, const DashboardQuery& query,
   return h.str();
 }
 
+std::string RenderErrorPage(int status, const std::string& message) {
+  std::ostringstream h;
+  Head(h, "DICE kernel cache: error " + std::to_string(status));
+  h << "<p><a href=\"/\">&larr; all entries</a></p>\n<h1>Error " << status << "</h1>\n<p id=\"error\">"
+    << HtmlEscape(message) << "</p></body></html>\n";
+  return h.str();
+}
+
 std::string RenderEntryPage(const std::string& task_key, const WinnerSummary* entry,
                             const std::vector<AttemptRecord>& attempts, int64_t now) {
   std::ostringstream h;

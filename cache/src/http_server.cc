@@ -494,19 +494,22 @@ void CacheServer::Impl::Dashboard(const httplib::Request& req, httplib::Response
 
 void CacheServer::Impl::Entry(const httplib::Request& req, httplib::Response& res) {
   const std::string key = req.matches[1];
-  if (!IsValidTaskKey(key)) return Reply(res, 400, ErrorJson("task key must be 64 lowercase hex digits"));
+  // A page for people: its errors are pages too (the /v1 routes answer JSON).
+  auto error_page = [&res](int status, const std::string& message) {
+    res.status = status;
+    res.set_content(RenderErrorPage(status, message), "text/html; charset=utf-8");
+  };
+  if (!IsValidTaskKey(key)) return error_page(400, "task key must be 64 lowercase hex digits, not '" + key + "'");
   WinnerQuery query;
   query.task_key = key;
   query.limit = 1;
   query.with_source = true;
   query.check_content = true;
   auto page = store->ListWinnerPage(query);
-  if (!page.ok()) return Reply(res, 500, ErrorJson(page.status().ToString()));
+  if (!page.ok()) return error_page(500, page.status().ToString());
   auto attempts = store->ListAttempts(key);
-  if (!attempts.ok()) return Reply(res, 500, ErrorJson(attempts.status().ToString()));
-  if (page->entries.empty() && attempts->empty()) {
-    return Reply(res, 404, ErrorJson("no entry and no attempts for task key " + key));
-  }
+  if (!attempts.ok()) return error_page(500, attempts.status().ToString());
+  if (page->entries.empty() && attempts->empty()) return error_page(404, "no entry and no attempts for task key " + key);
   res.status = 200;
   res.set_content(RenderEntryPage(key, page->entries.empty() ? nullptr : &page->entries.front(), *attempts, UnixNow()),
                   "text/html; charset=utf-8");

@@ -187,8 +187,12 @@ TEST_F(DashboardPageTest, EntryPageShowsSourcePlanAndAttemptsEscaped) {
   const std::string tried = Page("/entry/" + Key(9));
   EXPECT_NE(tried.find("No winner"), std::string::npos) << tried;
   EXPECT_NE(tried.find("compile_error"), std::string::npos) << tried;
-  Page("/entry/" + Key(8), 404);
-  Page("/entry/NOT-A-KEY", 400);
+  const std::string unknown = Page("/entry/" + Key(8), 404);
+  EXPECT_NE(unknown.find("<h1>Error 404</h1>"), std::string::npos) << "a page, not JSON: " << unknown;
+  EXPECT_NE(unknown.find("no entry and no attempts"), std::string::npos) << unknown;
+  const std::string bad = Page("/entry/NOT-A-KEY", 400);
+  EXPECT_NE(bad.find("64 lowercase hex digits, not "), std::string::npos) << bad;
+  EXPECT_NE(bad.find("NOT-A-KEY"), std::string::npos) << bad;
 }
 
 TEST(ParseDashboardQueryTest, ReadsEveryParameterAndRejectsMalformedOnes) {

@@ -108,6 +108,17 @@ TEST(IntInputSpecTest, MalformedOrOutOfRangeSpecsNameTheFlagAndWhatIsWrong) {
       << in_set.status().message();
 }
 
+TEST(IntInputSpecTest, ADtypeNoOpTakesGetsTheDtypeHintNotTheRangeHint) {
+  std::vector<dice::cli::InputSpec> specs;
+  specs.push_back(*dice::cli::ParseInputFlag("4x4:i64", "--input"));
+  const std::string dtype = dice::cli::RunFailureHint(
+      specs, "RuntimeError: \"softmax_lastdim_kernel_impl\" not implemented for 'Long'");
+  EXPECT_EQ(dtype, "an op of the model does not take this dtype: check the :dtype of each --input");
+  EXPECT_EQ(dice::cli::RunFailureHint(specs, "RuntimeError: index out of range in self"),
+            dice::cli::DefaultRangeHint(specs));
+  EXPECT_NE(dice::cli::DefaultRangeHint(specs), "");
+}
+
 TEST(IntInputSpecTest, TheDefaultRangeHintAppearsOnlyForAnIntegerInputWithoutARange) {
   std::vector<InputSpec> specs = {*ParseInputFlag("8:f32", "8:f32"), *ParseInputFlag("8:b8", "8:b8"),
                                   *ParseInputFlag("8:i64:0..9", "8:i64:0..9")};

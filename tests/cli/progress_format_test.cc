@@ -8,9 +8,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "progress.h"
@@ -153,6 +155,31 @@ TEST(ProgressFormat, LogLevelWarnHidesTheProgressLines) {
   const std::string text = out.Take();
   SetLogLevel(before);
   EXPECT_EQ(text, "");
+}
+
+// A step with no event for longer than the heartbeat's period (an nvcc
+// build): the last state is repeated with its clock brought up to now, and
+// nothing more once the group is done.
+TEST(ProgressFormat, HeartbeatRepeatsTheLastStateWhileAStepTakesLongAndStopsWhenDone) {
+  CapturedStdout out;
+  {
+    ProgressLine line(ProgressLine::Mode::kLines);
+    TuneHeartbeat beat(line, "dice: ", 0.05);
+    beat.Show(1, 1, Event(TunePhase::kGenerate, 0, 0, 0, 0, 0, 0.0));
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));  // ~8 periods without an event
+    beat.Show(1, 1, Event(TunePhase::kDone, 3, 0, 0, 0, 0, 0.3));
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // done: no repeats
+  }
+  const std::vector<std::string> lines = Lines(out.Take());
+  ASSERT_GE(lines.size(), 3u);  // at least one repeat, even on a loaded machine
+  EXPECT_EQ(lines.front().rfind("dice: group 1/1 generate (0.0 s)", 0), 0u) << lines.front();
+  EXPECT_EQ(lines.back().rfind("dice: group 1/1 done", 0), 0u) << lines.back();
+  for (size_t i = 1; i + 1 < lines.size(); ++i) {
+    EXPECT_EQ(lines[i].rfind("dice: group 1/1 generate (", 0), 0u) << lines[i];
+    EXPECT_NE(lines[i].find(", still working | mul+relu f32[32,32]"), std::string::npos) << lines[i];
+    EXPECT_EQ(lines[i].find("(0.0 s)"), std::string::npos) << "the clock is brought up to now: " << lines[i];
+  }
+  EXPECT_LE(lines.size(), 11u) << "at most one repeat per period, none after done";
 }
 
 }  // namespace

@@ -662,6 +662,9 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
 
   Measured measured;
   if (opt.compile_only) {
+    // Compiling starts now: a CUTLASS candidate's nvcc build sends nothing
+    // for tens of seconds, and the line shown meanwhile should say compile.
+    if (!candidates.empty()) progress.Send(TunePhase::kCompile);
     measured = impl_->CompileOnly(task, candidates, start, [&progress](int compiled) {
       TuneProgress p;
       p.compiled = compiled;

@@ -130,6 +130,11 @@ std::string RenderDashboard(const WinnerPage& page, const DashboardQuery& query,
 std::string RenderEntryPage(const std::string& task_key, const WinnerSummary* entry,
                             const std::vector<AttemptRecord>& attempts, int64_t now);
 
+/// The HTML page of a dashboard route's error (`status`, e.g. 400 for a
+/// malformed key, 404 for an unknown one): the message, HTML-escaped, and a
+/// link back to the dashboard. The JSON API routes answer errors as JSON.
+std::string RenderErrorPage(int status, const std::string& message);
+
 /// True when `key` is a task key as the API accepts it: exactly 64 lowercase
 /// hex digits (Task::Key). Anything else (upper case, "..", slashes) is not.
 bool IsValidTaskKey(const std::string& key);
