@@ -653,8 +653,7 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
   progress.Send(TunePhase::kGenerate);
   if (generated->pulled_rejected) {
     impl_->RecordAttempts(report);  // remembered, so the same entry is not pulled again
-    auto removed = impl_->store->RemoveUnverifiedWinner(report.task_key);
-    if (!removed.ok()) return removed.status();
+    if (auto removed = impl_->store->RemoveUnverifiedWinner(report.task_key); !removed.ok()) return removed.status();
     report.tune_seconds = SecondsSince(start);
     progress.Send(TunePhase::kDone);
     return report;
@@ -662,9 +661,7 @@ Expected<TuneReport> Tuner::Tune(const Task& task, const std::vector<std::string
 
   Measured measured;
   if (opt.compile_only) {
-    // Compiling starts now: a CUTLASS candidate's nvcc build sends nothing
-    // for tens of seconds, and the line shown meanwhile should say compile.
-    if (!candidates.empty()) progress.Send(TunePhase::kCompile);
+    if (!candidates.empty()) progress.Send(TunePhase::kCompile);  // before a build of up to ~40 s (nvcc)
     measured = impl_->CompileOnly(task, candidates, start, [&progress](int compiled) {
       TuneProgress p;
       p.compiled = compiled;
