@@ -36,13 +36,10 @@ inline std::string RawSql(const std::string& path, const std::string& sql) {
   return out;
 }
 
-/// Creates the SQLite file `path` (absent or empty) as schema v4 left a
-/// cache: schema.cc's steps 0-3 verbatim (winners with the payload before
-/// the summary columns, attempts, meta, the v3 page indexes, tuning_claims),
-/// user_version and meta('schema_version') 4, no rows. The SQL failing is a
-/// test failure.
-inline void CreateVersion4Cache(const std::string& path) {
-  const char* ddl =
+/// The tables of schema v1 as schema.cc's step 0 created them (winners with
+/// the payload before the summary columns, attempts, meta), frozen here so
+/// that tests build files of old versions as those versions wrote them.
+inline constexpr const char* kSchemaV1Tables =
       "CREATE TABLE winners (task_key TEXT PRIMARY KEY NOT NULL, graph_canonical TEXT NOT NULL,"
       " input_specs TEXT NOT NULL, arch TEXT NOT NULL, gpu_name TEXT NOT NULL, origin TEXT NOT NULL,"
       " candidate_hash TEXT NOT NULL, source TEXT NOT NULL, cubin BLOB NOT NULL, launch_plan_json TEXT NOT NULL,"
@@ -51,12 +48,24 @@ inline void CreateVersion4Cache(const std::string& path) {
       "CREATE TABLE attempts (task_key TEXT NOT NULL, candidate_hash TEXT NOT NULL, origin TEXT NOT NULL,"
       " outcome TEXT NOT NULL, error TEXT NOT NULL, time_us REAL NOT NULL, created_at INTEGER NOT NULL,"
       " PRIMARY KEY (task_key, candidate_hash));"
-      "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);"
-      "INSERT INTO meta(key, value) VALUES ('created_by', 'dice');"
+      "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);";
+
+/// The columns schema.cc's step 1 added to winners (schema v2).
+inline constexpr const char* kSchemaV2Columns =
       "ALTER TABLE winners ADD COLUMN verified INTEGER NOT NULL DEFAULT 1;"
       "ALTER TABLE winners ADD COLUMN pulled_from TEXT NOT NULL DEFAULT '';"
       "ALTER TABLE winners ADD COLUMN hits INTEGER NOT NULL DEFAULT 0;"
-      "ALTER TABLE winners ADD COLUMN last_used_at INTEGER NOT NULL DEFAULT 0;"
+      "ALTER TABLE winners ADD COLUMN last_used_at INTEGER NOT NULL DEFAULT 0;";
+
+/// Creates the SQLite file `path` (absent or empty) as schema v4 left a
+/// cache: schema.cc's steps 0-3 verbatim (winners with the payload before
+/// the summary columns, attempts, meta, the v3 page indexes, tuning_claims),
+/// user_version and meta('schema_version') 4, no rows. The SQL failing is a
+/// test failure.
+inline void CreateVersion4Cache(const std::string& path) {
+  const std::string ddl =
+      std::string(kSchemaV1Tables) + "INSERT INTO meta(key, value) VALUES ('created_by', 'dice');" +
+      kSchemaV2Columns +
       "CREATE INDEX winners_newest ON winners(created_at DESC, arch, verified);"
       "CREATE INDEX winners_arch_newest ON winners(arch, created_at DESC, verified);"
       "CREATE INDEX winners_speedup ON winners(speedup DESC, arch, verified);"
@@ -68,7 +77,7 @@ inline void CreateVersion4Cache(const std::string& path) {
       "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '4');";
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  EXPECT_EQ(sqlite3_exec(db, ddl, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  EXPECT_EQ(sqlite3_exec(db, ddl.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
   sqlite3_close(db);
 }
 

@@ -283,19 +283,7 @@ TEST(PageMigrationTest, Version2FileGainsTheIndexesAndKeepsItsRows) {
   const std::string dir = tmpl, path = dir + "/kernels.db";
   // A cache as schema v2 left it: the v1 tables, the v2 columns, one row.
   const std::string ddl =
-      "CREATE TABLE winners (task_key TEXT PRIMARY KEY NOT NULL, graph_canonical TEXT NOT NULL,"
-      " input_specs TEXT NOT NULL, arch TEXT NOT NULL, gpu_name TEXT NOT NULL, origin TEXT NOT NULL,"
-      " candidate_hash TEXT NOT NULL, source TEXT NOT NULL, cubin BLOB NOT NULL, launch_plan_json TEXT NOT NULL,"
-      " baseline_us REAL NOT NULL, best_us REAL NOT NULL, speedup REAL NOT NULL, reduced_precision INTEGER NOT NULL,"
-      " versions_json TEXT NOT NULL, created_at INTEGER NOT NULL, content_hash TEXT NOT NULL);"
-      "CREATE TABLE attempts (task_key TEXT NOT NULL, candidate_hash TEXT NOT NULL, origin TEXT NOT NULL,"
-      " outcome TEXT NOT NULL, error TEXT NOT NULL, time_us REAL NOT NULL, created_at INTEGER NOT NULL,"
-      " PRIMARY KEY (task_key, candidate_hash));"
-      "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);"
-      "ALTER TABLE winners ADD COLUMN verified INTEGER NOT NULL DEFAULT 1;"
-      "ALTER TABLE winners ADD COLUMN pulled_from TEXT NOT NULL DEFAULT '';"
-      "ALTER TABLE winners ADD COLUMN hits INTEGER NOT NULL DEFAULT 0;"
-      "ALTER TABLE winners ADD COLUMN last_used_at INTEGER NOT NULL DEFAULT 0;"
+      std::string(testing::kSchemaV1Tables) + testing::kSchemaV2Columns +
       "INSERT INTO meta VALUES ('created_by','dice'),('schema_version','2');"
       "INSERT INTO winners VALUES ('" + Key(7) + "', 'x', 'f32[1]', 'sm_90', 'GPU', 'o', 'c', 's', X'00', '{}',"
       " 2.0, 1.0, 2.0, 0, '{}', 1700000007, 'h', 0, 'http://peer', 5, 0);"

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cache_test_support.h"
 #include "dice/cache/bundle.h"
 #include "dice/cache/http_client.h"
 #include "dice/cache/http_server.h"
@@ -110,15 +111,7 @@ TEST_F(ShareTest, Version1FileIsMigratedAndItsRowsStayReadableAndVerified) {
   WinnerRecord r = MakeRecord(1, 3.0);
   r.content_hash = ContentHash(r);
   const std::string ddl =
-      "CREATE TABLE winners (task_key TEXT PRIMARY KEY NOT NULL, graph_canonical TEXT NOT NULL,"
-      " input_specs TEXT NOT NULL, arch TEXT NOT NULL, gpu_name TEXT NOT NULL, origin TEXT NOT NULL,"
-      " candidate_hash TEXT NOT NULL, source TEXT NOT NULL, cubin BLOB NOT NULL, launch_plan_json TEXT NOT NULL,"
-      " baseline_us REAL NOT NULL, best_us REAL NOT NULL, speedup REAL NOT NULL, reduced_precision INTEGER NOT NULL,"
-      " versions_json TEXT NOT NULL, created_at INTEGER NOT NULL, content_hash TEXT NOT NULL);"
-      "CREATE TABLE attempts (task_key TEXT NOT NULL, candidate_hash TEXT NOT NULL, origin TEXT NOT NULL,"
-      " outcome TEXT NOT NULL, error TEXT NOT NULL, time_us REAL NOT NULL, created_at INTEGER NOT NULL,"
-      " PRIMARY KEY (task_key, candidate_hash));"
-      "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);"
+      std::string(testing::kSchemaV1Tables) +
       "INSERT INTO meta VALUES ('created_by','dice'),('schema_version','1');"
       "PRAGMA user_version = 1;";
   ASSERT_EQ(sqlite3_exec(db, ddl.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
