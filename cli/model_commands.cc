@@ -301,7 +301,7 @@ void PrintGroupTable(const std::vector<dice::runtime::TuneReport>& reports,
     // With DICE among the sources (--generator dice|both): what each source's
     // candidates came to (issue 21 item 4), e.g. "dice 8 decoded, 5 parsed,
     // 3 compiled, 1 verified, best 12.3 µs; template ... best 10.1 µs".
-    const nlohmann::json by = GeneratorSummary(GroupJson(r, true, std::nullopt)["candidates"], r.winner_origin);
+    const nlohmann::json by = GroupJson(r, true, std::nullopt)["by_generator"];
     if (by.contains("dice")) {
       std::string line;
       for (const auto& [src, n] : by.items()) {
