@@ -309,6 +309,21 @@ TEST(ReportJsonTest, SummarisesEachCandidateSourceDecodedCompiledVerifiedBestAnd
   EXPECT_FALSE(by["dice"]["won"].get<bool>());
 }
 
+TEST(ReportJsonTest, GeneratorSummaryReadsMalformedCandidateRowsAsMissing) {
+  EXPECT_EQ(GeneratorSummary(json("not an array"), "dice:sample0"), json::object());
+  const json by = GeneratorSummary(
+      json::parse(R"([5, null, {"origin": "dice:sample0", "outcome": "verified", "time_us": "1"},
+                      {"origin": 7, "outcome": ["winner"]}])"),
+      "dice:sample0");
+  ASSERT_EQ(by.size(), 2u) << by.dump();  // "dice" and "7" (an origin that is not text, shown as written)
+  EXPECT_EQ(by["dice"]["candidates"], 1);
+  EXPECT_EQ(by["dice"]["verified"], 1);
+  EXPECT_TRUE(by["dice"]["best_us"].is_null()) << "a time that is not a number is not a time";
+  EXPECT_TRUE(by["dice"]["won"].get<bool>());
+  ASSERT_TRUE(by.contains("7")) << by.dump();
+  EXPECT_EQ(by["7"]["verified"], 0) << "an outcome that is not text is no outcome";
+}
+
 TEST(ReportJsonTest, ASkippedGeneratorCountsUnderItsNameAndAWinningDiceSampleWins) {
   runtime::TuneReport r;
   r.baseline_us = 30;
