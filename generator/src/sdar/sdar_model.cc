@@ -15,6 +15,7 @@
 
 #include "dice/core/env.h"
 #include "dice/generator/sdar_fused_kernels.h"
+#include "dice/generator/sdar_served_groups.h"
 
 namespace dice::generator {
 namespace {
@@ -277,6 +278,7 @@ Expected<SdarModel> SdarModel::Build(const SdarConfig& config, const SdarModelOp
     m.fused_note_ = std::string("fused elementwise kernels off: ") + e.what_without_backtrace();
     std::fprintf(stderr, "dice sdar: %s\n", m.fused_note_.c_str());
   }
+  m.served_ = ServeSdarGroups(c, options, m.fused_ != nullptr);
   return m;
 }
 
@@ -513,6 +515,16 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
       hd <= 256) {
     split_mask = mask->to(torch::kBool).contiguous();
   }
+  // fk: *norm = w * RMSNorm(x + d) and *sum = x + d (d undefined: RMSNorm(x)),
+  // by the served group (sdar_served_groups.h) when the runtime serves it at
+  // these rows, else by the hand-written kernel.
+  auto add_norm = [&](const torch::Tensor& d, const torch::Tensor& w, torch::Tensor* sum, torch::Tensor* norm) {
+    if (served_ != nullptr && served_->AddRmsNorm(x, d, w, sum, norm)) return;
+    *norm = torch::empty_like(x);
+    if (d.defined()) *sum = torch::empty_like(x);
+    CheckLaunch(fused_->AddRmsNorm(Ptr(x), d.defined() ? Ptr(d) : nullptr, Ptr(w),
+                                   d.defined() ? sum->data_ptr() : nullptr, norm->data_ptr(), rows, stream));
+  };
   // fk: the last MLP output not yet added to x (added by the next layer's
   // fused add + RMSNorm, or after the loop).
   torch::Tensor pending;
@@ -520,16 +532,9 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
     const Layer& l = layers_[i];
     torch::Tensor a;
     if (fk) {
-      a = torch::empty_like(x);
-      if (pending.defined()) {
-        auto sum = torch::empty_like(x);
-        CheckLaunch(fused_->AddRmsNorm(Ptr(x), Ptr(pending), Ptr(l.input_norm), sum.data_ptr(), a.data_ptr(), rows,
-                                       stream));
-        x = sum;
-        pending = torch::Tensor();
-      } else {
-        CheckLaunch(fused_->AddRmsNorm(Ptr(x), nullptr, Ptr(l.input_norm), nullptr, a.data_ptr(), rows, stream));
-      }
+      torch::Tensor sum;
+      add_norm(pending, l.input_norm, &sum, &a);
+      if (pending.defined()) x = sum, pending = torch::Tensor();
     } else {
       a = RmsNorm(x, l.input_norm);
     }
@@ -627,15 +632,17 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
     if (fk) {
       auto attn = Gemv(SdarGemv::kO, o, l.o_proj);
       if (!attn.defined()) attn = torch::linear(o, l.o_proj).contiguous();
-      auto sum = torch::empty_like(x), m = torch::empty_like(x);
-      CheckLaunch(fused_->AddRmsNorm(Ptr(x), Ptr(attn), Ptr(l.post_norm), sum.data_ptr(), m.data_ptr(), rows, stream));
+      torch::Tensor sum, m;
+      add_norm(attn, l.post_norm, &sum, &m);
       x = sum;
       // The skinny gate/up GEMM writes silu(gate) * up itself.
       auto act = Gemv(SdarGemv::kGateUp, m, l.gate_up_proj);
       if (!act.defined()) {
         auto gu = torch::linear(m, l.gate_up_proj).contiguous();
-        act = torch::empty({batch, len, c.intermediate_size}, x.options());
-        CheckLaunch(fused_->SiluMul(Ptr(gu), act.data_ptr(), rows, stream));
+        if (served_ == nullptr || !served_->SiluMul(gu, &act)) {
+          act = torch::empty({batch, len, c.intermediate_size}, x.options());
+          CheckLaunch(fused_->SiluMul(Ptr(gu), act.data_ptr(), rows, stream));
+        }
       }
       pending = Gemv(SdarGemv::kDown, act, l.down_proj);
       if (!pending.defined()) pending = torch::linear(act, l.down_proj);

@@ -9,9 +9,12 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/cuda.h>
 
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <utility>
+
+#include "dice/generator/sdar_served_groups.h"
 
 namespace dice::generator {
 
@@ -72,6 +75,15 @@ Expected<std::unique_ptr<SdarStepGraph>> SdarStepGraph::Create(const SdarModel& 
     g->cos_table_ = angles.cos().to(model.options().dtype);
     g->sin_table_ = angles.sin().to(model.options().dtype);
     if (!device.is_cuda()) return g;
+    // Served fusion groups (sdar_served_groups.h): looked up, or tuned as
+    // DICE_MODE allows, at the step's and the merged form's rows before
+    // anything is captured (a group not served keeps the hand-written kernel).
+    if (model.served_ != nullptr) {
+      for (int64_t r : {g->batch_ * g->block_, 2 * g->batch_ * g->block_}) {
+        Status st = model.served_->Prepare(r);
+        if (!st.ok()) std::fprintf(stderr, "dice sdar: %s\n", st.ToString().c_str());
+      }
+    }
 
     const bool merged = options.merged_step && start + 2 * g->block_ <= capacity;
     // Warm up on a side stream (cuBLAS/cuDNN handles and workspaces are made

@@ -42,6 +42,7 @@
 namespace dice::generator {
 
 class SdarFusedKernels;  // sdar_fused_kernels.h
+class SdarServedGroups;  // sdar_served_groups.h
 
 /// Where and in what precision the model computes.
 struct SdarModelOptions {
@@ -69,6 +70,19 @@ struct SdarModelOptions {
   /// SdarModel::fused_elementwise_note() (also printed to stderr) says why.
   /// Tolerance against the unfused path: sdar_fused_kernels.h.
   bool fuse_elementwise = true;
+  /// Issue 19 item 1 (off by default until a GPU run has measured it): on
+  /// a CUDA device with the fused elementwise kernels on, declare the
+  /// decoder's fusion groups as dice IR (sdar_groups.h: residual add +
+  /// RMSNorm, RMSNorm, SiLU*up) and serve them from dice's own templates
+  /// and cache through the runtime's public serving API
+  /// (sdar_served_groups.h; what a miss does follows DICE_MODE: cache,
+  /// tune, tune-sync). A group not served at a forward's row count runs the
+  /// hand-written kernel (sdar_fused_kernels.h), with a message at load.
+  bool serve_groups = false;
+  /// Token-row counts (batch x tokens of one forward) whose groups Load
+  /// prepares (looks up or tunes); empty = {block_size}, the batch-1
+  /// denoising step. SdarStepGraph prepares its own rows before capturing.
+  std::vector<int64_t> serve_rows;
 };
 
 /// Keys and values of the committed prefix, per layer, for a batch of
@@ -209,6 +223,9 @@ class SdarModel {
   /// off, a CPU device, fuse_projections off, or the CheckFusedShape /
   /// NVRTC / driver error that made the model fall back.
   const std::string& fused_elementwise_note() const { return fused_note_; }
+  /// The served fusion groups (SdarModelOptions::serve_groups), or null
+  /// when serving is off or could not start (the reason went to stderr).
+  SdarServedGroups* served_groups() const { return served_.get(); }
 
  private:
   struct Layer {
@@ -267,6 +284,7 @@ class SdarModel {
   torch::Tensor embed_, final_norm_, lm_head_, inv_freq_;
   std::vector<Layer> layers_;
   std::shared_ptr<const SdarFusedKernels> fused_;  // null: the LibTorch elementwise path
+  std::shared_ptr<SdarServedGroups> served_;       // null: no served groups (hand-written kernels)
   std::string fused_note_;
 };
 

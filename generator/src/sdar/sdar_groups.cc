@@ -1,0 +1,109 @@
+// The SDAR decoder's fusion groups as IR: see dice/generator/sdar_groups.h.
+// Torch-free.
+#include "dice/generator/sdar_groups.h"
+
+#include <utility>
+
+namespace dice::generator {
+namespace {
+
+using ir::DType;
+using ir::OpKind;
+
+// Appends ops to a graph; returns value ids.
+struct Builder {
+  ir::Graph g;
+  int Input(DType dt, int rank) {
+    g.inputs.push_back(ir::InputDecl{dt, rank});
+    return static_cast<int>(g.inputs.size()) - 1;
+  }
+  int Op(OpKind kind, std::vector<int32_t> args, std::vector<int64_t> dims = {}, bool keepdim = false,
+         int64_t ivalue = 0, std::vector<double> scalars = {}) {
+    ir::Op op;
+    op.kind = kind;
+    op.args = std::move(args);
+    op.dims = std::move(dims);
+    op.keepdim = keepdim;
+    op.ivalue = ivalue;
+    op.scalars = std::move(scalars);
+    g.ops.push_back(std::move(op));
+    return g.op_value(g.ops.size() - 1);
+  }
+  int Cast(int v, DType to) { return Op(OpKind::kCast, {v}, {}, false, static_cast<int64_t>(to)); }
+  // SdarModel::RmsNorm op by op: xf = x.float(); var = xf.pow(2).mean(-1,
+  // keepdim); xf = xf * rsqrt(var + eps); w * xf.to(T).
+  int RmsNorm(int x, int w, DType dt, double eps) {
+    const bool f32 = dt == DType::kFloat32;
+    int xf = f32 ? x : Cast(x, DType::kFloat32);
+    int sq = Op(OpKind::kPowScalar, {xf}, {}, false, 0, {2.0});
+    int var = Op(OpKind::kMean, {sq}, {1}, true);
+    int eps_c = Op(OpKind::kConstant, {}, {}, false, 0, {eps});
+    int r = Op(OpKind::kRsqrt, {Op(OpKind::kAdd, {var, eps_c})});
+    int n = Op(OpKind::kMul, {xf, r});
+    return Op(OpKind::kMul, {w, f32 ? n : Cast(n, dt)});
+  }
+};
+
+}  // namespace
+
+const char* SdarGroupName(SdarGroup group) {
+  switch (group) {
+    case SdarGroup::kRmsNorm: return "rmsnorm";
+    case SdarGroup::kAddRmsNorm: return "add_rmsnorm";
+    case SdarGroup::kSiluMul: return "silu_mul";
+  }
+  return "unknown";
+}
+
+ir::Graph SdarGroupGraph(SdarGroup group, ir::DType dtype, double eps) {
+  Builder b;
+  switch (group) {
+    case SdarGroup::kRmsNorm: {
+      int x = b.Input(dtype, 2), w = b.Input(dtype, 1);
+      b.g.outputs.push_back(b.RmsNorm(x, w, dtype, eps));
+      break;
+    }
+    case SdarGroup::kAddRmsNorm: {
+      int x = b.Input(dtype, 2), d = b.Input(dtype, 2), w = b.Input(dtype, 1);
+      int s = b.Op(OpKind::kAdd, {x, d});
+      int n = b.RmsNorm(s, w, dtype, eps);
+      b.g.outputs = {s, n};
+      break;
+    }
+    case SdarGroup::kSiluMul: {
+      int gu = b.Input(dtype, 3), sel_gate = b.Input(dtype, 3), sel_up = b.Input(dtype, 3);
+      int gate = b.Op(OpKind::kSum, {b.Op(OpKind::kMul, {gu, sel_gate})}, {1}, false);
+      int up = b.Op(OpKind::kSum, {b.Op(OpKind::kMul, {gu, sel_up})}, {1}, false);
+      b.g.outputs.push_back(b.Op(OpKind::kMul, {b.Op(OpKind::kSilu, {gate}), up}));
+      break;
+    }
+  }
+  return std::move(b.g);
+}
+
+Expected<std::vector<SdarGroupDecl>> DeclareSdarGroups(const SdarConfig& config, ir::DType dtype, int64_t rows) {
+  const int64_t hidden = config.hidden_size, inter = config.intermediate_size;
+  if (rows < 1 || hidden < 1 || inter < 1) {
+    return Status(StatusCode::kInvalidArgument, "DeclareSdarGroups: rows " + std::to_string(rows) + ", hidden_size " +
+                                                    std::to_string(hidden) + " and intermediate_size " +
+                                                    std::to_string(inter) + " must all be >= 1");
+  }
+  auto spec = [&](std::vector<int64_t> shape) { return ir::TensorSpec::Contiguous(dtype, std::move(shape)); };
+  std::vector<SdarGroupDecl> out;
+  for (int i = 0; i < kNumSdarGroups; ++i) {
+    SdarGroupDecl d;
+    d.group = static_cast<SdarGroup>(i);
+    d.name = SdarGroupName(d.group);
+    d.graph = SdarGroupGraph(d.group, dtype, config.rms_norm_eps);
+    d.ir_text = ir::Canonical(d.graph);
+    switch (d.group) {
+      case SdarGroup::kRmsNorm: d.inputs = {spec({rows, hidden}), spec({hidden})}; break;
+      case SdarGroup::kAddRmsNorm: d.inputs = {spec({rows, hidden}), spec({rows, hidden}), spec({hidden})}; break;
+      case SdarGroup::kSiluMul: d.inputs = {spec({rows, 2, inter}), spec({1, 2, 1}), spec({1, 2, 1})}; break;
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+}  // namespace dice::generator

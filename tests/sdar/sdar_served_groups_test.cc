@@ -1,0 +1,171 @@
+// The SDAR decoder's fusion groups as IR (sdar_groups.h) and their serving
+// switch (sdar_served_groups.h, SdarModelOptions::serve_groups), on the CPU:
+// the declared IR and specs for a tiny config, the template kernels for it
+// built by NVRTC for sm_90 (no GPU needed), the IR run by the reference
+// executor equal to the decoder's unfused LibTorch computation, and the
+// fallback when serving cannot start (CPU device, fused kernels off).
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "tiny_sdar_config.h"
+#include "dice/core/task.h"
+#include "dice/generator/sdar_groups.h"
+#include "dice/generator/sdar_model.h"
+#include "dice/generator/sdar_served_groups.h"
+#include "dice/generator/templates.h"
+#include "dice/reference/reference_executor.h"
+#include "dice/runtime/compiler.h"
+
+namespace dice::generator {
+namespace {
+
+using ir::DType;
+
+SdarConfig Tiny() { return dice::testing::TinySdarConfig(64, 64, /*tie_word_embeddings=*/false); }
+
+TEST(SdarServedGroups, DeclaresTheDecoderGroupsWithTheirShapesAndDtypes) {
+  const SdarConfig c = Tiny();  // hidden 32, intermediate 64
+  auto decls = DeclareSdarGroups(c, DType::kBFloat16, 8);
+  ASSERT_TRUE(decls.ok()) << decls.status().ToString();
+  ASSERT_EQ(decls->size(), 3u);
+  const std::vector<std::string> names = {"rmsnorm", "add_rmsnorm", "silu_mul"};
+  const std::vector<std::vector<std::vector<int64_t>>> in_shapes = {
+      {{8, 32}, {32}}, {{8, 32}, {8, 32}, {32}}, {{8, 2, 64}, {1, 2, 1}, {1, 2, 1}}};
+  const std::vector<std::vector<std::vector<int64_t>>> out_shapes = {{{8, 32}}, {{8, 32}, {8, 32}}, {{8, 64}}};
+  for (size_t i = 0; i < decls->size(); ++i) {
+    const SdarGroupDecl& d = (*decls)[i];
+    SCOPED_TRACE(d.name);
+    EXPECT_EQ(d.name, names[i]);
+    EXPECT_EQ(static_cast<size_t>(d.group), i);
+    ASSERT_TRUE(ir::Validate(d.graph).ok()) << ir::Validate(d.graph).ToString();
+    EXPECT_EQ(d.ir_text, ir::Canonical(d.graph));
+    auto parsed = ir::Parse(d.ir_text);
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_TRUE(*parsed == d.graph);
+    ASSERT_EQ(d.inputs.size(), in_shapes[i].size());
+    for (size_t k = 0; k < d.inputs.size(); ++k) {
+      EXPECT_EQ(d.inputs[k].shape, in_shapes[i][k]) << "input " << k;
+      EXPECT_EQ(d.inputs[k].dtype, DType::kBFloat16);
+      EXPECT_TRUE(d.inputs[k].is_contiguous());
+    }
+    auto task = Task::Make(d.graph, d.inputs, TargetInfo{});
+    ASSERT_TRUE(task.ok()) << task.status().ToString();
+    ASSERT_EQ(task->outputs.size(), out_shapes[i].size());
+    for (size_t k = 0; k < task->outputs.size(); ++k) {
+      EXPECT_EQ(task->outputs[k].shape, out_shapes[i][k]) << "output " << k;
+      EXPECT_EQ(task->outputs[k].dtype, DType::kBFloat16) << "output " << k;
+    }
+  }
+  // The statistics are float32 for bf16 (casts in the IR); f32 has none.
+  EXPECT_NE((*decls)[0].ir_text.find("cast("), std::string::npos) << (*decls)[0].ir_text;
+  auto f32 = DeclareSdarGroups(c, DType::kFloat32, 8);
+  ASSERT_TRUE(f32.ok());
+  EXPECT_EQ((*f32)[0].ir_text.find("cast("), std::string::npos) << (*f32)[0].ir_text;
+  // The row count is not part of the IR (one graph, one group, every shape).
+  auto other = DeclareSdarGroups(c, DType::kBFloat16, 512);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ((*other)[1].ir_text, (*decls)[1].ir_text);
+}
+
+TEST(SdarServedGroups, RefusesEmptyShapes) {
+  auto d = DeclareSdarGroups(Tiny(), DType::kFloat32, 0);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(d.status().message().find("rows 0"), std::string::npos) << d.status().message();
+}
+
+// The template generator serves every group (row family), and its kernels
+// build with NVRTC for sm_90, at the tiny shape and at SDAR-4B's.
+TEST(SdarServedGroups, TemplateKernelsCompileForSm90) {
+  SdarConfig big = Tiny();
+  big.hidden_size = 2560, big.intermediate_size = 9728;  // SDAR-4B
+  for (const SdarConfig& c : {Tiny(), big}) {
+    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+      auto decls = DeclareSdarGroups(c, dt, 4);
+      ASSERT_TRUE(decls.ok());
+      for (const SdarGroupDecl& d : *decls) {
+        SCOPED_TRACE(d.name + " " + ir::DTypeName(dt) + " hidden " + std::to_string(c.hidden_size));
+        auto task = Task::Make(d.graph, d.inputs, TargetInfo{});
+        ASSERT_TRUE(task.ok()) << task.status().ToString();
+        TemplateGenerator gen;
+        auto cands = gen.Generate(*task, 3);
+        ASSERT_TRUE(cands.ok()) << cands.status().ToString();
+        ASSERT_FALSE(cands->empty());
+        auto built = runtime::CompileAll(*cands, "sm_90", 2);
+        ASSERT_EQ(built.size(), cands->size());
+        for (size_t i = 0; i < built.size(); ++i) {
+          EXPECT_TRUE(built[i].ok()) << (*cands)[i].origin << ": " << built[i].status().ToString();
+        }
+      }
+    }
+  }
+}
+
+// SdarModel::RmsNorm's computation and the unfused SiLU*up, written here
+// as the decoder writes them.
+torch::Tensor UnfusedRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  auto xf = x.to(torch::kFloat32);
+  auto var = xf.pow(2).mean(-1, true);
+  return w * (xf * torch::rsqrt(var + eps)).to(x.scalar_type());
+}
+
+TEST(SdarServedGroups, IrComputesWhatTheUnfusedDecoderComputes) {
+  const SdarConfig c = Tiny();
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    const DType dt = dtype == torch::kFloat32 ? DType::kFloat32 : DType::kBFloat16;
+    SCOPED_TRACE(ir::DTypeName(dt));
+    torch::manual_seed(3);
+    auto o = torch::TensorOptions().dtype(dtype);
+    auto x = torch::randn({8, 32}, o), d = torch::randn({8, 32}, o), w = torch::randn({32}, o) * 0.1 + 1;
+    auto gu = torch::randn({8, 128}, o);
+    const double tol = dtype == torch::kFloat32 ? 1e-5 : 2e-2;
+    auto norm = reference::Run(SdarGroupGraph(SdarGroup::kRmsNorm, dt, c.rms_norm_eps), {x, w});
+    ASSERT_TRUE(norm.ok()) << norm.status().ToString();
+    EXPECT_LE(((*norm)[0].to(torch::kFloat32) - UnfusedRmsNorm(x, w, c.rms_norm_eps).to(torch::kFloat32))
+                  .abs().max().item<double>(), tol);
+    auto add = reference::Run(SdarGroupGraph(SdarGroup::kAddRmsNorm, dt, c.rms_norm_eps), {x, d, w});
+    ASSERT_TRUE(add.ok()) << add.status().ToString();
+    ASSERT_EQ(add->size(), 2u);
+    EXPECT_TRUE(torch::equal((*add)[0], x + d));
+    EXPECT_LE(((*add)[1].to(torch::kFloat32) - UnfusedRmsNorm(x + d, w, c.rms_norm_eps).to(torch::kFloat32))
+                  .abs().max().item<double>(), tol);
+    auto sel_gate = torch::tensor({1.0, 0.0}, o).view({1, 2, 1}), sel_up = torch::tensor({0.0, 1.0}, o).view({1, 2, 1});
+    auto silu = reference::Run(SdarGroupGraph(SdarGroup::kSiluMul, dt, c.rms_norm_eps),
+                               {gu.view({8, 2, 64}), sel_gate, sel_up});
+    ASSERT_TRUE(silu.ok()) << silu.status().ToString();
+    auto expect = torch::silu(gu.narrow(-1, 0, 64)) * gu.narrow(-1, 64, 64);
+    EXPECT_TRUE(torch::equal((*silu)[0], expect)) << "the one-hot selection is exact";
+  }
+}
+
+// Serving cannot start on a CPU device or without the hand-written kernels
+// (its fallback): the model loads without it and computes as before.
+TEST(SdarServedGroups, FallsBackWhenServingCannotStart) {
+  SdarModelOptions o;
+  o.serve_groups = true;
+  EXPECT_EQ(ServeSdarGroups(Tiny(), o, /*fused_on=*/true), nullptr);
+  EXPECT_EQ(ServeSdarGroups(Tiny(), o, /*fused_on=*/false), nullptr);
+  o.serve_groups = false;
+  EXPECT_EQ(ServeSdarGroups(Tiny(), o, true), nullptr);
+  auto created = SdarServedGroups::Create(Tiny(), torch::kFloat32, torch::kCPU);
+  ASSERT_FALSE(created.ok());
+  EXPECT_EQ(created.status().code(), StatusCode::kInvalidArgument);
+  auto bad_dtype = SdarServedGroups::Create(Tiny(), torch::kFloat64, torch::Device(torch::kCUDA, 0));
+  ASSERT_FALSE(bad_dtype.ok());
+  EXPECT_NE(bad_dtype.status().message().find("Double"), std::string::npos) << bad_dtype.status().message();
+
+  SdarModelOptions on;
+  on.serve_groups = true;
+  auto served = SdarModel::Random(Tiny(), on, 5);
+  auto plain = SdarModel::Random(Tiny(), SdarModelOptions{}, 5);
+  ASSERT_TRUE(served.ok() && plain.ok());
+  EXPECT_EQ(served->served_groups(), nullptr);
+  auto ids = torch::arange(0, 12, torch::kLong).view({2, 6});
+  auto a = served->Forward(ids), b = plain->Forward(ids);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(torch::equal(*a, *b));
+}
+
+}  // namespace
+}  // namespace dice::generator
