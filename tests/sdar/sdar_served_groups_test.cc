@@ -8,6 +8,9 @@
 
 #include <torch/torch.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "tiny_sdar_config.h"
 #include "dice/core/task.h"
 #include "dice/generator/sdar_groups.h"
@@ -147,7 +150,16 @@ TEST(SdarServedGroups, FallsBackWhenServingCannotStart) {
   EXPECT_EQ(ServeSdarGroups(Tiny(), o, /*fused_on=*/true), nullptr);
   EXPECT_EQ(ServeSdarGroups(Tiny(), o, /*fused_on=*/false), nullptr);
   o.serve_groups = false;
+  ::testing::internal::CaptureStderr();
   EXPECT_EQ(ServeSdarGroups(Tiny(), o, true), nullptr);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "") << "off: no message";
+  ::setenv("DICE_SDAR_SERVE_GROUPS", "1", 1);  // turns it on without the option
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(ServeSdarGroups(Tiny(), o, true), nullptr);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("DICE_SDAR_SERVE_GROUPS");
+  EXPECT_NE(said.find("served fusion groups off, hand-written kernels used: not a CUDA device (cpu)"),
+            std::string::npos) << said;
   auto created = SdarServedGroups::Create(Tiny(), torch::kFloat32, torch::kCPU);
   ASSERT_FALSE(created.ok());
   EXPECT_EQ(created.status().code(), StatusCode::kInvalidArgument);

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <utility>
 
+#include "dice/core/env.h"
 #include "dice/torch_ext/group_stats.h"
 #include "dice/torch_ext/run_group.h"
 
@@ -172,7 +173,9 @@ bool SdarServedGroups::SiluMul(const torch::Tensor& gate_up, torch::Tensor* out)
 
 std::shared_ptr<SdarServedGroups> ServeSdarGroups(const SdarConfig& config, const SdarModelOptions& options,
                                                   bool fused_on) {
-  if (!options.serve_groups) return nullptr;
+  // DICE_SDAR_SERVE_GROUPS=1 turns the option on for every model built in
+  // the process (benchmarks, the CLI), as DICE_SDAR_GEMV does for the GEMVs.
+  if (!options.serve_groups && EnvInt("DICE_SDAR_SERVE_GROUPS", 0, 0, 1) == 0) return nullptr;
   auto refuse = [](const std::string& why) -> std::shared_ptr<SdarServedGroups> {
     std::fprintf(stderr, "dice sdar: served fusion groups off, hand-written kernels used: %s\n", why.c_str());
     return nullptr;

@@ -78,6 +78,7 @@ struct SdarModelOptions {
   /// (sdar_served_groups.h; what a miss does follows DICE_MODE: cache,
   /// tune, tune-sync). A group not served at a forward's row count runs the
   /// hand-written kernel (sdar_fused_kernels.h), with a message at load.
+  /// DICE_SDAR_SERVE_GROUPS=1 turns it on without code (benchmarks).
   bool serve_groups = false;
   /// Token-row counts (batch x tokens of one forward) whose groups Load
   /// prepares (looks up or tunes); empty = {block_size}, the batch-1

@@ -107,7 +107,8 @@ class SdarServedGroups {
 };
 
 /// SdarModel::Load's step for SdarModelOptions::serve_groups: null when
-/// the option is off; otherwise Create, then Prepare for every row count of
+/// the option is off and DICE_SDAR_SERVE_GROUPS is not 1 (the variable
+/// turns serving on for every model of the process); otherwise Create, then Prepare for every row count of
 /// options.serve_rows (empty: config.block_size). `fused_on`: whether the
 /// model's hand-written kernels loaded (the fallback the served path
 /// needs); without them, or on a CPU device, or when Create / Prepare
