@@ -19,6 +19,8 @@
 #include "dice/generator/templates.h"
 #include "dice/reference/reference_executor.h"
 #include "dice/runtime/compiler.h"
+#include "dice/torch_ext/group_stats.h"
+#include "dice/torch_ext/optimize.h"
 
 namespace dice::generator {
 namespace {
@@ -160,9 +162,6 @@ TEST(SdarServedGroups, FallsBackWhenServingCannotStart) {
   ::unsetenv("DICE_SDAR_SERVE_GROUPS");
   EXPECT_NE(said.find("served fusion groups off, hand-written kernels used: not a CUDA device (cpu)"),
             std::string::npos) << said;
-  auto created = SdarServedGroups::Create(Tiny(), torch::kFloat32, torch::kCPU);
-  ASSERT_FALSE(created.ok());
-  EXPECT_EQ(created.status().code(), StatusCode::kInvalidArgument);
   auto bad_dtype = SdarServedGroups::Create(Tiny(), torch::kFloat64, torch::Device(torch::kCUDA, 0));
   ASSERT_FALSE(bad_dtype.ok());
   EXPECT_NE(bad_dtype.status().message().find("Double"), std::string::npos) << bad_dtype.status().message();
@@ -177,6 +176,43 @@ TEST(SdarServedGroups, FallsBackWhenServingCannotStart) {
   auto a = served->Forward(ids), b = plain->Forward(ids);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_TRUE(torch::equal(*a, *b));
+}
+
+// Through the real serving API on the CPU: every group is registered with
+// the runtime (its statistics name the IR the decoder declared), run once,
+// and reported not served with the runtime's reason; the run methods then
+// decline, leaving their outputs alone, so the decoder keeps its own kernel.
+TEST(SdarServedGroups, UnservedGroupsAreReportedAndDeclined) {
+  torch_ext::Options o = torch_ext::GetRuntimeOptions();
+  const torch_ext::Mode saved = o.mode;
+  o.mode = torch_ext::Mode::kCache;
+  torch_ext::SetRuntimeOptions(o);
+  auto served = SdarServedGroups::Create(Tiny(), torch::kFloat32, torch::kCPU);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE((*served)->Prepare(8).ok());
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE((*served)->Prepare(8).ok());  // idempotent: no second run, no second message
+  EXPECT_NE(said.find("dice sdar: add_rmsnorm at 8 rows: not served (no GPU); hand-written kernel used"),
+            std::string::npos) << said;
+  const auto notes = (*served)->notes();
+  ASSERT_EQ(notes.size(), 3u);
+  EXPECT_EQ(notes[2], "silu_mul at 8 rows: not served (no GPU); hand-written kernel used");
+  for (int g = 0; g < kNumSdarGroups; ++g) EXPECT_FALSE((*served)->Serves(static_cast<SdarGroup>(g), 8));
+  auto decls = DeclareSdarGroups(Tiny(), DType::kFloat32, 8);
+  ASSERT_TRUE(decls.ok());
+  int registered = 0;
+  for (const auto& st : torch_ext::GetGroupStats()) {
+    for (const auto& d : *decls) registered += st.canonical == d.ir_text && st.calls >= 1 && st.hits == 0;
+  }
+  EXPECT_EQ(registered, 3);
+  auto x = torch::randn({2, 4, 32}), w = torch::ones({32});
+  torch::Tensor sum, norm, act;
+  EXPECT_FALSE((*served)->AddRmsNorm(x, x, w, &sum, &norm));
+  EXPECT_FALSE((*served)->SiluMul(torch::randn({2, 4, 128}), &act));
+  EXPECT_FALSE(sum.defined() || norm.defined() || act.defined());
+  o.mode = saved;
+  torch_ext::SetRuntimeOptions(o);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "dice/core/env.h"
@@ -44,10 +45,6 @@ Expected<std::unique_ptr<SdarServedGroups>> SdarServedGroups::Create(const SdarC
                                                                      torch::ScalarType dtype, torch::Device device) {
   auto dt = IrDtype(dtype);
   if (!dt.ok()) return dt.status();
-  if (!device.is_cuda()) {
-    return Status(StatusCode::kInvalidArgument,
-                  "SdarServedGroups: served groups run on CUDA devices only (" + device.str() + ")");
-  }
   std::unique_ptr<SdarServedGroups> s(new SdarServedGroups());
   s->config_ = config;
   s->dtype_ = dtype;
@@ -82,7 +79,8 @@ Status SdarServedGroups::Prepare(int64_t rows) {
     if (!id.ok()) return Status(StatusCode::kInternal, "SdarServedGroups: " + where + ": " + id.status().message());
     std::vector<torch::Tensor> inputs;
     try {
-      c10::cuda::CUDAGuard guard(device_);
+      std::optional<c10::cuda::CUDAGuard> guard;
+      if (device_.is_cuda()) guard.emplace(device_);
       auto opts = torch::TensorOptions().dtype(dtype_).device(device_);
       if (d.group == SdarGroup::kSiluMul) {
         inputs = {torch::randn(d.inputs[0].shape, opts), sel_gate_, sel_up_};

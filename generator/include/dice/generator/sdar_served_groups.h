@@ -50,8 +50,10 @@ namespace dice::generator {
 class SdarServedGroups {
  public:
   /// A table for model `config` computing in `dtype` (kFloat32, kBFloat16
-  /// or kFloat16) on CUDA device `device`; nothing is served until Prepare.
-  /// Errors: kInvalidArgument for another dtype or a non-CUDA device.
+  /// or kFloat16) on `device`; nothing is served until Prepare. On a CPU
+  /// device every group is declared and run through the serving API but
+  /// never served (the runtime's reason: "no GPU"); the tests use that.
+  /// Errors: kInvalidArgument for another dtype.
   static Expected<std::unique_ptr<SdarServedGroups>> Create(const SdarConfig& config, torch::ScalarType dtype,
                                                             torch::Device device);
   SdarServedGroups(const SdarServedGroups&) = delete;
