@@ -3,8 +3,9 @@
 // label `gpu`; each test skips without a device): in tune-sync mode with a
 // fresh cache the groups are tuned at load and served; f32 logits stay
 // within 1e-4 of the unfused LibTorch path; greedy tokens are equal with
-// CUDA graphs on and off; a second model in cache mode serves the same
-// groups from the cache without tuning.
+// CUDA graphs on and off; a second model in cache mode is served the same
+// groups (the runtime's loaded winners of this process; a new process would
+// read them from the cache the first one filled).
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
@@ -71,7 +72,7 @@ void PrintNotes(const SdarModel& m) {
   for (const auto& n : m.served_groups()->notes()) std::printf("  %s\n", n.c_str());
 }
 
-TEST(SdarServedGroupsGpuTest, TunedAtLoadThenServedFromTheCache) {
+TEST(SdarServedGroupsGpuTest, TunedAtLoadAndServedToASecondModel) {
   DICE_REQUIRE_CUDA();
   UseMode(torch_ext::Mode::kTuneSync);
   const SdarModel tuned = Make(torch::kFloat32, true, true);
