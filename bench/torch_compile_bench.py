@@ -35,7 +35,9 @@ max-autotune-no-cudagraphs), dice, inductor-via-backend (Inductor alone
 compiled by dice's own path, pipeline.plain_inductor, in a custom backend:
 what the guard serves when it keeps Inductor; it should time as inductor
 does), reduce-overhead (Inductor with CUDA graphs: the reference for
-launch-bound networks). --kernel-sum adds each variant's GPU kernel time
+launch-bound networks), dice-max-autotune (backend="dice" with
+rest="max-autotune": dice over max-autotune-no-cudagraphs, measured against
+it; its own kernel cache dir, --cache + "-max-autotune"). --kernel-sum adds each variant's GPU kernel time
 per call (kernel_us) beside its wall time. Each row has task, correct (dice's),
 speedup_vs_compile (dice vs torch.compile default) and per variant
 first_call_s (compile; with --cold-inductor-cache each variant from empty
@@ -68,7 +70,8 @@ sys.path.insert(0, str(ROOT / "torch_ext" / "python"))
 import kernelbench_bench as kb  # noqa: E402  (load_task, bench_interleaved, outputs_match)
 from tasks.gpt2_block import Model as _Gpt2Task  # noqa: E402
 
-VARIANTS = ("eager", "inductor", "max-autotune", "dice", "inductor-via-backend", "reduce-overhead")
+VARIANTS = ("eager", "inductor", "max-autotune", "dice", "inductor-via-backend", "reduce-overhead",
+            "dice-max-autotune")
 DEFAULT_VARIANTS = VARIANTS[:4]
 ALIASES = {"compile-default": "inductor", "max-autotune-no-cudagraphs": "max-autotune"}
 
@@ -228,6 +231,9 @@ def make_variant(name: str, model: nn.Module, args) -> nn.Module:
         from dice_torch import pipeline
 
         return torch.compile(model, backend=lambda gm, example_inputs: pipeline.plain_inductor(gm, example_inputs))
+    if name == "dice-max-autotune":  # dice over max-autotune-no-cudagraphs: its own kernel cache, so its first call is cold too
+        return torch.compile(model, backend="dice", options={"mode": args.dice_mode, "cache_dir": args.cache + "-max-autotune",
+                                                             "rest": "max-autotune"})
     return torch.compile(model, backend="dice",
                          options={"mode": args.dice_mode, "cache_dir": args.cache, "rest": args.rest})
 
@@ -280,7 +286,7 @@ def run_workload(label: str, model: nn.Module, inputs: list, args) -> dict:
                     torch.cuda.synchronize()
                 v["first_call_s"] = time.time() - t0
                 v["correct"], v["detail"] = check_correct(pristine, inputs, out, ref, order_free)  # copies it to run it
-                if name == "dice":
+                if name.startswith("dice"):
                     groups = [g for r in dice_torch.reports() for g in r.groups]
                     ids = {g.id for g in groups}
                     stats = [s for s in dice_torch.group_stats() if s["id"] in ids] if ids else []
@@ -411,7 +417,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--variants", default=None, help=f"comma list from {','.join(VARIANTS + tuple(ALIASES))} "
                    "(default: the first four on a GPU; eager,dice in a dry run)")
     p.add_argument("--dice-mode", default="tune-sync", help="DICE mode of the dice variant (default tune-sync)")
-    p.add_argument("--rest", default="inductor", choices=["inductor", "eager"],
+    p.add_argument("--rest", default="inductor", choices=["inductor", "max-autotune", "eager"],
                    help="what runs the ops outside fusion groups in the dice variant")
     p.add_argument("--cache", default=os.environ.get("DICE_CACHE_DIR", "/tmp/dice-compile-bench-cache"))
     p.add_argument("--reps", type=int, default=None, help="timed repetitions (default 30; 3 in a dry run)")

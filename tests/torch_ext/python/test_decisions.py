@@ -111,9 +111,10 @@ class Act(nn.Module):
         return torch.softmax((x @ w) * 0.5, dim=-1)
 
 
-def _tune_with_fake_timings(monkeypatch, tmp_path, timings):
+def _tune_with_fake_timings(monkeypatch, tmp_path, timings, rest="inductor"):
     """Compiles Act in tune-sync on CPU with measuring allowed and the given
-    fake µs per label ("base", "region", "guard"); returns (output, report, labels timed)."""
+    fake µs per label ("base", "region", "guard") and rest compiler; returns
+    (report, labels timed)."""
     monkeypatch.setenv("DICE_TORCH_FORCE_PARTITION", "1")
     monkeypatch.setattr(backend, "_can_measure", lambda inputs: True)
     monkeypatch.setattr(measure, "tuning_state", lambda ids, stats: "winner")
@@ -129,7 +130,7 @@ def _tune_with_fake_timings(monkeypatch, tmp_path, timings):
     monkeypatch.setattr(measure, "_timer", timer)
     x, w = torch.randn(8, 16), torch.randn(16, 32)
     compiled = torch.compile(Act(), backend="dice",
-                             options={"mode": "tune-sync", "rest": "inductor", "cache_dir": str(tmp_path)})
+                             options={"mode": "tune-sync", "rest": rest, "cache_dir": str(tmp_path)})
     with torch.no_grad():
         got = compiled(x, w)
         again = compiled(x, w)
@@ -225,9 +226,9 @@ def _spy_plain_inductor(monkeypatch):
     calls = []
     real = pipeline.plain_inductor
 
-    def spy(gm, example_inputs):
+    def spy(gm, example_inputs, config_patches=None):
         calls.append(len(example_inputs))
-        return real(gm, example_inputs)
+        return real(gm, example_inputs, config_patches)
 
     monkeypatch.setattr(pipeline, "plain_inductor", spy)
     return calls
@@ -301,3 +302,57 @@ def test_fx_graph_key_changes_when_elementwise_regions_are_measured(monkeypatch)
     assert decisions.fx_graph_key(gm, [x]) == default
     monkeypatch.setenv(decisions.ELEMENTWISE_ENV, "1")
     assert decisions.fx_graph_key(gm, [x]) != default
+
+
+def _spy_compile_fx(monkeypatch):
+    """Records, for every compile_fx call, (config_patches passed, whether
+    max_autotune is in effect: passed in, or already patched by an outer
+    compile_fx, which applies its patches and calls itself again without
+    them); the real compile_fx still runs."""
+    import torch._inductor.compile_fx as cfx
+
+    patches, real = [], cfx.compile_fx
+
+    def spy(*args, config_patches=None, **kwargs):
+        on = bool((config_patches or {}).get("max_autotune") or torch._inductor.config.max_autotune)
+        patches.append((config_patches, on))
+        return real(*args, config_patches=config_patches, **kwargs)
+
+    monkeypatch.setattr(cfx, "compile_fx", spy)
+    return patches
+
+
+def test_max_autotune_rest_compiles_every_inductor_graph_with_max_autotune_and_stores_apart(monkeypatch, tmp_path):
+    from dice_torch import pipeline
+
+    want = torch._inductor.list_mode_options("max-autotune-no-cudagraphs")
+    assert pipeline.rest_config("max-autotune") == want and want["max_autotune"] is True
+    assert pipeline.rest_config("inductor") is None
+    with pytest.raises(ValueError, match="not compiled by Inductor"):
+        pipeline.rest_config("eager")
+    patches = _spy_compile_fx(monkeypatch)
+    rep, timed = _tune_with_fake_timings(monkeypatch, tmp_path, {"base": 100.0, "region": 150.0, "guard": 1.0},
+                                         rest="max-autotune")
+    assert rep.rest == "max-autotune"
+    assert [(d.choice, d.source) for d in rep.regions] == [("inductor", "measured")]
+    # The partitioned graph, the region's variant and the baseline: each
+    # compiled with max-autotune's patches, and no compile without them.
+    assert sum(1 for p, _ in patches if p == want) >= 3, patches
+    assert all(on for _, on in patches), patches
+    store = decisions.DecisionStore(str(tmp_path))
+    assert store.get(rep.regions[0].key, "max-autotune")["choice"] == "inductor"
+    assert store.get(rep.regions[0].key, "inductor") is None  # measured against another baseline: not reused
+
+
+def test_max_autotune_rest_without_a_gpu_hands_the_graph_over_with_max_autotune(monkeypatch):
+    patches = _spy_compile_fx(monkeypatch)
+    monkeypatch.delenv("DICE_TORCH_FORCE_PARTITION", raising=False)
+    torch._dynamo.reset()
+    compiled = torch.compile(Act(), backend="dice", options={"mode": "cache", "rest": "max-autotune"})
+    x, w = torch.randn(8, 16), torch.randn(16, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, w), Act()(x, w))
+    rep = dice_torch.last_report()
+    assert rep.skipped and "no GPU" in rep.skipped and rep.groups == []
+    assert [p for p, _ in patches if p is not None] == [torch._inductor.list_mode_options("max-autotune-no-cudagraphs")]
+    assert all(on for _, on in patches), patches

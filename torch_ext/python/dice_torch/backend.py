@@ -7,12 +7,15 @@ forms fusion groups and those given to dice become ``dice::run_group`` calls
 (the C++ op serves the cached winner kernel for the concrete shapes, or runs
 the group with ATen and counts the fallback with its reason); the rest goes
 to the "rest" compiler: Inductor (``rest="inductor"``, the default; groups are
-formed in its ``inner_compile`` hook, before Inductor's own fusion) or eager
+formed in its ``inner_compile`` hook, before Inductor's own fusion; or
+``rest="max-autotune"``: Inductor configured as
+``torch.compile(mode="max-autotune-no-cudagraphs")``) or eager
 (``rest="eager"``: the rewritten ATen graph runs op by op). pipeline.py has
 the compile, decisions.py / measure.py the Inductor-baseline decisions.
 
 Issue 17's rules:
-- With ``rest="inductor"``, Inductor is the baseline: a region goes to dice
+- With ``rest="inductor"`` (or "max-autotune"), that Inductor is the
+  baseline: a region goes to dice
   only where measured faster in context (tune / tune-sync, first call, on a
   GPU; stored in the cache dir; ``cache`` mode reads the decision and never
   measures; a region never decided stays with Inductor), and the whole-graph
@@ -34,9 +37,11 @@ Issue 17's rules:
 Options (``torch.compile(..., backend="dice", options={...})`` or the keyword
 arguments of ``optimize``): ``mode`` (off | observe | cache | tune | tune-sync;
 default ``$DICE_MODE``, else "cache"), ``cache_dir`` (default
-``$DICE_CACHE_DIR``, else ~/.cache/dice), ``rest`` ("inductor" | "eager"),
+``$DICE_CACHE_DIR``, else ~/.cache/dice), ``rest`` ("inductor" |
+"max-autotune" | "eager"; decisions are stored per rest compiler, since each
+is measured against its own baseline),
 ``force_partition`` (bool), ``cudagraphs`` ("auto" | "off", default
-``$DICE_TORCH_CUDAGRAPHS``, else "auto": with ``rest="inductor"`` on a GPU,
+``$DICE_TORCH_CUDAGRAPHS``, else "auto": with an Inductor rest on a GPU,
 the served graph is replayed from a CUDA graph where measured faster,
 replay.py). Inference only: a graph that needs autograd goes
 to the rest compiler unchanged, with a warning. Mode and cache dir are
@@ -61,7 +66,9 @@ from . import _library, decisions, logs, measure, partition, pipeline, replay
 log = logging.getLogger("dice_torch")
 
 MODES = ("off", "observe", "cache", "tune", "tune-sync")
-RESTS = ("inductor", "eager")
+RESTS = ("inductor", "max-autotune", "eager")
+#: The rest compilers that are Inductor (with pipeline.rest_config's patches).
+INDUCTOR_RESTS = ("inductor", "max-autotune")
 FORCE_ENV = "DICE_TORCH_FORCE_PARTITION"
 
 
@@ -219,7 +226,7 @@ def _enter_stage(state: pipeline.CompileState | None, stage: str) -> None:
 def _rest_unchanged(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], rest: str) -> Callable:
     if rest == "eager":
         return gm.forward
-    return pipeline.plain_inductor(gm, example_inputs)
+    return pipeline.plain_inductor(gm, example_inputs, pipeline.rest_config(rest))
 
 
 def _fall_back(report: CompileReport, stage: str, exc: BaseException, cause: str | None = None) -> None:
@@ -250,11 +257,12 @@ def dice_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     report = CompileReport(mode=opts["mode"], rest=opts["rest"])
     logs.count("graphs")
     compiled = _compile(gm, example_inputs, opts, report)
-    if opts["rest"] == "inductor" and report.skipped is None and report.fallback is None \
+    if opts["rest"] in INDUCTOR_RESTS and report.skipped is None and report.fallback is None \
             and _can_replay(example_inputs):
         try:
             compiled = replay.wrap(compiled, gm, example_inputs, opts["cudagraphs"], opts["mode"],
-                                   decisions.DecisionStore(opts["cache_dir"]), _can_measure(example_inputs), report)
+                                   decisions.DecisionStore(opts["cache_dir"]), _can_measure(example_inputs), report,
+                                   baseline=opts["rest"])
         except Exception as e:  # the graph is served as compiled
             report.replay = replay.ReplayDecision(replay.DIRECT, f"replay failed: {type(e).__name__}: {e}"[:300])
     _reports.append(report)  # only compiles that returned (dynamo may retry a graph)
@@ -307,19 +315,20 @@ def _compile_with_dice(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         _fill_report(report, state)
         return compiled
     store = decisions.DecisionStore(opts["cache_dir"])
+    baseline, patches = opts["rest"], pipeline.rest_config(opts["rest"])  # decisions stored per rest compiler
     mode = opts["mode"]
     static = is_static(example_inputs)
     measure_now = mode in ("tune", "tune-sync") and _can_measure(example_inputs) and static
     fx_key = decisions.fx_graph_key(gm, example_inputs) if static else None
     if mode == "cache" and fx_key:
-        g = store.get(fx_key, "inductor")
+        g = store.get(fx_key, baseline)
         if g is not None and g.get("choice") == decisions.INDUCTOR:
             # Decided when tuned: every region and the guard said Inductor.
             report.guard = decisions.GuardResult(decisions.INDUCTOR, "cache", g.get("dice_us"), g.get("base_us"))
             report.regions = [decisions.RegionDecision(k, summary, choice, "cache")
                               for k, summary, choice in g.get("regions", [])]
-            log.info("dice: this graph was decided for inductor alone when tuned; not partitioned")
-            return pipeline.plain_inductor(gm, example_inputs)
+            log.info("dice: this graph was decided for %s alone when tuned; not partitioned", baseline)
+            return pipeline.plain_inductor(gm, example_inputs, patches)
     decided: dict[str, decisions.RegionDecision] = {}
     # A region without a stored decision: tuned and measured on the first call
     # (tune modes; with symbolic shapes tuned but not measured), observed, or
@@ -342,7 +351,7 @@ def _compile_with_dice(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
                 decided[r.key] = decisions.RegionDecision(r.key, r.summary, decisions.INDUCTOR,
                                                           decisions.ELEMENTWISE_SOURCE)
                 continue
-            stored = store.get(r.key, "inductor") if mode != "observe" else None
+            stored = store.get(r.key, baseline) if mode != "observe" else None
             if stored is not None:
                 decided[r.key] = decisions.from_stored(r.key, r.summary, stored)
                 if decided[r.key].choice == decisions.DICE:
@@ -352,13 +361,13 @@ def _compile_with_dice(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
                 if undecided_choice == decisions.DICE:
                     chosen.add(r.key)
         gkey = decisions.graph_key([r.key for r in regions])
-        g = store.get(gkey, "inductor") if regions and mode != "observe" else None
+        g = store.get(gkey, baseline) if regions and mode != "observe" else None
         if g is not None and g.get("choice") == decisions.INDUCTOR and not (measure_now and undecided):
             report.guard = decisions.GuardResult(decisions.INDUCTOR, "cache", g.get("dice_us"), g.get("base_us"))
             return frozenset()
         return frozenset(chosen)
 
-    compiled = pipeline.compile_inductor(gm, example_inputs, choose, state, enter)
+    compiled = pipeline.compile_inductor(gm, example_inputs, choose, state, enter, patches)
     _fill_report(report, state)
     report.regions = [decided[r.key] for r in state.regions if r.key in decided]
     undecided = [r for r in state.regions if r.key not in decided]
@@ -368,11 +377,11 @@ def _compile_with_dice(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         # dynamo's context. The graph compiled above used dice's decomposition
         # table, which keeps some ops whole for the partitioner.
         report.groups = []
-        log.info("dice: no region for dice in this graph; served by inductor alone")
+        log.info("dice: no region for dice in this graph; served by %s alone", baseline)
         if fx_key and undecided == [] and mode != "observe":
             entry = decisions.fx_graph_entry(decisions.INDUCTOR, "regions", state.regions, decided)
-            store.put_many([(fx_key, entry)], "inductor")
-        return pipeline.plain_inductor(gm, example_inputs)
+            store.put_many([(fx_key, entry)], baseline)
+        return pipeline.plain_inductor(gm, example_inputs, patches)
     if not measure_now:
         for r in undecided:
             report.regions.append(decisions.RegionDecision(r.key, r.summary, undecided_choice, "undecided"))
@@ -390,19 +399,19 @@ def _compile_with_dice(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     # now, inside dynamo's compile context, exactly as torch.compile would.
     # pipeline.copy_gm keeps dynamo's attributes, so this compiles to the code
     # torch.compile's own does (the inductor-via-backend bench variant).
-    base = pipeline.plain_inductor(gm, example_inputs)
+    base = pipeline.plain_inductor(gm, example_inputs, patches)
 
     def compile_variant(keys: frozenset, args: Sequence[Any]) -> Callable:
         if not keys:
             return base
         sub = pipeline.CompileState(primary=False)
-        return pipeline.compile_inductor(gm, args, lambda regions: keys, sub, lambda s: _enter_stage(sub, s))
+        return pipeline.compile_inductor(gm, args, lambda regions: keys, sub, lambda s: _enter_stage(sub, s), patches)
 
     def on_failure(stage: str, exc: BaseException, args: list) -> Callable:
         _fall_back(report, stage, exc)
         return base
 
-    return measure.TunedGraph(compile_variant, compiled, state.regions, decided, store, "inductor", mode,
+    return measure.TunedGraph(compile_variant, compiled, state.regions, decided, store, baseline, mode,
                               on_failure, report, fx_key=fx_key)
 
 

@@ -129,9 +129,12 @@ def fuse_chosen(aten_gm: torch.fx.GraphModule, choose: Chooser, state: CompileSt
 
 
 def compile_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], choose: Chooser,
-                     state: CompileState, enter: Callable[[str], None]) -> Callable:
+                     state: CompileState, enter: Callable[[str], None],
+                     config_patches: dict[str, Any] | None = None) -> Callable:
     """compile_fx on a copy of ``gm`` with dice's decomposition table and an
-    inner_compile that runs ``fuse_chosen`` before Inductor's own passes."""
+    inner_compile that runs ``fuse_chosen`` before Inductor's own passes.
+    ``config_patches``: Inductor config for the rest (``rest_config``; None:
+    Inductor's defaults)."""
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     def inner_compile(aten_gm: torch.fx.GraphModule, aten_inputs: Sequence[Any], **kwargs: Any) -> Any:
@@ -146,7 +149,8 @@ def compile_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], ch
     # would skip the partitioner (or hand plain Inductor our groups). Off for
     # this compile; Inductor's FX graph cache (keyed on the rewritten graph) stays.
     with torch._functorch.config.patch(enable_autograd_cache=False):
-        return compile_fx(copy_gm(gm), example_inputs, inner_compile=inner_compile, decompositions=table)
+        return compile_fx(copy_gm(gm), example_inputs, inner_compile=inner_compile, decompositions=table,
+                          config_patches=config_patches)
 
 
 def compile_eager(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], state: CompileState,
@@ -166,8 +170,28 @@ def compile_eager(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], state
     return aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
 
 
-def plain_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
-    """Inductor alone (``compile_fx``) on a copy of ``gm``: the baseline and the fallback."""
+def rest_config(rest: str) -> dict[str, Any] | None:
+    """The Inductor config patches of a rest compiler: None for "inductor"
+    (torch.compile's default mode); for "max-autotune", what
+    ``torch.compile(mode="max-autotune-no-cudagraphs")`` sets (Inductor's own
+    mode table, ``torch._inductor.list_mode_options``: autotuned GEMM/conv
+    templates and coordinate-descent tuning of its Triton kernels; no CUDA
+    graphs, which dice's replay tactic decides instead).
+    Raises:
+        ValueError: a rest that is not Inductor-based ("eager", unknown names)."""
+    if rest == "inductor":
+        return None
+    if rest == "max-autotune":
+        from torch._inductor import list_mode_options
+
+        return dict(list_mode_options("max-autotune-no-cudagraphs"))
+    raise ValueError(f"dice backend: rest '{rest}' is not compiled by Inductor")
+
+
+def plain_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                   config_patches: dict[str, Any] | None = None) -> Callable:
+    """Inductor alone (``compile_fx``) on a copy of ``gm``: the baseline and the
+    fallback. ``config_patches``: as in ``compile_inductor``."""
     from torch._inductor.compile_fx import compile_fx
 
-    return compile_fx(copy_gm(gm), example_inputs)
+    return compile_fx(copy_gm(gm), example_inputs, config_patches=config_patches)

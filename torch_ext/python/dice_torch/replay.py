@@ -342,10 +342,11 @@ def replayed(module: Callable, mode: str | None = None, cache_dir: str | None = 
 
 
 def wrap(fn: Callable, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], choice: str, mode: str,
-         store: decisions.DecisionStore, can_measure: bool, report: Any) -> Callable:
+         store: decisions.DecisionStore, can_measure: bool, report: Any, baseline: str = "inductor") -> Callable:
     """``fn`` wrapped in a ReplayTactic when replay may apply, else ``fn``
     with ``report.replay`` saying why not. ``choice``: resolve_choice's;
-    ``mode``: the backend's mode; ``can_measure``: a GPU is there."""
+    ``mode``: the backend's mode; ``can_measure``: a GPU is there;
+    ``baseline``: the rest compiler, which the decision is stored under."""
     if choice == "off":
         report.replay = ReplayDecision(DIRECT, "off (cudagraphs option)")
         return fn
@@ -358,4 +359,4 @@ def wrap(fn: Callable, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         return fn
     key = decisions.fx_graph_key(gm, example_inputs) + "/replay"
     measure_now = mode in ("tune", "tune-sync") and can_measure
-    return ReplayTactic(fn, key, store, measure_now, static_indices(example_inputs), report)
+    return ReplayTactic(fn, key, store, measure_now, static_indices(example_inputs), report, baseline=baseline)
