@@ -176,6 +176,7 @@ const OpInfo kOpTable[] = {
     {OpKind::kContiguous, "contiguous", OpCategory::kUnary, 1, 1, 0},
     {OpKind::kAvgPool, "avg_pool", OpCategory::kPool, 1, 1, 0},
     {OpKind::kMaxPool, "max_pool", OpCategory::kPool, 1, 1, 0},
+    {OpKind::kRotateHalf, "rotate_half", OpCategory::kRearrange, 1, 1, 0},
 };
 constexpr size_t kNumOps = sizeof(kOpTable) / sizeof(kOpTable[0]);
 }  // namespace
@@ -371,6 +372,13 @@ Expected<std::vector<ValueType>> InferTypes(const Graph& graph) {
         out = {x.dtype, x.rank, false};
         break;
       }
+      case OpCategory::kRearrange: {  // rotate_half: x [..., d] -> [..., d]
+        const ValueType& x = types[op.args[0]];
+        if (x.is_scalar_constant || x.rank < 1) return OpError(i, op, "needs a tensor of rank >= 1 ([..., d], d even)");
+        if (op.ivalue != 0) return OpError(i, op, "takes no integer attribute");
+        out = {x.dtype, x.rank, false};
+        break;
+      }
       case OpCategory::kContraction: {  // linear, conv2d
         const ValueType& x = types[op.args[0]];
         for (size_t k = 0; k < op.args.size(); ++k) {
@@ -551,6 +559,14 @@ Expected<std::vector<std::vector<int64_t>>> InferShapes(const Graph& graph, cons
         }
         out = x;
         out.back() = w[0];
+        break;
+      }
+      case OpCategory::kRearrange: {  // rotate_half swaps the halves of the last dim
+        out = shapes[op.args[0]];
+        if (out.back() % 2 != 0) {
+          return OpError(i, op, "the last dim must be even to rotate its halves, got " + std::to_string(out.back()) +
+                                    " (shape [" + JoinInts(out) + "])");
+        }
         break;
       }
     }

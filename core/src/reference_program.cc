@@ -161,6 +161,9 @@ std::string OpExpression(const Op& op, const std::vector<std::string>& a, int a_
                              std::to_string(op.dims.size()) + "d";
       return fn + "(" + a[0] + ", kernel_size=" + PyTupleOfInts(op.dims) + ")";
     }
+    case OpKind::kRotateHalf:  // cat(-x[..., d/2:], x[..., :d/2]) (ir.h)
+      return "torch.cat((-" + a[0] + "[..., " + a[0] + ".shape[-1] // 2:], " + a[0] + "[..., :" + a[0] +
+             ".shape[-1] // 2]), dim=-1)";
     case OpKind::kConv2d: {
       auto pair = [&](size_t k) { return "(" + std::to_string(op.dims[k]) + ", " + std::to_string(op.dims[k + 1]) + ")"; };
       return "F.conv2d(" + a[0] + ", " + a[1] + ", " + (a.size() > 2 ? a[2] : "None") + ", stride=" + pair(0) +

@@ -230,6 +230,16 @@ Expected<Value> EvalOp(const ir::Op& op, const std::vector<Value>& values, const
     case ir::OpCategory::kReduction: r = Reduce(op, args[0]->tensor); break;
     case ir::OpCategory::kNormalization: r = Normalize(op, args); break;
     case ir::OpCategory::kPool: r = Pool(op, args[0]->tensor); break;
+    case ir::OpCategory::kRearrange: {  // rotate_half: cat(-x[..., d/2:], x[..., :d/2], -1) (ir.h)
+      const at::Tensor& x = args[0]->tensor;
+      const int64_t d = x.size(-1);
+      if (d % 2 != 0) {
+        r = Status(StatusCode::kInvalidArgument, "rotate_half: the last dim must be even, got " + std::to_string(d));
+        break;
+      }
+      r = at::cat({-x.narrow(-1, d / 2, d / 2), x.narrow(-1, 0, d / 2)}, -1);
+      break;
+    }
     case ir::OpCategory::kContraction: {  // F.linear / F.conv2d; upcast operands are float64 already
       std::optional<at::Tensor> bias;
       if (args.size() > 2) bias = args[2]->tensor;

@@ -55,6 +55,7 @@ Expected<std::vector<c10::SymDimVector>> SymbolicShapes(const ir::Graph& graph, 
     switch (ir::GetOpInfo(o.kind).category) {
       case ir::OpCategory::kConstant: break;
       case ir::OpCategory::kUnary:
+      case ir::OpCategory::kRearrange:  // rotate_half keeps the shape (ir.h)
       case ir::OpCategory::kNormalization: out = shapes[o.args[0]]; break;
       case ir::OpCategory::kBinary:
         try {

@@ -1,6 +1,7 @@
 // emit.cc — see emit.h.
 #include "emit.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -254,6 +255,43 @@ std::string OffsetExpr(const std::vector<int>& axes, const std::vector<int64_t>&
   return out == var ? out : "(" + out + ")";
 }
 
+std::string AxisCoordExpr(const std::vector<int>& axes, const std::vector<int64_t>& F, int axis,
+                          const std::string& var, bool wide) {
+  auto it = std::find(axes.begin(), axes.end(), axis);
+  if (it == axes.end()) return "";
+  int64_t inner = 1;
+  for (auto jt = it + 1; jt != axes.end(); ++jt) inner *= F[*jt];
+  bool outermost = true;
+  for (auto jt = axes.begin(); jt != it; ++jt) outermost = outermost && F[*jt] == 1;
+  std::string c = var;
+  if (inner > 1) c = "(" + c + " / " + IdxLit(inner, wide) + ")";
+  if (!outermost) c = "(" + c + " % " + IdxLit(F[axis], wide) + ")";
+  return c;
+}
+
+std::string RotateShiftExpr(const Node& n, const std::vector<int>& axes, const std::vector<int64_t>& F,
+                            const std::string& var, bool wide) {
+  if (n.kind != NodeKind::kLoad || n.rot_axis < 0) return "";
+  const std::string c = AxisCoordExpr(axes, F, n.rot_axis, var, wide);
+  if (c.empty()) return "";
+  const std::string step = std::to_string(n.rot_half * n.strides[n.rot_axis]) + "ll";
+  return " + (" + c + " < " + IdxLit(n.rot_half, wide) + " ? " + step + " : -" + step + ")";
+}
+
+std::string RotateSignExpr(const Node& n, const std::vector<int>& axes, const std::vector<int64_t>& F,
+                           const std::string& var, bool wide) {
+  if (n.kind != NodeKind::kRotSign) return "";
+  const std::string c = AxisCoordExpr(axes, F, n.rot_axis, var, wide);
+  if (c.empty()) return "";
+  return "(" + c + " < " + IdxLit(n.rot_half, wide) + " ? -1.0f : 1.0f)";
+}
+
+bool HasRotation(const Lowered& lo) {
+  for (const Node& n : lo.nodes)
+    if (n.kind == NodeKind::kRotSign) return true;
+  return false;
+}
+
 std::string GuardExpr(const std::vector<int>& axes, const std::vector<int64_t>& F,
                       const std::vector<int64_t>& shape, const std::string& var, bool wide) {
   std::string out;
@@ -380,7 +418,8 @@ void EmitNodes(const Lowered& lo, const std::vector<int>& targets, const std::fu
     std::string e;
     switch (n.kind) {
       case NodeKind::kReduce: continue;
-      case NodeKind::kLoad: e = load(id); break;
+      case NodeKind::kLoad:
+      case NodeKind::kRotSign: e = load(id); break;
       case NodeKind::kConst: e = FloatLit(n.value); break;
       case NodeKind::kUnary: e = UnaryExpr(n, ValueName(lo, n.args[0])); break;
       case NodeKind::kBinary:

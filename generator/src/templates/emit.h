@@ -42,6 +42,26 @@ std::string OffsetExpr(const std::vector<int>& axes, const std::vector<int64_t>&
 std::string GuardExpr(const std::vector<int>& axes, const std::vector<int64_t>& F,
                       const std::vector<int64_t>& shape, const std::string& var, bool wide);
 
+/// The coordinate along physical axis `axis` of `var`, a row-major linear
+/// index over `axes` of F: "((var / inner) % F[axis])" with the division and
+/// modulo left out where they are identities; "" when `axis` is not in `axes`.
+std::string AxisCoordExpr(const std::vector<int>& axes, const std::vector<int64_t>& F, int axis,
+                          const std::string& var, bool wide);
+
+/// rotate_half in emitted code (lowering.h), for a node whose rot_axis lies
+/// among `axes` (`var` linear over them), "" otherwise or when the node is
+/// not rotated. A rotated load: the element offset to add to its
+/// OffsetExpr, " + (c < h ? h*s : -(h*s))" as a signed 64-bit literal pair
+/// (s = its stride along the axis). A RotSign node: "(c < h ? -1.0f : 1.0f)".
+std::string RotateShiftExpr(const Node& n, const std::vector<int>& axes, const std::vector<int64_t>& F,
+                            const std::string& var, bool wide);
+std::string RotateSignExpr(const Node& n, const std::vector<int>& axes, const std::vector<int64_t>& F,
+                           const std::string& var, bool wide);
+
+/// Whether any node of `lo` is rotated (a RotSign node exists): families
+/// whose load callbacks do not apply RotateShiftExpr / RotateSignExpr refuse.
+bool HasRotation(const Lowered& lo);
+
 /// "const float* __restrict__ in0, ..., float* __restrict__ out0, ...[, void* __restrict__ workspace]".
 std::string ParamList(const Lowered& lo, bool workspace);
 
@@ -50,7 +70,8 @@ std::string ValueName(const Lowered& lo, int id);
 
 /// Appends `const float v<id> = ...;` for every non-reduce node needed by
 /// `targets` (reduce nodes are referenced as r<id> and must be defined by the
-/// caller). `load` returns the expression of a Load node. `indent` prefixes lines.
+/// caller). `load` returns the expression of a position-dependent leaf: a
+/// Load node, or a RotSign node (RotateSignExpr). `indent` prefixes lines.
 /// `row_invariant` (optional) tells which nodes are constant along the loop
 /// being emitted: a division a / d by such a node d is emitted as
 /// a * dice_inv<d>, which the caller defines before the loop (1.0f / d).

@@ -89,6 +89,7 @@ void PermuteAxes(const std::vector<int>& order, Lowered* lo) {
     n.shape = Permuted(n.shape, order);
     n.strides = Permuted(n.strides, order);
     n.reduce_axes = Remapped(n.reduce_axes, inverse);
+    if (n.rot_axis >= 0) n.rot_axis = inverse[n.rot_axis];
   }
   lo->reduce_axes = Remapped(lo->reduce_axes, inverse);
   for (auto& o : lo->outputs) o.strides = Permuted(o.strides, order);

@@ -116,7 +116,11 @@ class Lowerer {
   Status LowerReduction(const ir::Op& op, int v);
   Status LowerNormalization(const ir::Op& op, int v);
   Status LowerPool(const ir::Op& op, int v);
-  Expected<int> ElementwiseNode(const ir::Op& op, const std::vector<int>& args, int v);
+  // `last_axis`: the logical axis of the value's last dim (rotate_half's axis).
+  Expected<int> ElementwiseNode(const ir::Op& op, const std::vector<int>& args, int v, int last_axis);
+  // rotate_half of node x along logical axis `axis` of extent d (lowering.h).
+  Expected<int> RotateHalf(int x, int axis, int64_t d);
+  Expected<int> Rotated(int id, int axis, int64_t half, std::map<int, int>* memo);
   // torch rounds every op's result to its dtype; f16/bf16 results are
   // rounded the same way here so fused chains match eager op by op.
   int RoundTo(int v, int node) {
@@ -150,8 +154,48 @@ double RoundScalar(double x, ir::DType dt) {
   return std::ldexp(std::nearbyint(std::ldexp(m, bits)), e - bits);
 }
 
-Expected<int> Lowerer::ElementwiseNode(const ir::Op& op, const std::vector<int>& a, int v) {
+Expected<int> Lowerer::Rotated(int id, int axis, int64_t half, std::map<int, int>* memo) {
+  if (lo_.nodes[id].lshape[axis] == 1) return id;  // the same at every coordinate along the axis
+  if (auto it = memo->find(id); it != memo->end()) return it->second;
+  Node n = lo_.nodes[id];
+  switch (n.kind) {
+    case NodeKind::kConst: return id;
+    case NodeKind::kReduce: return Unsupported("rotate_half of a value reduced along other axes");
+    case NodeKind::kRotSign: return Unsupported("rotate_half of a rotated value");
+    case NodeKind::kLoad:
+      if (n.rot_axis >= 0) return Unsupported("rotate_half of a rotated value");
+      n.rot_axis = axis;
+      n.rot_half = half;
+      break;
+    case NodeKind::kUnary:
+    case NodeKind::kBinary:
+      for (int& a : n.args) {
+        auto r = Rotated(a, axis, half, memo);
+        if (!r.ok()) return r.status();
+        a = *r;
+      }
+      break;
+  }
+  return (*memo)[id] = Add(std::move(n));
+}
+
+Expected<int> Lowerer::RotateHalf(int x, int axis, int64_t d) {
+  if (d < 2) return x;  // an empty axis (validation rejects an odd d)
+  std::map<int, int> memo;
+  auto r = Rotated(x, axis, d / 2, &memo);
+  if (!r.ok()) return r.status();
+  Node sign;
+  sign.kind = NodeKind::kRotSign;
+  sign.rot_axis = axis;
+  sign.rot_half = d / 2;
+  sign.lshape.assign(r_, 1);
+  sign.lshape[axis] = d;
+  return Binary(OpKind::kMul, *r, Add(std::move(sign)));  // exact: x * -1 and x * 1
+}
+
+Expected<int> Lowerer::ElementwiseNode(const ir::Op& op, const std::vector<int>& a, int v, int last_axis) {
   const auto& info = ir::GetOpInfo(op.kind);
+  if (op.kind == OpKind::kRotateHalf) return RotateHalf(a[0], last_axis, shapes_[v].back());
   // A layout copy computes nothing: its value is its arg's node (the output's
   // strides, from the task, carry the layout).
   if (op.kind == OpKind::kContiguous) return a[0];
@@ -193,7 +237,7 @@ Expected<int> Lowerer::Instantiate(int v, const std::vector<int>& map) {
         if (!n.ok()) return n.status();
         args.push_back(*n);
       }
-      auto n = ElementwiseNode(op, args, v);
+      auto n = ElementwiseNode(op, args, v, map.empty() ? -1 : map.back());
       if (!n.ok()) return n.status();
       id = *n;
     }
@@ -386,7 +430,8 @@ Status Lowerer::LowerOp(size_t i) {
       return Status(StatusCode::kUnsupported, std::string(info.name) +
                                                   ": a contraction has no elementwise/row template (the gemm family serves it)");
     case OpCategory::kUnary:
-    case OpCategory::kBinary: break;
+    case OpCategory::kBinary:
+    case OpCategory::kRearrange: break;  // rotate_half: ElementwiseNode
   }
   bool any_anchored = false;
   for (int a : op.args) any_anchored |= infos_[a].anchored;
@@ -422,7 +467,7 @@ Status Lowerer::LowerOp(size_t i) {
     if (!n.ok()) return n.status();
     args.push_back(*n);
   }
-  auto n = ElementwiseNode(op, args, v);
+  auto n = ElementwiseNode(op, args, v, map.empty() ? -1 : map.back());
   if (!n.ok()) return n.status();
   infos_[v] = ValInfo{true, *n, map};
   return Status::Ok();
@@ -453,8 +498,10 @@ Expected<Lowered> Lowerer::Run() {
           return Unsupported("output " + std::to_string(o) + " holds all " + std::to_string(t.first) +
                              " elements of an axis whose pool reads only the first " + std::to_string(t.second));
     }
-    for (auto& n : lo_.nodes)
+    for (auto& n : lo_.nodes) {
+      if (n.rot_axis == a) return Unsupported("rotate_half along an axis a floor-mode pool truncates");
       if (n.lshape[a] == t.first) n.lshape[a] = t.second;
+    }
     lo_.pool_gaps = true;
   }
   if (task_.outputs.size() != g_.outputs.size())
@@ -528,8 +575,16 @@ Expected<Lowered> Lowerer::Run() {
   std::vector<int> R;
   bool have_r = false;
   for (auto& n : lo_.nodes) {
+    if (n.rot_axis >= 0) {
+      if (phys[n.rot_axis].size() != 1) return Unsupported("rotate_half along an axis a group_norm or pool splits");
+      n.rot_axis = phys[n.rot_axis][0];
+    }
     switch (n.kind) {
       case NodeKind::kConst: n.shape.assign(P, 1); break;
+      case NodeKind::kRotSign:
+        n.shape.assign(P, 1);
+        n.shape[n.rot_axis] = F[n.rot_axis];
+        break;
       case NodeKind::kLoad:
         n.shape.assign(P, 1);
         for (int a = 0; a < r_; ++a)

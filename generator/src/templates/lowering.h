@@ -6,6 +6,13 @@
 //   Load (an input read through its own strides), Const, Unary (an IR
 //   elementwise op evaluated in float), Binary (add/sub/mul/div/max/min/pow)
 //   and Reduce (sum/max/min over the reduced axes; keepdim-broadcast result).
+// rotate_half (ir.h kRotateHalf) is pushed down to the loads: its argument's
+// node DAG is cloned with every Load varying along the rotated axis reading
+// the element rot_half away (j < h: j + h, j >= h: j - h), the nodes that do
+// not vary along it (constants, reductions over it) shared, and the clone
+// multiplied by a RotSign leaf (-1 for j < h, +1 after): exact, as torch's
+// cat(-x[..., h:], x[..., :h]). Rotating a value that depends on a reduction
+// over other axes, or rotating twice, is kUnsupported.
 // Every node lives in the "physical" iteration space F (rank = max input rank,
 // plus one axis when group_norm splits channels into (groups, C/groups), and
 // one per pooled spatial axis, split into (windows, window) by avg_pool /
@@ -25,7 +32,9 @@
 
 namespace dice::generator::tmpl {
 
-enum class NodeKind : uint8_t { kLoad, kConst, kUnary, kBinary, kReduce };
+/// kRotSign: a position-dependent leaf, -1.0f where the coordinate along
+/// rot_axis is < rot_half and +1.0f elsewhere (rotate_half's sign).
+enum class NodeKind : uint8_t { kLoad, kConst, kUnary, kBinary, kReduce, kRotSign };
 enum class ReduceOp : uint8_t { kSum = 0, kMax = 1, kMin = 2 };
 
 struct Node {
@@ -41,6 +50,11 @@ struct Node {
   std::vector<int64_t> shape;        ///< physical extents (F[a] or 1)
   std::vector<int64_t> strides;      ///< load: element strides per physical axis (0 = broadcast)
   std::vector<int> reduce_axes;      ///< reduce: physical axes reduced (sorted)
+  /// load: -1, or the axis (physical once Lower returns) along which it reads
+  /// coordinate c' = c < rot_half ? c + rot_half : c - rot_half (rotate_half);
+  /// rot_sign: the axis whose coordinate picks the sign.
+  int rot_axis = -1;
+  int64_t rot_half = 0;              ///< d / 2 of the rotated axis (extent d)
 
   // Logical-space bookkeeping used during lowering.
   std::vector<int64_t> lshape;

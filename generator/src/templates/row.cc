@@ -219,14 +219,20 @@ class RowEmitter {
     return "c" + std::to_string(id) + (cfg_.smem ? "[k - kbeg]" : "[it]");
   }
   std::string Tag() const;
+  // A load (or rotate_half's sign, lowering.h) at this row and, with
+  // `element`, element k; a rotated one reads rot_half away along its axis.
   std::string LoadAt(int id, bool element) const {
     const Node& n = lo_.nodes[id];
+    std::string rot = RotateShiftExpr(n, ri_.O, lo_.F, "row", ri_.wide) + RotateSignExpr(n, ri_.O, lo_.F, "row", ri_.wide);
+    if (element && rot.empty())
+      rot = RotateShiftExpr(n, ri_.R, lo_.F, "k", ri_.wide) + RotateSignExpr(n, ri_.R, lo_.F, "k", ri_.wide);
+    if (n.kind == NodeKind::kRotSign) return rot;
     std::string off = OffsetExpr(ri_.O, lo_.F, n.strides, "row", ri_.wide);
     if (element) {
       std::string k = OffsetExpr(ri_.R, lo_.F, n.strides, "k", ri_.wide);
       if (k != "0") off = off == "0" ? k : off + " + " + k;
     }
-    return "dice_ld(in" + std::to_string(n.input) + " + " + off + ")";
+    return "dice_ld(in" + std::to_string(n.input) + " + " + off + rot + ")";
   }
   // Opens an element loop over this thread's k; `body` is emitted inside.
   void ElementLoop(const std::string& indent, const std::function<void(const std::string&)>& body, std::string* s,
@@ -386,7 +392,7 @@ void RowEmitter::EmitLevel(int level, const std::string& ind, std::string* s, bo
       ind,
       [&](const std::string& in2) {
         auto load = [&](int id) {
-          if (use_cache && HasRExtent(lo_, ri_, id)) return CachedAt(id);
+          if (use_cache && lo_.nodes[id].kind == NodeKind::kLoad && HasRExtent(lo_, ri_, id)) return CachedAt(id);
           return LoadAt(id, true);
         };
         EmitNodes(lo_, targets, load, in2, s);
@@ -477,7 +483,7 @@ void RowEmitter::EmitOutputLoop(const std::vector<int>& targets, const std::stri
       ind,
       [&](const std::string& in2) {
         auto load = [&](int id) {
-          if (use_cache && HasRExtent(lo_, ri_, id)) return CachedAt(id);
+          if (use_cache && lo_.nodes[id].kind == NodeKind::kLoad && HasRExtent(lo_, ri_, id)) return CachedAt(id);
           return LoadAt(id, true);
         };
         std::function<bool(int)> invariant = nullptr;

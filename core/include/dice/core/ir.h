@@ -120,6 +120,13 @@ enum class OpKind : uint8_t {
   /// torch.amax does. Category kPool.
   kAvgPool,
   kMaxPool,
+  /// rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2], -1) along the last
+  /// dim d (RoPE's "rotate half", as Hugging Face's Qwen/Llama code writes
+  /// it): element j < d/2 is -x[j + d/2], element j >= d/2 is x[j - d/2].
+  /// One arg of rank >= 1, no attributes; the shape is unchanged and d must
+  /// be even (InferShapes rejects an odd d; the graph alone has no shapes).
+  /// Exact in every dtype (a copy and a negation). Category kRearrange.
+  kRotateHalf,
 };
 
 /// Broad category of an op, used by passes and code generators.
@@ -129,7 +136,13 @@ enum class OpKind : uint8_t {
 /// kPool (avg_pool, max_pool) reduces each non-overlapping window of the
 /// spatial dims: the row family serves it as a reduction over the inner part
 /// of each spatial axis split into (windows, window).
-enum class OpCategory : uint8_t { kConstant, kUnary, kBinary, kReduction, kNormalization, kContraction, kPool };
+/// kRearrange (rotate_half) moves values along the last axis (element j
+/// reads another element of the same row, possibly negated): not elementwise,
+/// so the elementwise-only paths (GEMM epilogues, the elementwise family)
+/// refuse it; the row family pushes the move down to its loads.
+enum class OpCategory : uint8_t {
+  kConstant, kUnary, kBinary, kReduction, kNormalization, kContraction, kPool, kRearrange
+};
 
 /// Static facts about an OpKind: name in the canonical text ("add"), the
 /// torch spelling used by RenderReferenceProgram, arity and category.
