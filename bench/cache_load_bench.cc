@@ -10,6 +10,7 @@
 //                    [--payload-max-bytes B] [--spread-fraction 1]
 //                    [--db FILE] [--no-integrity-check 1] [--log-requests 1]
 //                    [--server-times 1] [--server-cpu N --client-cpu M]
+//                    [--get-form binary|json] [--list-mode offset|keyset]
 //
 // Each client thread has one keep-alive connection; its GETs parse the
 // answer and check the content hash as CacheClient::Get does. The body of a
@@ -27,6 +28,13 @@
 // line, pre-routing to answer written; lines are parsed, not printed) and
 // prints the server-side p50/p99 per route beside the client-side figures,
 // so the gap between the two is what queueing and the clients cost.
+// --get-form: binary (default) asks for the binary wire form (Accept:
+// application/vnd.dice.winner) and reads what the Content-Type names, as
+// CacheClient::Get does since session 25; json sends no Accept (the
+// answer every client got before). --list-mode: offset (default) asks for
+// page=P, P uniform over all pages; keyset asks for after=K, K a seeded key
+// drawn uniformly (a page at a uniform depth, as a client following
+// next_after meets them).
 // --server-cpu N --client-cpu M pin the server's threads (accept loop and
 // workers, which inherit the mask of the thread that starts the server) to
 // CPU N and the client threads to CPU M (both or neither).
@@ -94,6 +102,8 @@ struct Args {
   bool server_times = false;
   int server_cpu = -1;  // -1: not pinned
   int client_cpu = -1;
+  bool get_binary = true;
+  bool list_keyset = false;
   std::string db;
 };
 
@@ -177,6 +187,10 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     else if (flag == "--server-cpu") a->server_cpu = std::atoi(v);
     else if (flag == "--client-cpu") a->client_cpu = std::atoi(v);
     else if (flag == "--db") a->db = v;
+    else if (flag == "--get-form" && (std::strcmp(v, "binary") == 0 || std::strcmp(v, "json") == 0))
+      a->get_binary = std::strcmp(v, "binary") == 0;
+    else if (flag == "--list-mode" && (std::strcmp(v, "offset") == 0 || std::strcmp(v, "keyset") == 0))
+      a->list_keyset = std::strcmp(v, "keyset") == 0;
     else return false;
   }
   const size_t largest = std::max(a->payload_bytes, a->payload_max_bytes);
@@ -271,11 +285,14 @@ struct ClientResult {
 
 // GET /v1/kernels/{key} as CacheClient::Get does it: the answer parsed and
 // its content hash checked. "" when fine, else what went wrong.
-std::string GetAndCheck(httplib::Client& http, const std::string& key) {
-  auto res = http.Get(("/v1/kernels/" + key).c_str());
+std::string GetAndCheck(httplib::Client& http, const std::string& key, bool binary) {
+  const httplib::Headers accept{{"Accept", std::string(dice::cache::kWinnerBinaryType)}};
+  auto res = binary ? http.Get(("/v1/kernels/" + key).c_str(), accept) : http.Get(("/v1/kernels/" + key).c_str());
   if (!res) return "GET: " + httplib::to_string(res.error());
   if (res->status != 200) return "GET: status " + std::to_string(res->status);
-  auto rec = dice::cache::WinnerFromWireJson(res->body);
+  auto rec = dice::cache::IsWinnerBinaryType(res->get_header_value("Content-Type"))
+                 ? dice::cache::WinnerFromWireBinary(std::move(res->body))
+                 : dice::cache::WinnerFromWireJson(res->body);
   if (!rec.ok()) return "GET: " + rec.status().ToString();
   if (rec->task_key != key || dice::cache::ContentHash(*rec) != rec->content_hash) return "GET: bad entry " + key;
   return "";
@@ -312,10 +329,11 @@ void RunClient(const Args& a, int port, const std::string& token, uint64_t put_b
       auto res = http.Put(("/v1/kernels/" + Key(n)).c_str(), auth, body, "application/json");
       if (!res || res->status != 201) error = "PUT: " + (res ? std::to_string(res->status) : httplib::to_string(res.error()));
     } else if (route == kGet) {
-      error = GetAndCheck(http, Key(static_cast<uint64_t>(pick(rng))));
+      error = GetAndCheck(http, Key(static_cast<uint64_t>(pick(rng))), a.get_binary);
     } else {
-      const std::string path = route == kList ? "/v1/kernels?page_size=50&page=" + std::to_string(page(rng))
-                                              : "/?page=" + std::to_string(page(rng));
+      const std::string path = route == kDashboard ? "/?page=" + std::to_string(page(rng))
+                               : a.list_keyset     ? "/v1/kernels?page_size=50&after=" + Key(static_cast<uint64_t>(pick(rng)))
+                                                   : "/v1/kernels?page_size=50&page=" + std::to_string(page(rng));
       auto res = http.Get(path.c_str());
       if (!res || res->status != 200) error = path + ": " + (res ? std::to_string(res->status) : "no answer");
     }
@@ -336,7 +354,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: cache_load_bench [--clients N<=1024] [--seconds S<=600] [--put-fraction F] "
                          "[--list-fraction F] [--dashboard-fraction F] [--keys K] [--payload-bytes B] "
                          "[--payload-max-bytes B] [--spread-fraction F] [--db FILE] [--no-integrity-check 1] "
-                         "[--log-requests 1] [--server-times 1] [--server-cpu N --client-cpu M]\n");
+                         "[--log-requests 1] [--server-times 1] [--server-cpu N --client-cpu M] "
+                         "[--get-form binary|json] [--list-mode offset|keyset]\n");
     return 2;
   }
   std::shared_ptr<ServerTimesSink> times;
@@ -363,9 +382,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot start the server: %s\n", st.ToString().c_str());
     return 1;
   }
-  std::printf("server %s, %d entries; %d clients, %.0f s, %.0f%% PUT, %.0f%% list, %.0f%% dashboard, rest GET\n",
+  std::printf("server %s, %d entries; %d clients, %.0f s, %.0f%% PUT, %.0f%% list, %.0f%% dashboard, rest GET; "
+              "GET form %s, list mode %s\n",
               server.url().c_str(), args.keys, args.clients, args.seconds, 100 * args.put_fraction,
-              100 * args.list_fraction, 100 * args.dashboard_fraction);
+              100 * args.list_fraction, 100 * args.dashboard_fraction, args.get_binary ? "binary" : "json",
+              args.list_keyset ? "keyset" : "offset");
   if (args.client_cpu >= 0) {
     if (!PinThisThread(args.client_cpu)) return 1;
     std::printf("server threads pinned to CPU %d, client threads to CPU %d\n", args.server_cpu, args.client_cpu);

@@ -84,10 +84,14 @@ Expected<std::optional<WinnerRecord>> CacheClient::Get(const std::string& task_k
   }
   if (!impl_->http->is_valid()) return Status(StatusCode::kInvalidArgument, what + ": invalid base URL");
   std::lock_guard<std::mutex> lock(impl_->mu);
-  auto res = impl_->http->Get(path);
+  // The binary form when the server has it (no base64 either side); a
+  // server that does not know it answers JSON, read as before.
+  const httplib::Headers accept{{"Accept", std::string(kWinnerBinaryType) + ", application/json;q=0.5"}};
+  auto res = impl_->http->Get(path, accept);
   if (res && res->status == 404) return std::optional<WinnerRecord>();
   if (!res || res->status != 200) return RequestError(what, res);
-  auto rec = WinnerFromWireJson(res->body);
+  auto rec = IsWinnerBinaryType(res->get_header_value("Content-Type")) ? WinnerFromWireBinary(std::move(res->body))
+                                                                        : WinnerFromWireJson(res->body);
   if (!rec.ok()) return Status(StatusCode::kCorrupt, what + ": malformed entry: " + rec.status().message());
   if (rec->task_key != task_key) {
     return Status(StatusCode::kCorrupt, what + ": server returned the entry for another key " + rec->task_key);
@@ -165,8 +169,16 @@ Expected<std::vector<WinnerRecord>> CacheClient::List(const std::string& arch) {
   if (!impl_->http->is_valid()) return Status(StatusCode::kInvalidArgument, what + ": invalid base URL");
   std::vector<WinnerRecord> out;
   std::lock_guard<std::mutex> lock(impl_->mu);
+  // Keyset pages (after=) once the server shows it has them (next_after in
+  // its answer); a server without them is walked by page number as before.
+  std::string after;
   for (int page = 1;; ++page) {
-    httplib::Params params{{"page", std::to_string(page)}, {"page_size", std::to_string(kMaxPageSize)}};
+    httplib::Params params{{"page_size", std::to_string(kMaxPageSize)}};
+    if (after.empty()) {
+      params.emplace("page", std::to_string(page));
+    } else {
+      params.emplace("after", after);
+    }
     if (!arch.empty()) params.emplace("arch", arch);
     auto res = impl_->http->Get("/v1/kernels", params, httplib::Headers{});
     const std::string page_what = what + " (page " + std::to_string(page) + ")";
@@ -183,7 +195,17 @@ Expected<std::vector<WinnerRecord>> CacheClient::List(const std::string& arch) {
       out.push_back(std::move(*rec));
     }
     // Stop at the end, or when a page comes back empty (entries removed meanwhile).
-    if (j["entries"].empty() || out.size() >= total) break;
+    if (j["entries"].empty()) break;
+    auto next = j.find("next_after");
+    if (next != j.end()) {
+      if (!next->is_string()) break;  // null: the last page
+      if (!IsValidTaskKey(next->get<std::string>())) {
+        return Status(StatusCode::kCorrupt, page_what + ": malformed next_after");
+      }
+      after = next->get<std::string>();
+    } else if (out.size() >= total) {
+      break;
+    }
   }
   return out;
 }

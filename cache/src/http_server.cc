@@ -17,8 +17,8 @@
 #include "dice/cache/http_server.h"
 
 #include <httplib.h>
+#include <sched.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 
 // spdlog as the other layers use it: header-only, on Debian's external fmt.
 // dice_cache does not link fmt, so fmt is header-only here unless the
@@ -31,9 +31,9 @@
 #endif
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -41,7 +41,8 @@
 #include <thread>
 #include <utility>
 
-#include "wire_scan.h"
+#include "admission_gate.h"
+#include "dice/core/env.h"
 
 namespace dice::cache {
 namespace {
@@ -55,85 +56,20 @@ using json = nlohmann::json;
 // with room; an idle worker costs a stack, not CPU.
 constexpr int kWorkerThreads = 32;
 
-// Reads a required field of the given JSON type into `out`.
-Status TakeString(const json& j, const char* name, std::string* out) {
-  auto it = j.find(name);
-  if (it == j.end()) return Status(StatusCode::kInvalidArgument, std::string("missing field '") + name + "'");
-  if (!it->is_string()) return Status(StatusCode::kInvalidArgument, std::string("field '") + name + "' is not a string");
-  *out = it->get<std::string>();
-  return Status::Ok();
-}
+// Requests one keep-alive connection may carry before the server closes it.
+constexpr size_t kKeepAliveMaxRequests = 10000;
 
-Status TakeNumber(const json& j, const char* name, double* out) {
-  auto it = j.find(name);
-  if (it == j.end()) return Status(StatusCode::kInvalidArgument, std::string("missing field '") + name + "'");
-  if (!it->is_number()) return Status(StatusCode::kInvalidArgument, std::string("field '") + name + "' is not a number");
-  *out = it->get<double>();
-  if (!std::isfinite(*out)) return Status(StatusCode::kInvalidArgument, std::string("field '") + name + "' is not finite");
-  return Status::Ok();
-}
-
-// Parses the wire object; `with_payload` selects whether source and
-// cubin_base64 are required. With `spliced_cubin`, `text` is the object
-// with cubin_base64's value cut out ("", wire::SplitPayload) and the
-// cubin, already decoded, is taken from there.
-Expected<WinnerRecord> ParseWireText(const std::string& text, bool with_payload, std::string* spliced_cubin) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Status(StatusCode::kInvalidArgument, "malformed JSON");
-  if (!j.is_object()) return Status(StatusCode::kInvalidArgument, "JSON body is not an object");
-  WinnerRecord r;
-  DICE_RETURN_IF_ERROR(TakeString(j, "task_key", &r.task_key));
-  DICE_RETURN_IF_ERROR(TakeString(j, "graph_canonical", &r.graph_canonical));
-  DICE_RETURN_IF_ERROR(TakeString(j, "input_specs", &r.input_specs));
-  DICE_RETURN_IF_ERROR(TakeString(j, "arch", &r.arch));
-  DICE_RETURN_IF_ERROR(TakeString(j, "gpu_name", &r.gpu_name));
-  DICE_RETURN_IF_ERROR(TakeString(j, "origin", &r.origin));
-  DICE_RETURN_IF_ERROR(TakeString(j, "candidate_hash", &r.candidate_hash));
-  DICE_RETURN_IF_ERROR(TakeString(j, "launch_plan_json", &r.launch_plan_json));
-  DICE_RETURN_IF_ERROR(TakeString(j, "versions_json", &r.versions_json));
-  DICE_RETURN_IF_ERROR(TakeString(j, "content_hash", &r.content_hash));
-  DICE_RETURN_IF_ERROR(TakeNumber(j, "baseline_us", &r.baseline_us));
-  DICE_RETURN_IF_ERROR(TakeNumber(j, "best_us", &r.best_us));
-  DICE_RETURN_IF_ERROR(TakeNumber(j, "speedup", &r.speedup));
-  auto rp = j.find("reduced_precision");
-  if (rp == j.end() || !rp->is_boolean()) {
-    return Status(StatusCode::kInvalidArgument, "missing or non-boolean field 'reduced_precision'");
-  }
-  r.reduced_precision = rp->get<bool>();
-  auto ca = j.find("created_at");
-  if (ca != j.end()) {
-    if (!ca->is_number_integer()) return Status(StatusCode::kInvalidArgument, "field 'created_at' is not an integer");
-    r.created_at = ca->get<int64_t>();
-  }
-  if (with_payload) {
-    DICE_RETURN_IF_ERROR(TakeString(j, "source", &r.source));
-    std::string b64;
-    DICE_RETURN_IF_ERROR(TakeString(j, "cubin_base64", &b64));
-    if (spliced_cubin != nullptr) {
-      if (!b64.empty()) return Status(StatusCode::kInternal, "cubin_base64 was not cut out");
-      r.cubin = std::move(*spliced_cubin);
-    } else {
-      auto cubin = Base64Decode(b64);
-      if (!cubin.ok()) return cubin.status().WithContext("field 'cubin_base64'");
-      r.cubin = std::move(*cubin);
-    }
-  }
-  return r;
-}
-
-// ParseWireText on `text`, by the fast path (wire_scan.h) where it applies
-// and succeeds, else the whole text through nlohmann as before: the same
-// record, and on any failure the same error, either way.
-Expected<WinnerRecord> ParseWire(const std::string& text, bool with_payload) {
-  if (with_payload) {
-    std::string rest, cubin;
-    std::string_view b64;
-    if (wire::SplitPayload(text, &rest, &b64) && wire::DecodeBase64(b64, &cubin)) {
-      auto fast = ParseWireText(rest, true, &cubin);
-      if (fast.ok()) return fast;
-    }
-  }
-  return ParseWireText(text, with_payload, nullptr);
+// Read handlers run at once (AdmissionGate): $DICE_CACHE_SERVE_HANDLERS
+// (0..1024, 0 = no limit), by default the CPUs this process may run on.
+// Measured at 16 clients on 2 cores (docs/PERF.md, session 25): with every
+// handler running at once, each shared the cores with all the others and
+// a list page's p99 was 20-27 ms; with 2 at a time, 11-13 ms.
+size_t HandlersFromEnv() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (cpus <= 0) cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return static_cast<size_t>(EnvInt("DICE_CACHE_SERVE_HANDLERS", cpus, 0, 1024));
 }
 
 json ErrorJson(const std::string& msg) { return json{{"error", msg}}; }
@@ -231,51 +167,6 @@ bool IsValidTaskKey(const std::string& key) {
   return true;
 }
 
-std::string WinnerToWireJson(const WinnerRecord& rec, bool with_payload) {
-  json j{{"task_key", rec.task_key},
-         {"graph_canonical", rec.graph_canonical},
-         {"input_specs", rec.input_specs},
-         {"arch", rec.arch},
-         {"gpu_name", rec.gpu_name},
-         {"origin", rec.origin},
-         {"candidate_hash", rec.candidate_hash},
-         {"launch_plan_json", rec.launch_plan_json},
-         {"baseline_us", rec.baseline_us},
-         {"best_us", rec.best_us},
-         {"speedup", rec.speedup},
-         {"reduced_precision", rec.reduced_precision},
-         {"versions_json", rec.versions_json},
-         {"created_at", rec.created_at},
-         {"content_hash", rec.content_hash}};
-  // Invalid UTF-8 in a text field is replaced rather than thrown on.
-  std::string out = j.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (!with_payload) return out;
-  // The payload is spliced in after the other fields: base64 text needs no
-  // JSON escaping, so the serialiser never walks the cubin character by
-  // character (it was the server's largest cost per GET).
-  // It is encoded straight into the answer (no base64 string of its own to
-  // copy), and the answer is allocated once.
-  const std::string source = json(rec.source).dump(-1, ' ', false, json::error_handler_t::replace);
-  const size_t b64_len = 4 * ((rec.cubin.size() + 2) / 3);
-  out.reserve(out.size() + b64_len + source.size() + 32);
-  out.pop_back();  // the closing '}'
-  out += ",\"cubin_base64\":\"";
-  const size_t at = out.size();
-  out.resize(at + b64_len + 1);  // EVP_EncodeBlock writes a NUL after the text
-  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data() + at),
-                                reinterpret_cast<const unsigned char*>(rec.cubin.data()),
-                                static_cast<int>(rec.cubin.size()));
-  out.resize(at + static_cast<size_t>(n));
-  out += "\",\"source\":";
-  out += source;
-  out += '}';
-  return out;
-}
-
-Expected<WinnerRecord> WinnerFromWireJson(const std::string& text) { return ParseWire(text, true); }
-
-Expected<WinnerRecord> WinnerSummaryFromWireJson(const std::string& text) { return ParseWire(text, false); }
-
 // ---------------------------------------------------------------------------
 
 struct CacheServer::Impl {
@@ -286,6 +177,8 @@ struct CacheServer::Impl {
   std::string host;
   int port = 0;
   std::string token;
+
+  std::unique_ptr<AdmissionGate> gate;
 
   std::mutex metrics_mu;
   std::map<std::pair<std::string, int>, uint64_t> requests;  // (route, code) -> count
@@ -310,12 +203,23 @@ void CacheServer::Impl::Install() {
   httplib::Server& s = *server;
   s.Get("/v1/health", [this](const httplib::Request&, httplib::Response& res) { Health(res); });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { Metrics(res); });
-  s.Get("/v1/kernels", [this](const httplib::Request& req, httplib::Response& res) { ListKernels(req, res); });
-  s.Post("/v1/kernels/batch", [this](const httplib::Request& req, httplib::Response& res) { BatchGet(req, res); });
-  s.Get("/", [this](const httplib::Request& req, httplib::Response& res) { Dashboard(req, res); });
-  s.Get("/dashboard", [this](const httplib::Request& req, httplib::Response& res) { Dashboard(req, res); });
-  s.Get(R"(/entry/([^/]*))", [this](const httplib::Request& req, httplib::Response& res) { Entry(req, res); });
-  s.Get(R"(/v1/kernels/([^/]*))", [this](const httplib::Request& req, httplib::Response& res) { GetKernel(req, res); });
+  // The routes that read the database run inside the admission gate
+  // (HandlersFromEnv at once); the answer is written to the socket after
+  // the handler returns, outside it.
+  auto gated = [this](void (Impl::*handler)(const httplib::Request&, httplib::Response&)) {
+    return [this, handler](const httplib::Request& req, httplib::Response& res) {
+      AdmissionSlot slot(*gate);
+      (this->*handler)(req, res);
+    };
+  };
+  s.Get("/v1/kernels", gated(&Impl::ListKernels));
+  s.Post("/v1/kernels/batch", gated(&Impl::BatchGet));
+  s.Get("/", gated(&Impl::Dashboard));
+  s.Get("/dashboard", gated(&Impl::Dashboard));
+  s.Get(R"(/entry/([^/]*))", gated(&Impl::Entry));
+  s.Get(R"(/v1/kernels/([^/]*))", gated(&Impl::GetKernel));
+  // Not gated: a write may wait up to the busy timeout (10 s) for another
+  // process's write lock, and must not hold a slot the reads need meanwhile.
   s.Put(R"(/v1/kernels/([^/]*))", [this](const httplib::Request& req, httplib::Response& res) { PutKernel(req, res); });
   // Every 4xx/5xx without a body (unrouted paths, 413 from the body limit)
   // still answers with the JSON error shape.
@@ -381,8 +285,10 @@ void CacheServer::Impl::GetKernel(const httplib::Request& req, httplib::Response
   if (!rec->has_value()) return Reply(res, 404, ErrorJson("no entry for task key " + key));
   res.status = 200;
   // What set_content does, without its copy of the (cubin-sized) body.
-  res.body = WinnerToWireJson(**rec, true);
-  res.set_header("Content-Type", "application/json");
+  const bool binary = AcceptsWinnerBinary(req.get_header_value("Accept"));
+  res.body = binary ? WinnerToWireBinary(**rec) : WinnerToWireJson(**rec, true);
+  res.set_header("Content-Type", binary ? std::string(kWinnerBinaryType) : std::string("application/json"));
+  res.set_header("Vary", "Accept");
 }
 
 void CacheServer::Impl::PutKernel(const httplib::Request& req, httplib::Response& res) {
@@ -430,9 +336,20 @@ void CacheServer::Impl::ListKernels(const httplib::Request& req, httplib::Respon
   }
   WinnerQuery query;
   query.arch = req.get_param_value("arch");
-  query.offset = static_cast<int64_t>(page - 1) * page_size;
   query.limit = page_size;
+  const bool keyset = req.has_param("after");
+  if (keyset) {
+    if (req.has_param("page")) return Reply(res, 400, ErrorJson("after and page exclude each other"));
+    query.after = req.get_param_value("after");
+    if (!IsValidTaskKey(query.after)) return Reply(res, 400, ErrorJson("after must be a task key (64 lowercase hex digits)"));
+  } else {
+    query.offset = static_cast<int64_t>(page - 1) * page_size;
+  }
   auto found = store->ListWinnerPage(query);
+  if (!found.ok() && found.status().code() == StatusCode::kNotFound) {
+    return Reply(res, 400, ErrorJson("after: no entry for task key " + query.after +
+                                     " (removed since the previous page?); list again without after"));
+  }
   if (!found.ok()) return Reply(res, 500, ErrorJson(found.status().ToString()));
   // Entries are spliced in as already-serialised JSON.
   std::string entries;
@@ -440,9 +357,13 @@ void CacheServer::Impl::ListKernels(const httplib::Request& req, httplib::Respon
     if (!entries.empty()) entries += ',';
     entries += WinnerToWireJson(e.record, false);
   }
+  // The last key of a full page: where the next keyset page starts.
+  const bool full = static_cast<int>(found->entries.size()) == page_size;
+  const std::string next = full ? json(found->entries.back().record.task_key).dump() : "null";
+  const std::string where = keyset ? "\"after\":" + json(query.after).dump() : "\"page\":" + std::to_string(page);
   res.status = 200;
-  res.set_content("{\"entries\":[" + entries + "],\"page\":" + std::to_string(page) + ",\"page_size\":" +
-                      std::to_string(page_size) + ",\"total\":" + std::to_string(found->total) + "}",
+  res.set_content("{\"entries\":[" + entries + "]," + where + ",\"page_size\":" + std::to_string(page_size) +
+                      ",\"total\":" + std::to_string(found->total) + ",\"next_after\":" + next + "}",
                   "application/json");
 }
 
@@ -536,11 +457,17 @@ Status CacheServer::Start(const std::string& db_path, const std::string& host, i
   fresh->token = token;
   fresh->host = host;
   fresh->server = std::make_unique<httplib::Server>();
+  fresh->gate = std::make_unique<AdmissionGate>(HandlersFromEnv());
   httplib::Server& s = *fresh->server;
   s.new_task_queue = [] { return new httplib::ThreadPool(kWorkerThreads); };
   s.set_payload_max_length(max_body_bytes);
   s.set_tcp_nodelay(true);  // no Nagle: small JSON answers would wait ~40 ms for the peer's delayed ACK
   s.set_keep_alive_timeout(2);  // bounds how long Stop waits for idle keep-alive connections
+  // httplib closes a keep-alive connection after 5 requests by default: a
+  // client then reconnects (connect, accept, a worker handover) every 5th
+  // request, ~3% of both cores at 16 GET clients (perf, docs/PERF.md
+  // session 25). Idle connections still close after the timeout above.
+  s.set_keep_alive_max_count(kKeepAliveMaxRequests);
   s.set_read_timeout(10);
   s.set_write_timeout(10);
   // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which

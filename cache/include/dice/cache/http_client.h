@@ -40,7 +40,10 @@ class CacheClient {
   /// Errors: kIoError (no connection, unexpected status or body).
   Expected<int> Health();
 
-  /// GET /v1/kernels/{task_key}: the winner or nullopt (404).
+  /// GET /v1/kernels/{task_key}: the winner or nullopt (404). Asks for the
+  /// binary wire form (Accept: kWinnerBinaryType, http_server.h) and reads
+  /// whichever form the answer's Content-Type names (JSON from servers
+  /// without it).
   /// Errors: kInvalidArgument for a key that is not 64 lowercase hex (no
   /// request is sent) or a 4xx answer; kTimeout when the server did not
   /// answer in time; kIoError for no connection or a 5xx; kCorrupt when the
@@ -66,8 +69,12 @@ class CacheClient {
   Expected<bool> Put(WinnerRecord rec);
 
   /// GET /v1/kernels?arch=... following every page: the winners for `arch`
-  /// (all archs when empty), newest first, without source and cubin.
-  /// Errors as Get (kCorrupt for a malformed page).
+  /// (all archs when empty), newest first, without source and cubin. After
+  /// the first page it follows the server's next_after (keyset pages,
+  /// after=KEY); a server that sends none is walked by page number.
+  /// Errors as Get (kCorrupt for a malformed page or next_after;
+  /// kInvalidArgument when the entry a keyset page follows was removed
+  /// meanwhile: the server's 400).
   Expected<std::vector<WinnerRecord>> List(const std::string& arch = std::string());
 
   const std::string& base_url() const { return base_url_; }

@@ -13,6 +13,9 @@
 //        dice_cache_entries (winners in the database).
 //   GET  /v1/kernels/{task_key}      200 WinnerToWireJson(rec, true); 404 unknown key;
 //                                    400 key not ^[0-9a-f]{64}$; 500 damaged row.
+//        With "Accept: application/vnd.dice.winner" (AcceptsWinnerBinary) the
+//        200 answer is WinnerToWireBinary(rec) with that Content-Type instead
+//        (no base64); errors stay JSON. Both answers carry "Vary: Accept".
 //   PUT  /v1/kernels/{task_key}      body WinnerToWireJson(rec, true), at most
 //        max_body_bytes (else 413). Requires "Authorization: Bearer <token>":
 //        missing → 401, wrong → 403, server started without a token → 403
@@ -24,9 +27,17 @@
 //        written on any 4xx.
 //   GET  /v1/kernels?arch=sm_90&page=1&page_size=100
 //        200 {"entries":[WinnerToWireJson(rec,false)...],"page":P,
-//        "page_size":S,"total":T}; entries newest first, without source and
-//        cubin; arch optional (all archs when absent or empty); page is 1-based,
-//        page_size in [1, kMaxPageSize]; anything else → 400.
+//        "page_size":S,"total":T,"next_after":K}; entries newest first,
+//        without source and cubin; arch optional (all archs when absent or
+//        empty); page is 1-based, page_size in [1, kMaxPageSize]; anything
+//        else → 400. next_after is the last entry's key when the page is
+//        full (more may follow), else null.
+//   GET  /v1/kernels?after=K&page_size=S[&arch=A]  (keyset pages)
+//        the page of entries that follow entry K in that order: the same
+//        body with "after":K instead of "page". One index seek, whatever
+//        the depth (page=P walks P*S entries). 400 when K is not 64
+//        lowercase hex, when page is given too, or when the cache has no
+//        entry K (removed since: start again without after).
 //   POST /v1/kernels/batch           body {"keys":["<task_key>",...]} (1 to
 //        kMaxBatchKeys keys, each 64 lowercase hex; else 400). 200
 //        {"entries":[WinnerToWireJson(rec,true)...],"missing":[keys without
@@ -62,6 +73,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dice/cache/store.h"
@@ -155,6 +167,38 @@ Expected<WinnerRecord> WinnerFromWireJson(const std::string& json);
 
 /// Same for a list entry (no source, no cubin_base64; they stay empty).
 Expected<WinnerRecord> WinnerSummaryFromWireJson(const std::string& json);
+
+/// Media type of the binary wire form of a winner (GET /v1/kernels/{key}).
+inline constexpr std::string_view kWinnerBinaryType = "application/vnd.dice.winner";
+/// Longest Accept header AcceptsWinnerBinary reads (bytes); longer ones
+/// keep JSON.
+inline constexpr size_t kMaxAcceptBytes = 4096;
+
+/// The binary wire form of a full record (API v1, GET with Accept
+/// kWinnerBinaryType): one line of JSON holding WinnerToWireJson's fields,
+/// "source" and "cubin_bytes" (the cubin's length in bytes) but not
+/// "cubin_base64", then '\n', then the cubin's bytes as they are. The line
+/// holds no raw '\n' (JSON escapes it). Size: ~0.6 KB + the cubin.
+std::string WinnerToWireBinary(const WinnerRecord& rec);
+
+/// Parses the binary form back (takes the body by value; the cubin is
+/// moved out of it). Errors: kInvalidArgument when there is no '\n', the
+/// header line is not a JSON object with every field of a full record (as
+/// WinnerFromWireJson requires them, "cubin_bytes" an unsigned integer
+/// instead of "cubin_base64"), or cubin_bytes differs from the number of
+/// bytes after the line. Does not check content_hash (callers do).
+Expected<WinnerRecord> WinnerFromWireBinary(std::string body);
+
+/// True when the Accept header value `accept` asks for kWinnerBinaryType:
+/// one of its comma-separated media ranges is that type (case-insensitive,
+/// parameters allowed) without a weight of q=0. Wildcards (*/*,
+/// application/*), an absent or malformed header, or one longer than
+/// kMaxAcceptBytes give false: the JSON form, as before.
+bool AcceptsWinnerBinary(std::string_view accept);
+
+/// True when the Content-Type value `content_type` is kWinnerBinaryType
+/// (case-insensitive, parameters ignored).
+bool IsWinnerBinaryType(std::string_view content_type);
 
 // Cubins travel as base64: dice::Base64Encode / Base64Decode (dice/core/base64.h).
 using dice::Base64Decode;

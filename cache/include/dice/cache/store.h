@@ -130,6 +130,8 @@ struct WinnerQuery {
   int verified = -1;           ///< 1 verified only, 0 unverified only, -1 both
   WinnerOrder order = WinnerOrder::kNewest;
   int64_t offset = 0;          ///< matching rows skipped, >= 0
+  std::string after;           ///< keyset page: the rows that follow this key's row in the order
+                               ///< (64 hex; kNewest only; offset must be 0); "" = from the start
   int limit = 50;              ///< rows returned at most, 0..kMaxWinnerPageLimit (0: only count)
   bool with_source = false;    ///< also return the CUDA source (never the cubin)
   bool check_content = false;  ///< read each returned row's payload and check ContentHash
@@ -204,9 +206,14 @@ class Store {
   /// index plus the rows returned, not of the table; an `op` filter reads
   /// the IR of each row scanned (a table scan when no other filter narrows
   /// it). The pick and the read are two statements: a row removed between
-  /// them (another process) is left out. Errors: kInvalidArgument for a
+  /// them (another process) is left out. With `after` set the page starts
+  /// right after that key's row (its created_at, arch, verified and rowid:
+  /// one index seek, however deep); the row need not match the filters.
+  /// Errors: kInvalidArgument for a
   /// negative offset, a limit outside 0..kMaxWinnerPageLimit, a malformed
-  /// op or verified not in {-1, 0, 1}; kIoError/kCorrupt from SQLite.
+  /// op or verified not in {-1, 0, 1}, an `after` with an offset, another
+  /// order than kNewest or a task key filter; kNotFound when no row has the
+  /// `after` key; kIoError/kCorrupt from SQLite.
   Expected<WinnerPage> ListWinnerPage(const WinnerQuery& query);
 
   /// Counts one use of the winner: hits += 1, last_used_at = now. Called by
