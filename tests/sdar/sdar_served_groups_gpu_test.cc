@@ -5,7 +5,9 @@
 // within 1e-4 of the unfused LibTorch path; greedy tokens are equal with
 // CUDA graphs on and off; a second model in cache mode is served the same
 // groups (the runtime's loaded winners of this process; a new process would
-// read them from the cache the first one filled).
+// read them from the cache the first one filled). The groups include q/k
+// RMSNorm + RoPE (qk_norm_rope.q / .k: the IR's rotate_half, pushed down to
+// the row template's loads).
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
@@ -78,7 +80,8 @@ TEST(SdarServedGroupsGpuTest, TunedAtLoadAndServedToASecondModel) {
   const SdarModel tuned = Make(torch::kFloat32, true, true);
   ASSERT_NE(tuned.served_groups(), nullptr);
   PrintNotes(tuned);
-  for (SdarGroup g : {SdarGroup::kRmsNorm, SdarGroup::kAddRmsNorm, SdarGroup::kSiluMul}) {
+  for (SdarGroup g : {SdarGroup::kRmsNorm, SdarGroup::kAddRmsNorm, SdarGroup::kSiluMul, SdarGroup::kQNormRope,
+                      SdarGroup::kKNormRope}) {
     EXPECT_TRUE(tuned.served_groups()->Serves(g, 4)) << SdarGroupName(g);
     EXPECT_TRUE(tuned.served_groups()->Serves(g, 8)) << SdarGroupName(g);
   }
@@ -88,6 +91,7 @@ TEST(SdarServedGroupsGpuTest, TunedAtLoadAndServedToASecondModel) {
   PrintNotes(cached);
   EXPECT_TRUE(cached.served_groups()->Serves(SdarGroup::kAddRmsNorm, 8));
   EXPECT_TRUE(cached.served_groups()->Serves(SdarGroup::kSiluMul, 8));
+  EXPECT_TRUE(cached.served_groups()->Serves(SdarGroup::kQNormRope, 8));
 }
 
 TEST(SdarServedGroupsGpuTest, Float32LogitsMatchTheUnfusedPath) {
@@ -96,6 +100,10 @@ TEST(SdarServedGroupsGpuTest, Float32LogitsMatchTheUnfusedPath) {
   const SdarModel served = Make(torch::kFloat32, true, true), plain = Make(torch::kFloat32, false, false);
   ASSERT_NE(served.served_groups(), nullptr);
   ASSERT_TRUE(served.served_groups()->Serves(SdarGroup::kAddRmsNorm, 8));
+  // q/k RMSNorm + RoPE served too (rotate_half in the row template); the
+  // K/V cache store is then the unfused path's copy.
+  ASSERT_TRUE(served.served_groups()->Serves(SdarGroup::kQNormRope, 8));
+  ASSERT_TRUE(served.served_groups()->Serves(SdarGroup::kKNormRope, 8));
   auto opts = torch::TensorOptions().dtype(torch::kLong);
   torch::manual_seed(4);
   auto prompt = torch::randint(0, 500, {2, 12}, opts);

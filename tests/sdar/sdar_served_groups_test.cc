@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -33,11 +34,17 @@ TEST(SdarServedGroups, DeclaresTheDecoderGroupsWithTheirShapesAndDtypes) {
   const SdarConfig c = Tiny();  // hidden 32, intermediate 64
   auto decls = DeclareSdarGroups(c, DType::kBFloat16, 8);
   ASSERT_TRUE(decls.ok()) << decls.status().ToString();
-  ASSERT_EQ(decls->size(), 3u);
-  const std::vector<std::string> names = {"rmsnorm", "add_rmsnorm", "silu_mul"};
+  ASSERT_EQ(decls->size(), 5u);
+  const std::vector<std::string> names = {"rmsnorm", "add_rmsnorm", "silu_mul", "qk_norm_rope.q", "qk_norm_rope.k"};
+  // qk_norm_rope: 4 query heads, 2 KV heads of head_dim 8; RoPE tables per row.
   const std::vector<std::vector<std::vector<int64_t>>> in_shapes = {
-      {{8, 32}, {32}}, {{8, 32}, {8, 32}, {32}}, {{8, 2, 64}, {1, 2, 1}, {1, 2, 1}}};
-  const std::vector<std::vector<std::vector<int64_t>>> out_shapes = {{{8, 32}}, {{8, 32}, {8, 32}}, {{8, 64}}};
+      {{8, 32}, {32}},
+      {{8, 32}, {8, 32}, {32}},
+      {{8, 2, 64}, {1, 2, 1}, {1, 2, 1}},
+      {{8, 4, 8}, {8}, {8, 1, 8}, {8, 1, 8}},
+      {{8, 2, 8}, {8}, {8, 1, 8}, {8, 1, 8}}};
+  const std::vector<std::vector<std::vector<int64_t>>> out_shapes = {
+      {{8, 32}}, {{8, 32}, {8, 32}}, {{8, 64}}, {{8, 4, 8}}, {{8, 2, 8}}};
   for (size_t i = 0; i < decls->size(); ++i) {
     const SdarGroupDecl& d = (*decls)[i];
     SCOPED_TRACE(d.name);
@@ -71,6 +78,9 @@ TEST(SdarServedGroups, DeclaresTheDecoderGroupsWithTheirShapesAndDtypes) {
   auto other = DeclareSdarGroups(c, DType::kBFloat16, 512);
   ASSERT_TRUE(other.ok());
   EXPECT_EQ((*other)[1].ir_text, (*decls)[1].ir_text);
+  // q and k share one qk_norm_rope IR, which rotates with the IR's op.
+  EXPECT_EQ((*decls)[3].ir_text, (*decls)[4].ir_text);
+  EXPECT_NE((*decls)[3].ir_text.find("rotate_half("), std::string::npos) << (*decls)[3].ir_text;
 }
 
 TEST(SdarServedGroups, RefusesEmptyShapes) {
@@ -78,6 +88,11 @@ TEST(SdarServedGroups, RefusesEmptyShapes) {
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(d.status().message().find("rows 0"), std::string::npos) << d.status().message();
+  SdarConfig odd = Tiny();
+  odd.head_dim = 7;
+  auto o = DeclareSdarGroups(odd, DType::kFloat32, 4);
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("head_dim 7 is odd"), std::string::npos) << o.status().message();
 }
 
 // The template generator serves every group (row family), and its kernels
@@ -85,6 +100,7 @@ TEST(SdarServedGroups, RefusesEmptyShapes) {
 TEST(SdarServedGroups, TemplateKernelsCompileForSm90) {
   SdarConfig big = Tiny();
   big.hidden_size = 2560, big.intermediate_size = 9728;  // SDAR-4B
+  big.num_attention_heads = 32, big.num_key_value_heads = 8, big.head_dim = 128;
   for (const SdarConfig& c : {Tiny(), big}) {
     for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
       auto decls = DeclareSdarGroups(c, dt, 4);
@@ -144,6 +160,56 @@ TEST(SdarServedGroups, IrComputesWhatTheUnfusedDecoderComputes) {
   }
 }
 
+// SdarModel::RunLayers' unfused q/k path for the fused QKV layout, as the
+// decoder writes it: the heads of qkv [B, L, (H + 2 KV) * hd] viewed, RMSNorm
+// over head_dim, transposed to [B, n, L, hd], then RoPE with the [L, hd]
+// tables (SdarModel::RotateHalf).
+torch::Tensor UnfusedQkNormRope(const torch::Tensor& part, const torch::Tensor& w, const torch::Tensor& cos,
+                                const torch::Tensor& sin, double eps) {
+  auto y = UnfusedRmsNorm(part, w, eps).transpose(1, 2);
+  const int64_t h = y.size(-1) / 2;
+  return y * cos + torch::cat({-y.narrow(-1, h, h), y.narrow(-1, 0, h)}, -1) * sin;
+}
+
+TEST(SdarServedGroups, QkNormRopeIrComputesWhatTheUnfusedDecoderComputes) {
+  const SdarConfig c = Tiny();  // 4 query heads, 2 KV heads, head_dim 8
+  const int64_t B = 2, L = 4, R = B * L, H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.head_dim;
+  auto decls = DeclareSdarGroups(c, DType::kFloat32, R);
+  ASSERT_TRUE(decls.ok());
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    const DType dt = dtype == torch::kFloat32 ? DType::kFloat32 : DType::kBFloat16;
+    SCOPED_TRACE(ir::DTypeName(dt));
+    torch::manual_seed(7);
+    auto o = torch::TensorOptions().dtype(dtype);
+    auto qkv = torch::randn({B, L, (H + 2 * KV) * hd}, o);
+    auto qw = torch::randn({hd}, o) * 0.1 + 1, kw = torch::randn({hd}, o) * 0.1 + 1;
+    // The RoPE tables as SdarModel::Forward builds them (positions 12..15).
+    auto inv_freq = 1.0 / torch::pow(c.rope_theta, torch::arange(0, hd, 2, torch::kFloat64) / hd);
+    auto angles = torch::outer(torch::arange(12, 12 + L, torch::kFloat32), inv_freq.to(torch::kFloat32));
+    angles = torch::cat({angles, angles}, -1);
+    auto cos = angles.cos().to(dtype), sin = angles.sin().to(dtype);
+    auto cos_rows = cos.unsqueeze(0).expand({B, L, hd}).reshape({R, 1, hd}).contiguous();
+    auto sin_rows = sin.unsqueeze(0).expand({B, L, hd}).reshape({R, 1, hd}).contiguous();
+    const ir::Graph g = SdarGroupGraph(SdarGroup::kQNormRope, dt, c.rms_norm_eps);
+    EXPECT_TRUE(g == SdarGroupGraph(SdarGroup::kKNormRope, dt, c.rms_norm_eps));
+    auto heads = qkv.view({R, H + 2 * KV, hd});
+    auto q = reference::Run(g, {heads.narrow(1, 0, H).contiguous(), qw, cos_rows, sin_rows});
+    auto k = reference::Run(g, {heads.narrow(1, H, KV).contiguous(), kw, cos_rows, sin_rows});
+    ASSERT_TRUE(q.ok() && k.ok()) << q.status().ToString() << k.status().ToString();
+    auto want_q = UnfusedQkNormRope(qkv.narrow(-1, 0, H * hd).view({B, L, H, hd}), qw, cos, sin, c.rms_norm_eps);
+    auto want_k = UnfusedQkNormRope(qkv.narrow(-1, H * hd, KV * hd).view({B, L, KV, hd}), kw, cos, sin, c.rms_norm_eps);
+    auto got_q = (*q)[0].view({B, L, H, hd}).transpose(1, 2), got_k = (*k)[0].view({B, L, KV, hd}).transpose(1, 2);
+    ASSERT_EQ(got_q.sizes(), want_q.sizes());
+    ASSERT_EQ(got_k.sizes(), want_k.sizes());
+    EXPECT_EQ(got_q.scalar_type(), dtype);
+    const double eq = (got_q.to(torch::kFloat32) - want_q.to(torch::kFloat32)).abs().max().item<double>();
+    const double ek = (got_k.to(torch::kFloat32) - want_k.to(torch::kFloat32)).abs().max().item<double>();
+    std::printf("qk_norm_rope %s: max |IR - unfused| q %.3g k %.3g\n", ir::DTypeName(dt), eq, ek);
+    EXPECT_TRUE(torch::equal(got_q, want_q)) << "op by op as the decoder, max error " << eq;
+    EXPECT_TRUE(torch::equal(got_k, want_k)) << "op by op as the decoder, max error " << ek;
+  }
+}
+
 // Serving cannot start on a CPU device or without the hand-written kernels
 // (its fallback): the model loads without it and computes as before.
 TEST(SdarServedGroups, FallsBackWhenServingCannotStart) {
@@ -196,8 +262,9 @@ TEST(SdarServedGroups, UnservedGroupsAreReportedAndDeclined) {
   EXPECT_NE(said.find("dice sdar: add_rmsnorm at 8 rows: not served (no GPU); hand-written kernel used"),
             std::string::npos) << said;
   const auto notes = (*served)->notes();
-  ASSERT_EQ(notes.size(), 3u);
+  ASSERT_EQ(notes.size(), 5u);
   EXPECT_EQ(notes[2], "silu_mul at 8 rows: not served (no GPU); hand-written kernel used");
+  EXPECT_EQ(notes[4], "qk_norm_rope.k at 8 rows: not served (no GPU); hand-written kernel used");
   for (int g = 0; g < kNumSdarGroups; ++g) EXPECT_FALSE((*served)->Serves(static_cast<SdarGroup>(g), 8));
   auto decls = DeclareSdarGroups(Tiny(), DType::kFloat32, 8);
   ASSERT_TRUE(decls.ok());
@@ -205,12 +272,15 @@ TEST(SdarServedGroups, UnservedGroupsAreReportedAndDeclined) {
   for (const auto& st : torch_ext::GetGroupStats()) {
     for (const auto& d : *decls) registered += st.canonical == d.ir_text && st.calls >= 1 && st.hits == 0;
   }
-  EXPECT_EQ(registered, 3);
+  EXPECT_EQ(registered, 5) << "rmsnorm, add_rmsnorm, silu_mul, and qk_norm_rope's one IR for q's and k's decl";
   auto x = torch::randn({2, 4, 32}), w = torch::ones({32});
   torch::Tensor sum, norm, act;
   EXPECT_FALSE((*served)->AddRmsNorm(x, x, w, &sum, &norm));
   EXPECT_FALSE((*served)->SiluMul(torch::randn({2, 4, 128}), &act));
-  EXPECT_FALSE(sum.defined() || norm.defined() || act.defined());
+  torch::Tensor q, k;
+  auto table = torch::randn({8, 1, 8});
+  EXPECT_FALSE((*served)->QkNormRope(torch::randn({2, 4, 64}), torch::ones({8}), torch::ones({8}), table, table, &q, &k));
+  EXPECT_FALSE(sum.defined() || norm.defined() || act.defined() || q.defined() || k.defined());
   o.mode = saved;
   torch_ext::SetRuntimeOptions(o);
 }

@@ -32,11 +32,12 @@ struct Builder {
   int Cast(int v, DType to) { return Op(OpKind::kCast, {v}, {}, false, static_cast<int64_t>(to)); }
   // SdarModel::RmsNorm op by op: xf = x.float(); var = xf.pow(2).mean(-1,
   // keepdim); xf = xf * rsqrt(var + eps); w * xf.to(T).
-  int RmsNorm(int x, int w, DType dt, double eps) {
+  // `last`: the index of x's last dim (rank - 1).
+  int RmsNorm(int x, int w, DType dt, double eps, int64_t last = 1) {
     const bool f32 = dt == DType::kFloat32;
     int xf = f32 ? x : Cast(x, DType::kFloat32);
     int sq = Op(OpKind::kPowScalar, {xf}, {}, false, 0, {2.0});
-    int var = Op(OpKind::kMean, {sq}, {1}, true);
+    int var = Op(OpKind::kMean, {sq}, {last}, true);
     int eps_c = Op(OpKind::kConstant, {}, {}, false, 0, {eps});
     int r = Op(OpKind::kRsqrt, {Op(OpKind::kAdd, {var, eps_c})});
     int n = Op(OpKind::kMul, {xf, r});
@@ -51,6 +52,8 @@ const char* SdarGroupName(SdarGroup group) {
     case SdarGroup::kRmsNorm: return "rmsnorm";
     case SdarGroup::kAddRmsNorm: return "add_rmsnorm";
     case SdarGroup::kSiluMul: return "silu_mul";
+    case SdarGroup::kQNormRope: return "qk_norm_rope.q";
+    case SdarGroup::kKNormRope: return "qk_norm_rope.k";
   }
   return "unknown";
 }
@@ -77,16 +80,33 @@ ir::Graph SdarGroupGraph(SdarGroup group, ir::DType dtype, double eps) {
       b.g.outputs.push_back(b.Op(OpKind::kMul, {b.Op(OpKind::kSilu, {gate}), up}));
       break;
     }
+    case SdarGroup::kQNormRope:
+    case SdarGroup::kKNormRope: {
+      // SdarModel::RunLayers' unfused path: q = RmsNorm(q, w); q * cos +
+      // RotateHalf(q) * sin, every op in T.
+      int x = b.Input(dtype, 3), w = b.Input(dtype, 1), cos = b.Input(dtype, 3), sin = b.Input(dtype, 3);
+      int y = b.RmsNorm(x, w, dtype, eps, 2);
+      int rotated = b.Op(OpKind::kMul, {b.Op(OpKind::kRotateHalf, {y}), sin});
+      b.g.outputs.push_back(b.Op(OpKind::kAdd, {b.Op(OpKind::kMul, {y, cos}), rotated}));
+      break;
+    }
   }
   return std::move(b.g);
 }
 
 Expected<std::vector<SdarGroupDecl>> DeclareSdarGroups(const SdarConfig& config, ir::DType dtype, int64_t rows) {
-  const int64_t hidden = config.hidden_size, inter = config.intermediate_size;
-  if (rows < 1 || hidden < 1 || inter < 1) {
-    return Status(StatusCode::kInvalidArgument, "DeclareSdarGroups: rows " + std::to_string(rows) + ", hidden_size " +
-                                                    std::to_string(hidden) + " and intermediate_size " +
-                                                    std::to_string(inter) + " must all be >= 1");
+  const int64_t hidden = config.hidden_size, inter = config.intermediate_size, hd = config.head_dim;
+  const int64_t heads = config.num_attention_heads, kv_heads = config.num_key_value_heads;
+  if (rows < 1 || hidden < 1 || inter < 1 || hd < 1 || heads < 1 || kv_heads < 1) {
+    return Status(StatusCode::kInvalidArgument,
+                  "DeclareSdarGroups: rows " + std::to_string(rows) + ", hidden_size " + std::to_string(hidden) +
+                      ", intermediate_size " + std::to_string(inter) + ", head_dim " + std::to_string(hd) +
+                      " and the head counts " + std::to_string(heads) + ", " + std::to_string(kv_heads) +
+                      " must all be >= 1");
+  }
+  if (hd % 2 != 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  "DeclareSdarGroups: head_dim " + std::to_string(hd) + " is odd (RoPE rotates its halves)");
   }
   auto spec = [&](std::vector<int64_t> shape) { return ir::TensorSpec::Contiguous(dtype, std::move(shape)); };
   std::vector<SdarGroupDecl> out;
@@ -100,6 +120,12 @@ Expected<std::vector<SdarGroupDecl>> DeclareSdarGroups(const SdarConfig& config,
       case SdarGroup::kRmsNorm: d.inputs = {spec({rows, hidden}), spec({hidden})}; break;
       case SdarGroup::kAddRmsNorm: d.inputs = {spec({rows, hidden}), spec({rows, hidden}), spec({hidden})}; break;
       case SdarGroup::kSiluMul: d.inputs = {spec({rows, 2, inter}), spec({1, 2, 1}), spec({1, 2, 1})}; break;
+      case SdarGroup::kQNormRope:
+      case SdarGroup::kKNormRope: {
+        const int64_t n = d.group == SdarGroup::kQNormRope ? heads : kv_heads;
+        d.inputs = {spec({rows, n, hd}), spec({hd}), spec({rows, 1, hd}), spec({rows, 1, hd})};
+        break;
+      }
     }
     out.push_back(std::move(d));
   }

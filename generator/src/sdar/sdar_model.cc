@@ -525,6 +525,14 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
     CheckLaunch(fused_->AddRmsNorm(Ptr(x), d.defined() ? Ptr(d) : nullptr, Ptr(w),
                                    d.defined() ? sum->data_ptr() : nullptr, norm->data_ptr(), rows, stream));
   };
+  // fk and qk_norm_rope served at these rows: the RoPE tables per token row
+  // [rows, 1, head_dim] (sdar_served_groups.h QkNormRope); K/V then go to
+  // the cache by the copies below instead of the hand-written kernel.
+  torch::Tensor cos_rows, sin_rows;
+  if (fk && served_ != nullptr && served_->Serves(SdarGroup::kQNormRope, rows)) {
+    cos_rows = cos_c.unsqueeze(0).expand({batch, len, hd}).reshape({rows, 1, hd}).contiguous();
+    sin_rows = sin_c.unsqueeze(0).expand({batch, len, hd}).reshape({rows, 1, hd}).contiguous();
+  }
   // fk: the last MLP output not yet added to x (added by the next layer's
   // fused add + RMSNorm, or after the loop).
   torch::Tensor pending;
@@ -542,15 +550,20 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
     torch::Tensor q_rows;  // fk: q as [batch, len, heads, head_dim], contiguous
     // fk with a cache the kernel can address: QkNormRope stores the new keys
     // and values into it itself (no copy_ / index_copy_ launches below).
-    bool kv_written = false;
+    bool kv_written = false, qk_served = false;
     if (fk) {
       auto qkv = Gemv(SdarGemv::kQkv, a, l.qkv_proj);
       if (!qkv.defined()) qkv = torch::linear(a, l.qkv_proj).contiguous();
-      auto qo = torch::empty({batch, len, heads, hd}, x.options());
+      torch::Tensor qs, ks;
+      qk_served = cos_rows.defined() && served_->QkNormRope(qkv, l.q_norm, l.k_norm, cos_rows, sin_rows, &qs, &ks);
+      auto qo = qk_served ? qs : torch::empty({batch, len, heads, hd}, x.options());
       KvCacheWrite kvw;
       const bool direct = cache != nullptr && FusedCacheWritable(cache->k_[i], cache->v_[i], kv_heads,
                                                                  cache->capacity_, hd, x, slots, len);
-      if (direct) {
+      if (qk_served) {
+        k = ks.transpose(1, 2);
+        v = qkv.narrow(-1, (heads + kv_heads) * hd, kv_heads * hd).view({batch, len, kv_heads, hd}).transpose(1, 2);
+      } else if (direct) {
         kvw.k_cache = cache->k_[i].data_ptr();
         kvw.v_cache = cache->v_[i].data_ptr();
         kvw.slots = slots.defined() ? slots.data_ptr<int64_t>() : nullptr;
@@ -603,7 +616,7 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
       values = cache->v_[i].narrow(2, 0, key_len);
     }
     torch::Tensor o;
-    if (split_mask.defined() && kv_written) {
+    if (split_mask.defined() && (kv_written || qk_served)) {  // the cache holds this step's K/V
       // Already [batch, len, heads * head_dim], the layout o_proj reads.
       o = torch::empty({batch, len, heads * hd}, x.options());
       auto ws = torch::empty({fused_->AttentionWorkspaceFloats(batch, len, key_len)},

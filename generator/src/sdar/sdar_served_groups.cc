@@ -169,6 +169,37 @@ bool SdarServedGroups::SiluMul(const torch::Tensor& gate_up, torch::Tensor* out)
   return true;
 }
 
+bool SdarServedGroups::QkNormRope(const torch::Tensor& qkv, const torch::Tensor& q_norm, const torch::Tensor& k_norm,
+                                  const torch::Tensor& cos, const torch::Tensor& sin, torch::Tensor* q,
+                                  torch::Tensor* k) const {
+  const int64_t heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads, hd = config_.head_dim;
+  int64_t rows = 0;
+  if (!Eligible(SdarGroup::kQNormRope, qkv, (heads + 2 * kv_heads) * hd, &rows) || qkv.dim() != 3 ||
+      !Serves(SdarGroup::kKNormRope, rows)) {
+    return false;
+  }
+  for (const torch::Tensor* t : {&cos, &sin}) {
+    if (!t->defined() || t->sizes() != torch::IntArrayRef({rows, 1, hd}) || t->scalar_type() != dtype_ ||
+        t->device() != qkv.device() || !t->is_contiguous() || !Aligned(*t)) {
+      return false;
+    }
+  }
+  for (const torch::Tensor* w : {&q_norm, &k_norm}) {
+    if (!w->defined() || w->numel() != hd || w->scalar_type() != dtype_ || !w->is_contiguous() || !Aligned(*w)) {
+      return false;
+    }
+  }
+  auto heads_of = qkv.view({rows, heads + 2 * kv_heads, hd});
+  const std::string& text = ir_text_[static_cast<int>(SdarGroup::kQNormRope)];  // the same IR as kKNormRope
+  auto qo = torch_ext::RunGroup(text, {heads_of.narrow(1, 0, heads).contiguous(), q_norm, cos, sin});
+  TORCH_CHECK(qo.ok(), "dice sdar: served qk_norm_rope.q: ", qo.status().ToString());
+  auto ko = torch_ext::RunGroup(text, {heads_of.narrow(1, heads, kv_heads).contiguous(), k_norm, cos, sin});
+  TORCH_CHECK(ko.ok(), "dice sdar: served qk_norm_rope.k: ", ko.status().ToString());
+  *q = (*qo)[0].view({qkv.size(0), qkv.size(1), heads, hd});
+  *k = (*ko)[0].view({qkv.size(0), qkv.size(1), kv_heads, hd});
+  return true;
+}
+
 std::shared_ptr<SdarServedGroups> ServeSdarGroups(const SdarConfig& config, const SdarModelOptions& options,
                                                   bool fused_on) {
   // DICE_SDAR_SERVE_GROUPS=1 turns the option on for every model built in

@@ -90,6 +90,21 @@ class SdarServedGroups {
   /// tensor. Returns false, touching nothing, as AddRmsNorm; throws as it.
   bool SiluMul(const torch::Tensor& gate_up, torch::Tensor* out) const;
 
+  /// q/k RMSNorm + RoPE through the serving API (qk_norm_rope, sdar_groups.h,
+  /// at q's and at k's head count): qkv [batch, len, (heads + 2 kv_heads) *
+  /// head_dim] contiguous (the fused QKV GEMM's output: q heads, k heads, v
+  /// heads), q_norm / k_norm [head_dim], cos / sin [batch * len, 1, head_dim]
+  /// contiguous (the RoPE table of each token row's position), all of the
+  /// model's dtype on its device -> *q [batch, len, heads, head_dim] and *k
+  /// [batch, len, kv_heads, head_dim], fresh contiguous tensors. The q and k
+  /// heads are first copied out of qkv (RunGroup serves contiguous inputs
+  /// only), and nothing is written to the KV cache: the caller stores k and
+  /// v as the unfused path does (the hand-written QkNormRope does both in one
+  /// launch). Returns false, touching nothing, when either group is not
+  /// served at batch * len rows or an input does not fit; throws as AddRmsNorm.
+  bool QkNormRope(const torch::Tensor& qkv, const torch::Tensor& q_norm, const torch::Tensor& k_norm,
+                  const torch::Tensor& cos, const torch::Tensor& sin, torch::Tensor* q, torch::Tensor* k) const;
+
   /// One line per group and prepared rows: "add_rmsnorm at 4 rows: served"
   /// or "... not served (<reason>); hand-written kernel used".
   std::vector<std::string> notes() const;
