@@ -14,6 +14,7 @@
 #include <tuple>
 #include <utility>
 
+#include "dice/generator/decode_session.h"
 #include "dice/generator/sdar_step_graph.h"
 
 namespace dice::generator {
@@ -153,6 +154,7 @@ Expected<BlockPlan> PlanBlocks(const SdarConfig& c, int64_t prompt_len, const De
 // not yet) and how many leading positions are prompt tokens.
 struct Block {
   torch::Tensor tokens, masked, step_of;
+  torch::Tensor logp;  // record_logprobs: float32 [batch, block_size], each revealed token's log-probability
   int64_t n_fixed = 0;
 };
 
@@ -163,7 +165,7 @@ struct Block {
 class BlockDecoder {
  public:
   BlockDecoder(const SdarModel& model, const DecodeOptions& o, const BlockPlan& plan,
-               std::chrono::steady_clock::time_point t0, DecodeResult* result)
+               std::chrono::steady_clock::time_point t0, DecodeResult* result, DecodeSession* session)
       : model_(model),
         c_(model.config()),
         o_(o),
@@ -173,7 +175,8 @@ class BlockDecoder {
         prof_(result->profile),
         device_(model.options().device),
         i64_(torch::TensorOptions().dtype(torch::kLong).device(device_)),
-        last_mark_(std::chrono::steady_clock::now()) {}
+        last_mark_(std::chrono::steady_clock::now()),
+        session_(o.cuda_graphs ? session : nullptr) {}
 
   // Prefill, then Denoise -> ReadBack -> DropFinished -> Commit per block
   // until every sample has stopped (merge_commit: the block is kept as
@@ -221,9 +224,11 @@ class BlockDecoder {
     last_mark_ = now;
   }
 
-  // Allocates the KV cache for num_samples rows and uploads the prompt.
+  // Allocates the KV cache for num_samples rows (with a session: views its
+  // kept storage) and uploads the prompt.
   Status Setup(const std::vector<int32_t>& prompt) {
-    auto cache = model_.NewCache(o_.num_samples, plan_.capacity);
+    auto cache = session_ ? session_->Cache(o_.num_samples, plan_.capacity)
+                          : model_.NewCache(o_.num_samples, plan_.capacity);
     if (!cache.ok()) return cache.status();
     cache_ = std::move(*cache);
     prompt_ids_ = torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), torch::kLong)
@@ -246,16 +251,28 @@ class BlockDecoder {
     return Status::Ok();
   }
 
-  // (Re)captures the step graph for the cache's current batch.
+  // (Re)captures the step graph for the cache's current batch (with a
+  // session: reuses the one it kept for this batch, if any).
   Status CaptureGraph() {
-    graph_.reset();  // its memory first: the new one may need it
+    graph_ = nullptr;
+    own_graph_.reset();  // its memory first: the new one may need it
     SdarStepGraphOptions forms;
     forms.logits_in_graph = !o_.masked_logits_only;
     forms.commit = !o_.merge_commit;
     forms.merged_step = o_.merge_commit;
+    if (session_) {
+      const int64_t made = session_->counters().graphs_made;
+      auto g = session_->Graph(&cache_, forms);
+      if (!g.ok()) return g.status();
+      graph_ = *g;
+      ++(session_->counters().graphs_made > made ? prof_.captures : prof_.graph_reuses);
+      Mark(prof_.graph_capture_s);
+      return Status::Ok();
+    }
     auto g = SdarStepGraph::Create(model_, &cache_, forms);
     if (!g.ok()) return g.status();
-    graph_ = std::move(*g);
+    own_graph_ = std::move(*g);
+    graph_ = own_graph_.get();
     ++prof_.captures;
     Mark(prof_.graph_capture_s);
     return Status::Ok();
@@ -275,6 +292,10 @@ class BlockDecoder {
       b.masked.narrow(1, 0, n_fixed).fill_(false);
     }
     b.step_of = torch::full({batch, bs}, -1, i64_);
+    if (o_.record_logprobs) {
+      b.logp = torch::full({batch, bs}, std::numeric_limits<float>::quiet_NaN(),
+                           torch::TensorOptions().dtype(torch::kFloat32).device(device_));
+    }
     return b;
   }
 
@@ -353,6 +374,8 @@ class BlockDecoder {
     const int64_t S = o_.denoising_steps;
     logits.select(-1, c_.mask_token_id).fill_(neg_inf);
     auto [x0, conf] = Draw(logits, o_, gen_);
+    torch::Tensor lp;  // record_logprobs: log p(x0) untempered, float32 [batch, m]
+    if (o_.record_logprobs) lp = logits.gather(-1, x0.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1);
     const torch::Tensor masked = rows.defined() ? b.masked.gather(1, rows) : b.masked;
     conf = conf.masked_fill(masked.logical_not(), neg_inf);
     auto order = std::get<1>(conf.sort(/*stable=*/true, /*dim=*/-1, /*descending=*/true));
@@ -373,7 +396,9 @@ class BlockDecoder {
     if (rows.defined()) {  // back to block positions
       reveal = torch::zeros_like(b.masked).scatter_(1, rows, reveal);
       x0 = b.tokens.scatter(1, rows, x0);
+      if (lp.defined()) lp = b.logp.scatter(1, rows, lp);
     }
+    if (lp.defined()) b.logp = torch::where(reveal, lp, b.logp);
     b.tokens = torch::where(reveal, x0, b.tokens);
     b.step_of.masked_fill_(reveal, s);
     b.masked.logical_and_(reveal.logical_not());
@@ -389,6 +414,8 @@ class BlockDecoder {
                     .to(torch::kCPU)
                     .contiguous();
     const int64_t* data = host.data_ptr<int64_t>();  // row r: width tokens, then width steps
+    torch::Tensor host_lp;
+    if (o_.record_logprobs) host_lp = b.logp.narrow(1, b.n_fixed, width).to(torch::kCPU).contiguous();
     generated_ += width;
     std::vector<int64_t> keep;
     for (int64_t r = 0; r < batch; ++r) {
@@ -398,6 +425,7 @@ class BlockDecoder {
       for (int64_t j = 0; j < width; ++j) {
         result_.trace_tokens[sample].push_back(static_cast<int32_t>(row[j]));
         result_.trace_steps[sample].push_back(static_cast<int32_t>(row[width + j]));
+        if (host_lp.defined()) result_.trace_logprobs[sample].push_back(host_lp.data_ptr<float>()[r * width + j]);
       }
       for (int64_t j = 0; j < width; ++j) {
         const int64_t t = row[j];
@@ -428,8 +456,9 @@ class BlockDecoder {
   // the step graph for the smaller batch.
   Status DropFinished(const std::vector<int64_t>& keep, Block* b) {
     auto index = torch::tensor(keep, torch::kLong).to(device_);
-    if (graph_) graph_.reset();  // it points at the storage SelectBatch replaces
-    DICE_RETURN_IF_ERROR(cache_.SelectBatch(index));
+    graph_ = nullptr;
+    own_graph_.reset();  // it points at the storage SelectBatch replaces
+    DICE_RETURN_IF_ERROR(session_ ? session_->SelectBatch(&cache_, index) : cache_.SelectBatch(index));
     b->tokens = b->tokens.index_select(0, index);
     std::vector<int64_t> kept_rows;
     for (int64_t r : keep) kept_rows.push_back(rows_[r]);
@@ -466,8 +495,10 @@ class BlockDecoder {
   const torch::Device device_;
   const torch::TensorOptions i64_;
   std::chrono::steady_clock::time_point last_mark_;
-  KvCache cache_;                        // before graph_: the graph borrows it and goes first
-  std::unique_ptr<SdarStepGraph> graph_;  // null: eager forwards
+  DecodeSession* session_;                // null: this decode owns its cache and graph
+  KvCache cache_;                        // before own_graph_: the graph borrows it and goes first
+  std::unique_ptr<SdarStepGraph> own_graph_;  // the graph without a session
+  SdarStepGraph* graph_ = nullptr;       // own_graph_ or the session's; null: eager forwards
   torch::Tensor pending_;  // merge_commit: int64 [batch, block] complete, not yet committed (undefined: none)
   torch::Tensor prompt_ids_;              // int64 [num_samples, prompt_len] on the device
   at::Generator gen_;
@@ -480,6 +511,14 @@ class BlockDecoder {
 
 Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>& prompt,
                               const DecodeOptions& o) {
+  return Decode(model, prompt, o, nullptr);
+}
+
+Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>& prompt, const DecodeOptions& o,
+                              DecodeSession* session) {
+  if (session != nullptr && &session->model() != &model) {
+    return Invalid("the DecodeSession was made for another model");
+  }
   const auto t0 = std::chrono::steady_clock::now();
   DICE_RETURN_IF_ERROR(CheckDecodeInputs(model.config(), prompt, o));
   auto plan = PlanBlocks(model.config(), static_cast<int64_t>(prompt.size()), o);
@@ -490,9 +529,10 @@ Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>
   result.stopped_at_eos.assign(n, false);
   result.trace_tokens.assign(n, {});
   result.trace_steps.assign(n, {});
+  result.trace_logprobs.assign(o.record_logprobs ? n : 0, {});
   try {
     torch::NoGradGuard no_grad;
-    BlockDecoder decoder(model, o, *plan, t0, &result);
+    BlockDecoder decoder(model, o, *plan, t0, &result, session);
     DICE_RETURN_IF_ERROR(decoder.Run(prompt));
   } catch (const c10::Error& e) {
     return Status(StatusCode::kInternal, std::string("Decode: ") + e.what_without_backtrace());

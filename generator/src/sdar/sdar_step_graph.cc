@@ -129,6 +129,33 @@ Expected<std::unique_ptr<SdarStepGraph>> SdarStepGraph::Create(const SdarModel& 
   return g;
 }
 
+bool SdarStepGraph::merged_captured() const { return captured_ && graphs_ && graphs_->merged; }
+
+Status SdarStepGraph::Rebind(KvCache* cache) {
+  if (cache == nullptr) return Status(StatusCode::kInvalidArgument, "SdarStepGraph::Rebind: no KV cache");
+  if (cache->k_.empty() || cache->k_[0].data_ptr() != storage_ || cache->batch_ != batch_ ||
+      cache->capacity_ != capacity()) {
+    return Status(StatusCode::kInvalidArgument, "SdarStepGraph::Rebind: the KV cache is not the storage, batch (" +
+                                                    std::to_string(batch_) + ") and capacity (" +
+                                                    std::to_string(capacity()) + ") the graph was made on");
+  }
+  if (cache->length_ + block_ > cache->capacity_) {
+    return Status(StatusCode::kInvalidArgument, "SdarStepGraph::Rebind: no room for another block");
+  }
+  try {
+    torch::NoGradGuard no_grad;
+    const int64_t start = cache->length_;
+    for (auto* list : {&cache->k_, &cache->v_}) {
+      for (auto& t : *list) t.narrow(2, start, cache->capacity_ - start).zero_();
+    }
+    positions_.copy_(torch::arange(start, start + block_, torch::kLong));
+  } catch (const c10::Error& e) {
+    return Internal("rebind", e);
+  }
+  cache_ = cache;
+  return Status::Ok();
+}
+
 torch::Tensor SdarStepGraph::Run(Form form) {
   const SdarConfig& c = model_.config();
   const bool merged = form == Form::kMerged;

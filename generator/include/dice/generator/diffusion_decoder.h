@@ -82,6 +82,8 @@
 
 namespace dice::generator {
 
+class DecodeSession;  // decode_session.h
+
 /// Low-confidence remasking schedule (see the header comment).
 enum class Remasking { kStatic, kDynamic };
 
@@ -113,7 +115,8 @@ struct DecodeProfile {
   double commit_s = 0;         ///< separate commit forwards (merge_commit: none; merged ones are step forwards)
   int64_t step_forwards = 0;   ///< denoising-step forwards timed (merged commit + step ones included)
   int64_t commits = 0;         ///< separate commit forwards timed
-  int64_t captures = 0;        ///< graph captures
+  int64_t captures = 0;        ///< graph captures (with a DecodeSession: new graphs only)
+  int64_t graph_reuses = 0;    ///< graphs a DecodeSession kept from an earlier decode (no capture)
 };
 
 /// Decoding knobs. Defaults are DICE's rollout setting (block of the config,
@@ -149,6 +152,14 @@ struct DecodeOptions {
   /// step (header step 3). false: on the whole block. Greedy tokens are the
   /// same; sampled tokens differ for one seed (fewer draws a step).
   bool masked_logits_only = true;
+  /// Record, per generated token, its log-probability under the model's
+  /// untempered distribution at the step it was revealed (log-softmax of
+  /// the float32 logits with the mask token excluded; no temperature, top-k
+  /// or top-p) into DecodeResult::trace_logprobs: what TraceRL's trainer
+  /// recomputes as logp_old (losses.h ScoredLogProbs), so `dice train rl`
+  /// can measure how far the decoder's numerics are from the trainer's.
+  /// Costs a logsumexp over the step's logits and one more read-back a block.
+  bool record_logprobs = false;
 };
 
 /// What one Decode produced.
@@ -167,6 +178,10 @@ struct DecodeResult {
   /// tokens[i] is a prefix of trace_tokens[i].
   std::vector<std::vector<int32_t>> trace_tokens;
   std::vector<std::vector<int32_t>> trace_steps;
+  /// Per sample, with DecodeOptions::record_logprobs (else empty): beside
+  /// each trace token, its natural-log probability (float32, <= 0) under the
+  /// untempered distribution of the step that revealed it.
+  std::vector<std::vector<float>> trace_logprobs;
   /// Denoising steps each block took, in order (the largest over the batch).
   std::vector<int64_t> steps_per_block;
   int64_t denoising_steps = 0;  ///< sum of steps_per_block
@@ -191,5 +206,18 @@ struct DecodeResult {
 /// context (max_position_embeddings); kInternal when LibTorch fails.
 Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>& prompt,
                               const DecodeOptions& options);
+
+/// Decode with CUDA graphs and KV cache storage kept across calls in
+/// `session` (decode_session.h) when options.cuda_graphs is set: a batch
+/// seen before replays the graph captured then (no capture); the cache
+/// spans session->CapacityBucket(prompt + new tokens) positions or more
+/// (exact: the block-causal mask hides the slots after the block). Tokens
+/// are those of Decode with cuda_graphs (the same fixed-shape forward; to
+/// floating-point rounding of attention over more masked slots). Without
+/// cuda_graphs, or with a null session, this is Decode. Errors: those of
+/// Decode and of the session; kInvalidArgument when the session was made
+/// for another model.
+Expected<DecodeResult> Decode(const SdarModel& model, const std::vector<int32_t>& prompt,
+                              const DecodeOptions& options, DecodeSession* session);
 
 }  // namespace dice::generator

@@ -116,6 +116,7 @@ class KvCache {
  private:
   friend class SdarModel;
   friend class SdarStepGraph;  // sdar_step_graph.h: replays write the same storage
+  friend class DecodeSession;  // decode_session.h: caches that view storage kept across decodes
   std::vector<torch::Tensor> k_, v_;
   int64_t length_ = 0;
   int64_t capacity_ = 0;

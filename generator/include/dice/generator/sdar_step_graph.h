@@ -137,8 +137,24 @@ class SdarStepGraph {
   Expected<torch::Tensor> MergedStep(const torch::Tensor& committed, const torch::Tensor& ids,
                                      const torch::Tensor& rows = {});
 
+  /// Points the graph at `cache` for a new decode (DecodeSession keeps
+  /// graphs across Decode calls): `cache` must view the same storage the
+  /// graph was made on (the same K/V tensors' memory, batch and capacity;
+  /// its committed length may differ, e.g. another prompt's prefill). The
+  /// block positions restart at cache->length() (a device copy) and the
+  /// slots [length, capacity) are zero-filled, as in Create; nothing is
+  /// captured again. Errors: kInvalidArgument when cache is null, views
+  /// other storage, another batch or capacity, or has no room for a block;
+  /// kInternal when LibTorch fails.
+  Status Rebind(KvCache* cache);
+
   /// Rows the graph was made for.
   int64_t batch() const { return batch_; }
+  /// Cache positions the graph attends over (the KvCache capacity).
+  int64_t capacity() const { return key_positions_.defined() ? key_positions_.size(0) : 0; }
+  /// True when MergedStep replays a captured graph (false: it runs eagerly,
+  /// e.g. on a CPU or when the cache had no room for two blocks at Create).
+  bool merged_captured() const;
   /// True when the forwards are captured CUDA graphs (false on a CPU: the
   /// same fixed-shape forward then runs eagerly).
   bool captured() const { return captured_; }
