@@ -36,7 +36,8 @@ EwPlan Analyse(const Lowered& lo) {
   int min_size = 4;
   for (size_t id = 0; id < lo.nodes.size(); ++id) {
     const Node& node = lo.nodes[id];
-    if (node.kind != NodeKind::kLoad || node.shape != lo.F) continue;
+    // A rotated load (rotate_half) reads elements d/2 away: never a vector load.
+    if (node.kind != NodeKind::kLoad || node.shape != lo.F || node.rot_axis >= 0) continue;
     if (OffsetExpr(p.axes, lo.F, node.strides, "e", false) != "e") continue;
     p.load_linear[id] = true;
     any_linear = true;
@@ -88,8 +89,9 @@ Candidate Make(const Lowered& lo, const EwPlan& p, int block, int vec, bool wide
   auto load = [&](int id) -> std::string {
     const Node& node = lo.nodes[id];
     if (vectorised && p.load_linear[id]) return "L" + std::to_string(id) + "[j]";
+    if (node.kind == NodeKind::kRotSign) return RotateSignExpr(node, p.axes, lo.F, "e", wide);
     return "dice_ld(in" + std::to_string(node.input) + " + " + OffsetExpr(p.axes, lo.F, node.strides, "e", wide) +
-           ")";
+           RotateShiftExpr(node, p.axes, lo.F, "e", wide) + ")";
   };
   EmitNodes(lo, targets, load, "      ", &s);
   for (size_t o = 0; o < lo.outputs.size(); ++o) {
@@ -143,7 +145,10 @@ Expected<std::vector<Candidate>> ElementwiseCandidates(const Lowered& lo, int ma
   std::vector<Candidate> out;
   // Mixed-order groups (channels_last in, contiguous out or the reverse):
   // the tiled transposes first (transpose.cc); the strided walk follows.
-  if (auto tp = TransposePlan(lo)) out = TransposeCandidates(lo, *tp, max_candidates, target);
+  // (Not with rotate_half: the tiles do not rotate their loads.)
+  if (auto tp = HasRotation(lo) ? std::nullopt : TransposePlan(lo)) {
+    out = TransposeCandidates(lo, *tp, max_candidates, target);
+  }
   for (auto [b, vec] : order) {
     if (static_cast<int>(out.size()) >= max_candidates) break;
     out.push_back(Make(lo, p, b, vec, wide, target));

@@ -58,8 +58,9 @@ std::string RotateShiftExpr(const Node& n, const std::vector<int>& axes, const s
 std::string RotateSignExpr(const Node& n, const std::vector<int>& axes, const std::vector<int64_t>& F,
                            const std::string& var, bool wide);
 
-/// Whether any node of `lo` is rotated (a RotSign node exists): families
-/// whose load callbacks do not apply RotateShiftExpr / RotateSignExpr refuse.
+/// Whether any node of `lo` is rotated (a RotSign node exists): schedules
+/// whose loads do not apply RotateShiftExpr / RotateSignExpr (the tiled
+/// transposes) are skipped.
 bool HasRotation(const Lowered& lo);
 
 /// "const float* __restrict__ in0, ..., float* __restrict__ out0, ...[, void* __restrict__ workspace]".

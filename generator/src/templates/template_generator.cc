@@ -4,7 +4,6 @@
 #include <string>
 
 #include "dice/generator/templates.h"
-#include "emit.h"
 #include "families.h"
 #include "layout.h"
 #include "gemv.h"
@@ -34,14 +33,7 @@ Expected<std::vector<Candidate>> TemplateGenerator::Generate(const Task& task, i
   if (tmpl::Numel(lowered->F) == 0) {
     return Status(StatusCode::kUnsupported, "templates: empty iteration space (a zero-sized tensor)");
   }
-  if (lowered->num_reduces == 0) {
-    // rotate_half is pushed down to the loads by the row family only.
-    if (tmpl::HasRotation(*lowered)) {
-      return Status(StatusCode::kUnsupported,
-                    "templates: rotate_half without a reduction (the elementwise family does not rotate its loads)");
-    }
-    return tmpl::ElementwiseCandidates(*lowered, max_candidates, task.target);
-  }
+  if (lowered->num_reduces == 0) return tmpl::ElementwiseCandidates(*lowered, max_candidates, task.target);
   return tmpl::RowCandidates(*lowered, max_candidates, task.target);
 }
 

@@ -138,8 +138,8 @@ enum class OpKind : uint8_t {
 /// of each spatial axis split into (windows, window).
 /// kRearrange (rotate_half) moves values along the last axis (element j
 /// reads another element of the same row, possibly negated): not elementwise,
-/// so the elementwise-only paths (GEMM epilogues, the elementwise family)
-/// refuse it; the row family pushes the move down to its loads.
+/// so GEMM epilogues refuse it; the elementwise and row template families
+/// push the move down to their loads.
 enum class OpCategory : uint8_t {
   kConstant, kUnary, kBinary, kReduction, kNormalization, kContraction, kPool, kRearrange
 };
