@@ -386,6 +386,9 @@ CLI::App* AddRl(CLI::App& train, TrainArgs& a) {
   cmd->add_option("--denoising-steps", r.denoising_steps, "denoising steps per block");
   cmd->add_option("--threshold", r.confidence_threshold, "dynamic remasking confidence threshold");
   cmd->add_option("--temperature", r.temperature, "rollout sampling temperature");
+  cmd->add_option("--rollout-graphs", r.rollout_graphs,
+                  "CUDA: rollouts replay CUDA graphs kept across tasks and steps (on) or decode eagerly (off)")
+      ->capture_default_str();
   cmd->add_option("--inner-epochs", r.inner_epochs, "updates per batch of rollouts");
   cmd->add_option("--max-trace-tokens", r.max_trace_tokens,
                   "packed tokens per TraceRL forward; longer rollouts are split (0 = no cap)")

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "dice/generator/decode_session.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/prompts.h"
 #include "dice/generator/sdar_model.h"
@@ -115,6 +116,10 @@ Expected<EvalReport> RunEval(const EvalOptions& o, const std::function<void(cons
   // processes, so several tasks' answers are judged at once (judge_jobs in
   // all), while the model holds the GPU only during decoding.
   std::vector<std::vector<std::string>> answers(tasks.size());
+  // CUDA: the step graphs captured for the first task are replayed for the
+  // others (one capture per batch size, not per task; decode_session.h).
+  std::unique_ptr<generator::DecodeSession> session;
+  if (device->is_cuda()) session = std::make_unique<generator::DecodeSession>(*model);
   try {
     for (size_t ti = 0; ti < tasks.size(); ++ti) {
       const CukeExample& task = tasks[ti];
@@ -123,7 +128,7 @@ Expected<EvalReport> RunEval(const EvalOptions& o, const std::function<void(cons
       const generator::DecodeOptions d =
           RolloutDecodeOptions(o.max_new_tokens, o.denoising_steps, o.confidence_threshold, o.temperature, o.samples,
                                o.seed * 1000003ULL + ti, AnswerStopIds(*tokenizer, *eos), device->is_cuda());
-      auto decoded = generator::Decode(*model, tokenizer->Encode(pa->prompt), d);
+      auto decoded = generator::Decode(*model, tokenizer->Encode(pa->prompt), d, session.get());
       if (!decoded.ok()) return decoded.status().WithContext("decoding " + task.id);
       report.decode_s += decoded->seconds;
       for (const auto& toks : decoded->tokens) {
@@ -134,6 +139,7 @@ Expected<EvalReport> RunEval(const EvalOptions& o, const std::function<void(cons
   } catch (const c10::Error& e) {
     return Status(StatusCode::kInternal, std::string("dice train eval: LibTorch: ") + e.what_without_backtrace());
   }
+  session.reset();  // its graphs and cache back to the allocator before the judges run
   log("eval: decoded " + std::to_string(report.decoded_tokens) + " tokens; scoring");
   const int64_t per_task_jobs = std::min(o.samples, o.judge_jobs);
   const size_t tasks_at_once = ro.judge ? static_cast<size_t>(std::max<int64_t>(1, o.judge_jobs / per_task_jobs)) : 1;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "dice/generator/decode_session.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/prompts.h"
 #include "dice/generator/sdar_model.h"
@@ -22,6 +23,7 @@
 #include "dice/training/injection.h"
 #include "dice/training/losses.h"
 #include "dice/training/reward.h"
+#include "dice/training/rollout_numerics.h"
 #include "trainer_common.h"
 
 namespace dice::training {
@@ -101,6 +103,7 @@ Expected<std::map<std::string, std::string>> ReadKnownGood(const std::string& pa
 struct Rollout {
   RolloutTrace trace;
   std::vector<int32_t> answer;  // cut at EOS
+  std::vector<float> decoder_logp;  // beside trace.tokens: the decoder's log p (empty: injected)
   bool injected = false;
   double reward = 0;
   double advantage = 0;
@@ -114,6 +117,7 @@ struct StepRollouts {
   std::vector<double> step_rewards;
   double policy_reward_sum = 0, decode_s = 0;
   int64_t policy_rollouts = 0, decoded_tokens = 0;
+  int64_t graphs_made = 0;  // step graphs the rollouts' DecodeSession captured this step
   // Rewarded decoded (not injected) rollouts per task slot of the step, for
   // the injection schedule; filled like step_rewards.
   std::vector<double> own_rewarded;
@@ -162,8 +166,8 @@ class RlRun : private TrainerRank<RlReport> {
 
  private:
   // The device (cuda: this rank's GPU), the tokenizer, the policy (the start
-  // model or a resumed run's last checkpoint), the frozen KL reference and
-  // the stop ids. Errors: those of the loaders; kInvalidArgument when
+  // model or a resumed run's last checkpoint), the frozen KL reference, the
+  // stop ids and (CUDA, rollout_graphs) the rollouts' DecodeSession. Errors: those of the loaders; kInvalidArgument when
   // resume_dir holds another architecture.
   Status LoadModels() {
     DICE_RETURN_IF_ERROR(LoadDeviceAndTokenizer(o_.device, o_.model_dir));
@@ -191,6 +195,11 @@ class RlRun : private TrainerRank<RlReport> {
     if (!eos.ok()) return eos.status();
     eos_ = *eos;
     eos_ids_ = AnswerStopIds(*tokenizer_, eos_);
+    // The optimizer updates the policy's weights in place, so the session's
+    // graphs stay valid across steps (decode_session.h).
+    if (o_.rollout_graphs && device_.is_cuda()) session_ = std::make_unique<generator::DecodeSession>(*model_);
+    Log(std::string("rl: rollouts decode ") +
+        (session_ ? "with CUDA graphs kept across tasks and steps (--rollout-graphs off: eager)" : "eagerly"));
     return Status::Ok();
   }
 
@@ -279,7 +288,8 @@ class RlRun : private TrainerRank<RlReport> {
     return TrainerRank::OpenCsv(o_.csv_path.empty() ? o_.out_dir + "/rl_log.csv" : o_.csv_path, o_.out_dir,
                                 first_step_ > 0,
                                 "step,level,mean_reward,policy_reward,rollouts,injected,compiled,groups_used,"
-                                "groups_dropped,scored_tokens,loss,rollout_tokens_per_s,seconds\n");
+                                "groups_dropped,scored_tokens,loss,rollout_tokens_per_s,seconds,logp_gap_mean,logp_gap_max,"
+                                "rollout_graphs_made\n");
   }
 
   // One RL step (rl.h steps 1-5), then its CSV row, log line and checkpoint.
@@ -293,9 +303,11 @@ class RlRun : private TrainerRank<RlReport> {
     acc.step_rewards.assign(picked.size() * static_cast<size_t>(o_.group_size), 0.0);
     acc.own_rewarded.assign(picked.size(), 0.0);
     const auto [shard_begin, shard_end] = ShardRange(static_cast<int64_t>(picked.size()), dp_.rank(), world_);
+    const int64_t made_before = session_ ? session_->counters().graphs_made : 0;
     for (size_t ti = static_cast<size_t>(shard_begin); ti < static_cast<size_t>(shard_end); ++ti) {
       DICE_RETURN_IF_ERROR(RolloutTask(tasks_[picked[ti]], ti, step, &sr, &acc));
     }
+    if (session_) acc.graphs_made = session_->counters().graphs_made - made_before;
     DICE_RETURN_IF_ERROR(SumOverRanks(&sr, &acc));
     schedule_->Report(acc.step_rewards);
     ReportInjection(picked, acc, step);
@@ -323,17 +335,20 @@ class RlRun : private TrainerRank<RlReport> {
     auto pa = ExamplePromptAndAnswer(task, *templates_);
     if (!pa.ok()) return pa.status();
     const std::vector<int32_t> prompt = tokenizer_->Encode(pa->prompt);
-    // Rollouts decode eagerly: a graph capture per (task, batch) would cost more than it saves here.
-    const generator::DecodeOptions d = RolloutDecodeOptions(
+    // With a session (CUDA, rollout_graphs) the step graphs captured for a
+    // batch are replayed by every later task of that batch: no capture per task.
+    generator::DecodeOptions d = RolloutDecodeOptions(
         o_.max_new_tokens, o_.denoising_steps, o_.confidence_threshold, o_.temperature, o_.group_size,
-        o_.seed * 1000003ULL + static_cast<uint64_t>(step) * 1009ULL + ti, eos_ids_, /*cuda=*/false);
-    auto decoded = generator::Decode(*model_, prompt, d);
+        o_.seed * 1000003ULL + static_cast<uint64_t>(step) * 1009ULL + ti, eos_ids_, session_ != nullptr);
+    d.record_logprobs = true;  // the decoder-vs-trainer gap (rollout_numerics.h)
+    auto decoded = generator::Decode(*model_, prompt, d, session_.get());
     if (!decoded.ok()) return decoded.status();
     acc->decode_s += decoded->seconds;
     std::vector<Rollout> group(o_.group_size);
     for (int64_t i = 0; i < o_.group_size; ++i) {
       group[i].trace = {prompt, decoded->trace_tokens[i], decoded->trace_steps[i]};
       group[i].answer = decoded->tokens[i];
+      group[i].decoder_logp = std::move(decoded->trace_logprobs[i]);
       acc->decoded_tokens += static_cast<int64_t>(decoded->trace_tokens[i].size());
     }
     InjectKnownGood(task, prompt, step, &group);
@@ -375,6 +390,7 @@ class RlRun : private TrainerRank<RlReport> {
       Rollout& r = (*group)[i];
       r.injected = true;
       r.answer = good_tokens;
+      r.decoder_logp.clear();  // not decoded: nothing to compare
       std::vector<int32_t> toks = r.answer;
       toks.push_back(static_cast<int32_t>(eos_));
       const int64_t plen = static_cast<int64_t>(prompt.size());
@@ -447,6 +463,7 @@ class RlRun : private TrainerRank<RlReport> {
                                 static_cast<double>(acc->decoded_tokens), acc->decode_s};
     sums.insert(sums.end(), acc->step_rewards.begin(), acc->step_rewards.end());
     sums.insert(sums.end(), acc->own_rewarded.begin(), acc->own_rewarded.end());
+    sums.push_back(static_cast<double>(acc->graphs_made));
     auto all_sums = dp_.AllReduceSum(sums);
     if (!all_sums.ok()) return all_sums.status();
     const auto& g = *all_sums;
@@ -460,7 +477,8 @@ class RlRun : private TrainerRank<RlReport> {
     acc->decode_s = g[7] / world_;  // ranks decode at the same time
     const auto rewards_end = g.begin() + 8 + static_cast<std::ptrdiff_t>(acc->step_rewards.size());
     acc->step_rewards.assign(g.begin() + 8, rewards_end);
-    acc->own_rewarded.assign(rewards_end, g.end());
+    acc->own_rewarded.assign(rewards_end, g.end() - 1);
+    sr->rollout_graphs_made = static_cast<int64_t>(g.back());
     return Status::Ok();
   }
 
@@ -488,12 +506,22 @@ class RlRun : private TrainerRank<RlReport> {
   Status Update(const std::vector<Rollout>& used, RlStepReport* sr) {
     std::vector<Piece> pieces;
     int64_t total = 0;
-    DICE_RETURN_IF_ERROR(ScoreOldAndReference(used, &pieces, &total));
+    LogProbGap gap;
+    DICE_RETURN_IF_ERROR(ScoreOldAndReference(used, &pieces, &total, &gap));
     // The token mean runs over the scored tokens of all ranks: each rank's
     // share is weighted by n / global total and the gradients averaged.
-    auto global_total = dp_.AllReduceSum({static_cast<double>(total)});
+    // The logp gap's counts add up; its maximum is each rank's in its slot.
+    std::vector<double> sums(3 + world_, 0.0);
+    sums[0] = static_cast<double>(total);
+    sums[1] = static_cast<double>(gap.tokens);
+    sums[2] = gap.sum_abs;
+    sums[3 + dp_.rank()] = gap.max_abs;
+    auto global_total = dp_.AllReduceSum(sums);
     if (!global_total.ok()) return global_total.status();
     total = static_cast<int64_t>((*global_total)[0]);
+    sr->logp_gap_tokens = static_cast<int64_t>((*global_total)[1]);
+    sr->logp_gap_mean = sr->logp_gap_tokens > 0 ? (*global_total)[2] / sr->logp_gap_tokens : 0.0;
+    sr->logp_gap_max = *std::max_element(global_total->begin() + 3, global_total->end());
     if (total <= 0) return Status::Ok();
     sr->scored_tokens = total;
     const int64_t mask_id = model_->config().mask_token_id;
@@ -524,14 +552,21 @@ class RlRun : private TrainerRank<RlReport> {
   }
 
   // The rollout policy's and the reference's log-probs on every chunk of
-  // the used rollouts' traces (no grad); *total = this rank's scored tokens.
-  Status ScoreOldAndReference(const std::vector<Rollout>& used, std::vector<Piece>* pieces, int64_t* total) const {
+  // the used rollouts' traces (no grad); *total = this rank's scored tokens;
+  // *gap gets the decoded rollouts' |logp_decoder - logp_old| (a failed
+  // measurement is logged, never fatal).
+  Status ScoreOldAndReference(const std::vector<Rollout>& used, std::vector<Piece>* pieces, int64_t* total,
+                              LogProbGap* gap) const {
     if (used.empty()) return Status::Ok();
     torch::NoGradGuard no_grad;
     const generator::SdarConfig& cfg = model_->config();
+    bool gap_failed = false;
     for (size_t i = 0; i < used.size(); ++i) {
       auto chunks = PackTraceChunks(used[i].trace, cfg.block_size, cfg.mask_token_id, o_.max_trace_tokens, device_);
       if (!chunks.ok()) return chunks.status();
+      Expected<std::vector<int64_t>> order = std::vector<int64_t>{};
+      if (!used[i].decoder_logp.empty()) order = ScoredTraceIndices(used[i].trace, cfg.block_size);
+      size_t offset = 0;  // scored slots of the earlier chunks
       for (auto& p : *chunks) {
         if (p.scored.size(0) == 0) continue;
         auto lo = model_->ForwardPacked(p.ids, p.positions, p.mask);
@@ -540,6 +575,17 @@ class RlRun : private TrainerRank<RlReport> {
         if (!lr.ok()) return lr.status();
         torch::Tensor old_lp = ScoredLogProbs(*lo, p.scored, p.targets, cfg.mask_token_id);
         torch::Tensor ref_lp = ScoredLogProbs(*lr, p.scored, p.targets, cfg.mask_token_id);
+        const size_t n = static_cast<size_t>(p.scored.size(0));
+        if (!gap_failed && order.ok() && !order->empty()) {
+          const std::vector<int64_t> slots(order->begin() + std::min(offset, order->size()),
+                                           order->begin() + std::min(offset + n, order->size()));
+          Status st = AddLogProbGap(used[i].decoder_logp, slots, old_lp, gap);
+          if (!st.ok()) {
+            Log("rl: decoder-vs-trainer logp gap not measured: " + st.message());
+            gap_failed = true;
+          }
+        }
+        offset += n;
         *total += p.scored.size(0);
         pieces->push_back(Piece{i, std::move(p), std::move(old_lp), std::move(ref_lp)});
       }
@@ -552,18 +598,21 @@ class RlRun : private TrainerRank<RlReport> {
     if (dp_.is_root()) {
       csv_ << sr.step << "," << sr.level << "," << sr.mean_reward << "," << sr.policy_reward << "," << sr.rollouts
            << "," << sr.injected << "," << sr.compiled << "," << sr.groups_used << "," << sr.groups_dropped << ","
-           << sr.scored_tokens << "," << sr.loss << "," << sr.rollout_tokens_per_s << "," << sr.seconds << "\n";
+           << sr.scored_tokens << "," << sr.loss << "," << sr.rollout_tokens_per_s << "," << sr.seconds << ","
+           << sr.logp_gap_mean << "," << sr.logp_gap_max << "," << sr.rollout_graphs_made << "\n";
       csv_.flush();
     }
-    char line[320];
+    char line[448];
     std::snprintf(line, sizeof line,
                   "rl step %lld/%lld level %d reward %.3f (policy %.3f) compiled %lld/%lld injected %lld groups "
-                  "%lld used %lld dropped, %lld tokens scored, loss %.5f, rollout %.0f tok/s, %.1f s",
+                  "%lld used %lld dropped, %lld tokens scored, loss %.5f, rollout %.0f tok/s (%lld graphs captured), "
+                  "|logp decoder - trainer| mean %.2e max %.2e over %lld tokens, %.1f s",
                   static_cast<long long>(sr.step), static_cast<long long>(o_.steps), sr.level, sr.mean_reward,
                   sr.policy_reward, static_cast<long long>(sr.compiled), static_cast<long long>(sr.rollouts),
                   static_cast<long long>(sr.injected), static_cast<long long>(sr.groups_used),
                   static_cast<long long>(sr.groups_dropped), static_cast<long long>(sr.scored_tokens), sr.loss,
-                  sr.rollout_tokens_per_s, sr.seconds);
+                  sr.rollout_tokens_per_s, static_cast<long long>(sr.rollout_graphs_made), sr.logp_gap_mean,
+                  sr.logp_gap_max, static_cast<long long>(sr.logp_gap_tokens), sr.seconds);
     Log(line);
   }
 
@@ -577,6 +626,10 @@ class RlRun : private TrainerRank<RlReport> {
   std::map<std::string, std::string> known_good_;  // answer by task id
   std::optional<TaskSchedule> schedule_;
   std::optional<InjectionSchedule> injection_;  // when known-good answers stop (--inject-until)
+  // Rollouts' CUDA graphs and KV cache kept across tasks and steps (null:
+  // eager rollouts: a CPU device or rollout_graphs off). After model_: it
+  // borrows the policy and goes first.
+  std::unique_ptr<generator::DecodeSession> session_;
   std::unique_ptr<DeviceFormJudge> device_judge_;  // kind "device" tasks: Tuner + dice-worker, kept across steps
   RewardOptions reward_options_;                   // borrows device_judge_
   std::vector<torch::Tensor> initial_;  // the policy's weights at the start (params_ is the policy)

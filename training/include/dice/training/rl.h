@@ -44,6 +44,15 @@
 // the end. Progress, mean reward and throughput are logged and written to a
 // CSV. Only split "train" tasks are used.
 //
+// Rollout decoding (issue 19 item 5): on a CUDA model with rollout_graphs
+// (default) rollouts run the fast decoder (CUDA graphs, merged commit,
+// masked-row logits, the model's fused kernels) with graphs kept across
+// tasks and steps (generator::DecodeSession); otherwise eagerly. The TraceRL
+// ratio always uses the trainer's own recomputed logp_old; how far the
+// decoder's log-probabilities of the sampled tokens are from it is
+// measured every step (RlStepReport::logp_gap_*, the CSV's logp_gap_mean
+// and logp_gap_max; rollout_numerics.h).
+//
 // Data parallel (dice/training/distributed.h): launched as WORLD_SIZE
 // processes with the torchrun variables, every rank follows the same
 // schedule; rank r decodes and rewards the r-th contiguous share of the
@@ -96,6 +105,12 @@ struct RlOptions {
   int64_t denoising_steps = 4;
   double confidence_threshold = 0.9;  ///< dynamic low-confidence remasking
   double temperature = 1.0;
+  /// CUDA model: rollouts decode through the fast decoder's CUDA graphs,
+  /// kept across tasks and steps in one generator::DecodeSession (a capture
+  /// per batch size seen, not per task; the optimizer's in-place updates keep
+  /// the graphs valid). false: eager rollouts (no graphs). No effect on a
+  /// CPU, where rollouts always decode eagerly.
+  bool rollout_graphs = true;
   int64_t inner_epochs = 1;
   int64_t max_trace_tokens = 12288;  ///< TraceRL forward: packed tokens per chunk (losses.h PackTraceChunks; 0 = no cap)
   int64_t save_every = 0;
@@ -122,8 +137,14 @@ struct RlStepReport {
   int64_t groups_used = 0, groups_dropped = 0;
   int64_t scored_tokens = 0;
   double loss = 0;
-  double rollout_tokens_per_s = 0;
+  double rollout_tokens_per_s = 0;  ///< trace tokens decoded / decode wall time (all ranks)
   double seconds = 0;
+  /// Decoder vs trainer log-probabilities of the decoded rollouts' tokens
+  /// (rollout_numerics.h): mean and max |logp_decoder - logp_old| in nats
+  /// over logp_gap_tokens tokens of the groups used (0 when none).
+  double logp_gap_mean = 0, logp_gap_max = 0;
+  int64_t logp_gap_tokens = 0;
+  int64_t rollout_graphs_made = 0;  ///< step graphs captured during the step's rollouts (all ranks)
 };
 
 struct RlReport {
