@@ -79,6 +79,9 @@ TEST_F(TrainCliTest, BadInputIsExitTwoNamingTheCause) {
   DiceResult cap = RunDice("train rl --model m --tasks t --out o --max-trace-tokens -5");
   EXPECT_EQ(cap.code, 2) << cap.output;
   EXPECT_NE(cap.output.find("--max-trace-tokens"), std::string::npos) << cap.output;
+  DiceResult graphs = RunDice("train rl --model m --tasks t --out o --rollout-graphs maybe");  // on | off
+  EXPECT_EQ(graphs.code, 2) << graphs.output;
+  EXPECT_NE(graphs.output.find("--rollout-graphs"), std::string::npos) << graphs.output;
   // A checkpoint of another architecture: weights of one shape, a config of another.
   ASSERT_EQ(RunDice("train init --out " + dir_ + "/small --byte-tokenizer --hidden 32 --layers 1 --heads 2 "
                     "--kv-heads 1 --head-dim 16 --intermediate 64").code, 0);
