@@ -4,7 +4,9 @@
 // Why: with 16 clients on 2 cores the server ran up to 16 handlers at
 // once, each sharing the cores with the others and with the clients, so a
 // request's time grew with everything in flight beside it. A gate of a few
-// handlers makes the rest wait their turn asleep (docs/PERF.md, session 25).
+// handlers makes the rest wait their turn asleep (docs/PERF.md, session 25;
+// off by default: it helps list-only loads and hurts page=N lists in mixed
+// ones).
 // Release hands the slot straight to the oldest waiter and wakes that one
 // thread only (no thundering herd, no barging by the releasing thread).
 //

@@ -17,7 +17,6 @@
 #include "dice/cache/http_server.h"
 
 #include <httplib.h>
-#include <sched.h>
 #include <openssl/crypto.h>
 
 // spdlog as the other layers use it: header-only, on Debian's external fmt.
@@ -31,7 +30,6 @@
 #endif
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -59,18 +57,14 @@ constexpr int kWorkerThreads = 32;
 // Requests one keep-alive connection may carry before the server closes it.
 constexpr size_t kKeepAliveMaxRequests = 10000;
 
-// Page handlers run at once (AdmissionGate): $DICE_CACHE_SERVE_HANDLERS
-// (0..1024, 0 = no limit), by default the CPUs this process may run on.
-// Measured at 16 clients on 2 cores (docs/PERF.md, session 25): with every
-// handler running at once, each shared the cores with all the others and
-// a keyset list page's p99 was 20-27 ms; with 2 at a time, 11-13 ms.
-size_t HandlersFromEnv() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
-  if (cpus <= 0) cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return static_cast<size_t>(EnvInt("DICE_CACHE_SERVE_HANDLERS", cpus, 0, 1024));
-}
+// List and batch handlers run at once (AdmissionGate):
+// $DICE_CACHE_SERVE_HANDLERS (0..1024), by default 0 = no limit. Measured
+// at 16 clients on 2 cores (docs/PERF.md, session 25): a gate of 2 cut a
+// list-only run's keyset page p99 from 21-23 to 9.4 ms, but in the mixed
+// run it left the gated lists a smaller share of the cores than the
+// ungated GETs, and page=N lists (old clients, 3-5 ms of handler each) went
+// from p99 34 to 47-55 ms; keyset lists there were as fast without it.
+size_t HandlersFromEnv() { return static_cast<size_t>(EnvInt("DICE_CACHE_SERVE_HANDLERS", 0, 0, 1024)); }
 
 json ErrorJson(const std::string& msg) { return json{{"error", msg}}; }
 
@@ -203,8 +197,8 @@ void CacheServer::Impl::Install() {
   httplib::Server& s = *server;
   s.Get("/v1/health", [this](const httplib::Request&, httplib::Response& res) { Health(res); });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { Metrics(res); });
-  // The routes that read a page of the database (list, dashboard, entry,
-  // batch) run inside the admission gate (HandlersFromEnv at once); the
+  // The JSON routes that read a page of the database (list, batch) run
+  // inside the admission gate (HandlersFromEnv at once); the
   // answer is written to the socket after the handler returns, outside it.
   auto gated = [this](void (Impl::*handler)(const httplib::Request&, httplib::Response&)) {
     return [this, handler](const httplib::Request& req, httplib::Response& res) {
@@ -214,9 +208,12 @@ void CacheServer::Impl::Install() {
   };
   s.Get("/v1/kernels", gated(&Impl::ListKernels));
   s.Post("/v1/kernels/batch", gated(&Impl::BatchGet));
-  s.Get("/", gated(&Impl::Dashboard));
-  s.Get("/dashboard", gated(&Impl::Dashboard));
-  s.Get(R"(/entry/([^/]*))", gated(&Impl::Entry));
+  // The HTML pages are not gated: a dashboard reads and hashes its 50 rows'
+  // cubins (25-45 ms), and at 2% of a mixed run two of them held both slots
+  // most of the time, so list pages queued behind them (session 25).
+  s.Get("/", [this](const httplib::Request& req, httplib::Response& res) { Dashboard(req, res); });
+  s.Get("/dashboard", [this](const httplib::Request& req, httplib::Response& res) { Dashboard(req, res); });
+  s.Get(R"(/entry/([^/]*))", [this](const httplib::Request& req, httplib::Response& res) { Entry(req, res); });
   // Not gated: a GET by key (0.14 ms of handler at p50, most of its cost
   // is the send after it) lost ~25% of its throughput to the hand-over and
   // kept its p99 (session 25); a write may wait up to the busy timeout
