@@ -13,7 +13,8 @@
 //    pre-routing hook stamps the start in a thread_local (httplib runs a
 //    request's hooks and handler on one thread). Requests refused before
 //    routing (414, a malformed request line) are logged with 0 ms.
-//  - The HTML pages are rendered in dashboard.cc.
+//  - The HTML pages are rendered in dashboard.cc; the wire forms of a
+//    record (JSON and binary, Accept negotiation) live in wire_record.cc.
 #include "dice/cache/http_server.h"
 
 #include <httplib.h>
@@ -57,7 +58,7 @@ constexpr int kWorkerThreads = 32;
 // Requests one keep-alive connection may carry before the server closes it.
 constexpr size_t kKeepAliveMaxRequests = 10000;
 
-// List and batch handlers run at once (AdmissionGate):
+// How many list and batch handlers run at once (AdmissionGate):
 // $DICE_CACHE_SERVE_HANDLERS (0..1024), by default 0 = no limit. Measured
 // at 16 clients on 2 cores (docs/PERF.md, session 25): a gate of 2 cut a
 // list-only run's keyset page p99 from 21-23 to 9.4 ms, but in the mixed
