@@ -151,4 +151,26 @@ class StoreInTempDirTest : public ::testing::Test {
   std::unique_ptr<Store> store_;
 };
 
+/// Every field of two winner records equal (the cubin byte for byte, NULs
+/// included): what a wire or store round trip must keep.
+inline void ExpectSameRecord(const WinnerRecord& a, const WinnerRecord& b) {
+  EXPECT_EQ(a.task_key, b.task_key);
+  EXPECT_EQ(a.graph_canonical, b.graph_canonical);
+  EXPECT_EQ(a.input_specs, b.input_specs);
+  EXPECT_EQ(a.arch, b.arch);
+  EXPECT_EQ(a.gpu_name, b.gpu_name);
+  EXPECT_EQ(a.origin, b.origin);
+  EXPECT_EQ(a.candidate_hash, b.candidate_hash);
+  EXPECT_EQ(a.source, b.source);
+  EXPECT_EQ(a.cubin, b.cubin);
+  EXPECT_EQ(a.launch_plan_json, b.launch_plan_json);
+  EXPECT_DOUBLE_EQ(a.baseline_us, b.baseline_us);
+  EXPECT_DOUBLE_EQ(a.best_us, b.best_us);
+  EXPECT_DOUBLE_EQ(a.speedup, b.speedup);
+  EXPECT_EQ(a.reduced_precision, b.reduced_precision);
+  EXPECT_EQ(a.versions_json, b.versions_json);
+  EXPECT_EQ(a.created_at, b.created_at);
+  EXPECT_EQ(a.content_hash, b.content_hash);
+}
+
 }  // namespace dice::cache::testing

@@ -17,9 +17,12 @@
 #include "dice/cache/http_client.h"
 #include "dice/cache/http_server.h"
 #include "dice/cache/store.h"
+#include "cache_test_support.h"
 
 namespace dice::cache {
 namespace {
+
+using testing::ExpectSameRecord;
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -114,25 +117,6 @@ class HttpCacheTest : public ::testing::Test {
   CacheServer server_;
 };
 
-void ExpectSameRecord(const WinnerRecord& a, const WinnerRecord& b) {
-  EXPECT_EQ(a.task_key, b.task_key);
-  EXPECT_EQ(a.graph_canonical, b.graph_canonical);
-  EXPECT_EQ(a.input_specs, b.input_specs);
-  EXPECT_EQ(a.arch, b.arch);
-  EXPECT_EQ(a.gpu_name, b.gpu_name);
-  EXPECT_EQ(a.origin, b.origin);
-  EXPECT_EQ(a.candidate_hash, b.candidate_hash);
-  EXPECT_EQ(a.source, b.source);
-  EXPECT_EQ(a.cubin, b.cubin);  // byte-exact, NULs included
-  EXPECT_EQ(a.launch_plan_json, b.launch_plan_json);
-  EXPECT_DOUBLE_EQ(a.baseline_us, b.baseline_us);
-  EXPECT_DOUBLE_EQ(a.best_us, b.best_us);
-  EXPECT_DOUBLE_EQ(a.speedup, b.speedup);
-  EXPECT_EQ(a.reduced_precision, b.reduced_precision);
-  EXPECT_EQ(a.versions_json, b.versions_json);
-  EXPECT_EQ(a.created_at, b.created_at);
-  EXPECT_EQ(a.content_hash, b.content_hash);
-}
 
 TEST(Base64Test, RoundTripsEveryByteAndRejectsBadText) {
   std::string all;

@@ -19,9 +19,12 @@
 #include "dice/cache/http_client.h"
 #include "dice/cache/http_server.h"
 #include "dice/cache/store.h"
+#include "cache_test_support.h"
 
 namespace dice::cache {
 namespace {
+
+using testing::ExpectSameRecord;
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -60,25 +63,6 @@ WinnerRecord MakeRecord(int n, size_t cubin_bytes = 1000) {
   return r;
 }
 
-void ExpectSame(const WinnerRecord& a, const WinnerRecord& b) {
-  EXPECT_EQ(a.task_key, b.task_key);
-  EXPECT_EQ(a.graph_canonical, b.graph_canonical);
-  EXPECT_EQ(a.input_specs, b.input_specs);
-  EXPECT_EQ(a.arch, b.arch);
-  EXPECT_EQ(a.gpu_name, b.gpu_name);
-  EXPECT_EQ(a.origin, b.origin);
-  EXPECT_EQ(a.candidate_hash, b.candidate_hash);
-  EXPECT_EQ(a.source, b.source);
-  EXPECT_EQ(a.cubin, b.cubin);
-  EXPECT_EQ(a.launch_plan_json, b.launch_plan_json);
-  EXPECT_DOUBLE_EQ(a.baseline_us, b.baseline_us);
-  EXPECT_DOUBLE_EQ(a.best_us, b.best_us);
-  EXPECT_DOUBLE_EQ(a.speedup, b.speedup);
-  EXPECT_EQ(a.reduced_precision, b.reduced_precision);
-  EXPECT_EQ(a.versions_json, b.versions_json);
-  EXPECT_EQ(a.created_at, b.created_at);
-  EXPECT_EQ(a.content_hash, b.content_hash);
-}
 
 TEST(WireBinaryTest, RoundTripsEveryByteAndEverySize) {
   for (size_t size : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, size_t{1000}, size_t{300000}}) {
@@ -91,7 +75,7 @@ TEST(WireBinaryTest, RoundTripsEveryByteAndEverySize) {
     EXPECT_EQ(json::parse(body.substr(0, nl))["cubin_bytes"], size);
     auto back = WinnerFromWireBinary(body);
     ASSERT_TRUE(back.ok()) << back.status().ToString();
-    ExpectSame(*back, rec);
+    ExpectSameRecord(*back, rec);
   }
 }
 
@@ -175,10 +159,10 @@ TEST(WireBinaryTest, SummaryTextIsByteForByteNlohmannsDump) {
   rec.source = every_ascii + "\xc3\xa9";
   auto full = WinnerFromWireJson(WinnerToWireJson(rec, true));
   ASSERT_TRUE(full.ok()) << full.status().ToString();
-  ExpectSame(*full, rec);
+  ExpectSameRecord(*full, rec);
   auto bin = WinnerFromWireBinary(WinnerToWireBinary(rec));
   ASSERT_TRUE(bin.ok()) << bin.status().ToString();
-  ExpectSame(*bin, rec);
+  ExpectSameRecord(*bin, rec);
 }
 
 TEST(WireBinaryTest, AcceptPicksBinaryOnlyWhenNamedWithoutQZero) {
@@ -233,7 +217,7 @@ TEST_F(WireBinaryServerTest, AnswersBinaryWhenAskedAndJsonOtherwise) {
   EXPECT_EQ(bin->get_header_value("Vary"), "Accept");
   auto parsed = WinnerFromWireBinary(bin->body);
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  ExpectSame(*parsed, rec_);
+  ExpectSameRecord(*parsed, rec_);
 
   // No Accept (every client before), wildcards, other types, q=0, junk and
   // an oversized header: the JSON answer as before.
@@ -248,7 +232,7 @@ TEST_F(WireBinaryServerTest, AnswersBinaryWhenAskedAndJsonOtherwise) {
     EXPECT_EQ(res->get_header_value("Content-Type"), "application/json");
     auto rec = WinnerFromWireJson(res->body);
     ASSERT_TRUE(rec.ok()) << rec.status().ToString();
-    ExpectSame(*rec, rec_);
+    ExpectSameRecord(*rec, rec_);
   }
 }
 
@@ -269,7 +253,7 @@ TEST_F(WireBinaryServerTest, ClientGetsTheBinaryFormAndChecksIt) {
   auto got = client.Get(rec_.task_key);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   ASSERT_TRUE(got->has_value());
-  ExpectSame(**got, rec_);
+  ExpectSameRecord(**got, rec_);
 }
 
 // A server of an older build: JSON whatever the Accept header says, and
@@ -320,7 +304,7 @@ TEST_F(OldServerTest, ClientReadsJsonAnswersAndWalksPagesByNumber) {
   auto got = client.Get(recs_[3].task_key);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   ASSERT_TRUE(got->has_value());
-  ExpectSame(**got, recs_[3]);
+  ExpectSameRecord(**got, recs_[3]);
 
   auto all = client.List();
   ASSERT_TRUE(all.ok()) << all.status().ToString();
