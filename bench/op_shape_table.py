@@ -476,12 +476,7 @@ def summarize(rows: list[dict]) -> str:
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("tasks", nargs="*", help="KernelBench task files (absolute, or relative to --kb)")
-    p.add_argument("--kb", default=os.environ.get("KB", ".deps/kernelbench"), help="KernelBench root")
-    p.add_argument("--list", default="", help="comma list of workload lists: level3-dev, level2-20")
-    p.add_argument("--gpt2", action="store_true", help="also the GPT-2-style block (bf16)")
-    p.add_argument("--gpt2-fp32", action="store_true", help="also the GPT-2-style block in float32")
-    p.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, eager and Inductor (checks the script)")
+    tcb.add_workload_args(p)  # tasks, --kb, --list, --gpt2, --gpt2-fp32, --dry-run (eager and Inductor there)
     p.add_argument("--variants", default=None, help=f"comma list from {','.join(VARIANTS)} "
                    "(default: all four on a GPU; eager,inductor in a dry run)")
     p.add_argument("--kinds", default="conv,gemm,attention", help="which op kinds get rows")

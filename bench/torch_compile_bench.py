@@ -405,15 +405,21 @@ def summarize(records: list[dict], variants: list[str]) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    """The command line (see the module docstring)."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_workload_args(p: argparse.ArgumentParser) -> None:
+    """The arguments ``workloads()`` reads: task files, --kb, --list, --gpt2,
+    --gpt2-fp32 and --dry-run (shared with bench/op_shape_table.py)."""
     p.add_argument("tasks", nargs="*", help="KernelBench task files (absolute, or relative to --kb)")
     p.add_argument("--kb", default=os.environ.get("KB", ".deps/kernelbench"), help="KernelBench root")
     p.add_argument("--list", default="", help="comma list of workload lists: level3-dev, level2-20")
     p.add_argument("--gpt2", action="store_true", help="also run the GPT-2-style block (bf16)")
     p.add_argument("--gpt2-fp32", action="store_true", help="also run the GPT-2-style block in float32")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, float32 (checks the script works)")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_workload_args(p)
     p.add_argument("--variants", default=None, help=f"comma list from {','.join(VARIANTS + tuple(ALIASES))} "
                    "(default: the first four on a GPU; eager,dice in a dry run)")
     p.add_argument("--dice-mode", default="tune-sync", help="DICE mode of the dice variant (default tune-sync)")
