@@ -8,32 +8,13 @@
 #include <utility>
 #include <vector>
 
+#include "dice/core/ir_builder.h"
 #include "dice/core/task.h"
 
 namespace dice::tmpl_test {
 
-/// Appends inputs, ops and outputs to an ir::Graph; returns value ids.
-struct GraphBuilder {
-  ir::Graph g;
-  int Input(ir::DType dt, int rank) {
-    g.inputs.push_back(ir::InputDecl{dt, rank});
-    return static_cast<int>(g.inputs.size()) - 1;
-  }
-  int Op(ir::OpKind kind, std::vector<int32_t> args, std::vector<int64_t> dims = {}, bool keepdim = false,
-         int64_t ivalue = 0, std::vector<double> scalars = {}) {
-    ir::Op op;
-    op.kind = kind;
-    op.args = std::move(args);
-    op.dims = std::move(dims);
-    op.keepdim = keepdim;
-    op.ivalue = ivalue;
-    op.scalars = std::move(scalars);
-    g.ops.push_back(op);
-    return g.op_value(g.ops.size() - 1);
-  }
-  int Const(double v) { return Op(ir::OpKind::kConstant, {}, {}, false, 0, {v}); }
-  void Output(int v) { g.outputs.push_back(v); }
-};
+/// The IR graph builder (dice/core/ir_builder.h).
+using GraphBuilder = ir::GraphBuilder;
 
 /// Task::Make that records a test failure (and returns an empty Task) on error.
 inline Task MakeTask(const ir::Graph& g, const std::vector<ir::TensorSpec>& inputs, TargetInfo target = {}) {

@@ -4,31 +4,16 @@
 
 #include <utility>
 
+#include "dice/core/ir_builder.h"
+
 namespace dice::generator {
 namespace {
 
 using ir::DType;
 using ir::OpKind;
 
-// Appends ops to a graph; returns value ids.
-struct Builder {
-  ir::Graph g;
-  int Input(DType dt, int rank) {
-    g.inputs.push_back(ir::InputDecl{dt, rank});
-    return static_cast<int>(g.inputs.size()) - 1;
-  }
-  int Op(OpKind kind, std::vector<int32_t> args, std::vector<int64_t> dims = {}, bool keepdim = false,
-         int64_t ivalue = 0, std::vector<double> scalars = {}) {
-    ir::Op op;
-    op.kind = kind;
-    op.args = std::move(args);
-    op.dims = std::move(dims);
-    op.keepdim = keepdim;
-    op.ivalue = ivalue;
-    op.scalars = std::move(scalars);
-    g.ops.push_back(std::move(op));
-    return g.op_value(g.ops.size() - 1);
-  }
+// The IR builder plus the decoder's own pieces.
+struct Builder : ir::GraphBuilder {
   int Cast(int v, DType to) { return Op(OpKind::kCast, {v}, {}, false, static_cast<int64_t>(to)); }
   // SdarModel::RmsNorm op by op: xf = x.float(); var = xf.pow(2).mean(-1,
   // keepdim); xf = xf * rsqrt(var + eps); w * xf.to(T).
@@ -38,7 +23,7 @@ struct Builder {
     int xf = f32 ? x : Cast(x, DType::kFloat32);
     int sq = Op(OpKind::kPowScalar, {xf}, {}, false, 0, {2.0});
     int var = Op(OpKind::kMean, {sq}, {last}, true);
-    int eps_c = Op(OpKind::kConstant, {}, {}, false, 0, {eps});
+    int eps_c = Const(eps);
     int r = Op(OpKind::kRsqrt, {Op(OpKind::kAdd, {var, eps_c})});
     int n = Op(OpKind::kMul, {xf, r});
     return Op(OpKind::kMul, {w, f32 ? n : Cast(n, dt)});
