@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "greedy_tokens_compare.h"
 #include "tiny_sdar_config.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_fused_kernels.h"
@@ -118,20 +119,7 @@ TEST(SdarFusedGpuTest, Bfloat16LogitsStayWithinTheDocumentedTolerance) {
 TEST(SdarFusedGpuTest, GreedyTokensEqualWithGraphsOnAndOff) {
   DICE_REQUIRE_CUDA();
   const SdarModel fused = Make(MidConfig(), torch::kFloat32, true), plain = Make(MidConfig(), torch::kFloat32, false);
-  for (const int64_t samples : {1, 3}) {
-    for (const bool graphs : {false, true}) {
-      DecodeOptions o;
-      o.max_new_tokens = 24;
-      o.remasking = Remasking::kStatic;
-      o.eos_ids.clear();
-      o.num_samples = samples;
-      o.cuda_graphs = graphs;
-      const std::vector<int32_t> prompt = {5, 9, 2, 77, 31, 8, 100};
-      auto a = Decode(fused, prompt, o), b = Decode(plain, prompt, o);
-      ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
-      EXPECT_EQ(a->tokens, b->tokens) << "samples " << samples << " graphs " << graphs;
-    }
-  }
+  testing::ExpectSameGreedyTokens(fused, plain, {1, 3});
 }
 
 TEST(SdarFusedGpuTest, ShapeTheKernelsDoNotTakeFallsBackWithAMessage) {

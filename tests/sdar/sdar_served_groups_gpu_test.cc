@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <string>
 
+#include "greedy_tokens_compare.h"
 #include "tiny_sdar_config.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
@@ -127,20 +128,7 @@ TEST(SdarServedGroupsGpuTest, GreedyTokensEqualWithGraphsOnAndOff) {
   DICE_REQUIRE_CUDA();
   UseMode(torch_ext::Mode::kTuneSync);
   const SdarModel served = Make(torch::kFloat32, true, true), plain = Make(torch::kFloat32, false, false);
-  for (const int64_t samples : {1, 2}) {
-    for (const bool graphs : {false, true}) {
-      DecodeOptions o;
-      o.max_new_tokens = 24;
-      o.remasking = Remasking::kStatic;
-      o.eos_ids.clear();
-      o.num_samples = samples;
-      o.cuda_graphs = graphs;
-      const std::vector<int32_t> prompt = {5, 9, 2, 77, 31, 8, 100};
-      auto a = Decode(served, prompt, o), b = Decode(plain, prompt, o);
-      ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
-      EXPECT_EQ(a->tokens, b->tokens) << "samples " << samples << " graphs " << graphs;
-    }
-  }
+  testing::ExpectSameGreedyTokens(served, plain, {1, 2});
   PrintNotes(served);
 }
 
