@@ -8,8 +8,11 @@
 
 namespace dice::generator::tmpl {
 
-const std::string& Prelude() {
-  static const std::string kPrelude = R"CUDA(#include <cuda_fp16.h>
+namespace {
+// The prelude (Prelude()) in three parts, concatenated in this order.
+// Its includes, float/half/bfloat16 conversions, and scalar and 16-byte
+// vector loads and stores.
+constexpr char kPreludeLoadStore[] = R"CUDA(#include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #define DICE_INF __int_as_float(0x7f800000)
 #define DICE_NAN __int_as_float(0x7fffffff)
@@ -61,7 +64,9 @@ template <typename T, int V> __device__ __forceinline__ void dice_stv(T* p, cons
 #pragma unroll
   for (int q = 0; q < V / kPer; ++q) dice_st16(p + q * kPer, o + q * kPer);
 }
-// torch semantics: max/min propagate NaN.
+)CUDA";
+// Elementwise math with torch's semantics (NaN propagation, GELU, softplus, ...).
+constexpr char kPreludeMath[] = R"CUDA(// torch semantics: max/min propagate NaN.
 __device__ __forceinline__ float dice_max(float a, float b) { return (a != a || a > b) ? a : b; }
 __device__ __forceinline__ float dice_min(float a, float b) { return (a != a || a < b) ? a : b; }
 __device__ __forceinline__ float dice_relu(float x) { return (x != x || x > 0.0f) ? x : 0.0f; }
@@ -79,7 +84,10 @@ __device__ __forceinline__ float dice_elu(float x, float alpha, float scale, flo
 }
 __device__ __forceinline__ float dice_mish(float x) { return x * tanhf(log1pf(expf(x))); }
 __device__ __forceinline__ float dice_sum(float a, float b) { return a + b; }
-template <int OP> __device__ __forceinline__ float dice_combine(float a, float b) {
+)CUDA";
+// Reductions: warp, block and tile reductions, online softmax statistics,
+// sm_90 cluster helpers, float64 sums.
+constexpr char kPreludeReductions[] = R"CUDA(template <int OP> __device__ __forceinline__ float dice_combine(float a, float b) {
   return OP == 0 ? a + b : (OP == 1 ? dice_max(a, b) : dice_min(a, b));
 }
 template <int OP> __device__ __forceinline__ float dice_identity() {
@@ -192,6 +200,10 @@ template <int NT> __device__ __forceinline__ double dice_block_reduce_sum_d(doub
   return v;
 }
 )CUDA";
+}  // namespace
+
+const std::string& Prelude() {
+  static const std::string kPrelude = std::string(kPreludeLoadStore) + kPreludeMath + kPreludeReductions;
   return kPrelude;
 }
 

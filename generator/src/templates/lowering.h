@@ -94,6 +94,14 @@ Expected<Lowered> Lower(const Task& task);
 /// Elements of F.
 int64_t Numel(const std::vector<int64_t>& shape);
 
+/// Lower's last step (lowering_physical.cc): sets `lo`'s physical space F
+/// (logical rank `r`; `split`: logical axis -> groups (group_norm) or windows
+/// (a pool), split in two) and reduce_axes, and every node's and output's
+/// physical shape and strides from their logical ones. Errors: kUnsupported
+/// (inconsistent extents, rotate_half along a split axis, a reduction over a
+/// broadcast axis, two reductions over different axes).
+Status MapToPhysicalSpace(int r, const std::map<int, int64_t>& split, Lowered* lo);
+
 /// The epilogue DAG of a GEMM family (templates/gemm.cc, gemv.cc): appends to
 /// `dag` one Node per IR value of `g`'s ops, in op order, each computed once
 /// however often it is read. Constants become Const nodes; every other op
