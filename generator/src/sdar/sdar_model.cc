@@ -16,6 +16,7 @@
 #include "dice/core/env.h"
 #include "dice/generator/sdar_fused_kernels.h"
 #include "dice/generator/sdar_served_groups.h"
+#include "sdar_layer_steps.h"
 
 namespace dice::generator {
 namespace {
@@ -38,12 +39,6 @@ std::string ShapeText(const torch::Tensor& t) {
   for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
   return s + "]";
 }
-
-// Throws (as LibTorch does) when a fused launch fails: RunLayers' callers
-// turn c10::Error into kInternal.
-void CheckLaunch(const Status& s) { TORCH_CHECK(s.ok(), s.ToString()); }
-
-const void* Ptr(const torch::Tensor& t) { return t.data_ptr(); }
 
 // SdarModelOptions::fuse_elementwise: the kernels, or null and the reason.
 std::shared_ptr<const SdarFusedKernels> BuildFused(const SdarConfig& c, const SdarModelOptions& o,
@@ -87,28 +82,8 @@ std::shared_ptr<const SdarFusedKernels> BuildFused(const SdarConfig& c, const Sd
   return std::shared_ptr<const SdarFusedKernels>(std::move(*built));
 }
 
-// Whether QkNormRope can store layer i's new keys/values into `cache`
-// itself: both tensors contiguous [batch, kv_heads, capacity, head_dim] of
-// x's dtype on x's device, and the slots (graph form) a contiguous int64
-// [len] tensor there. Otherwise RunLayers copies them as the unfused path does.
-bool FusedCacheWritable(const torch::Tensor& kc, const torch::Tensor& vc, int64_t kv_heads, int64_t capacity,
-                        int64_t head_dim, const torch::Tensor& x, const torch::Tensor& slots, int64_t len) {
-  for (const auto* t : {&kc, &vc}) {
-    if (!t->is_contiguous() || t->dim() != 4 || t->size(0) != x.size(0) || t->size(1) != kv_heads ||
-        t->size(2) != capacity || t->size(3) != head_dim || t->scalar_type() != x.scalar_type() ||
-        t->device() != x.device()) {
-      return false;
-    }
-  }
-  if (!slots.defined()) return true;
-  return slots.dim() == 1 && slots.size(0) == len && slots.scalar_type() == torch::kLong && slots.is_contiguous() &&
-         slots.device() == x.device();
-}
-
-torch::Tensor RotateHalf(const torch::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
+using sdar_layers::CheckLaunch;
+using sdar_layers::Ptr;
 
 }  // namespace
 
@@ -494,18 +469,9 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
   }
   const int64_t rows = batch * len;
   // The skinny GEMMs (SdarFusedKernels::Gemv) for a step forward of at most
-  // 16 rows: out [batch, len, N] of in [batch, len, K] and w [N', K]
-  // (kGateUp: N = N' / 2, silu(gate) * up); undefined when they cannot serve
-  // it (the caller then runs torch::linear).
+  // 16 rows, the fused add + RMSNorm and gate/up activation (fk only).
   const bool skinny = fk && fused_->has_gemv() && rows <= 16;
-  auto Gemv = [&](SdarGemv which, const torch::Tensor& in, const torch::Tensor& w) -> torch::Tensor {
-    if (!skinny || !w.is_contiguous()) return torch::Tensor();
-    const int64_t n = which == SdarGemv::kGateUp ? w.size(0) / 2 : w.size(0);
-    auto src = in.contiguous();
-    auto out = torch::empty({batch, len, n}, x.options());
-    if (!fused_->Gemv(which, Ptr(src), Ptr(w), out.data_ptr(), rows, stream).ok()) return torch::Tensor();
-    return out;
-  };
+  const sdar_layers::FusedLayerCalls calls{fused_.get(), served_.get(), x, stream, batch, len, rows, skinny};
   // The graph (slots) form's attention on the split-KV kernels
   // (SdarFusedKernels::DecodeAttention) when they are on and take the shape:
   // the mask [len, key_len] bool, contiguous, once for every layer.
@@ -515,16 +481,6 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
       hd <= 256) {
     split_mask = mask->to(torch::kBool).contiguous();
   }
-  // fk: *norm = w * RMSNorm(x + d) and *sum = x + d (d undefined: RMSNorm(x)),
-  // by the served group (sdar_served_groups.h) when the runtime serves it at
-  // these rows, else by the hand-written kernel.
-  auto add_norm = [&](const torch::Tensor& d, const torch::Tensor& w, torch::Tensor* sum, torch::Tensor* norm) {
-    if (served_ != nullptr && served_->AddRmsNorm(x, d, w, sum, norm)) return;
-    *norm = torch::empty_like(x);
-    if (d.defined()) *sum = torch::empty_like(x);
-    CheckLaunch(fused_->AddRmsNorm(Ptr(x), d.defined() ? Ptr(d) : nullptr, Ptr(w),
-                                   d.defined() ? sum->data_ptr() : nullptr, norm->data_ptr(), rows, stream));
-  };
   // fk and qk_norm_rope served at these rows: the RoPE tables per token row
   // [rows, 1, head_dim] (sdar_served_groups.h QkNormRope); K/V then go to
   // the cache by the copies below instead of the hand-written kernel.
@@ -541,7 +497,7 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
     torch::Tensor a;
     if (fk) {
       torch::Tensor sum;
-      add_norm(pending, l.input_norm, &sum, &a);
+      calls.AddNorm(pending, l.input_norm, &sum, &a);
       if (pending.defined()) x = sum, pending = torch::Tensor();
     } else {
       a = RmsNorm(x, l.input_norm);
@@ -552,14 +508,14 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
     // and values into it itself (no copy_ / index_copy_ launches below).
     bool kv_written = false, qk_served = false;
     if (fk) {
-      auto qkv = Gemv(SdarGemv::kQkv, a, l.qkv_proj);
+      auto qkv = calls.Gemv(SdarGemv::kQkv, a, l.qkv_proj);
       if (!qkv.defined()) qkv = torch::linear(a, l.qkv_proj).contiguous();
       torch::Tensor qs, ks;
       qk_served = cos_rows.defined() && served_->QkNormRope(qkv, l.q_norm, l.k_norm, cos_rows, sin_rows, &qs, &ks);
       auto qo = qk_served ? qs : torch::empty({batch, len, heads, hd}, x.options());
       KvCacheWrite kvw;
-      const bool direct = cache != nullptr && FusedCacheWritable(cache->k_[i], cache->v_[i], kv_heads,
-                                                                 cache->capacity_, hd, x, slots, len);
+      const bool direct = cache != nullptr && sdar_layers::FusedCacheWritable(cache->k_[i], cache->v_[i], kv_heads,
+                                                                              cache->capacity_, hd, x, slots, len);
       if (qk_served) {
         k = ks.transpose(1, 2);
         v = qkv.narrow(-1, (heads + kv_heads) * hd, kv_heads * hd).view({batch, len, kv_heads, hd}).transpose(1, 2);
@@ -583,35 +539,16 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
       q_rows = qo;
     } else {
       torch::Tensor qp, kp, vp;  // [B, L, n * head_dim] each
-      if (fused) {
-        // One GEMM; its column slices split the last dim only, so view works.
-        auto qkv = torch::linear(a, l.qkv_proj);
-        qp = qkv.narrow(-1, 0, heads * hd);
-        kp = qkv.narrow(-1, heads * hd, kv_heads * hd);
-        vp = qkv.narrow(-1, (heads + kv_heads) * hd, kv_heads * hd);
-      } else {
-        qp = torch::linear(a, l.q_proj), kp = torch::linear(a, l.k_proj), vp = torch::linear(a, l.v_proj);
-      }
+      sdar_layers::ProjectQkv(a, l.qkv_proj, l.q_proj, l.k_proj, l.v_proj, fused, heads, kv_heads, hd, &qp, &kp, &vp);
       q = RmsNorm(qp.view({batch, len, heads, hd}), l.q_norm).transpose(1, 2);
       k = RmsNorm(kp.view({batch, len, kv_heads, hd}), l.k_norm).transpose(1, 2);
       v = vp.view({batch, len, kv_heads, hd}).transpose(1, 2);
-      q = q * cos + RotateHalf(q) * sin;
-      k = k * cos + RotateHalf(k) * sin;
+      q = q * cos + sdar_layers::RotateHalf(q) * sin;
+      k = k * cos + sdar_layers::RotateHalf(k) * sin;
     }
     torch::Tensor keys = k, values = v;
     if (cache != nullptr) {
-      // New keys/values go into the slots after the committed prefix: scratch
-      // for a denoising step, the prefix itself once committed. The static
-      // (graph) form names the slots by a device index tensor instead.
-      if (kv_written) {
-        // QkNormRope stored them.
-      } else if (slots.defined()) {
-        cache->k_[i].index_copy_(2, slots, k);
-        cache->v_[i].index_copy_(2, slots, v);
-      } else {
-        cache->k_[i].narrow(2, start, len).copy_(k);
-        cache->v_[i].narrow(2, start, len).copy_(v);
-      }
+      sdar_layers::StoreKv(cache->k_[i], cache->v_[i], k, v, slots, start, len, kv_written);
       keys = cache->k_[i].narrow(2, 0, key_len);
       values = cache->v_[i].narrow(2, 0, key_len);
     }
@@ -624,53 +561,24 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
       CheckLaunch(fused_->DecodeAttention(Ptr(q_rows), cache->k_[i].data_ptr(), cache->v_[i].data_ptr(),
                                           split_mask.data_ptr(), o.data_ptr(), ws.data_ptr(), batch, len, key_len,
                                           cache->capacity_, stream));
-    } else if (slots.defined() && heads != kv_heads && mask.has_value()) {
-      // The fixed-shape (graph) form always has a mask, and SDPA's masked
-      // kernels may not take GQA (falling back to one that materialises
-      // every KV head g times). Query heads h*g .. h*g+g-1 share KV head h,
-      // so fold them into the query length: [B, kv, g*L, hd] against the
-      // KV heads as they are, the mask repeated per folded head (a mask row
-      // depends on the query position only). Exact: rows are independent.
-      const int64_t g = heads / kv_heads;
-      auto folded = q.reshape({batch, kv_heads, g * len, hd});
-      o = at::scaled_dot_product_attention(folded, keys, values, mask->repeat({g, 1}), 0.0, /*is_causal=*/false,
-                                           /*scale=*/1.0 / std::sqrt(static_cast<double>(hd)));
-      o = o.reshape({batch, heads, len, hd});
     } else {
-      o = at::scaled_dot_product_attention(q, keys, values, mask, 0.0, /*is_causal=*/false,
-                                           /*scale=*/1.0 / std::sqrt(static_cast<double>(hd)),
-                                           /*enable_gqa=*/heads != kv_heads);
+      o = sdar_layers::SdpaAttention(q, keys, values, mask, slots.defined(), batch, len, heads, kv_heads, hd);
     }
     if (o.dim() == 4) o = o.transpose(1, 2).reshape({batch, len, heads * hd});
     if (fk) {
-      auto attn = Gemv(SdarGemv::kO, o, l.o_proj);
+      auto attn = calls.Gemv(SdarGemv::kO, o, l.o_proj);
       if (!attn.defined()) attn = torch::linear(o, l.o_proj).contiguous();
       torch::Tensor sum, m;
-      add_norm(attn, l.post_norm, &sum, &m);
+      calls.AddNorm(attn, l.post_norm, &sum, &m);
       x = sum;
-      // The skinny gate/up GEMM writes silu(gate) * up itself.
-      auto act = Gemv(SdarGemv::kGateUp, m, l.gate_up_proj);
-      if (!act.defined()) {
-        auto gu = torch::linear(m, l.gate_up_proj).contiguous();
-        if (served_ == nullptr || !served_->SiluMul(gu, &act)) {
-          act = torch::empty({batch, len, c.intermediate_size}, x.options());
-          CheckLaunch(fused_->SiluMul(Ptr(gu), act.data_ptr(), rows, stream));
-        }
-      }
-      pending = Gemv(SdarGemv::kDown, act, l.down_proj);
+      auto act = calls.GateUpActivation(m, l.gate_up_proj, c.intermediate_size);
+      pending = calls.Gemv(SdarGemv::kDown, act, l.down_proj);
       if (!pending.defined()) pending = torch::linear(act, l.down_proj);
       continue;
     }
     x = x + torch::linear(o, l.o_proj);
     auto m = RmsNorm(x, l.post_norm);
-    torch::Tensor act;
-    if (fused) {
-      auto gu = torch::linear(m, l.gate_up_proj);
-      const int64_t inter = c.intermediate_size;
-      act = torch::silu(gu.narrow(-1, 0, inter)) * gu.narrow(-1, inter, inter);
-    } else {
-      act = torch::silu(torch::linear(m, l.gate_proj)) * torch::linear(m, l.up_proj);
-    }
+    auto act = sdar_layers::EagerMlpActivation(m, l.gate_up_proj, l.gate_proj, l.up_proj, fused, c.intermediate_size);
     x = x + torch::linear(act, l.down_proj);
   }
   if (pending.defined()) x = x + pending;
