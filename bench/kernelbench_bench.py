@@ -256,6 +256,45 @@ def replay_variants(model, dm, inputs, ref, args, rec):
     return rp, ro
 
 
+def run_dice_tune(pt, served_pt, inputs, args, rec):
+    """Runs `dice tune` on the traced model `pt` (writing `served_pt` with
+    --save and `pt`.json) and records its time, exit code and report in `rec`."""
+    specs = ["x".join(str(d) for d in x.shape) + ":" + DTYPE_SPEC[x.dtype] for x in inputs]
+    cmd = [args.dice, "tune", pt, "--cache", args.cache, "--budget-s", str(args.budget_s),
+           "--json", pt + ".json", "--save", served_pt] + [a for s in specs for a in ("--input", s)]
+    t0 = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.task_timeout)
+    rec["tune_s"] = time.time() - t0
+    rec["tune_rc"] = proc.returncode
+    sys.stdout.write(proc.stdout[-3000:])
+    if proc.returncode not in (0, 1):
+        rec["error"] = "dice tune exit %d: %s" % (proc.returncode, proc.stderr[-500:])
+    try:
+        with open(pt + ".json") as f:
+            tune = json.load(f)
+        rec["groups"] = tune["groups"]
+        rec["dice_before_us"], rec["dice_after_us"] = tune["before_us"], tune["after_us"]
+        rec["dice_captured_us"] = tune.get("captured_us")  # dice tune's own capture-alone time
+        rec["memory_format"] = (tune.get("memory_format") or {}).get("format")
+        rec["attention"] = (tune.get("attention") or {}).get("choice")
+    except (OSError, ValueError, KeyError) as e:
+        rec.setdefault("error", f"no tune report: {e}")
+
+
+def serving_since(stats_before):
+    """Per fusion group called since `stats_before` (group_stats() then, by
+    id): its calls, hits and fallback reasons over that interval."""
+    serving = []
+    for g in group_stats():
+        old = stats_before.get(g["id"], {})
+        calls = g["calls"] - old.get("calls", 0)
+        if calls:
+            reasons = {r: n - old.get("fallback_reasons", {}).get(r, 0) for r, n in g["fallback_reasons"].items()}
+            serving.append({"group": g["summary"], "calls": calls, "hits": g["hits"] - old.get("hits", 0),
+                            "fallback_reasons": {r: n for r, n in reasons.items() if n}})
+    return serving
+
+
 def run_task(path, args):
     name = os.path.basename(path)[:-3]
     level = os.path.basename(os.path.dirname(path))
@@ -317,26 +356,7 @@ def run_task(path, args):
     served_pt = os.path.join(args.workdir, name + ".served.pt")
     if os.path.exists(served_pt):
         os.remove(served_pt)
-    specs = ["x".join(str(d) for d in x.shape) + ":" + DTYPE_SPEC[x.dtype] for x in inputs]
-    cmd = [args.dice, "tune", pt, "--cache", args.cache, "--budget-s", str(args.budget_s),
-           "--json", pt + ".json", "--save", served_pt] + [a for s in specs for a in ("--input", s)]
-    t0 = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.task_timeout)
-    rec["tune_s"] = time.time() - t0
-    rec["tune_rc"] = proc.returncode
-    sys.stdout.write(proc.stdout[-3000:])
-    if proc.returncode not in (0, 1):
-        rec["error"] = "dice tune exit %d: %s" % (proc.returncode, proc.stderr[-500:])
-    try:
-        with open(pt + ".json") as f:
-            tune = json.load(f)
-        rec["groups"] = tune["groups"]
-        rec["dice_before_us"], rec["dice_after_us"] = tune["before_us"], tune["after_us"]
-        rec["dice_captured_us"] = tune.get("captured_us")  # dice tune's own capture-alone time
-        rec["memory_format"] = (tune.get("memory_format") or {}).get("format")
-        rec["attention"] = (tune.get("attention") or {}).get("choice")
-    except (OSError, ValueError, KeyError) as e:
-        rec.setdefault("error", f"no tune report: {e}")
+    run_dice_tune(pt, served_pt, inputs, args, rec)
     # The tuned model served from the cache, in this process, same timer.
     os.environ["DICE_MODE"] = "cache"
     os.environ["DICE_CACHE_DIR"] = args.cache
@@ -395,14 +415,7 @@ def run_task(path, args):
             rec["decided_us"] = us["decided"] if dice_groups_in_last_graph() == 0 else None
     # What the served model did per fusion group during this task: hits
     # (winner kernel ran) and fallbacks with their reasons.
-    rec["serving"] = []
-    for g in group_stats():
-        old = stats_before.get(g["id"], {})
-        calls = g["calls"] - old.get("calls", 0)
-        if calls:
-            reasons = {r: n - old.get("fallback_reasons", {}).get(r, 0) for r, n in g["fallback_reasons"].items()}
-            rec["serving"].append({"group": g["summary"], "calls": calls, "hits": g["hits"] - old.get("hits", 0),
-                                   "fallback_reasons": {r: n for r, n in reasons.items() if n}})
+    rec["serving"] = serving_since(stats_before)
     del compiled, ma, fz, dm, cap, dec, rp, ro
     torch.cuda.empty_cache()
     os.environ["DICE_MODE"] = "off"

@@ -121,6 +121,160 @@ nlohmann::json ProfileJson(const dice::generator::DecodeResult& r) {
                         {"commits", p.commits},          {"captures", p.captures}};
 }
 
+// Parses `text`, a comma-separated list of the words `a` and `b` (the
+// --cuda-graphs, --path, --fused and --gemv modes), into `out`: true for
+// `yes`, false for the other; an empty list is {empty_default}. Any other
+// word: prints the error (naming `flag`) and returns false.
+bool ParseTwoWordList(const std::string& text, const char* flag, const char* a, const char* b, const char* yes,
+                      bool empty_default, std::vector<bool>* out) {
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item == a || item == b) {
+      out->push_back(item == yes);
+    } else {
+      std::fprintf(stderr, "sdar_decode_bench: error: %s '%s': each item must be %s or %s\n", flag, text.c_str(), a,
+                   b);
+      return false;
+    }
+  }
+  if (out->empty()) out->push_back(empty_default);
+  return true;
+}
+
+// The --tiny shape (bench/configs/sdar-tiny.json-like).
+dice::generator::SdarConfig TinyConfig() {
+  dice::generator::SdarConfig c;
+  c.hidden_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.intermediate_size = 128;
+  c.vocab_size = 512;
+  c.max_position_embeddings = 1024;
+  c.mask_token_id = 511;
+  return c;
+}
+
+// The flags every row shares.
+struct RowSettings {
+  int64_t prompt_len, new_tokens, steps;
+  std::string dtype;
+  bool profile;
+};
+
+// --dry-run: the line of one row that would run.
+void PrintDryRunRow(const std::string& name, const RowSettings& s, int64_t batch, bool graphs, bool old_path,
+                    bool fuse, bool gemv) {
+  std::printf("dry run: %s batch %lld prompt %lld new %lld steps %lld graphs %s path %s fused %s "
+              "gemv %s (merge_commit %d, masked_logits_only %d)\n",
+              name.c_str(), static_cast<long long>(batch), static_cast<long long>(s.prompt_len),
+              static_cast<long long>(s.new_tokens), static_cast<long long>(s.steps), graphs ? "on" : "off",
+              old_path ? "old" : "new", fuse ? "on" : "off", gemv ? "on" : "off", old_path ? 0 : 1,
+              old_path ? 0 : 1);
+}
+
+// One row: a short warm-up decode, the timed decode (peak memory on CUDA),
+// its table line and JSON line (when `json_out` is open), and with
+// --profile a profiled decode's phase table. Returns false when a decode
+// failed (its error printed; a failed warm-up or timed decode ends the row).
+bool RunRow(const dice::generator::SdarModel& model, const std::string& name,
+            const dice::generator::SdarConfig& config, const std::vector<int32_t>& prompt, const torch::Device& dev,
+            const RowSettings& s, int64_t batch, bool graphs, bool old_path, bool fuse, bool gemv,
+            std::ofstream& json_out) {
+  bool ok = true;
+  dice::generator::DecodeOptions o;
+  o.remasking = dice::generator::Remasking::kStatic;
+  o.denoising_steps = s.steps;
+  o.eos_ids.clear();
+  o.num_samples = batch;
+  o.cuda_graphs = graphs;
+  o.merge_commit = !old_path;
+  o.masked_logits_only = !old_path;
+  o.max_new_tokens = std::min<int64_t>(s.new_tokens, 2 * config.block_size);  // warm-up
+  auto warm = dice::generator::Decode(model, prompt, o);
+  if (!warm.ok()) {
+    std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
+                 static_cast<long long>(batch), warm.status().ToString().c_str());
+    return false;
+  }
+  o.max_new_tokens = s.new_tokens;
+  if (dev.is_cuda()) {
+    torch::cuda::synchronize();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(dev.index() < 0 ? 0 : dev.index());
+  }
+  auto r = dice::generator::Decode(model, prompt, o);
+  if (dev.is_cuda()) torch::cuda::synchronize();
+  if (!r.ok()) {
+    std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
+                 static_cast<long long>(batch), r.status().ToString().c_str());
+    return false;
+  }
+  double peak_gib = 0;
+  if (dev.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(dev.index() < 0 ? 0 : dev.index());
+    peak_gib = static_cast<double>(
+                   stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
+               (1024.0 * 1024.0 * 1024.0);
+  }
+  int64_t generated = 0;
+  for (const auto& t : r->tokens) generated += static_cast<int64_t>(t.size());
+  const double tps = r->seconds > 0 ? generated / r->seconds : 0.0;
+  const int64_t blocks = static_cast<int64_t>(r->steps_per_block.size());
+  const double forwards_per_block =
+      blocks > 0 ? static_cast<double>(r->denoising_steps + r->commit_forwards) / blocks : 0.0;
+  std::printf("%-40s %6lld %8lld %6lld %10.3f %12.1f %9lld %7.3f %6s %5s %5s %9.2f\n", name.c_str(),
+              static_cast<long long>(batch), static_cast<long long>(s.prompt_len),
+              static_cast<long long>(s.new_tokens), r->seconds, tps, static_cast<long long>(r->forward_passes),
+              forwards_per_block, graphs ? "on" : "off", old_path ? "old" : "new",
+              fuse ? (gemv ? "gemv" : "on") : "off", peak_gib);
+  std::fflush(stdout);
+  const std::string impl = std::string(graphs ? "dice-cpp-graphs" : "dice-cpp") + (old_path ? "-old" : "") +
+                           (fuse ? (gemv ? "-gemv" : "") : "-unfused");
+  nlohmann::json row{{"impl", impl},
+                     {"config", name},
+                     {"batch", batch},
+                     {"prompt", s.prompt_len},
+                     {"new_tokens", s.new_tokens},
+                     {"steps", s.steps},
+                     {"dtype", s.dtype},
+                     {"device", dev.str()},
+                     {"cuda_graphs", graphs},
+                     {"seconds", r->seconds},
+                     {"generated_tokens", generated},
+                     {"tokens_per_s", tps},
+                     {"forward_passes", r->forward_passes},
+                     {"path", old_path ? "old" : "new"},
+                     {"fused", fuse},
+                     {"gemv", fuse && gemv},
+                     {"fused_elementwise", model.fused_elementwise()},
+                     {"fused_note", model.fused_elementwise_note()},
+                     {"merge_commit", o.merge_commit},
+                     {"masked_logits_only", o.masked_logits_only},
+                     {"forwards_per_block", forwards_per_block},
+                     {"commit_forwards", r->commit_forwards},
+                     {"merged_commits", r->merged_commits},
+                     {"peak_gib", peak_gib}};
+  if (s.profile) {
+    o.profile = true;
+    auto p = dice::generator::Decode(model, prompt, o);
+    if (!p.ok()) {
+      std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld (profiled): %s\n", name.c_str(),
+                   static_cast<long long>(batch), p.status().ToString().c_str());
+      ok = false;
+    } else {
+      std::printf("profile: %s batch %lld graphs %s path %s\n", name.c_str(), static_cast<long long>(batch),
+                  graphs ? "on" : "off", old_path ? "old" : "new");
+      PrintProfile(*p);
+      std::fflush(stdout);
+      row["profile"] = ProfileJson(*p);
+    }
+  }
+  if (json_out.is_open()) json_out << row.dump() << "\n";
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -159,17 +313,7 @@ int main(int argc, char** argv) {
 
   std::vector<std::pair<std::string, dice::generator::SdarConfig>> shapes;
   if (tiny) {
-    dice::generator::SdarConfig c;
-    c.hidden_size = 64;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 16;
-    c.intermediate_size = 128;
-    c.vocab_size = 512;
-    c.max_position_embeddings = 1024;
-    c.mask_token_id = 511;
-    shapes.emplace_back("tiny", c);
+    shapes.emplace_back("tiny", TinyConfig());
     device = "cpu";
     dtype = "f32";
     prompt_len = 16;
@@ -195,64 +339,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sdar_decode_bench: error: --batch '%s' is not a comma-separated list\n", batches.c_str());
     return 2;
   }
-  std::vector<bool> graph_modes;
-  {
-    std::stringstream ss(graphs_modes);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      if (item == "on" || item == "off") {
-        graph_modes.push_back(item == "on");
-      } else {
-        std::fprintf(stderr, "sdar_decode_bench: error: --cuda-graphs '%s': each item must be on or off\n",
-                     graphs_modes.c_str());
-        return 2;
-      }
-    }
-    if (graph_modes.empty()) graph_modes.push_back(false);
-  }
-  std::vector<bool> old_paths;  // true: the decoder before issue 19 item 3
-  {
-    std::stringstream ss(paths);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      if (item == "new" || item == "old") {
-        old_paths.push_back(item == "old");
-      } else {
-        std::fprintf(stderr, "sdar_decode_bench: error: --path '%s': each item must be new or old\n", paths.c_str());
-        return 2;
-      }
-    }
-    if (old_paths.empty()) old_paths.push_back(false);
-  }
-  std::vector<bool> fuse_list;  // true: SdarModelOptions::fuse_projections and fuse_elementwise
-  {
-    std::stringstream ss(fused_modes);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      if (item == "on" || item == "off") {
-        fuse_list.push_back(item == "on");
-      } else {
-        std::fprintf(stderr, "sdar_decode_bench: error: --fused '%s': each item must be on or off\n",
-                     fused_modes.c_str());
-        return 2;
-      }
-    }
-    if (fuse_list.empty()) fuse_list.push_back(true);
-  }
-  std::vector<bool> gemv_list;  // DICE_SDAR_GEMV for a --fused on build (sdar_fused_kernels.h skinny_gemv)
-  {
-    std::stringstream ss(gemv_modes);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      if (item == "on" || item == "off") {
-        gemv_list.push_back(item == "on");
-      } else {
-        std::fprintf(stderr, "sdar_decode_bench: error: --gemv '%s': each item must be on or off\n",
-                     gemv_modes.c_str());
-        return 2;
-      }
-    }
-    if (gemv_list.empty()) gemv_list.push_back(true);
+  std::vector<bool> graph_modes, old_paths, fuse_list, gemv_list;
+  // old_paths: true = the decoder before issue 19 item 3; fuse_list: true =
+  // SdarModelOptions::fuse_projections and fuse_elementwise; gemv_list:
+  // DICE_SDAR_GEMV for a --fused on build (sdar_fused_kernels.h skinny_gemv).
+  if (!ParseTwoWordList(graphs_modes, "--cuda-graphs", "on", "off", "on", false, &graph_modes) ||
+      !ParseTwoWordList(paths, "--path", "new", "old", "old", false, &old_paths) ||
+      !ParseTwoWordList(fused_modes, "--fused", "on", "off", "on", true, &fuse_list) ||
+      !ParseTwoWordList(gemv_modes, "--gemv", "on", "off", "on", true, &gemv_list)) {
+    return 2;
   }
   // (fuse, gemv) model builds in order; gemv only varies for fused builds.
   std::vector<std::pair<bool, bool>> builds;
@@ -270,19 +365,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sdar_decode_bench: error: --device '%s' is not a device\n", device.c_str());
     return 2;
   }
+  const RowSettings settings{prompt_len, new_tokens, steps, dtype, profile};
   if (dry_run) {
     for (const auto& [name, config] : shapes) {
       for (const auto& [fuse, gemv] : builds) {
         for (int64_t batch : batch_sizes) {
           for (bool graphs : graph_modes) {
-            for (bool old_path : old_paths) {
-              std::printf("dry run: %s batch %lld prompt %lld new %lld steps %lld graphs %s path %s fused %s "
-                          "gemv %s (merge_commit %d, masked_logits_only %d)\n",
-                          name.c_str(), static_cast<long long>(batch), static_cast<long long>(prompt_len),
-                          static_cast<long long>(new_tokens), static_cast<long long>(steps), graphs ? "on" : "off",
-                          old_path ? "old" : "new", fuse ? "on" : "off", gemv ? "on" : "off", old_path ? 0 : 1,
-                          old_path ? 0 : 1);
-            }
+            for (bool old_path : old_paths) PrintDryRunRow(name, settings, batch, graphs, old_path, fuse, gemv);
           }
         }
       }
@@ -320,97 +409,10 @@ int main(int argc, char** argv) {
       for (int64_t batch : batch_sizes) {
         for (bool graphs : graph_modes) {
           for (bool old_path : old_paths) {
-            dice::generator::DecodeOptions o;
-            o.remasking = dice::generator::Remasking::kStatic;
-            o.denoising_steps = steps;
-            o.eos_ids.clear();
-            o.num_samples = batch;
-            o.cuda_graphs = graphs;
-            o.merge_commit = !old_path;
-            o.masked_logits_only = !old_path;
-            o.max_new_tokens = std::min<int64_t>(new_tokens, 2 * config.block_size);  // warm-up
-            auto warm = dice::generator::Decode(*model, prompt, o);
-            if (!warm.ok()) {
-              std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
-                           static_cast<long long>(batch), warm.status().ToString().c_str());
+            if (!RunRow(*model, name, config, prompt, mo.device, settings, batch, graphs, old_path, fuse, gemv,
+                        json_out)) {
               failed = true;  // the other rows still run (a graph capture may fail alone)
-              continue;
             }
-            o.max_new_tokens = new_tokens;
-            if (mo.device.is_cuda()) {
-              torch::cuda::synchronize();
-              c10::cuda::CUDACachingAllocator::resetPeakStats(mo.device.index() < 0 ? 0 : mo.device.index());
-            }
-            auto r = dice::generator::Decode(*model, prompt, o);
-            if (mo.device.is_cuda()) torch::cuda::synchronize();
-            if (!r.ok()) {
-              std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld: %s\n", name.c_str(),
-                           static_cast<long long>(batch), r.status().ToString().c_str());
-              failed = true;  // the other rows still run (a graph capture may fail alone)
-              continue;
-            }
-            double peak_gib = 0;
-            if (mo.device.is_cuda()) {
-              const auto stats =
-                  c10::cuda::CUDACachingAllocator::getDeviceStats(mo.device.index() < 0 ? 0 : mo.device.index());
-              peak_gib = static_cast<double>(
-                             stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
-                         (1024.0 * 1024.0 * 1024.0);
-            }
-            int64_t generated = 0;
-            for (const auto& t : r->tokens) generated += static_cast<int64_t>(t.size());
-            const double tps = r->seconds > 0 ? generated / r->seconds : 0.0;
-            const int64_t blocks = static_cast<int64_t>(r->steps_per_block.size());
-            const double forwards_per_block =
-                blocks > 0 ? static_cast<double>(r->denoising_steps + r->commit_forwards) / blocks : 0.0;
-            std::printf("%-40s %6lld %8lld %6lld %10.3f %12.1f %9lld %7.3f %6s %5s %5s %9.2f\n", name.c_str(),
-                        static_cast<long long>(batch), static_cast<long long>(prompt_len),
-                        static_cast<long long>(new_tokens), r->seconds, tps, static_cast<long long>(r->forward_passes),
-                        forwards_per_block, graphs ? "on" : "off", old_path ? "old" : "new",
-                        fuse ? (gemv ? "gemv" : "on") : "off", peak_gib);
-            std::fflush(stdout);
-            const std::string impl = std::string(graphs ? "dice-cpp-graphs" : "dice-cpp") + (old_path ? "-old" : "") +
-                                     (fuse ? (gemv ? "-gemv" : "") : "-unfused");
-            nlohmann::json row{{"impl", impl},
-                               {"config", name},
-                               {"batch", batch},
-                               {"prompt", prompt_len},
-                               {"new_tokens", new_tokens},
-                               {"steps", steps},
-                               {"dtype", dtype},
-                               {"device", mo.device.str()},
-                               {"cuda_graphs", graphs},
-                               {"seconds", r->seconds},
-                               {"generated_tokens", generated},
-                               {"tokens_per_s", tps},
-                               {"forward_passes", r->forward_passes},
-                               {"path", old_path ? "old" : "new"},
-                               {"fused", fuse},
-                               {"gemv", fuse && gemv},
-                               {"fused_elementwise", model->fused_elementwise()},
-                               {"fused_note", model->fused_elementwise_note()},
-                               {"merge_commit", o.merge_commit},
-                               {"masked_logits_only", o.masked_logits_only},
-                               {"forwards_per_block", forwards_per_block},
-                               {"commit_forwards", r->commit_forwards},
-                               {"merged_commits", r->merged_commits},
-                               {"peak_gib", peak_gib}};
-            if (profile) {
-              o.profile = true;
-              auto p = dice::generator::Decode(*model, prompt, o);
-              if (!p.ok()) {
-                std::fprintf(stderr, "sdar_decode_bench: error: %s batch %lld (profiled): %s\n", name.c_str(),
-                             static_cast<long long>(batch), p.status().ToString().c_str());
-                failed = true;
-              } else {
-                std::printf("profile: %s batch %lld graphs %s path %s\n", name.c_str(), static_cast<long long>(batch),
-                            graphs ? "on" : "off", old_path ? "old" : "new");
-                PrintProfile(*p);
-                std::fflush(stdout);
-                row["profile"] = ProfileJson(*p);
-              }
-            }
-            if (json_out.is_open()) json_out << row.dump() << "\n";
           }
         }
       }
