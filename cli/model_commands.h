@@ -14,9 +14,10 @@
 // file, --input spec, cache directory, a model that does not run on the
 // inputs), 3 --require-gpu without a GPU.
 //
-// The three share one file because each includes LibTorch (about a minute
-// and 2 GB of compile per file); it also holds the CLI's PyTorch boundary
-// (RunAtTorchBoundary in command.h).
+// Each file that includes LibTorch costs about a minute and 2 GB of compile,
+// so they take two: tune_command.cc (`tune`) and model_commands.cc (`run`,
+// `profile`, the model loading and timing all three share, model_common.h,
+// and the CLI's PyTorch boundary, RunAtTorchBoundary in command.h).
 #pragma once
 
 #include <CLI/CLI.hpp>
