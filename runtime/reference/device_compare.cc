@@ -7,6 +7,18 @@
 #include <string>
 
 namespace dice::reference {
+
+SecondOpinion SecondOpinionFor(const ir::Graph& g, ir::DType out_dtype, int64_t out_numel, int64_t max_input_numel) {
+  int ops = 0;
+  for (const auto& op : g.ops) {
+    if (ir::GetOpInfo(op.kind).category == ir::OpCategory::kContraction) return SecondOpinion::kNormwise;
+    if (op.kind != ir::OpKind::kConstant) ++ops;
+  }
+  if (out_numel * 8 <= max_input_numel) return SecondOpinion::kElementwise;
+  const bool reduced = out_dtype == ir::DType::kBFloat16 || out_dtype == ir::DType::kFloat16;
+  return reduced && ops >= 2 ? SecondOpinion::kElementwise : SecondOpinion::kNone;
+}
+
 namespace {
 
 std::string FormatValue(double v) {

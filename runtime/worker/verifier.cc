@@ -129,27 +129,26 @@ Status FillReference(const Session& ss, Trial* t) {
     t->refs.push_back(r.contiguous());
     t->ref_dtypes.push_back(*dt);
   }
-  // Reduction outputs (much smaller than the largest input): summation order
-  // alone moves them, so PyTorch's own error against float64 widens the limit
-  // (CompareTensors' slack). Outputs as large as an input get none.
-  // A contraction (GEMM) sums K products into every output, so all of its
-  // outputs get the float64 second opinion, norm-wise (NormwiseErrorSlack:
-  // issue 18 item 4).
+  // The float64 second opinion (reference::SecondOpinionFor): norm-wise for
+  // a group with a contraction, element-wise for reduction outputs and for
+  // float16/bfloat16 outputs of op chains (PyTorch rounds each op, a fused
+  // kernel keeps float32 between them); none for the rest.
   int64_t max_in = 0;
   for (const auto& in : t->inputs) max_in = std::max<int64_t>(max_in, in.numel());
-  bool contraction = false;
-  for (const auto& op : ss.graph.ops) contraction = contraction || ir::GetOpInfo(op.kind).category == ir::OpCategory::kContraction;
-  auto needs_slack = [&](const at::Tensor& r) { return contraction || r.numel() * 8 <= max_in; };
-  bool any_reduced = false;
-  for (const auto& r : t->refs) any_reduced = any_reduced || needs_slack(r);
+  std::vector<reference::SecondOpinion> opinion;
+  bool any = false;
+  for (size_t k = 0; k < t->refs.size(); ++k) {
+    opinion.push_back(reference::SecondOpinionFor(ss.graph, ss.outputs[k].dtype, t->refs[k].numel(), max_in));
+    any = any || opinion.back() != reference::SecondOpinion::kNone;
+  }
   t->slack.assign(t->refs.size(), at::Tensor());
-  if (any_reduced) {
+  if (any) {
     auto ref64 = reference::Run(ss.graph, t->inputs, /*upcast=*/true);
     if (!ref64.ok()) return ref64.status().WithContext("float64 reference executor (" + t->label + ")");
     for (size_t k = 0; k < t->refs.size(); ++k) {
-      if (contraction) {
+      if (opinion[k] == reference::SecondOpinion::kNormwise) {
         t->slack[k] = reference::NormwiseErrorSlack(t->refs[k], (*ref64)[k]);
-      } else if (needs_slack(t->refs[k])) {
+      } else if (opinion[k] == reference::SecondOpinion::kElementwise) {
         t->slack[k] = reference::ReferenceErrorSlack(t->refs[k], (*ref64)[k]);
       }
     }

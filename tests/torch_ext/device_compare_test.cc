@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "dice/core/ir_builder.h"
 #include "dice/reference/device_compare.h"
 #include "dice/reference/reference_executor.h"
 
@@ -183,5 +184,59 @@ TEST(DeviceCompareTest, NormwiseSlackAdmitsAnotherGemmSummationOrderAndRejectsAW
   EXPECT_FALSE(CompareTensors(no_relu, ref, tol, &normwise).ok);
   EXPECT_FALSE(CompareTensors(ref + 1.0, ref, tol, &normwise).ok);
 }
+
+// The rule of which outputs get the float64 second opinion, on small graphs.
+TEST(DeviceCompareTest, SecondOpinionRuleByGroupKindAndDtype) {
+  ir::GraphBuilder chain;  // x * c + y * s: four rounding points in PyTorch's bf16
+  const int x = chain.Input(ir::DType::kBFloat16, 2), c = chain.Input(ir::DType::kBFloat16, 2);
+  const int y = chain.Input(ir::DType::kBFloat16, 2), sn = chain.Input(ir::DType::kBFloat16, 2);
+  chain.Output(chain.Op(ir::OpKind::kAdd, {chain.Op(ir::OpKind::kMul, {x, c}), chain.Op(ir::OpKind::kMul, {y, sn})}));
+  ir::GraphBuilder one;  // relu(x) with a constant that is not an op: one rounding point
+  const int in = one.Input(ir::DType::kBFloat16, 2);
+  one.Const(2.0);
+  one.Output(one.Op(ir::OpKind::kRelu, {in}));
+  ir::GraphBuilder gemm;
+  const int a = gemm.Input(ir::DType::kFloat32, 2), w = gemm.Input(ir::DType::kFloat32, 2);
+  gemm.Output(gemm.Op(ir::OpKind::kRelu, {gemm.Op(ir::OpKind::kLinear, {a, w})}));
+
+  EXPECT_EQ(SecondOpinionFor(chain.g, ir::DType::kBFloat16, 4096, 4096), SecondOpinion::kElementwise);
+  EXPECT_EQ(SecondOpinionFor(chain.g, ir::DType::kFloat16, 4096, 4096), SecondOpinion::kElementwise);
+  EXPECT_EQ(SecondOpinionFor(chain.g, ir::DType::kFloat32, 4096, 4096), SecondOpinion::kNone);
+  EXPECT_EQ(SecondOpinionFor(one.g, ir::DType::kBFloat16, 4096, 4096), SecondOpinion::kNone);
+  EXPECT_EQ(SecondOpinionFor(one.g, ir::DType::kFloat32, 512, 4096), SecondOpinion::kElementwise);  // a reduction's size
+  EXPECT_EQ(SecondOpinionFor(gemm.g, ir::DType::kFloat32, 4096, 4096), SecondOpinion::kNormwise);
+  EXPECT_EQ(SecondOpinionFor(gemm.g, ir::DType::kBFloat16, 64, 4096), SecondOpinion::kNormwise);
+}
+
+// A bf16 chain computed in float32 and rounded once (what a fused kernel and
+// Inductor do) differs from PyTorch's op-by-op rounding by a few ulp where
+// the terms cancel (the SDAR decoder's q/k RMSNorm + RoPE group on the H100:
+// 1-5 of ~10^6 elements past the 1e-2 limit). The element-wise second opinion
+// admits it; a wrong sign or a 5% error where nothing cancels still fails.
+TEST(DeviceCompareTest, ElementwiseSlackAdmitsABfloat16ChainRoundedOnceAndRejectsWrongOnes) {
+  at::manual_seed(11);
+  at::Tensor x = (at::randn({1024, 1024}) * 10).to(at::kBFloat16), y = (at::randn({1024, 1024}) * 10).to(at::kBFloat16);
+  at::Tensor c = at::rand({1024, 1024}).to(at::kBFloat16), sn = at::rand({1024, 1024}).to(at::kBFloat16);
+  const at::Tensor ref = x * c + y * sn;  // bf16 ops: each product and the sum rounded
+  const at::Tensor ref64 = x.to(at::kDouble) * c.to(at::kDouble) + y.to(at::kDouble) * sn.to(at::kDouble);
+  const at::Tensor fused = (x.to(at::kFloat) * c.to(at::kFloat) + y.to(at::kFloat) * sn.to(at::kFloat)).to(at::kBFloat16);
+  const runtime::Tolerance tol = runtime::Tolerance::ForDType(ir::DType::kBFloat16);
+  const at::Tensor slack = ReferenceErrorSlack(ref, ref64);
+
+  const runtime::CompareResult plain = CompareTensors(fused, ref, tol);
+  EXPECT_FALSE(plain.ok) << "the seed no longer shows the cancellation this test is about";
+  EXPECT_GT(plain.num_bad, 0);
+  const runtime::CompareResult with_slack = CompareTensors(fused, ref, tol, &slack);
+  EXPECT_TRUE(with_slack.ok) << with_slack.reason;
+
+  EXPECT_FALSE(CompareTensors((x * c - y * sn), ref, tol, &slack).ok);
+  at::Tensor off = fused.clone();
+  const int64_t big = ref.abs().flatten().argmax().item<int64_t>();
+  off.view({-1})[big] = (off.view({-1})[big].to(at::kFloat) * 1.05).to(at::kBFloat16);
+  const runtime::CompareResult r = CompareTensors(off, ref, tol, &slack);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.first_bad_index, big);
+}
+
 }  // namespace
 }  // namespace dice::reference

@@ -12,6 +12,7 @@
 
 #include <ATen/ATen.h>
 
+#include "dice/core/ir.h"
 #include "dice/runtime/comparator.h"
 
 namespace dice::reference {
@@ -47,6 +48,24 @@ at::Tensor ReferenceErrorSlack(const at::Tensor& ref, const at::Tensor& ref64);
 /// at K = 1024, 38 of 524,288 elements); the norm-wise one asks a candidate
 /// to be as close to the exact product as PyTorch is, in the max norm.
 at::Tensor NormwiseErrorSlack(const at::Tensor& ref, const at::Tensor& ref64);
+
+/// Which float64 second opinion the verifier gives one output of a group
+/// (DESIGN.md "Verification"; docs/DECISIONS.md "Reduction outputs get
+/// slack", "Norm-wise slack for contractions", "Reduced-precision chains get
+/// slack"): none (the per-dtype limit alone), element-wise
+/// (ReferenceErrorSlack) or norm-wise (NormwiseErrorSlack).
+enum class SecondOpinion { kNone, kElementwise, kNormwise };
+
+/// The rule, in this order: a group with a contraction (GEMM, conv): norm-wise
+/// for every output; an output at least 8x smaller than the largest input (a
+/// reduction's summation order moves it): element-wise; a float16/bfloat16
+/// output of a group of two or more ops (constants not counted): element-wise,
+/// since PyTorch rounds every op's value to the dtype while a fused kernel
+/// keeps float32 between ops, as Inductor does, and the two differ by a few
+/// ulp where terms cancel; otherwise none. `out_dtype` and `out_numel` describe
+/// the output, `max_input_numel` the group's largest input (elements). Pure;
+/// no errors.
+SecondOpinion SecondOpinionFor(const ir::Graph& g, ir::DType out_dtype, int64_t out_numel, int64_t max_input_numel);
 
 /// Sums over every byte a tensor's storage holds (not only the elements its
 /// view spans: a strided input's gaps and alignment offset too), taken as
