@@ -9,7 +9,8 @@
 # Lists: level3-dev, level2-20, gpt2 (the GPT-2-style block, bf16 and float32).
 # Variants: eager, torch.compile default, reduce-overhead (CUDA graphs: dice's
 # replay is compared with it) and dice (tune-sync, rest=inductor), cold Inductor
-# cache, first-call times recorded. Env: BUDGET_S (default 480), VARIANTS,
+# cache, first-call times recorded. Env: BUDGET_S (default 480), CAP_S (cap on
+# max-autotune's first call, s: --first-call-cap-s; default none), VARIANTS,
 # ROWS (the rows file's name under $OUT and .gpu-carry, default
 # compile_list.jsonl: a second pass such as VARIANTS=inductor,max-autotune
 # ROWS=max_autotune.jsonl resumes apart from the first).
@@ -34,6 +35,7 @@ sel=(--list "$list")
 DICE_LOG_LEVEL=info PYTHONPATH=torch_ext/python timeout $(( ${BUDGET_S:-480} + 60 )) python3 -u bench/torch_compile_bench.py \
   --kb .deps/kernelbench "${sel[@]}" --variants "${VARIANTS:-eager,inductor,reduce-overhead,dice}" \
   --cold-inductor-cache --cache /tmp/dice-compile-list-cache --time-budget-s "${BUDGET_S:-480}" --skip-done \
+  --first-call-cap-s "${CAP_S:-0}" \
   --out "$rows" > "$OUT/compile_list_$list.log" 2>&1
 echo "rc $? (tree $git_rev); rows now: $(wc -l < "$rows")"
 tail -12 "$OUT/compile_list_$list.log"

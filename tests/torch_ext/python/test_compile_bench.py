@@ -3,6 +3,7 @@ which workloads get the float64 second opinion, the workload lists, and
 kernelbench_bench's attribution of a speedup."""
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,32 @@ def test_each_variant_starts_from_the_models_state_and_a_repeat_failure_stays_it
     assert all(v[n]["correct"] for n in ("eager", "flaky", "other")), v
     assert "repeat call" in v["flaky"]["error"] and "us" not in v["flaky"]
     assert "error" not in v["eager"] and v["eager"]["us"] > 0 and v["other"]["us"] > 0
+
+
+def test_a_capped_first_call_is_stopped_recorded_and_the_other_variants_still_run(monkeypatch):
+    def make_variant(name, model, args):
+        if name != "slow":
+            return model
+
+        def slow(*xs):  # a compile that takes long: Python keeps running, as in autotuning
+            t0 = time.time()
+            while time.time() - t0 < 5.0:
+                time.sleep(0.01)
+            return model(*xs)
+        return slow
+
+    monkeypatch.setattr(bench, "make_variant", make_variant)
+    args = type("Args", (), {"variants": ["eager", "slow", "other"], "reps": 3, "device": "cpu",
+                             "kernel_sum": False, "first_call_cap_s": 0.5, "cap_variants": ["slow"]})()
+    t0 = time.time()
+    rec = bench.run_workload("counter", _Counter(), [torch.ones(4)], args)
+    assert time.time() - t0 < 4.0
+    v = rec["variants"]
+    assert v["slow"]["first_call_capped"] and 0.5 <= v["slow"]["first_call_s"] < 4.0, v["slow"]
+    assert "stopped after 0.5 s" in v["slow"]["error"], v["slow"]
+    assert "us" not in v["slow"] and v["eager"]["us"] > 0 and v["other"]["us"] > 0
+    assert "capped" not in v["other"]
+    table = bench.summarize([rec], args.variants)
+    assert "> 1 s compile" in table or "> 0 s compile" in table, table
+    # Not named in --cap-variants: no cap.
+    assert bench.first_call_cap_s("other", args) == 0.0 and bench.first_call_cap_s("slow", args) == 0.5
