@@ -1,6 +1,10 @@
 // The SDAR decoder's fusion groups served by dice's own runtime
 // (sdar_served_groups.h, SdarModelOptions::serve_groups) on CUDA (ctest
-// label `gpu`; each test skips without a device): in tune-sync mode with a
+// label `gpu`; each test skips without a device): without
+// DICE_SDAR_SERVE_FORCE each winner is timed against the hand-written kernel
+// at load and the decision recorded with both times (which one wins is not
+// asserted: timing is no test). The numerics tests force serving
+// (DICE_SDAR_SERVE_FORCE=1): in tune-sync mode with a
 // fresh cache the groups are tuned at load and served; f32 logits stay
 // within 1e-4 of the unfused LibTorch path; greedy tokens are equal with
 // CUDA graphs on and off; a second model in cache mode is served the same
@@ -12,6 +16,7 @@
 #include <torch/cuda.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <unistd.h>
 #include <string>
@@ -70,6 +75,16 @@ SdarModel Make(torch::ScalarType dtype, bool fuse, bool serve) {
   return std::move(*m);
 }
 
+// DICE_SDAR_SERVE_FORCE=1 while in scope: every winner served untimed, so
+// the served path's numerics are checked whatever the timing says.
+class ForceServing {
+ public:
+  ForceServing() { ::setenv("DICE_SDAR_SERVE_FORCE", "1", 1); }
+  ~ForceServing() { ::unsetenv("DICE_SDAR_SERVE_FORCE"); }
+  ForceServing(const ForceServing&) = delete;
+  ForceServing& operator=(const ForceServing&) = delete;
+};
+
 void PrintNotes(const SdarModel& m) {
   if (m.served_groups() == nullptr) return;
   for (const auto& n : m.served_groups()->notes()) std::printf("  %s\n", n.c_str());
@@ -77,6 +92,7 @@ void PrintNotes(const SdarModel& m) {
 
 TEST(SdarServedGroupsGpuTest, TunedAtLoadAndServedToASecondModel) {
   DICE_REQUIRE_CUDA();
+  const ForceServing force;
   UseMode(torch_ext::Mode::kTuneSync);
   const SdarModel tuned = Make(torch::kFloat32, true, true);
   ASSERT_NE(tuned.served_groups(), nullptr);
@@ -97,6 +113,7 @@ TEST(SdarServedGroupsGpuTest, TunedAtLoadAndServedToASecondModel) {
 
 TEST(SdarServedGroupsGpuTest, Float32LogitsMatchTheUnfusedPath) {
   DICE_REQUIRE_CUDA();
+  const ForceServing force;
   UseMode(torch_ext::Mode::kTuneSync);
   const SdarModel served = Make(torch::kFloat32, true, true), plain = Make(torch::kFloat32, false, false);
   ASSERT_NE(served.served_groups(), nullptr);
@@ -126,10 +143,49 @@ TEST(SdarServedGroupsGpuTest, Float32LogitsMatchTheUnfusedPath) {
 
 TEST(SdarServedGroupsGpuTest, GreedyTokensEqualWithGraphsOnAndOff) {
   DICE_REQUIRE_CUDA();
+  const ForceServing force;
   UseMode(torch_ext::Mode::kTuneSync);
   const SdarModel served = Make(torch::kFloat32, true, true), plain = Make(torch::kFloat32, false, false);
   testing::ExpectSameGreedyTokens(served, plain, {1, 2});
   PrintNotes(served);
+}
+
+// Without the force switch: each group with a winner at 4 and 8 rows is
+// timed against the hand-written kernel, its decision holds both medians
+// (> 0 µs) and says which runs, and Serves follows it. q and k share one
+// timing (the pair with the K/V store).
+TEST(SdarServedGroupsGpuTest, ServesAWinnerOnlyWhereTimedFasterThanTheHandKernel) {
+  DICE_REQUIRE_CUDA();
+  UseMode(torch_ext::Mode::kTuneSync);
+  for (torch::ScalarType dtype : {torch::kFloat32, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const SdarModel m = Make(dtype, true, true);
+    ASSERT_NE(m.served_groups(), nullptr);
+    PrintNotes(m);
+    const auto decisions = m.served_groups()->decisions();
+    ASSERT_EQ(decisions.size(), 2u * kNumSdarGroups) << "every group at 4 and 8 rows";
+    int timed = 0;
+    for (size_t i = 0; i < decisions.size(); ++i) {
+      const ServedDecision& d = decisions[i];
+      SCOPED_TRACE(std::string(SdarGroupName(d.group)) + " at " + std::to_string(d.rows) + " rows: " + d.why);
+      EXPECT_EQ(d.rows, i < static_cast<size_t>(kNumSdarGroups) ? 4 : 8);
+      EXPECT_EQ(m.served_groups()->Serves(d.group, d.rows), d.served);
+      const bool qk = d.group == SdarGroup::kQNormRope || d.group == SdarGroup::kKNormRope;
+      const int partner = d.group == SdarGroup::kQNormRope ? 1 : -1;
+      const bool lone_qk = qk && !decisions[i + partner].winner;
+      if (!d.winner || lone_qk) {
+        EXPECT_FALSE(d.served);
+        EXPECT_NE(d.why.find("hand-written kernel used"), std::string::npos);
+        continue;
+      }
+      ++timed;
+      EXPECT_GT(d.served_us, 0.0);
+      EXPECT_GT(d.hand_us, 0.0);
+      EXPECT_EQ(d.served, d.served_us < d.hand_us);
+      EXPECT_NE(d.why.find(" µs vs hand "), std::string::npos);
+    }
+    EXPECT_GT(timed, 0) << "tune-sync found no winner to time";
+  }
 }
 
 }  // namespace

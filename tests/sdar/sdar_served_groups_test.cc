@@ -215,15 +215,16 @@ TEST(SdarServedGroups, QkNormRopeIrComputesWhatTheUnfusedDecoderComputes) {
 TEST(SdarServedGroups, FallsBackWhenServingCannotStart) {
   SdarModelOptions o;
   o.serve_groups = true;
-  EXPECT_EQ(ServeSdarGroups(Tiny(), o, /*fused_on=*/true), nullptr);
-  EXPECT_EQ(ServeSdarGroups(Tiny(), o, /*fused_on=*/false), nullptr);
+  const HandKernelLaunch hand = [](const SdarTimingInputs&) {};  // the fused kernels loaded
+  EXPECT_EQ(ServeSdarGroups(Tiny(), o, hand), nullptr);
+  EXPECT_EQ(ServeSdarGroups(Tiny(), o, /*hand=*/nullptr), nullptr);
   o.serve_groups = false;
   ::testing::internal::CaptureStderr();
-  EXPECT_EQ(ServeSdarGroups(Tiny(), o, true), nullptr);
+  EXPECT_EQ(ServeSdarGroups(Tiny(), o, hand), nullptr);
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "") << "off: no message";
   ::setenv("DICE_SDAR_SERVE_GROUPS", "1", 1);  // turns it on without the option
   ::testing::internal::CaptureStderr();
-  EXPECT_EQ(ServeSdarGroups(Tiny(), o, true), nullptr);
+  EXPECT_EQ(ServeSdarGroups(Tiny(), o, hand), nullptr);
   const std::string said = ::testing::internal::GetCapturedStderr();
   ::unsetenv("DICE_SDAR_SERVE_GROUPS");
   EXPECT_NE(said.find("served fusion groups off, hand-written kernels used: not a CUDA device (cpu)"),
@@ -253,7 +254,9 @@ TEST(SdarServedGroups, UnservedGroupsAreReportedAndDeclined) {
   const torch_ext::Mode saved = o.mode;
   o.mode = torch_ext::Mode::kCache;
   torch_ext::SetRuntimeOptions(o);
-  auto served = SdarServedGroups::Create(Tiny(), torch::kFloat32, torch::kCPU);
+  int hand_calls = 0;  // nothing is timed on the CPU (no winner to time)
+  auto served = SdarServedGroups::Create(Tiny(), torch::kFloat32, torch::kCPU,
+                                         [&hand_calls](const SdarTimingInputs&) { ++hand_calls; });
   ASSERT_TRUE(served.ok()) << served.status().ToString();
   ::testing::internal::CaptureStderr();
   ASSERT_TRUE((*served)->Prepare(8).ok());
@@ -266,6 +269,18 @@ TEST(SdarServedGroups, UnservedGroupsAreReportedAndDeclined) {
   EXPECT_EQ(notes[2], "silu_mul at 8 rows: not served (no GPU); hand-written kernel used");
   EXPECT_EQ(notes[4], "qk_norm_rope.k at 8 rows: not served (no GPU); hand-written kernel used");
   for (int g = 0; g < kNumSdarGroups; ++g) EXPECT_FALSE((*served)->Serves(static_cast<SdarGroup>(g), 8));
+  const auto decisions = (*served)->decisions();
+  ASSERT_EQ(decisions.size(), 5u);
+  for (int g = 0; g < kNumSdarGroups; ++g) {
+    const ServedDecision& d = decisions[g];
+    EXPECT_EQ(d.group, static_cast<SdarGroup>(g));
+    EXPECT_EQ(d.rows, 8);
+    EXPECT_FALSE(d.winner || d.served);
+    EXPECT_EQ(d.served_us, 0.0);
+    EXPECT_EQ(d.hand_us, 0.0);
+    EXPECT_EQ(d.why, "not served (no GPU); hand-written kernel used");
+  }
+  EXPECT_EQ(hand_calls, 0);
   auto decls = DeclareSdarGroups(Tiny(), DType::kFloat32, 8);
   ASSERT_TRUE(decls.ok());
   int registered = 0;
@@ -283,6 +298,24 @@ TEST(SdarServedGroups, UnservedGroupsAreReportedAndDeclined) {
   EXPECT_FALSE(sum.defined() || norm.defined() || act.defined() || q.defined() || k.defined());
   o.mode = saved;
   torch_ext::SetRuntimeOptions(o);
+}
+
+// The rule Prepare applies to a timed winner: served only when its median
+// is below the hand-written kernel's; the note carries both times in µs.
+TEST(SdarServedGroups, ServesAWinnerOnlyWhenFasterThanTheHandKernel) {
+  const ServedDecision slower = DecideByTimes(SdarGroup::kAddRmsNorm, 4, 6.14, 4.2);
+  EXPECT_TRUE(slower.winner);
+  EXPECT_FALSE(slower.served);
+  EXPECT_EQ(slower.rows, 4);
+  EXPECT_EQ(slower.why, "hand-written kernel kept (served 6.1 µs vs hand 4.2 µs)");
+  const ServedDecision faster = DecideByTimes(SdarGroup::kSiluMul, 8, 3.1, 4.24);
+  EXPECT_TRUE(faster.served);
+  EXPECT_EQ(faster.served_us, 3.1);
+  EXPECT_EQ(faster.hand_us, 4.24);
+  EXPECT_EQ(faster.why, "served (served 3.1 µs vs hand 4.2 µs)");
+  const ServedDecision tie = DecideByTimes(SdarGroup::kQNormRope, 8, 5.0, 5.0, "q and k with the K/V store");
+  EXPECT_FALSE(tie.served) << "a tie keeps the hand-written kernel";
+  EXPECT_EQ(tie.why, "hand-written kernel kept (served 5.0 µs vs hand 5.0 µs, q and k with the K/V store)");
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // elementwise kernel calls. No spdlog/fmt here: LibTorch bundles its own fmt.
 #include "sdar_layer_steps.h"
 
+#include <c10/cuda/CUDAStream.h>
+
 #include <cmath>
 
 namespace dice::generator::sdar_layers {
@@ -126,6 +128,40 @@ torch::Tensor FusedLayerCalls::GateUpActivation(const torch::Tensor& m, const to
     }
   }
   return act;
+}
+
+HandKernelLaunch HandKernelsOf(std::shared_ptr<const SdarFusedKernels> fused) {
+  if (fused == nullptr) return nullptr;
+  return [fused](const SdarTimingInputs& in) {
+    const torch::Tensor& any = in.x.defined() ? in.x : in.gate_up.defined() ? in.gate_up : in.qkv;
+    void* stream = c10::cuda::getCurrentCUDAStream(any.device().index()).stream();
+    const SdarFusedShape& s = fused->shape();
+    const int64_t rows = in.rows;
+    switch (in.group) {
+      case SdarGroup::kRmsNorm:
+      case SdarGroup::kAddRmsNorm: {
+        const FusedLayerCalls calls{fused.get(), /*served=*/nullptr, in.x, stream, 1, rows, rows, /*skinny=*/false};
+        torch::Tensor sum, norm;
+        calls.AddNorm(in.delta, in.w, &sum, &norm);
+        break;
+      }
+      case SdarGroup::kSiluMul: {
+        auto act = torch::empty({1, rows, s.intermediate}, in.gate_up.options());
+        CheckLaunch(fused->SiluMul(Ptr(in.gate_up), act.data_ptr(), rows, stream));
+        break;
+      }
+      default: {
+        auto qo = torch::empty({1, rows, s.heads, s.head_dim}, in.qkv.options());
+        KvCacheWrite kvw;
+        kvw.k_cache = in.k_cache.data_ptr();
+        kvw.v_cache = in.v_cache.data_ptr();
+        kvw.capacity = in.k_cache.size(2);
+        CheckLaunch(fused->QkNormRope(Ptr(in.qkv), Ptr(in.q_norm), Ptr(in.k_norm), Ptr(in.cos), Ptr(in.sin),
+                                      qo.data_ptr(), nullptr, rows, rows, stream, &kvw));
+        break;
+      }
+    }
+  };
 }
 
 }  // namespace dice::generator::sdar_layers

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "dice/core/status.h"
@@ -80,5 +81,13 @@ struct FusedLayerCalls {
   // hand-written kernel.
   torch::Tensor GateUpActivation(const torch::Tensor& m, const torch::Tensor& gate_up_proj, int64_t inter) const;
 };
+
+// The hand-written kernels as the decoder launches them when a group is not
+// served, for SdarServedGroups' comparison (sdar_served_groups.h
+// HandKernelLaunch): the norms through FusedLayerCalls::AddNorm without a
+// served table, silu_mul as GateUpActivation's fallback, q/k as RunLayers'
+// direct form (one launch that also stores K/V into the cache). Null when
+// `fused` is (the kernels did not load). The launcher keeps `fused` alive.
+HandKernelLaunch HandKernelsOf(std::shared_ptr<const SdarFusedKernels> fused);
 
 }  // namespace dice::generator::sdar_layers

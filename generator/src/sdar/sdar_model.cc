@@ -253,7 +253,7 @@ Expected<SdarModel> SdarModel::Build(const SdarConfig& config, const SdarModelOp
     m.fused_note_ = std::string("fused elementwise kernels off: ") + e.what_without_backtrace();
     std::fprintf(stderr, "dice sdar: %s\n", m.fused_note_.c_str());
   }
-  m.served_ = ServeSdarGroups(c, options, m.fused_ != nullptr);
+  m.served_ = ServeSdarGroups(c, options, sdar_layers::HandKernelsOf(m.fused_));
   return m;
 }
 

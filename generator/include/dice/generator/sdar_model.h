@@ -76,9 +76,11 @@ struct SdarModelOptions {
   /// RMSNorm, RMSNorm, SiLU*up) and serve them from dice's own templates
   /// and cache through the runtime's public serving API
   /// (sdar_served_groups.h; what a miss does follows DICE_MODE: cache,
-  /// tune, tune-sync). A group not served at a forward's row count runs the
-  /// hand-written kernel (sdar_fused_kernels.h), with a message at load.
-  /// DICE_SDAR_SERVE_GROUPS=1 turns it on without code (benchmarks).
+  /// tune, tune-sync). A group is served at a row count only where its
+  /// winner is measured faster than the hand-written kernel
+  /// (sdar_fused_kernels.h) at load; elsewhere that kernel runs, with a
+  /// message at load. DICE_SDAR_SERVE_GROUPS=1 turns it on without code
+  /// (benchmarks); DICE_SDAR_SERVE_FORCE=1 serves every winner untimed.
   bool serve_groups = false;
   /// Token-row counts (batch x tokens of one forward) whose groups Load
   /// prepares (looks up or tunes); empty = {block_size}, the batch-1
