@@ -143,7 +143,7 @@ fi
 # the compile time in build/.ninja_log.
 WHAT=${BUILD_TARGETS:-every target, the test suites included}
 if [ ! -x "$BUILD_DIR/cli/dice" ] && [ -n "${BUILD_TARGETS:-}" ]; then
-  log "building $WHAT: a first build takes 9-12 minutes on 2 cores, 2-3 on 16 (LibTorch headers are heavy); scripts/test.sh builds the test suites"
+  log "building $WHAT: a first build takes 9-18 minutes on 2 free cores (more while other builds share them), 2-3 on 16 (LibTorch headers are heavy); scripts/test.sh builds the test suites"
 elif [ ! -x "$BUILD_DIR/cli/dice" ]; then
   log "building $WHAT: a first build takes 20-25 minutes on 2 cores, 3-4 on 16 (LibTorch headers are heavy)"
 elif [ -z "${BUILD_TARGETS:-}" ] && [ ! -x "$BUILD_DIR/tests/cli_tests" ]; then
