@@ -88,6 +88,12 @@ class RowEmitter {
     return "c" + std::to_string(id) + (cfg_.smem ? "[k - kbeg]" : "[it]");
   }
   std::string Tag() const;
+  // Element k of load `id` inside an element loop: the cached copy when
+  // `use_cache` and the load spans the reduced extent, else LoadAt(id, true).
+  std::string ElementLoad(int id, bool use_cache) const {
+    if (use_cache && lo_.nodes[id].kind == NodeKind::kLoad && HasRExtent(lo_, ri_, id)) return CachedAt(id);
+    return LoadAt(id, true);
+  }
   // A load (or rotate_half's sign, lowering.h) at this row and, with
   // `element`, element k; a rotated one reads rot_half away along its axis.
   std::string LoadAt(int id, bool element) const {

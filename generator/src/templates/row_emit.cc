@@ -124,10 +124,7 @@ void RowEmitter::EmitLevel(int level, const std::string& ind, std::string* s, bo
   ElementLoop(
       ind,
       [&](const std::string& in2) {
-        auto load = [&](int id) {
-          if (use_cache && lo_.nodes[id].kind == NodeKind::kLoad && HasRExtent(lo_, ri_, id)) return CachedAt(id);
-          return LoadAt(id, true);
-        };
+        auto load = [&](int id) { return ElementLoad(id, use_cache); };
         EmitNodes(lo_, targets, load, in2, s);
         for (int id : reds) {
           if (ri_.IsSecondary(id)) continue;
@@ -215,10 +212,7 @@ void RowEmitter::EmitOutputLoop(const std::vector<int>& targets, const std::stri
   ElementLoop(
       ind,
       [&](const std::string& in2) {
-        auto load = [&](int id) {
-          if (use_cache && lo_.nodes[id].kind == NodeKind::kLoad && HasRExtent(lo_, ri_, id)) return CachedAt(id);
-          return LoadAt(id, true);
-        };
+        auto load = [&](int id) { return ElementLoad(id, use_cache); };
         std::function<bool(int)> invariant = nullptr;
         if (reciprocals) invariant = [&](int id) { return !HasRExtent(lo_, ri_, id); };
         EmitNodes(lo_, targets, load, in2, s, invariant);
