@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -35,8 +36,9 @@ namespace {
 
 /// Why torch::jit::load refused `path`, for the two files people hand it
 /// most often by mistake: a torch.save archive (a pickled nn.Module or state
-/// dict: a zip with data.pkl but no TorchScript code), a file that is no
-/// zip archive at all, a directory (a models/ folder instead of its
+/// dict: a zip with data.pkl but no TorchScript code), a zip archive
+/// PyTorch did not write (named with the first line of its reader's
+/// error), a file that is no zip archive at all, a directory (a models/ folder instead of its
 /// model.pt) and a path that does not exist. "" when the file looks like a
 /// TorchScript archive (then PyTorch's own first line is the cause).
 std::string NotTorchScriptReason(const std::string& path) {
@@ -48,11 +50,22 @@ std::string NotTorchScriptReason(const std::string& path) {
     if (reader.hasRecord("data.pkl")) return std::string("a torch.save file (a pickled model or state dict), not a "
                                                          "TorchScript archive: ") + how;
     return "";
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) return "it is a directory, not a model file (give the .pt file in it)";
     if (!std::filesystem::exists(path, ec)) return "no such file";
     if (!std::filesystem::is_regular_file(path, ec)) return "";
+    // A zip archive starts with the local file header signature "PK\3\4";
+    // one PyTorch's reader refuses (e.g. files at its root, not in one
+    // top-level folder) is a zip, just not a PyTorch archive.
+    char magic[4] = {};
+    std::ifstream in(path, std::ios::binary);
+    const bool zip = in.read(magic, 4) && magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4;
+    if (zip) {
+      std::string why = e.what();
+      why = why.substr(0, why.find('\n'));
+      return "a zip archive, but not one PyTorch wrote (its reader: " + why + "): " + how;
+    }
     return std::string("not a TorchScript archive (not a zip file): ") + how;
   }
 }

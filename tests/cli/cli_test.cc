@@ -106,6 +106,19 @@ TEST_F(CliTest, ATorchSaveFileIsNamedAsSuchWithHowToMakeATorchScriptOne) {
   DiceResult t = RunDice("run " + text.string() + " --input 8x8:f32 --cache " + Cache());
   EXPECT_EQ(t.code, 2) << t.output;
   EXPECT_NE(t.output.find("not a TorchScript archive (not a zip file)"), std::string::npos) << t.output;
+  // A zip PyTorch did not write (one file at its root, as Python's zipfile
+  // makes it): named as a zip, with PyTorch's reason, not "not a zip file".
+  const unsigned char zip_bytes[] = {
+      80, 75, 3, 4, 20, 0, 0, 0, 0, 0, 2, 174, 134, 93, 172, 42, 147, 216, 2, 0, 0, 0, 2, 0, 0, 0, 5, 0,
+      0, 0, 97, 46, 116, 120, 116, 104, 105, 80, 75, 1, 2, 20, 3, 20, 0, 0, 0, 0, 0, 2, 174, 134, 93, 172,
+      42, 147, 216, 2, 0, 0, 0, 2, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 128, 1, 0, 0, 0,
+      0, 97, 46, 116, 120, 116, 80, 75, 5, 6, 0, 0, 0, 0, 1, 0, 1, 0, 51, 0, 0, 0, 37, 0, 0, 0, 0, 0};
+  const fs::path zip = dir_ / "other.zip";
+  std::ofstream(zip, std::ios::binary).write(reinterpret_cast<const char*>(zip_bytes), sizeof(zip_bytes));
+  DiceResult z = RunDice("run " + zip.string() + " --input 8x8:f32 --cache " + Cache());
+  EXPECT_EQ(z.code, 2) << z.output;
+  EXPECT_NE(z.output.find("a zip archive, but not one PyTorch wrote"), std::string::npos) << z.output;
+  EXPECT_EQ(z.output.find("not a zip file"), std::string::npos) << z.output;
 }
 
 TEST_F(CliTest, MalformedInputSpecNamesTheSpec) {
