@@ -18,6 +18,24 @@ int Fail(int code, const std::string& message) {
   return code;
 }
 
+std::string UnexpectedArgumentsMessage(const std::vector<std::string>& extras) {
+  std::string options, others;
+  int n_options = 0, n_others = 0;
+  for (const std::string& arg : extras) {
+    const bool option = arg.size() > 1 && arg[0] == '-';
+    std::string& list = option ? options : others;
+    list += (list.empty() ? "'" : ", '") + (option ? arg.substr(0, arg.find('=')) : arg) + "'";
+    ++(option ? n_options : n_others);
+  }
+  std::string message;
+  if (n_options > 0) message = (n_options > 1 ? "unknown options " : "unknown option ") + options;
+  if (n_others > 0) {
+    message += (message.empty() ? "" : "; ") +
+               std::string(n_others > 1 ? "unexpected arguments " : "unexpected argument ") + others;
+  }
+  return message;
+}
+
 void AddLogLevelOption(CLI::App& app, std::string* level) {
   app.fallthrough();
   app.add_option("--log-level", *level,

@@ -36,6 +36,15 @@ inline constexpr int kExitNoGpu = 3;
 /// error that makes a command fail); returns `code`.
 int Fail(int code, const std::string& message);
 
+/// The message (without the "dice: error: " prefix) for the arguments a
+/// command did not take, as CLI11's ExtrasError leaves them (App::remaining,
+/// each as typed, `--name=value` included): the ones that start with '-'
+/// are named as unknown options (`unknown option '--bogus'`, the part after
+/// '=' dropped), the others as unexpected arguments (a second model path, the
+/// value of an unknown option), joined by "; ". "" when `extras` is empty.
+/// Pure; main.cc appends the `(see 'dice CMD --help')` hint.
+std::string UnexpectedArgumentsMessage(const std::vector<std::string>& extras);
+
 /// Adds the global `--log-level LEVEL` option to `app`, bound to `*level`
 /// (LEVEL: trace|debug|info|warn|error|off). `app` falls through, so the
 /// option is accepted before and after the command name (call this before

@@ -47,7 +47,8 @@
 // A command-line error in the form of every other error (`dice: error: ...`):
 // CLI11's message, with the command to ask for help; an unknown command is
 // named with the list of commands instead of CLI11's "A subcommand is
-// required".
+// required", arguments a command does not take as unknown options /
+// unexpected arguments (UnexpectedArgumentsMessage).
 static std::string ParseErrorMessage(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-') {
     std::string names;
@@ -64,7 +65,14 @@ static std::string ParseErrorMessage(const CLI::App& app, const CLI::ParseError&
     sub = parsed.empty() ? nullptr : parsed.front();
     if (sub != nullptr) where += " " + sub->get_name();
   }
-  return std::string(e.what()) + " (see '" + where + " --help')";
+  // An unknown option in our words, not CLI11's ("The following argument
+  // was not expected", listed in reverse order).
+  std::string what = e.what();
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    const std::string named = dice::cli::UnexpectedArgumentsMessage(app.remaining(/*recurse=*/true));
+    if (!named.empty()) what = named;
+  }
+  return what + " (see '" + where + " --help')";
 }
 
 int main(int argc, char** argv) {

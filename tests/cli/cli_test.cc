@@ -149,6 +149,26 @@ TEST_F(CliTest, CommandLineErrorsAreOneDiceErrorLineNamingTheHelpToAskFor) {
   EXPECT_EQ(RunDice("tune --help").code, 0);
 }
 
+// An option a command does not take is named as such in a `dice: error:`
+// line with the help to ask for, not in CLI11's words ("The following
+// argument was not expected"), exit 2.
+TEST_F(CliTest, AnUnknownOptionIsNamedWithTheCommandsHelp) {
+  DiceResult r = RunDice("tune " + model_ + " --input 8x8:f32 --bogus --cache " + Cache());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("dice: error: unknown option '--bogus' (see 'dice tune --help')"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("not expected"), std::string::npos) << r.output;
+  DiceResult two = RunDice("cache ls --bogus=1 --frob --cache " + Cache());
+  EXPECT_EQ(two.code, 2) << two.output;
+  EXPECT_NE(two.output.find("dice: error: unknown options '--bogus', '--frob' (see 'dice cache ls --help')"),
+            std::string::npos)
+      << two.output;
+  EXPECT_EQ(::dice::cli::UnexpectedArgumentsMessage({"--bogus", "3", "b.pt"}),
+            "unknown option '--bogus'; unexpected arguments '3', 'b.pt'");
+  EXPECT_EQ(::dice::cli::UnexpectedArgumentsMessage({"x"}), "unexpected argument 'x'");
+  EXPECT_EQ(::dice::cli::UnexpectedArgumentsMessage({}), "");
+}
+
 TEST_F(CliTest, OutputPathsInAMissingFolderAreBadInputBeforeAnyTuning) {
   for (const char* flag : {"--report", "--json", "--save"}) {
     const std::string path = (dir_ / "no-such-dir" / "out.file").string();
