@@ -474,10 +474,12 @@ bool MakeGenerators(const GeneratorArgs& g, bool gpu, std::vector<std::shared_pt
 
 /// The capture's decisions as `dice:` notices: the memory format, the
 /// attention form (when there was an attention chain to decide on), and the
-/// batch_norm folds, global pools and in-place ops it rewrote.
+/// batch_norm folds, global pools and in-place ops it rewrote. The memory
+/// format of a model without a conv region (an MLP) is a debug line only.
 void NoticeCaptureDecisions(const dice::torch_ext::OptimizeReport& layout) {
-  Notice(dice::LogLevel::kInfo, "dice: memory format: %s (%s)", layout.memory_format.c_str(),
-         layout.memory_format_reason.c_str());
+  const bool no_conv = layout.memory_format_reason.rfind("no conv region", 0) == 0;  // memory_format_pass.cc
+  Notice(no_conv ? dice::LogLevel::kDebug : dice::LogLevel::kInfo, "dice: memory format: %s (%s)",
+         layout.memory_format.c_str(), layout.memory_format_reason.c_str());
   if (layout.attention == "sdpa" || layout.attention_reason.rfind("no attention chain", 0) != 0) {
     Notice(dice::LogLevel::kInfo, "dice: attention: %s (%s)", layout.attention.c_str(), layout.attention_reason.c_str());
   }

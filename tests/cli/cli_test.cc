@@ -291,6 +291,34 @@ TEST_F(CliTest, TuneWithoutGpuRunsCompileOnlyAndSaysSo) {
   EXPECT_NE(ls.output.find("0 winner(s)"), std::string::npos) << "compile-only must cache nothing:\n" << ls.output;
 }
 
+// A model without a conv region (an MLP) has no memory format to decide:
+// `dice tune` names none at info level (only at debug); a conv model's
+// tune still says which layout it kept.
+TEST_F(CliTest, TuneNamesTheMemoryFormatOnlyForAModelWithAConvRegion) {
+  const std::string mlp = (dir_ / "mlp.pt").string(), conv = (dir_ / "conv.pt").string();
+  torch::jit::Module m("Mlp");
+  m.register_parameter("w1", torch::randn({16, 32}), false);
+  m.register_parameter("b1", torch::randn({32}), false);
+  m.register_parameter("w2", torch::randn({32, 8}), false);
+  m.define("def forward(self, x):\n"
+           "  return torch.matmul(torch.relu(torch.matmul(x, self.w1) + self.b1), self.w2)\n");
+  m.save(mlp);
+  DiceResult r = RunDice("tune " + mlp + " --input 4x16:f32 --budget-s 1 --cache " + Cache());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("fusion group(s) formed"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("memory format"), std::string::npos) << r.output;
+  DiceResult debug = RunDice("tune " + mlp + " --input 4x16:f32 --budget-s 1 --log-level debug --cache " + Cache());
+  EXPECT_EQ(debug.code, 0) << debug.output;
+  EXPECT_NE(debug.output.find("dice: memory format: contiguous (no conv region"), std::string::npos) << debug.output;
+  torch::jit::Module c("Conv");
+  c.register_parameter("w", torch::randn({4, 3, 3, 3}), false);
+  c.define("def forward(self, x):\n  return torch.relu(torch.conv2d(x, self.w))\n");
+  c.save(conv);
+  DiceResult cr = RunDice("tune " + conv + " --input 1x3x8x8:f32 --budget-s 1 --cache " + Cache());
+  EXPECT_EQ(cr.code, 0) << cr.output;
+  EXPECT_NE(cr.output.find("dice: memory format: "), std::string::npos) << cr.output;
+}
+
 }  // namespace
 
 namespace {
