@@ -10,10 +10,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include "dice/core/log.h"
 #include "dice/runtime/outcome.h"
 #include "dice/torch_ext/optimize.h"
 
@@ -96,14 +98,25 @@ int main(int argc, char** argv) {
   options.tune.budget_s = 60;  // one CUTLASS build (30-90 s) per linear group fits (tuner.h kMinUncachedNvccBudgetS)
   // One line per tuning phase of each group: a linear's CUTLASS candidates
   // build with nvcc for tens of seconds, and the phases show where it is.
-  auto tuned = dice::torch_ext::TuneGroups(module, {x}, options, [](const dice::torch_ext::GroupTuneProgress& g) {
+  // Before that wait (compile-only: the compile phase; on a GPU: the worker's
+  // measure phase) a linear group says so once, at DICE_LOG_LEVEL info or
+  // lower (dice/core/log.h: LibTorch code cannot log through spdlog).
+  int announced = 0;  // the last group whose nvcc builds were announced
+  auto on_progress = [&announced](const dice::torch_ext::GroupTuneProgress& g) {
     const auto phase = g.tune.phase;
     using dice::runtime::TunePhase;
+    if ((phase == TunePhase::kCompile || phase == TunePhase::kMeasure) && g.group > announced &&
+        g.tune.description.find("linear") != std::string_view::npos && dice::LogEnabled(dice::LogLevel::kInfo)) {
+      announced = g.group;
+      std::printf("tuning group %d/%d: building its CUTLASS GEMM candidate with nvcc (~50 s; once: kept in the "
+                  "build cache)\n", g.group, g.groups);
+    }
     if (phase != TunePhase::kGenerate && phase != TunePhase::kCompile && phase != TunePhase::kDone) return;
     std::printf("tuning group %d/%d %s (%.1f s): %d candidate(s), %d compiled\n", g.group, g.groups,
                 std::string(dice::runtime::TunePhaseName(phase)).c_str(), g.tune.elapsed_s, g.tune.generated,
                 g.tune.compiled);
-  });
+  };
+  auto tuned = dice::torch_ext::TuneGroups(module, {x}, options, on_progress);
   if (!tuned.ok()) {
     std::fprintf(stderr, "mlp_block: tuning failed: %s\n", tuned.status().ToString().c_str());
     return 1;
