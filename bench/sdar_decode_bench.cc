@@ -70,6 +70,7 @@
 #include "dice/generator/checkpoint.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
+#include "dice/generator/tiny_sdar_config.h"
 
 namespace {
 
@@ -140,21 +141,6 @@ bool ParseTwoWordList(const std::string& text, const char* flag, const char* a, 
   }
   if (out->empty()) out->push_back(empty_default);
   return true;
-}
-
-// The --tiny shape (bench/configs/sdar-tiny.json-like).
-dice::generator::SdarConfig TinyConfig() {
-  dice::generator::SdarConfig c;
-  c.hidden_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.intermediate_size = 128;
-  c.vocab_size = 512;
-  c.max_position_embeddings = 1024;
-  c.mask_token_id = 511;
-  return c;
 }
 
 // The flags every row shares.
@@ -313,7 +299,9 @@ int main(int argc, char** argv) {
 
   std::vector<std::pair<std::string, dice::generator::SdarConfig>> shapes;
   if (tiny) {
-    shapes.emplace_back("tiny", TinyConfig());
+    // The --tiny shape (bench/configs/sdar-tiny.json-like): hidden 64, 512 tokens, 1024 positions.
+    shapes.emplace_back("tiny", dice::generator::TinySdarConfig(/*vocab=*/512, /*max_positions=*/1024,
+                                                                /*tie_word_embeddings=*/false, /*hidden_size=*/64));
     device = "cpu";
     dtype = "f32";
     prompt_len = 16;

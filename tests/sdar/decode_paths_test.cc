@@ -15,14 +15,14 @@
 
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
-#include "tiny_sdar_config.h"
+#include "dice/generator/tiny_sdar_config.h"
 
 namespace dice::generator {
 namespace {
 
 // A tiny random f32 model (vocab 256, mask token 255) with blocks of `block_size`.
 SdarModel TinyModel(int64_t block_size, uint64_t seed = 11) {
-  SdarConfig c = dice::testing::TinySdarConfig(/*vocab=*/256, /*max_positions=*/512, /*tie_word_embeddings=*/false);
+  SdarConfig c = TinySdarConfig(/*vocab=*/256, /*max_positions=*/512, /*tie_word_embeddings=*/false);
   c.block_size = block_size;
   auto m = SdarModel::Random(c, SdarModelOptions{}, seed);
   EXPECT_TRUE(m.ok()) << m.status().ToString();

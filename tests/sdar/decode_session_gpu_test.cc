@@ -14,7 +14,7 @@
 #include "dice/generator/decode_session.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
-#include "tiny_sdar_config.h"
+#include "dice/generator/tiny_sdar_config.h"
 
 namespace dice::generator {
 namespace {
@@ -27,7 +27,7 @@ class DecodeSessionGpuTest : public ::testing::Test {
 };
 
 SdarModel CudaTinyModel() {
-  SdarConfig c = dice::testing::TinySdarConfig(/*vocab=*/256, /*max_positions=*/512, /*tie_word_embeddings=*/false);
+  SdarConfig c = TinySdarConfig(/*vocab=*/256, /*max_positions=*/512, /*tie_word_embeddings=*/false);
   SdarModelOptions mo;
   mo.device = torch::Device(torch::kCUDA, 0);
   auto m = SdarModel::Random(c, mo, 11);

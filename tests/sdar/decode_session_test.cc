@@ -14,13 +14,13 @@
 #include "dice/generator/decode_session.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
-#include "tiny_sdar_config.h"
+#include "dice/generator/tiny_sdar_config.h"
 
 namespace dice::generator {
 namespace {
 
 SdarModel TinyModel(uint64_t seed = 11) {
-  SdarConfig c = dice::testing::TinySdarConfig(/*vocab=*/256, /*max_positions=*/512, /*tie_word_embeddings=*/false);
+  SdarConfig c = TinySdarConfig(/*vocab=*/256, /*max_positions=*/512, /*tie_word_embeddings=*/false);
   auto m = SdarModel::Random(c, SdarModelOptions{}, seed);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return std::move(*m);

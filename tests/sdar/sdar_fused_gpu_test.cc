@@ -19,7 +19,7 @@
 #include <cstdlib>
 
 #include "greedy_tokens_compare.h"
-#include "tiny_sdar_config.h"
+#include "dice/generator/tiny_sdar_config.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_fused_kernels.h"
 #include "dice/generator/sdar_model.h"
@@ -38,7 +38,7 @@ constexpr double kBf16RelativeTolerance = 0.05;
 
 // Head_dim 128 as the released models, GQA 4:1, 3 layers.
 SdarConfig MidConfig() {
-  SdarConfig c = dice::testing::TinySdarConfig(512, 256, /*tie_word_embeddings=*/false);
+  SdarConfig c = TinySdarConfig(512, 256, /*tie_word_embeddings=*/false);
   c.hidden_size = 512;
   c.num_hidden_layers = 3;
   c.num_attention_heads = 8;
@@ -124,7 +124,7 @@ TEST(SdarFusedGpuTest, GreedyTokensEqualWithGraphsOnAndOff) {
 
 TEST(SdarFusedGpuTest, ShapeTheKernelsDoNotTakeFallsBackWithAMessage) {
   DICE_REQUIRE_CUDA();
-  SdarConfig c = dice::testing::TinySdarConfig(64, 64, false);
+  SdarConfig c = TinySdarConfig(64, 64, false);
   c.num_attention_heads = 1;
   c.num_key_value_heads = 1;
   c.head_dim = 1026;  // > 1024: one thread per element of a head

@@ -6,7 +6,7 @@
 // (sdar_fused_gpu_test.cc).
 #include <gtest/gtest.h>
 
-#include "tiny_sdar_config.h"
+#include "dice/generator/tiny_sdar_config.h"
 #include "dice/core/candidate.h"
 #include "dice/generator/sdar_fused_kernels.h"
 #include "dice/generator/sdar_model.h"
@@ -106,13 +106,13 @@ TEST(SdarFusedKernelsTest, ShapesThatDoNotFitAreRefusedNamingTheField) {
 }
 
 TEST(SdarFusedKernelsTest, CpuModelUsesTheUnfusedPathAndSaysWhy) {
-  auto m = SdarModel::Random(dice::testing::TinySdarConfig(50, 64, false), {}, 1);
+  auto m = SdarModel::Random(TinySdarConfig(50, 64, false), {}, 1);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_FALSE(m->fused_elementwise());
   EXPECT_NE(m->fused_elementwise_note().find("CUDA devices only"), std::string::npos) << m->fused_elementwise_note();
   SdarModelOptions off;
   off.fuse_elementwise = false;
-  auto n = SdarModel::Random(dice::testing::TinySdarConfig(50, 64, false), off, 1);
+  auto n = SdarModel::Random(TinySdarConfig(50, 64, false), off, 1);
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(n->fused_elementwise_note(), "fuse_elementwise is off");
   auto logits = m->Forward(torch::arange(0, 8, torch::kLong).view({1, 8}));

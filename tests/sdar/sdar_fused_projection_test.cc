@@ -5,7 +5,7 @@
 // autograd forwards still reach the named leaves.
 #include <gtest/gtest.h>
 
-#include "tiny_sdar_config.h"
+#include "dice/generator/tiny_sdar_config.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
 
@@ -16,7 +16,7 @@ namespace {
 // difference is blocking order only.
 constexpr double kFusedTolerance = 1e-5;
 
-SdarConfig TinyConfig() { return dice::testing::TinySdarConfig(100, 256, /*tie_word_embeddings=*/false); }
+SdarConfig TinyConfig() { return TinySdarConfig(100, 256, /*tie_word_embeddings=*/false); }
 
 SdarModel Make(bool fuse, uint64_t seed = 5) {
   SdarModelOptions o;

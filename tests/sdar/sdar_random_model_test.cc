@@ -3,14 +3,14 @@
 // logits), shaped like a checkpoint of the config, and decodable.
 #include <gtest/gtest.h>
 
-#include "tiny_sdar_config.h"
+#include "dice/generator/tiny_sdar_config.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
 
 namespace dice::generator {
 namespace {
 
-SdarConfig TinyConfig() { return dice::testing::TinySdarConfig(100, 256, /*tie_word_embeddings=*/false); }
+SdarConfig TinyConfig() { return TinySdarConfig(100, 256, /*tie_word_embeddings=*/false); }
 
 torch::Tensor Logits(const SdarModel& m) {
   auto ids = torch::arange(0, 8, torch::kLong).view({1, 8});

@@ -22,7 +22,7 @@
 #include <string>
 
 #include "greedy_tokens_compare.h"
-#include "tiny_sdar_config.h"
+#include "dice/generator/tiny_sdar_config.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
 #include "dice/generator/sdar_served_groups.h"
@@ -38,7 +38,7 @@ namespace {
 constexpr double kF32Tolerance = 1e-4;
 
 SdarConfig MidConfig() {
-  SdarConfig c = dice::testing::TinySdarConfig(512, 256, /*tie_word_embeddings=*/false);
+  SdarConfig c = TinySdarConfig(512, 256, /*tie_word_embeddings=*/false);
   c.hidden_size = 512;
   c.num_hidden_layers = 3;
   c.num_attention_heads = 8;

@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "tiny_sdar_config.h"
+#include "dice/generator/tiny_sdar_config.h"
 #include "dice/core/task.h"
 #include "dice/generator/sdar_groups.h"
 #include "dice/generator/sdar_model.h"
@@ -28,7 +28,7 @@ namespace {
 
 using ir::DType;
 
-SdarConfig Tiny() { return dice::testing::TinySdarConfig(64, 64, /*tie_word_embeddings=*/false); }
+SdarConfig Tiny() { return TinySdarConfig(64, 64, /*tie_word_embeddings=*/false); }
 
 TEST(SdarServedGroups, DeclaresTheDecoderGroupsWithTheirShapesAndDtypes) {
   const SdarConfig c = Tiny();  // hidden 32, intermediate 64

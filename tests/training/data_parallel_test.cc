@@ -19,7 +19,7 @@
 #include <sstream>
 #include <thread>
 
-#include "../sdar/tiny_sdar_config.h"
+#include "dice/generator/tiny_sdar_config.h"
 #include "dice/generator/sdar_model.h"
 #include "dice/training/checkpoint_io.h"
 #include "dice/training/distributed.h"
@@ -155,7 +155,7 @@ class TrainingDataParallel : public ::testing::Test {
     dir_ = tmpl;
     torch::set_num_threads(1);
     ASSERT_TRUE(
-        InitRandomCheckpoint(dice::testing::TinySdarConfig(260, 512, /*tie_word_embeddings=*/true), Path("init"), 11).ok());
+        InitRandomCheckpoint(generator::TinySdarConfig(260, 512, /*tie_word_embeddings=*/true), Path("init"), 11).ok());
     ASSERT_TRUE(WriteByteTokenizer(Path("init")).ok());
     WriteText(Path("templates.json"), R"({"system": "", "infilling": "R:{reference}\nP:{prefix}\nS:{suffix}", )"
                                       R"("end_to_end": "R:{reference}"})");

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "../sdar/tiny_sdar_config.h"
+#include "dice/generator/tiny_sdar_config.h"
 #include "dice/training/eval.h"
 #include "dice/training/examples.h"
 #include "dice/training/model_init.h"
@@ -128,7 +128,7 @@ TEST(TrainingReward, CompileModeRunsNvrtcOnTheDeviceForm) {
 // that reason) and writes the JSON report; bad k and an empty split are
 // bad input naming the flag.
 TEST_F(TrainingEval, EvalScoresOnlyTheHeldOutSplitAndWritesTheReport) {
-  ASSERT_TRUE(InitRandomCheckpoint(dice::testing::TinySdarConfig(260, 2048, /*tie_word_embeddings=*/true),
+  ASSERT_TRUE(InitRandomCheckpoint(generator::TinySdarConfig(260, 2048, /*tie_word_embeddings=*/true),
                                    Path("m"), 5)
                   .ok());
   ASSERT_TRUE(WriteByteTokenizer(Path("m")).ok());

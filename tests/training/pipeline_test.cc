@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
-#include "../sdar/tiny_sdar_config.h"
+#include "dice/generator/tiny_sdar_config.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
 #include "dice/generator/tokenizer.h"
@@ -87,17 +87,7 @@ std::string TrainingPipeline::dir_;
 
 TEST_F(TrainingPipeline, DatasetSftRlCheckpointDecode) {
   // A tiny SDAR-architecture model with a byte-level tokenizer.
-  generator::SdarConfig c;
-  c.hidden_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.intermediate_size = 128;
-  c.vocab_size = 260;
-  c.mask_token_id = 259;
-  c.max_position_embeddings = 1024;
-  c.tie_word_embeddings = true;
+  generator::SdarConfig c = generator::TinySdarConfig(260, 1024, /*tie_word_embeddings=*/true, /*hidden_size=*/64);
   ASSERT_TRUE(InitRandomCheckpoint(c, Path("init"), 7).ok());
   ASSERT_TRUE(WriteByteTokenizer(Path("init")).ok());
 
@@ -228,7 +218,7 @@ TEST_F(TrainingPipeline, DatasetSftRlCheckpointDecode) {
 // an injected wrong one 0 with the verdict logged, the random rollouts (no
 // code block) 0.
 TEST_F(TrainingPipeline, RlJudgedRewardRunsTheKernelBenchProtocol) {
-  ASSERT_TRUE(InitRandomCheckpoint(dice::testing::TinySdarConfig(260, 2048, /*tie_word_embeddings=*/true),
+  ASSERT_TRUE(InitRandomCheckpoint(generator::TinySdarConfig(260, 2048, /*tie_word_embeddings=*/true),
                                    Path("judge_init"), 3)
                   .ok());
   ASSERT_TRUE(WriteByteTokenizer(Path("judge_init")).ok());
@@ -323,7 +313,7 @@ TEST_F(TrainingPipeline, RlJudgedRewardRunsTheKernelBenchProtocol) {
 // trajectory loss used to stop the run with "position ... outside the
 // context".
 TEST_F(TrainingPipeline, RlSkipsAKnownGoodAnswerLongerThanTheContext) {
-  ASSERT_TRUE(InitRandomCheckpoint(dice::testing::TinySdarConfig(260, 128, /*tie_word_embeddings=*/true),
+  ASSERT_TRUE(InitRandomCheckpoint(generator::TinySdarConfig(260, 128, /*tie_word_embeddings=*/true),
                                    Path("short_init"), 5)
                   .ok());
   ASSERT_TRUE(WriteByteTokenizer(Path("short_init")).ok());
@@ -472,7 +462,7 @@ TEST_F(TrainingPipeline, DecodingAMemorisedExampleReproducesItsAnswer) {
   // attention, the masked block): a model trained until it knows one
   // example by heart then decodes that example's prompt into its answer.
   // (A mismatch shows as fluent-looking bytes that never compile.)
-  generator::SdarConfig c = dice::testing::TinySdarConfig(260, 512, /*tie_word_embeddings=*/true);
+  generator::SdarConfig c = generator::TinySdarConfig(260, 512, /*tie_word_embeddings=*/true);
   c.hidden_size = 64;  // twice the tiny width: learns one example in 300 steps
   c.head_dim = 16;
   c.intermediate_size = 128;
@@ -521,7 +511,7 @@ TEST_F(TrainingPipeline, RlResumesFromItsCheckpointAsOneRun) {
   // uninterrupted 2-step run (same seeds, task order and AdamW state); the
   // CSV holds both steps. Bad input: adaptive schedule, a checkpoint already
   // at --steps, another architecture, a directory without trainer state.
-  const generator::SdarConfig c = dice::testing::TinySdarConfig(260, 512, /*tie_word_embeddings=*/true);
+  const generator::SdarConfig c = generator::TinySdarConfig(260, 512, /*tie_word_embeddings=*/true);
   ASSERT_TRUE(InitRandomCheckpoint(c, Path("rl_init"), 4).ok());
   ASSERT_TRUE(WriteByteTokenizer(Path("rl_init")).ok());
   std::string lines;

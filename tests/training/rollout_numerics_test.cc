@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "../sdar/tiny_sdar_config.h"
+#include "dice/generator/tiny_sdar_config.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
 #include "dice/training/examples.h"
@@ -68,7 +68,7 @@ TEST(RolloutNumericsTest, GapIsTheMeanAndMaxAbsoluteDifference) {
 // trainer recomputes on the packed trace (f32, CPU: rounding only), also
 // when the trace is packed in chunks.
 TEST(RolloutNumericsTest, DecoderLogProbsMatchTheTrainersOnCpu) {
-  const generator::SdarConfig c = dice::testing::TinySdarConfig(256, 512, /*tie_word_embeddings=*/false);
+  const generator::SdarConfig c = generator::TinySdarConfig(256, 512, /*tie_word_embeddings=*/false);
   auto model = generator::SdarModel::Random(c, {}, 7);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const std::vector<int32_t> prompt = {3, 17, 42, 99, 7};
@@ -121,7 +121,7 @@ TEST(RolloutNumericsTest, RolloutGraphsOptionIsANoOpOnCpuAndStepsReportTheGap) {
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
   torch::set_num_threads(1);
-  const generator::SdarConfig c = dice::testing::TinySdarConfig(260, 512, /*tie_word_embeddings=*/true);
+  const generator::SdarConfig c = generator::TinySdarConfig(260, 512, /*tie_word_embeddings=*/true);
   ASSERT_TRUE(InitRandomCheckpoint(c, dir + "/init", 4).ok());
   ASSERT_TRUE(WriteByteTokenizer(dir + "/init").ok());
   std::ofstream(dir + "/templates.json") << R"({"system": "", "infilling": "R:{reference}\nP:{prefix}\nS:{suffix}", )"

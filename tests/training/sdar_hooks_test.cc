@@ -6,7 +6,7 @@
 
 #include <cstdlib>
 
-#include "../sdar/tiny_sdar_config.h"
+#include "dice/generator/tiny_sdar_config.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
 #include "dice/training/checkpoint_io.h"
@@ -22,7 +22,7 @@ class SdarHooks : public ::testing::Test {
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     torch::set_num_threads(1);
-    ASSERT_TRUE(InitRandomCheckpoint(dice::testing::TinySdarConfig(50, 64, /*tie_word_embeddings=*/false), dir_, 11).ok());
+    ASSERT_TRUE(InitRandomCheckpoint(generator::TinySdarConfig(50, 64, /*tie_word_embeddings=*/false), dir_, 11).ok());
   }
   // rm -rf: LibTorch's exported std::filesystem::remove_all crashes when interposed.
   static void TearDownTestSuite() { (void)!std::system(("rm -rf '" + dir_ + "'").c_str()); }
