@@ -257,24 +257,44 @@ def first_call_cap_s(name: str, args) -> float:
 
 @contextlib.contextmanager
 def capped(seconds: float):
-    """Raises FirstCallCapped inside the block once ``seconds`` have passed
-    (SIGALRM through setitimer: main thread only; 0 = no cap). The exception
-    surfaces where Python next runs in the main thread, e.g. between two of
-    Inductor's autotuning benchmarks, so a compile stuck in one C call ends
-    only when that call returns."""
+    """Raises FirstCallCapped inside the block once ``seconds`` have passed,
+    and again every second after that until the block ends (SIGALRM through
+    setitimer: main thread only; 0 = no cap): Inductor's autotuning catches
+    an exception raised inside one choice's benchmark and goes on with the
+    next, so a single alarm can be swallowed. The exception surfaces where
+    Python next runs in the main thread, e.g. between two of Inductor's
+    autotuning benchmarks, so a compile stuck in one C call ends only when
+    that call returns. It may reach the caller wrapped (Inductor re-raises it
+    as InductorError): see stopped_by_cap."""
     if seconds <= 0:
         yield
         return
+    state = {"closing": False}
 
     def fire(signum, frame):
-        raise FirstCallCapped()
+        if not state["closing"]:
+            raise FirstCallCapped()
     previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
     try:
         yield
     finally:
+        state["closing"] = True
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def stopped_by_cap(e: BaseException) -> bool:
+    """True when ``e`` is FirstCallCapped or wraps one: through ``__cause__``,
+    ``__context__`` or ``inner_exception`` (torch._inductor's InductorError
+    keeps the original there), at most 16 links deep."""
+    seen = 0
+    while e is not None and seen < 16:
+        if isinstance(e, FirstCallCapped):
+            return True
+        e = getattr(e, "inner_exception", None) or e.__cause__ or e.__context__
+        seen += 1
+    return False
 
 
 def run_workload(label: str, model: nn.Module, inputs: list, args) -> dict:
@@ -326,7 +346,9 @@ def run_workload(label: str, model: nn.Module, inputs: list, args) -> dict:
                         out = fn(*inputs)
                         if cuda:
                             torch.cuda.synchronize()
-                except FirstCallCapped:
+                except Exception as e:  # the cap, possibly wrapped by Inductor; anything else is the variant's error
+                    if not stopped_by_cap(e):
+                        raise
                     v["first_call_s"], v["first_call_capped"] = time.time() - t0, True
                     v["error"] = f"first call stopped after {cap:g} s (--first-call-cap-s): not timed"
                     continue

@@ -13,7 +13,13 @@
 # max-autotune's first call, s: --first-call-cap-s; default none), VARIANTS,
 # ROWS (the rows file's name under $OUT and .gpu-carry, default
 # compile_list.jsonl: a second pass such as VARIANTS=inductor,max-autotune
-# ROWS=max_autotune.jsonl resumes apart from the first).
+# ROWS=max_autotune.jsonl resumes apart from the first), LIMIT_S (the bench's
+# wall limit, s; default BUDGET_S + 60, and at least CAP_S + 120 so a row
+# that starts at once can finish: a small BUDGET_S meant "one row" must not
+# kill that row; keep it under the device call's own limit).
+# BUDGET_S only stops new rows from starting: a row starts while elapsed +
+# the median row so far fits it, so with ~250 s rows (max-autotune capped at
+# 240 s) BUDGET_S=470 runs one row and 530 (LIMIT_S 585) runs two.
 # Builds what the dice variant needs first when build/ lacks it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +38,9 @@ nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
 git_rev=$(cat SNAPSHOT_COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
 sel=(--list "$list")
 [ "$list" = gpt2 ] && sel=(--gpt2 --gpt2-fp32)
-DICE_LOG_LEVEL=info PYTHONPATH=torch_ext/python timeout $(( ${BUDGET_S:-480} + 60 )) python3 -u bench/torch_compile_bench.py \
+limit=${LIMIT_S:-$(( ${BUDGET_S:-480} + 60 ))}
+[ -z "${LIMIT_S:-}" ] && [ "${CAP_S:-0}" -gt 0 ] && [ "$limit" -lt $(( CAP_S + 120 )) ] && limit=$(( CAP_S + 120 ))
+DICE_LOG_LEVEL=info PYTHONPATH=torch_ext/python timeout "$limit" python3 -u bench/torch_compile_bench.py \
   --kb .deps/kernelbench "${sel[@]}" --variants "${VARIANTS:-eager,inductor,reduce-overhead,dice}" \
   --cold-inductor-cache --cache /tmp/dice-compile-list-cache --time-budget-s "${BUDGET_S:-480}" --skip-done \
   --first-call-cap-s "${CAP_S:-0}" \
