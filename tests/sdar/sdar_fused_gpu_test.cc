@@ -20,6 +20,7 @@
 
 #include "greedy_tokens_compare.h"
 #include "dice/generator/tiny_sdar_config.h"
+#include "mid_sdar_config.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_fused_kernels.h"
 #include "dice/generator/sdar_model.h"
@@ -37,16 +38,7 @@ constexpr double kF32Tolerance = 1e-4;
 constexpr double kBf16RelativeTolerance = 0.05;
 
 // Head_dim 128 as the released models, GQA 4:1, 3 layers.
-SdarConfig MidConfig() {
-  SdarConfig c = TinySdarConfig(512, 256, /*tie_word_embeddings=*/false);
-  c.hidden_size = 512;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 2;
-  c.head_dim = 128;
-  c.intermediate_size = 1024;
-  return c;
-}
+using dice::testing::MidSdarConfig;
 
 SdarModel Make(const SdarConfig& c, torch::ScalarType dtype, bool fuse) {
   SdarModelOptions o;
@@ -83,14 +75,14 @@ std::vector<torch::Tensor> Passes(const SdarModel& m) {
 
 TEST(SdarFusedGpuTest, CudaModelUsesTheFusedKernels) {
   DICE_REQUIRE_CUDA();
-  const SdarModel m = Make(MidConfig(), torch::kFloat32, true);
+  const SdarModel m = Make(MidSdarConfig(), torch::kFloat32, true);
   EXPECT_TRUE(m.fused_elementwise()) << m.fused_elementwise_note();
   EXPECT_EQ(m.fused_elementwise_note(), "");
 }
 
 TEST(SdarFusedGpuTest, Float32LogitsMatchTheUnfusedPath) {
   DICE_REQUIRE_CUDA();
-  const SdarModel fused = Make(MidConfig(), torch::kFloat32, true), plain = Make(MidConfig(), torch::kFloat32, false);
+  const SdarModel fused = Make(MidSdarConfig(), torch::kFloat32, true), plain = Make(MidSdarConfig(), torch::kFloat32, false);
   ASSERT_TRUE(fused.fused_elementwise());
   ASSERT_FALSE(plain.fused_elementwise());
   auto a = Passes(fused), b = Passes(plain);
@@ -105,8 +97,8 @@ TEST(SdarFusedGpuTest, Float32LogitsMatchTheUnfusedPath) {
 
 TEST(SdarFusedGpuTest, Bfloat16LogitsStayWithinTheDocumentedTolerance) {
   DICE_REQUIRE_CUDA();
-  const SdarModel fused = Make(MidConfig(), torch::kBFloat16, true),
-                  plain = Make(MidConfig(), torch::kBFloat16, false);
+  const SdarModel fused = Make(MidSdarConfig(), torch::kBFloat16, true),
+                  plain = Make(MidSdarConfig(), torch::kBFloat16, false);
   ASSERT_TRUE(fused.fused_elementwise()) << fused.fused_elementwise_note();
   auto a = Passes(fused), b = Passes(plain);
   for (size_t i = 0; i < a.size(); ++i) {
@@ -118,7 +110,7 @@ TEST(SdarFusedGpuTest, Bfloat16LogitsStayWithinTheDocumentedTolerance) {
 
 TEST(SdarFusedGpuTest, GreedyTokensEqualWithGraphsOnAndOff) {
   DICE_REQUIRE_CUDA();
-  const SdarModel fused = Make(MidConfig(), torch::kFloat32, true), plain = Make(MidConfig(), torch::kFloat32, false);
+  const SdarModel fused = Make(MidSdarConfig(), torch::kFloat32, true), plain = Make(MidSdarConfig(), torch::kFloat32, false);
   testing::ExpectSameGreedyTokens(fused, plain, {1, 3});
 }
 
@@ -142,7 +134,7 @@ TEST(SdarFusedGpuTest, FusedKernelsNeedTheFusedProjections) {
   SdarModelOptions o;
   o.device = torch::Device(torch::kCUDA, 0);
   o.fuse_projections = false;
-  auto m = SdarModel::Random(MidConfig(), o, 1);
+  auto m = SdarModel::Random(MidSdarConfig(), o, 1);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_FALSE(m->fused_elementwise());
   EXPECT_NE(m->fused_elementwise_note().find("fuse_projections"), std::string::npos);
@@ -153,7 +145,7 @@ TEST(SdarFusedGpuTest, FusedKernelsNeedTheFusedProjections) {
 // narrow().copy_ (eager form, start) store from its k_out and the QKV slice.
 TEST(SdarFusedGpuTest, CacheWrittenByTheKernelEqualsTheCopiedKeysAndValues) {
   DICE_REQUIRE_CUDA();
-  const SdarConfig c = MidConfig();
+  const SdarConfig c = MidSdarConfig();
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
     SdarFusedShape shape;
     shape.hidden = c.hidden_size, shape.heads = c.num_attention_heads, shape.kv_heads = c.num_key_value_heads;
@@ -205,7 +197,7 @@ TEST(SdarFusedGpuTest, CacheWrittenByTheKernelEqualsTheCopiedKeysAndValues) {
 // formula (only the order of the float32 sum of squares differs).
 TEST(SdarFusedGpuTest, VectorAndScalarAddRmsNormAgree) {
   DICE_REQUIRE_CUDA();
-  const SdarConfig c = MidConfig();
+  const SdarConfig c = MidSdarConfig();
   SdarFusedShape shape;
   shape.hidden = c.hidden_size, shape.heads = c.num_attention_heads, shape.kv_heads = c.num_key_value_heads;
   shape.head_dim = c.head_dim, shape.intermediate = c.intermediate_size, shape.eps = c.rms_norm_eps;
@@ -316,7 +308,7 @@ TEST(SdarFusedGpuTest, SkinnyGemmsMatchLinearAtTheDecodeShapesAndPrintTheirStrea
 // within 1e-4 and bf16 within 2% of the largest |output|.
 TEST(SdarFusedGpuTest, SplitKvAttentionMatchesSdpa) {
   DICE_REQUIRE_CUDA();
-  const SdarConfig c = MidConfig();
+  const SdarConfig c = MidSdarConfig();
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
     SCOPED_TRACE(c10::toString(dtype));
     SdarFusedShape shape;
@@ -359,9 +351,9 @@ TEST(SdarFusedGpuTest, SplitKvAttentionMatchesSdpa) {
 TEST(SdarFusedGpuTest, GreedyTokensEqualWithSplitKvAttention) {
   DICE_REQUIRE_CUDA();
   ::setenv("DICE_SDAR_SPLIT_KV", "1", 1);
-  const SdarModel fused = Make(MidConfig(), torch::kFloat32, true);
+  const SdarModel fused = Make(MidSdarConfig(), torch::kFloat32, true);
   ::unsetenv("DICE_SDAR_SPLIT_KV");
-  const SdarModel plain = Make(MidConfig(), torch::kFloat32, false);
+  const SdarModel plain = Make(MidSdarConfig(), torch::kFloat32, false);
   for (const bool graphs : {false, true}) {
     DecodeOptions o;
     o.max_new_tokens = 24;

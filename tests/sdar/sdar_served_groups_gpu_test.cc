@@ -22,7 +22,7 @@
 #include <string>
 
 #include "greedy_tokens_compare.h"
-#include "dice/generator/tiny_sdar_config.h"
+#include "mid_sdar_config.h"
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
 #include "dice/generator/sdar_served_groups.h"
@@ -37,16 +37,7 @@ namespace {
 // Issue 19 item 6: f32 logits of the served groups against the unfused path.
 constexpr double kF32Tolerance = 1e-4;
 
-SdarConfig MidConfig() {
-  SdarConfig c = TinySdarConfig(512, 256, /*tie_word_embeddings=*/false);
-  c.hidden_size = 512;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 2;
-  c.head_dim = 128;
-  c.intermediate_size = 1024;
-  return c;
-}
+using dice::testing::MidSdarConfig;  // head_dim 128, GQA 4:1, 3 layers
 
 // The process's dice mode and a cache of this test's own.
 void UseMode(torch_ext::Mode mode) {
@@ -70,7 +61,7 @@ SdarModel Make(torch::ScalarType dtype, bool fuse, bool serve) {
   o.fuse_elementwise = fuse;
   o.serve_groups = serve;
   o.serve_rows = {4, 8};  // batch 1 and 2 denoising steps
-  auto m = SdarModel::Random(MidConfig(), o, 21);
+  auto m = SdarModel::Random(MidSdarConfig(), o, 21);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return std::move(*m);
 }
