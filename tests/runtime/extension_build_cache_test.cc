@@ -2,10 +2,11 @@
 // issue 18 item 1): a miss builds and stores <dir>/<key>.so + sidecar, a hit
 // copies the same bytes without running nvcc, a truncated cached library is
 // detected, removed and rebuilt, DICE_BUILD_CACHE=off builds every time, an
-// unwritable directory builds uncached, the key follows the source and the
-// flags, the directory follows $DICE_BUILD_CACHE, else the winners' cache
-// directory rule (cache::DefaultCacheDir: $DICE_CACHE_DIR, $HOME), and
-// concurrent misses leave one complete entry. nvcc is a stand-in script that
+// unwritable directory builds uncached, the key follows the source, the
+// flags and the toolchain's contents (not its paths), the directory follows
+// $DICE_BUILD_CACHE, else the winners' cache directory rule
+// (cache::DefaultCacheDir: $DICE_CACHE_DIR, $HOME), and concurrent misses
+// leave one complete entry. nvcc is a stand-in script that
 // writes a fixed library and counts its runs (the one real CUTLASS build and
 // its cache hit are in tests/generator/gemm_template_test.cc). Also
 // PrebuildExtensions (prebuild.h): distinct sources built once, in parallel,
@@ -62,15 +63,23 @@ class BuildCacheTest : public ::testing::Test {
     ASSERT_EQ(::mkdir((root_ + "/inc/torch").c_str(), 0755), 0);
     WriteAll(root_ + "/inc/torch/types.h", "// stand-in\n");
     nvcc_ = root_ + "/nvcc";
-    WriteAll(nvcc_,
+    WriteNvcc(nvcc_, "stand-in nvcc, release 0.0");
+    ::unsetenv("DICE_BUILD_CACHE");
+  }
+
+  // A stand-in nvcc at `path`: `--version` prints `release` (not counted as
+  // a run); any other call appends a line to <root_>/calls.log and writes
+  // "fake library" to the path after -o.
+  void WriteNvcc(const std::string& path, const std::string& release) const {
+    WriteAll(path,
              "#!/bin/sh\n"
+             "if [ \"$1\" = --version ]; then echo '" + release + "'; exit 0; fi\n"
              "echo run >> '" + root_ + "/calls.log'\n"
              "while [ $# -gt 0 ]; do\n"
              "  if [ \"$1\" = -o ]; then printf 'fake library for the build cache test\\n' > \"$2\"; fi\n"
              "  shift\n"
              "done\n");
-    ASSERT_EQ(::chmod(nvcc_.c_str(), 0755), 0);
-    ::unsetenv("DICE_BUILD_CACHE");
+    ASSERT_EQ(::chmod(path.c_str(), 0755), 0);
   }
   void TearDown() override {
     ::unsetenv("DICE_BUILD_CACHE");
@@ -259,6 +268,69 @@ TEST_F(BuildCacheTest, ConcurrentMissesLeaveOneCompleteEntry) {
   EXPECT_EQ(Entries(dir, ".so").size(), 1u);
   EXPECT_EQ(Entries(dir, "").size(), 2u);
   EXPECT_TRUE(Build(Source(), Options(dir))->from_cache());
+}
+
+// The key holds contents, not paths: the same nvcc release and LibTorch
+// headers installed elsewhere (another machine, a CI job's checkout) hit the
+// entries a first install stored; another nvcc release or another
+// torch/version.h misses.
+TEST_F(BuildCacheTest, KeyFollowsTheToolchainsContentsNotItsPaths) {
+  const std::string dir = root_ + "/cache";
+  // As LibTorch 2.9+ lays them out: the numbers in torch/headeronly/version.h.
+  const std::string version_h = "#include <torch/headeronly/version.h>\n";
+  ASSERT_EQ(::mkdir((root_ + "/inc/torch/headeronly").c_str(), 0755), 0);
+  WriteAll(root_ + "/inc/torch/version.h", version_h);
+  WriteAll(root_ + "/inc/torch/headeronly/version.h", "#define TORCH_VERSION \"2.11.0\"\n");
+  ASSERT_NE(Build(Source(), Options(dir)), nullptr);
+  ASSERT_EQ(Calls(), 1);
+
+  // Elsewhere: another nvcc path printing the same release, another
+  // include and library dir with the same headers.
+  ASSERT_EQ(::mkdir((root_ + "/elsewhere").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((root_ + "/elsewhere/include").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((root_ + "/elsewhere/include/torch").c_str(), 0755), 0);
+  WriteAll(root_ + "/elsewhere/include/torch/types.h", "// stand-in\n");
+  ASSERT_EQ(::mkdir((root_ + "/elsewhere/include/torch/headeronly").c_str(), 0755), 0);
+  WriteAll(root_ + "/elsewhere/include/torch/version.h", version_h);
+  WriteAll(root_ + "/elsewhere/include/torch/headeronly/version.h", "#define TORCH_VERSION \"2.11.0\"\n");
+  WriteNvcc(root_ + "/elsewhere/nvcc", "stand-in nvcc, release 0.0");
+  ExtensionCompileOptions moved = Options(dir);
+  moved.nvcc = root_ + "/elsewhere/nvcc";
+  moved.include_dirs = {root_ + "/elsewhere/include"};
+  moved.torch_lib_dir = root_ + "/elsewhere/no-lib";
+  auto hit = CompileExtensionCached(Source(), "sm_90", 1, moved);
+  ASSERT_TRUE(hit.ok()) << hit.status().ToString();
+  EXPECT_TRUE((*hit)->from_cache());
+  EXPECT_EQ(Calls(), 1);
+
+  // Another nvcc release: a miss, built.
+  WriteNvcc(root_ + "/elsewhere/nvcc2", "stand-in nvcc, release 0.1");
+  ExtensionCompileOptions newer = moved;
+  newer.nvcc = root_ + "/elsewhere/nvcc2";
+  auto built = CompileExtensionCached(Source(), "sm_90", 1, newer);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  EXPECT_FALSE((*built)->from_cache());
+  EXPECT_EQ(Calls(), 2);
+
+  // Another LibTorch (torch/headeronly/version.h): a miss, built.
+  WriteAll(root_ + "/elsewhere/include/torch/headeronly/version.h", "#define TORCH_VERSION \"2.12.0\"\n");
+  auto rebuilt = CompileExtensionCached(Source(), "sm_90", 1, moved);
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status().ToString();
+  EXPECT_FALSE((*rebuilt)->from_cache());
+  EXPECT_EQ(Calls(), 3);
+
+  // Another build of that LibTorch (its libc10.so's size differs): a miss.
+  ASSERT_EQ(::mkdir((root_ + "/elsewhere/lib").c_str(), 0755), 0);
+  WriteAll(root_ + "/elsewhere/lib/libc10.so", "one build");
+  ExtensionCompileOptions linked = moved;
+  linked.torch_lib_dir = root_ + "/elsewhere/lib";
+  ASSERT_NE(Build(Source(), linked), nullptr);
+  WriteAll(root_ + "/elsewhere/lib/libc10.so", "another build");
+  auto relinked = CompileExtensionCached(Source(), "sm_90", 1, linked);
+  ASSERT_TRUE(relinked.ok()) << relinked.status().ToString();
+  EXPECT_FALSE((*relinked)->from_cache());
+  EXPECT_EQ(Calls(), 5);
+  EXPECT_EQ(Entries(dir, ".so").size(), 5u);
 }
 
 TEST_F(BuildCacheTest, CompileErrorsAreNotCached) {

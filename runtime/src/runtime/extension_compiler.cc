@@ -9,13 +9,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <string_view>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -208,23 +212,88 @@ std::vector<std::string> NvccArgv(const Toolchain& tc, const Candidate& candidat
   return argv;
 }
 
+// What identifies nvcc in the build cache key: its `--version` text, so two
+// installs of one release (other paths, other mtimes) share keys; when that
+// run fails, the binary's size and mtime (a key only this install matches).
+// Asked once per nvcc path and process.
+std::string NvccIdentity(const std::string& nvcc) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(nvcc);
+  if (it != known.end()) return it->second;
+  std::string identity;
+  char tmpl[] = "/tmp/dice-nvcc-version-XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  if (fd >= 0) {
+    ::close(fd);
+    ProcessOptions po;
+    po.timeout_s = 30.0;
+    po.output_path = tmpl;
+    auto run = RunProcess({nvcc, "--version"}, po);
+    const std::string text = ReadText(tmpl);
+    ::unlink(tmpl);
+    if (run.ok() && run->ok() && !text.empty()) identity = "version " + text;
+  }
+  if (identity.empty()) {
+    struct stat st;
+    if (::stat(nvcc.c_str(), &st) == 0) {
+      identity = "file " + std::to_string(st.st_size) + " " + std::to_string(st.st_mtime);
+    }
+  }
+  known.emplace(nvcc, identity);
+  return identity;
+}
+
+// `arg` with every toolchain path replaced by its placeholder (longest path
+// first, so a path nested in another is not cut in two).
+std::string WithPlaceholders(std::string arg, const std::vector<std::pair<std::string, std::string>>& paths) {
+  for (const auto& [path, placeholder] : paths) {
+    if (path.empty()) continue;
+    for (size_t pos = arg.find(path); pos != std::string::npos; pos = arg.find(path, pos + placeholder.size())) {
+      arg.replace(pos, path.size(), placeholder);
+    }
+  }
+  return arg;
+}
+
 // The build cache key (extension_compiler.h's file comment): sha256 over
-// length-prefixed fields, so no two field lists hash the same text.
+// length-prefixed fields, so no two field lists hash the same text. Paths
+// are not keyed, contents are: nvcc's argument list with the toolchain's
+// paths as placeholders, nvcc's identity, CUTLASS's and LibTorch's version
+// headers. So a build cache filled on one machine serves another with the
+// same nvcc release, CUTLASS and LibTorch wherever they are installed (the
+// library finds LibTorch's and CUDA's runtime libraries already loaded, by
+// their sonames).
 std::string BuildKey(const Toolchain& tc, const Candidate& candidate, const std::string& arch, int num_inputs) {
-  std::string text = "dice-extension-build v1\n";
+  std::string text = "dice-extension-build v2\n";
   auto add = [&](const char* name, const std::string& value) {
     text += std::string(name) + " " + std::to_string(value.size()) + "\n" + value + "\n";
   };
   add("tu", ExtensionTranslationUnit(candidate, num_inputs));
   add("shim", ShimText());
-  for (const auto& arg : NvccArgv(tc, candidate, arch, "<build-dir>")) add("arg", arg);
-  struct stat st;
-  if (::stat(tc.nvcc.c_str(), &st) == 0) {
-    add("nvcc", std::to_string(st.st_size) + " " + std::to_string(st.st_mtime));
-  }
+  std::vector<std::pair<std::string, std::string>> paths = {{tc.nvcc, "<nvcc>"}, {tc.cutlass, "<cutlass>"},
+                                                            {tc.lib_dir, "<torch-lib>"}};
+  for (size_t i = 0; i < tc.includes.size(); ++i) paths.emplace_back(tc.includes[i], "<include-" + std::to_string(i) + ">");
+  std::stable_sort(paths.begin(), paths.end(),
+                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  for (const auto& arg : NvccArgv(tc, candidate, arch, "<build-dir>")) add("arg", WithPlaceholders(arg, paths));
+  add("nvcc", NvccIdentity(tc.nvcc));
   if (!tc.cutlass.empty()) add("cutlass", ReadText(tc.cutlass + "/cutlass/version.h"));
+  // LibTorch's version: torch/version.h, which since 2.9 only includes
+  // torch/headeronly/version.h (the numbers), and the sizes of the libraries
+  // the build links, which tell two builds of one version apart (cu128 vs
+  // cu130, nightlies).
   for (const auto& d : tc.includes) {
-    if (IsFile(d + "/torch/version.h")) add("torch", ReadText(d + "/torch/version.h"));
+    for (const char* header : {"/torch/version.h", "/torch/headeronly/version.h"}) {
+      if (IsFile(d + header)) add("torch", ReadText(d + header));
+    }
+  }
+  for (const char* lib : {"libc10.so", "libc10_cuda.so", "libtorch_cpu.so", "libtorch_cuda.so"}) {
+    struct stat st;
+    if (!tc.lib_dir.empty() && ::stat((tc.lib_dir + "/" + lib).c_str(), &st) == 0) {
+      add("torch-lib", std::string(lib) + " " + std::to_string(st.st_size));
+    }
   }
   return ir::Sha256Hex(text);
 }

@@ -31,10 +31,15 @@
 // built once and serves every shape): the key is the sha256 of everything
 // that changes the binary — the translation unit (candidate source, entry
 // point for num_inputs), the shim header, nvcc's full argument list (arch,
-// the flags added here, extra_flags, include and library paths), the nvcc
-// binary's size and mtime, CUTLASS's cutlass/version.h and LibTorch's
-// torch/version.h — and a hit copies <cache>/<key>.so into the build's own
-// directory after checking it against its size + sha256 sidecar.
+// the flags added here, extra_flags; the toolchain's include and library
+// paths as placeholders), nvcc's `--version` text (its size and mtime when
+// that run fails), CUTLASS's cutlass/version.h, LibTorch's torch/version.h
+// and torch/headeronly/version.h and the sizes of the LibTorch libraries it
+// links — and a hit copies <cache>/<key>.so into the build's own
+// directory after checking it against its size + sha256 sidecar. Paths are
+// not keyed, so a build cache filled on one machine (or in a CPU-only CI
+// job) serves another with the same nvcc release, CUTLASS and LibTorch
+// installed elsewhere: copy <cache> there, or point $DICE_BUILD_CACHE at it.
 #pragma once
 
 #include <memory>
