@@ -333,6 +333,28 @@ TEST_F(BuildCacheTest, KeyFollowsTheToolchainsContentsNotItsPaths) {
   EXPECT_EQ(Entries(dir, ".so").size(), 5u);
 }
 
+// nvcc builds SASS for the task's arch only (-gencode, no PTX): -arch=sm_90a
+// would also run cicc for compute_90 PTX, 13% of a CUTLASS build.
+TEST_F(BuildCacheTest, NvccBuildsSassForTheTasksArchOnly) {
+  const std::string args = root_ + "/args.log";
+  WriteAll(nvcc_,
+           "#!/bin/sh\n"
+           "if [ \"$1\" = --version ]; then echo 'stand-in nvcc, release 0.0'; exit 0; fi\n"
+           "echo \"$@\" >> '" + args + "'\n"
+           "while [ $# -gt 0 ]; do\n"
+           "  if [ \"$1\" = -o ]; then printf 'fake library\\n' > \"$2\"; fi\n"
+           "  shift\n"
+           "done\n");
+  Candidate sm90a = Source();
+  sm90a.source = "// dice-nvcc-arch-feature: a\n" + sm90a.source;
+  ASSERT_NE(Build(sm90a, Options("off")), nullptr);
+  ASSERT_NE(Build(Source(), Options("off")), nullptr);
+  const std::string log = ReadAll(args);
+  EXPECT_NE(log.find("-gencode arch=compute_90a,code=sm_90a "), std::string::npos) << log;
+  EXPECT_NE(log.find("-gencode arch=compute_90,code=sm_90 "), std::string::npos) << log;
+  EXPECT_EQ(log.find("-arch"), std::string::npos) << log;
+}
+
 TEST_F(BuildCacheTest, CompileErrorsAreNotCached) {
   const std::string dir = root_ + "/cache";
   Candidate bad = Source();

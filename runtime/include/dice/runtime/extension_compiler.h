@@ -159,7 +159,8 @@ Expected<std::unique_ptr<ExtensionBuild>> CompileExtensionCached(const Candidate
 bool ExtensionBuildCached(const Candidate& candidate, const std::string& arch, int num_inputs,
                           const ExtensionCompileOptions& options = {});
 
-/// The -arch= value nvcc gets for `candidate` on a task whose arch is `arch`
+/// The SASS arch nvcc builds `candidate` for (`-gencode arch=compute_X,code=sm_X`,
+/// no PTX) on a task whose arch is `arch`
 /// ("sm_90"): `arch` itself, or its arch-specific variant when the source asks
 /// for one with the line "// dice-nvcc-arch-feature: a" within its first 4,096
 /// bytes ("sm_90" -> "sm_90a": CUTLASS 3.x's sm90 kernels use wgmma and TMA,
