@@ -334,7 +334,7 @@ std::string ConvHostPrologue(const Task& task, const ConvPlan& p) {
   s += "  TORCH_CHECK(N <= INT_MAX && H <= INT_MAX && W <= INT_MAX && P <= INT_MAX && Q <= INT_MAX,\n"
        "              \"conv candidate: a size exceeds 2^31 - 1\");\n";
   s += "  const c10::cuda::CUDAGuard guard(" + x + ".device());\n";
-  s += "  cudaStream_t stream = at::cuda::getCurrentCUDAStream(" + x + ".device().index()).stream();\n";
+  s += "  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(" + x + ".device().index()).stream();\n";
   s += "  torch::Tensor xl = " + x + ".contiguous(at::MemoryFormat::ChannelsLast);  // NHWC\n";
   s += "  torch::Tensor wl = " + w + ".contiguous(at::MemoryFormat::ChannelsLast);  // KRSC\n";
   s += "  dice_conv_check(xl, \"x as NHWC\", " + ab + ", " + x + ".device());\n";

@@ -301,7 +301,7 @@ std::string HostFunction(const Task& task, const GemmPlan& p) {
   s += checks;
   s += ShapeChecks(task, p);
   s += "  const c10::cuda::CUDAGuard guard(" + x + ".device());\n";
-  s += "  cudaStream_t stream = at::cuda::getCurrentCUDAStream(" + x + ".device().index()).stream();\n";
+  s += "  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(" + x + ".device().index()).stream();\n";
   s += "  torch::Tensor out = torch::empty({M, N}, " + x + ".options());\n";
   s += prep;
   s += "  using E = DiceEpilogue::Element;\n";
