@@ -508,6 +508,27 @@ TEST(GemmTemplates, Float32CandidateCompilesForSm90WithNvccOnceThenComesFromTheB
   RemoveTree(cache_dir);
 }
 
+// The bf16 tensor-op family's host code (its dtype checks name
+// torch::kBFloat16) builds under the ATen/c10 headers the CUTLASS sources
+// include instead of <torch/extension.h> (cutlass_epilogue.h), with the
+// build cache off so nvcc really runs.
+TEST(GemmTemplates, BFloat16CandidateCompilesForSm90WithNvccUnderTheAtenHeaders) {
+  if (runtime::CutlassIncludeDir().empty()) GTEST_SKIP() << "CUTLASS headers absent";
+  const Task task = LinearTask(DType::kBFloat16, 256, 512, 512, true, Relu);
+  const auto cands = Generate(task, 1);
+  ASSERT_EQ(cands.size(), 1u);
+  EXPECT_FALSE(Contains(cands[0].source, "torch/extension.h"));
+  runtime::ExtensionCompileOptions opt;
+  opt.timeout_s = 1200;
+  opt.build_cache_dir = "off";
+  auto build = runtime::CompileExtensionCached(cands[0], "sm_90", static_cast<int>(task.inputs.size()), opt);
+  if (!build.ok() && build.status().code() == StatusCode::kNotFound) {
+    GTEST_SKIP() << "no compiler toolchain: " << build.status().ToString();
+  }
+  ASSERT_TRUE(build.ok()) << build.status().ToString();
+  std::printf("[gemm] %s built in %.1f s\n", cands[0].origin.c_str(), (*build)->compile_ms() / 1000.0);
+}
+
 }  // namespace
 }  // namespace dice::generator
 
