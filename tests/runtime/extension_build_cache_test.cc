@@ -68,13 +68,15 @@ class BuildCacheTest : public ::testing::Test {
   }
 
   // A stand-in nvcc at `path`: `--version` prints `release` (not counted as
-  // a run); any other call appends a line to <root_>/calls.log and writes
-  // "fake library" to the path after -o.
+  // a run); any other call appends a line to <root_>/calls.log, its
+  // arguments to <root_>/args.log, and writes "fake library" to the path
+  // after -o.
   void WriteNvcc(const std::string& path, const std::string& release) const {
     WriteAll(path,
              "#!/bin/sh\n"
              "if [ \"$1\" = --version ]; then echo '" + release + "'; exit 0; fi\n"
              "echo run >> '" + root_ + "/calls.log'\n"
+             "echo \"$@\" >> '" + root_ + "/args.log'\n"
              "while [ $# -gt 0 ]; do\n"
              "  if [ \"$1\" = -o ]; then printf 'fake library for the build cache test\\n' > \"$2\"; fi\n"
              "  shift\n"
@@ -336,20 +338,11 @@ TEST_F(BuildCacheTest, KeyFollowsTheToolchainsContentsNotItsPaths) {
 // nvcc builds SASS for the task's arch only (-gencode, no PTX): -arch=sm_90a
 // would also run cicc for compute_90 PTX, 13% of a CUTLASS build.
 TEST_F(BuildCacheTest, NvccBuildsSassForTheTasksArchOnly) {
-  const std::string args = root_ + "/args.log";
-  WriteAll(nvcc_,
-           "#!/bin/sh\n"
-           "if [ \"$1\" = --version ]; then echo 'stand-in nvcc, release 0.0'; exit 0; fi\n"
-           "echo \"$@\" >> '" + args + "'\n"
-           "while [ $# -gt 0 ]; do\n"
-           "  if [ \"$1\" = -o ]; then printf 'fake library\\n' > \"$2\"; fi\n"
-           "  shift\n"
-           "done\n");
   Candidate sm90a = Source();
   sm90a.source = "// dice-nvcc-arch-feature: a\n" + sm90a.source;
   ASSERT_NE(Build(sm90a, Options("off")), nullptr);
   ASSERT_NE(Build(Source(), Options("off")), nullptr);
-  const std::string log = ReadAll(args);
+  const std::string log = ReadAll(root_ + "/args.log");
   EXPECT_NE(log.find("-gencode arch=compute_90a,code=sm_90a "), std::string::npos) << log;
   EXPECT_NE(log.find("-gencode arch=compute_90,code=sm_90 "), std::string::npos) << log;
   EXPECT_EQ(log.find("-arch"), std::string::npos) << log;
