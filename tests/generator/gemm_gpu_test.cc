@@ -50,7 +50,10 @@ std::string SkipReason() {
   return "";
 }
 
+// The CUTLASS family alone: the cuBLASLt family (offered first for these
+// epilogues) is off here and has its own tests (gemm_lt_gpu_test.cc).
 runtime::TuneOptions Options() {
+  ::setenv("DICE_GEMM_LT", "0", 1);
   runtime::TuneOptions o;
   o.max_candidates = 1;
   o.budget_s = 900;
@@ -140,6 +143,7 @@ TEST(GemmGpu, EpilogueWithoutTheReluIsRejectedByTheVerifier) {
   if (!skip.empty()) GTEST_SKIP() << skip;
   auto task = LinearReluTask();
   ASSERT_TRUE(task.ok()) << task.status().ToString();
+  ::setenv("DICE_GEMM_LT", "0", 1);
   TemplateGenerator templates;
   auto cands = templates.Generate(*task, 1);
   ASSERT_TRUE(cands.ok()) << cands.status().ToString();

@@ -117,6 +117,34 @@ bool HasContraction(const ir::Graph& graph);
 /// odd K/N for 16-bit types, an empty GEMM, DICE_STRICT_FP32=1 for f32).
 Expected<std::vector<Candidate>> GemmCandidates(const Task& task, int max_candidates);
 
+/// Candidates per cuBLASLt group: ranks 0 .. kGemmLtRanks - 1 of the library's
+/// heuristic list (GemmLtCandidates).
+inline constexpr int kGemmLtRanks = 3;
+
+/// The cuBLASLt family (issue 18 item 1; generator/src/templates/gemm_lt.cc): a
+/// group act(linear(x, weight[, bias]) [+ E]) whose epilogue is one of
+/// cuBLASLt's own — bias [N] (linear's, or a per-column add when linear has
+/// none), an output-shaped tensor E added before the activation (C with beta
+/// = 1), then relu or the tanh GELU (CUBLASLT_EPILOGUE_{BIAS, RELU, GELU}
+/// and their _BIAS forms) — one dtype (f32 / f16 / bf16), contiguous inputs.
+/// Returns up to min(max_candidates, kGemmLtRanks) extension-form candidates,
+/// host C++ only (<cublasLt.h> and the ATen/c10 subset of the CUTLASS
+/// families), linked against cuBLASLt through the source line
+/// "// dice-nvcc-link: cublasLt" (extension_compiler.h
+/// ExtensionLinkLibraries): candidate r runs one cublasLtMatmul with the
+/// r-th algorithm of cuBLASLt's heuristic list for the shape and the
+/// operands' alignments (32 MiB workspace at most, CUBLAS_COMPUTE_32F, float
+/// scaling), origin "template:gemm_lt/<epilogue>/a<r>" (epilogue e.g.
+/// "bias_gelu", "residual_bias_relu"), reduced_precision = false. Sources
+/// bake in no shape (M, N, K are read at run time; the plan is kept per
+/// device, shape and alignment for the process's life). At run time a shape
+/// with fewer than r + 1 algorithms, or a cuBLASLt error, throws with the
+/// library's status string (the worker records it as the candidate's
+/// failure). Errors: kUnsupported with the reason (an op that is not one of
+/// those epilogues, erf GELU, an op after the activation, a bare linear,
+/// mixed dtypes, a non-contiguous input, an empty GEMM, $DICE_GEMM_LT=0).
+Expected<std::vector<Candidate>> GemmLtCandidates(const Task& task, int max_candidates);
+
 /// Whether `graph` has a conv2d op (ir::OpKind::kConv2d): such groups go to
 /// ConvCandidates.
 bool HasConv(const ir::Graph& graph);

@@ -1,5 +1,5 @@
 // template_generator.cc — TemplateGenerator (templates.h): groups with a
-// conv2d go to the conv family, those with a linear to the skinny-GEMM (few rows) and gemm families;
+// conv2d go to the conv family, those with a linear to the skinny-GEMM (few rows), cuBLASLt and gemm families;
 // the others are lowered and dispatched to the elementwise or row family.
 #include <string>
 
@@ -18,12 +18,21 @@ Expected<std::vector<Candidate>> TemplateGenerator::Generate(const Task& task, i
   // NVRTC candidates first, then the gemm family's.
   if (tmpl::HasConv(task.graph)) return tmpl::ConvCandidates(task, max_candidates);
   if (tmpl::HasContraction(task.graph)) {
+    // Skinny GEMMs first (few rows), then cuBLASLt's fused epilogues, then
+    // CUTLASS; the group is unsupported only when every family refuses it
+    // (the gemm family's reason is the one reported).
+    std::vector<Candidate> all;
     auto skinny = tmpl::SkinnyGemmCandidates(task, max_candidates, task.target);
-    if (!skinny.ok()) return tmpl::GemmCandidates(task, max_candidates);
-    std::vector<Candidate> all = std::move(skinny).value();
+    if (skinny.ok()) all = std::move(skinny).value();
+    auto lt = tmpl::GemmLtCandidates(task, max_candidates - static_cast<int>(all.size()));
+    if (lt.ok()) {
+      for (auto& c : *lt) all.push_back(std::move(c));
+    }
     auto gemm = tmpl::GemmCandidates(task, max_candidates - static_cast<int>(all.size()));
     if (gemm.ok()) {
       for (auto& c : *gemm) all.push_back(std::move(c));
+    } else if (all.empty()) {
+      return gemm.status();
     }
     return all;
   }

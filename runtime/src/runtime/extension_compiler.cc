@@ -159,6 +159,8 @@ Expected<Toolchain> Prepare(const Candidate& candidate, const std::string& arch,
   if (num_inputs < 1) {
     return Status(StatusCode::kInvalidArgument, "CompileExtension: num_inputs is " + std::to_string(num_inputs));
   }
+  auto libs = ExtensionLinkLibraries(candidate);
+  if (!libs.ok()) return libs.status();
   if (!DefinesDiceForward(candidate.source)) {
     return Status(StatusCode::kCompileError,
                   "no dice_forward in the source: an extension-form candidate must define the host function "
@@ -211,6 +213,13 @@ std::vector<std::string> NvccArgv(const Toolchain& tc, const Candidate& candidat
   if (!tc.cutlass.empty()) argv.push_back("-I" + tc.cutlass);
   for (const auto& f : candidate.extra_flags) argv.push_back(f);
   argv.insert(argv.end(), {dir + "/dice_ext.cu", "-o", dir + "/libdice_ext.so", "--cudart", "shared"});
+  // Toolkit libraries the source asks for (validated in Prepare): nvcc's own
+  // library directory is on its link path; at load time the process already
+  // holds them (LibTorch links cuBLASLt), found by soname.
+  auto libs = ExtensionLinkLibraries(candidate);
+  if (libs.ok()) {
+    for (const auto& lib : *libs) argv.push_back("-l" + lib);
+  }
   if (!tc.lib_dir.empty() && IsDir(tc.lib_dir)) {
     argv.insert(argv.end(), {"-L" + tc.lib_dir, "-Xlinker", "--as-needed", "-lc10", "-lc10_cuda", "-ltorch_cpu",
                              "-ltorch_cuda", "-Xlinker", "-rpath=" + tc.lib_dir});
@@ -286,6 +295,9 @@ std::string BuildKey(const Toolchain& tc, const Candidate& candidate, const std:
   for (const auto& arg : NvccArgv(tc, candidate, arch, "<build-dir>")) add("arg", WithPlaceholders(arg, paths));
   add("nvcc", NvccIdentity(tc.nvcc));
   if (!tc.cutlass.empty()) add("cutlass", ReadText(tc.cutlass + "/cutlass/version.h"));
+  // A linked toolkit library's version (cuBLASLt's is in cublas_api.h).
+  auto libs = ExtensionLinkLibraries(candidate);
+  if (libs.ok() && !libs->empty()) add("cublas", ReadText(ToolkitIncludeDir(tc.nvcc) + "/cublas_api.h"));
   // LibTorch's version: torch/version.h, which since 2.9 only includes
   // torch/headeronly/version.h (the numbers), and the sizes of the libraries
   // the build links, which tell two builds of one version apart (cu128 vs
@@ -333,6 +345,30 @@ std::string NvccArch(const Candidate& candidate, const std::string& arch) {
   const bool line_start = at != std::string_view::npos && (at == 0 || head[at - 1] == '\n');
   if (!line_start || arch.empty() || !(arch.back() >= '0' && arch.back() <= '9')) return arch;
   return arch + "a";
+}
+
+Expected<std::vector<std::string>> ExtensionLinkLibraries(const Candidate& candidate) {
+  static constexpr std::string_view kMarker = "// dice-nvcc-link: ";
+  const std::string_view head = std::string_view(candidate.source).substr(0, 4096);
+  std::vector<std::string> libs;
+  for (size_t at = head.find(kMarker); at != std::string_view::npos; at = head.find(kMarker, at + 1)) {
+    if (at != 0 && head[at - 1] != '\n') continue;
+    const size_t begin = at + kMarker.size();
+    const size_t end = std::min(head.find('\n', begin), head.size());
+    const std::string name(head.substr(begin, end - begin));
+    if (name != "cublasLt" && name != "cublas") {
+      return Status(StatusCode::kInvalidArgument, "candidate '" + candidate.origin + "' asks to link '" + name +
+                                                      "'; the line '// dice-nvcc-link: <name>' allows cublasLt and cublas");
+    }
+    if (std::find(libs.begin(), libs.end(), name) == libs.end()) libs.push_back(name);
+  }
+  return libs;
+}
+
+std::string ToolkitIncludeDir(const std::string& nvcc) {
+  const size_t slash = nvcc.rfind('/');
+  const std::string bin = slash == std::string::npos ? std::string(".") : nvcc.substr(0, slash);
+  return bin + "/../include";
 }
 
 std::string ExtensionTranslationUnit(const Candidate& candidate, int num_inputs) {

@@ -29,7 +29,7 @@ std::string ReducedPrecisionRefusal(const TuneOptions& options, const ir::Graph&
 
 std::string RefusedWinnerReason(const TuneOptions& options, const ir::Graph& graph,
                                 const cache::WinnerRecord& winner) {
-  std::string stale = StaleBuildReason(winner, options.torch_version, CutlassVersion());
+  std::string stale = StaleBuildReason(winner, options.torch_version, CutlassVersion(), CublasVersion());
   if (!stale.empty()) return stale;
   if (!winner.reduced_precision) return "";
   const std::string why = ReducedPrecisionRefusal(options, graph);

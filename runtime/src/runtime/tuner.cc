@@ -39,6 +39,13 @@
 namespace dice::runtime {
 namespace {
 
+// Whether the extension source links a CUDA toolkit library (cuBLASLt for
+// the gemm_lt family): its winner then records cuBLAS's version.
+bool LinksToolkitLibrary(const Candidate& c) {
+  auto libs = ExtensionLinkLibraries(c);
+  return libs.ok() && !libs->empty();
+}
+
 // Stores one candidate's outcome in the cache's attempt log (best effort:
 // a failed write is logged, never fatal).
 void RecordOutcome(cache::Store* store, const std::string& task_key, const CandidateOutcome& o) {
@@ -249,6 +256,7 @@ cache::WinnerRecord MakeWinnerRecord(const Task& task, const Candidate& c, std::
                                    {"dice", DICE_VERSION_STRING},
                                    // extension form: `cubin` holds the nvcc-built shared object (winner_versions.h)
                                    {"cutlass", c.source.find("cutlass/") != std::string::npos ? CutlassVersion() : ""},
+                                   {"cublas", LinksToolkitLibrary(c) ? CublasVersion() : ""},
                                    {"form", CandidateFormName(c.form)}}
                         .dump();
   return w;

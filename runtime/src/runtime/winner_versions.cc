@@ -2,6 +2,7 @@
 #include "dice/runtime/winner_versions.h"
 
 #include <cctype>
+#include <cstdlib>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -44,7 +45,27 @@ std::string ReadCutlassVersion() {
   return parts[0] + "." + parts[1] + "." + parts[2];
 }
 
+// "13.1.0" from the toolkit's cublas_api.h beside nvcc ($DICE_NVCC or the
+// configured one), "" without it.
+std::string ReadCublasVersion() {
+  const char* env = std::getenv("DICE_NVCC");
+  const std::string nvcc = env != nullptr && env[0] != '\0' ? env : DICE_NVCC_PATH;
+  const std::string s = text_files::ReadText(ToolkitIncludeDir(nvcc) + "/cublas_api.h");
+  std::string parts[3];
+  const char* names[3] = {"CUBLAS_VER_MAJOR", "CUBLAS_VER_MINOR", "CUBLAS_VER_PATCH"};
+  for (int i = 0; i < 3; ++i) {
+    parts[i] = DefinedNumber(s, names[i]);
+    if (parts[i].empty()) return "";
+  }
+  return parts[0] + "." + parts[1] + "." + parts[2];
+}
+
 }  // namespace
+
+std::string CublasVersion() {
+  static const std::string version = ReadCublasVersion();
+  return version;
+}
 
 std::string CutlassVersion() {
   static const std::string version = ReadCutlassVersion();
@@ -52,14 +73,15 @@ std::string CutlassVersion() {
 }
 
 std::string StaleBuildReason(const cache::WinnerRecord& winner, const std::string& torch_version,
-                             const std::string& cutlass_version) {
+                             const std::string& cutlass_version, const std::string& cublas_version) {
   if (winner.versions_json.empty()) return "";
   const nlohmann::json v = nlohmann::json::parse(winner.versions_json, nullptr, /*allow_exceptions=*/false);
   if (!v.is_object()) return "";
   const auto form = v.find("form");
   if (form == v.end() || !form->is_string() || (*form != "extension" && *form != "library")) return "";
   for (const auto& [name, now] : {std::pair<const char*, const std::string&>{"torch", torch_version},
-                                  std::pair<const char*, const std::string&>{"cutlass", cutlass_version}}) {
+                                  std::pair<const char*, const std::string&>{"cutlass", cutlass_version},
+                                  std::pair<const char*, const std::string&>{"cublas", cublas_version}}) {
     const auto it = v.find(name);
     if (it == v.end() || !it->is_string() || now.empty()) continue;
     const std::string& built = it->get_ref<const std::string&>();

@@ -1,7 +1,7 @@
 // dice/generator/templates.h — parametric CUDA templates (always available).
 //
 // TemplateGenerator emits candidates (device form in the candidate.h calling
-// convention, or extension form for gemm) for a fusion group by lowering it to primitive ops and picking
+// convention, or extension form for gemm and gemm_lt) for a fusion group by lowering it to primitive ops and picking
 // a schedule family:
 //   * elementwise: pure elementwise DAGs with broadcasting and scalar
 //     constants; variants over block size, vector width (16-byte loads when
@@ -21,6 +21,11 @@
 //   * gemv (issue 19): a bare linear with at most 16 rows -> device-form
 //     GEMV-style candidates (a warp per output columns, 16-byte weight
 //     loads, optional split-K with a float workspace), offered before gemm.
+//   * gemm_lt (issue 18): linear whose epilogue is cuBLASLt's own (bias,
+//     an output-shaped add, relu, tanh gelu) -> extension-form candidates
+//     that make one cublasLtMatmul call with the epilogue fused, one per rank
+//     of cuBLASLt's heuristic list (host code only, linked against cuBLASLt;
+//     $DICE_GEMM_LT=0 turns it off), offered after gemv and before gemm.
 // Shapes are baked into the source as constants (a task key fixes them).
 // Grids, rows in flight and shared-memory budgets are sized from the task's
 // target (TargetInfo's device facts: SM count, threads per SM, L2 bytes,

@@ -21,7 +21,8 @@
 // cpp_extension uses for CUDA sources, LibTorch's include directories and
 // CUTLASS's (CutlassIncludeDir below, when present), linked
 // --as-needed against c10/c10_cuda/torch_cpu/torch_cuda and the shared CUDA
-// runtime) into `libdice_ext.so` there. No GPU is needed to compile.
+// runtime, plus the toolkit libraries the source names with
+// "// dice-nvcc-link: <lib>" (ExtensionLinkLibraries)) into `libdice_ext.so` there. No GPU is needed to compile.
 // Torch-free: only paths to LibTorch's headers and libraries are used (baked
 // in at configure time, overridable by environment variables, see below).
 // Thread-safe: every call has its own directory and nvcc process.
@@ -168,6 +169,19 @@ bool ExtensionBuildCached(const Candidate& candidate, const std::string& arch, i
 /// An arch that already carries a suffix is returned unchanged, as is any
 /// arch for a source without the line. Pure; no errors.
 std::string NvccArch(const Candidate& candidate, const std::string& arch);
+
+/// The CUDA toolkit libraries `candidate` links, from its lines
+/// "// dice-nvcc-link: <name>" within the first 4,096 bytes of its source
+/// (each at the start of a line; duplicates once): nvcc gets "-l<name>" and
+/// the build cache key the toolkit's cublas_api.h (cuBLAS's version). The
+/// gemm_lt family (cuBLASLt's fused epilogues) asks for "cublasLt".
+/// Errors: kInvalidArgument naming the library when it is not "cublasLt" or
+/// "cublas" (CompileExtension fails with it before nvcc runs). Pure.
+Expected<std::vector<std::string>> ExtensionLinkLibraries(const Candidate& candidate);
+
+/// The CUDA toolkit's include directory beside `nvcc` ("<dir of nvcc>/../include");
+/// "./../include" for a bare name. Pure; no errors, no file access.
+std::string ToolkitIncludeDir(const std::string& nvcc);
 
 /// The CUDA source nvcc compiles for `candidate`: its source followed by the
 /// entry point for `num_inputs` inputs (exposed for tests and debugging).
