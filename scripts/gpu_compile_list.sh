@@ -16,7 +16,9 @@
 # ROWS=max_autotune.jsonl resumes apart from the first), LIMIT_S (the bench's
 # wall limit, s; default BUDGET_S + 60, and at least CAP_S + 120 so a row
 # that starts at once can finish: a small BUDGET_S meant "one row" must not
-# kill that row; keep it under the device call's own limit).
+# kill that row; keep it under the device call's own limit), DICE_LIST_CACHE
+# (dice's kernel cache directory, default /tmp/dice-compile-list-cache: give
+# an A/B pass, e.g. DICE_GEMM_LT=0, its own, or it serves the other's winners).
 # BUDGET_S only stops new rows from starting: a row starts while elapsed +
 # the median row so far fits it, so with ~250 s rows (max-autotune capped at
 # 240 s) BUDGET_S=470 runs one row and 530 (LIMIT_S 585) runs two.
@@ -42,7 +44,7 @@ limit=${LIMIT_S:-$(( ${BUDGET_S:-480} + 60 ))}
 [ -z "${LIMIT_S:-}" ] && [ "${CAP_S:-0}" -gt 0 ] && [ "$limit" -lt $(( CAP_S + 120 )) ] && limit=$(( CAP_S + 120 ))
 DICE_LOG_LEVEL=info PYTHONPATH=torch_ext/python timeout "$limit" python3 -u bench/torch_compile_bench.py \
   --kb .deps/kernelbench "${sel[@]}" --variants "${VARIANTS:-eager,inductor,reduce-overhead,dice}" \
-  --cold-inductor-cache --cache /tmp/dice-compile-list-cache --time-budget-s "${BUDGET_S:-480}" --skip-done \
+  --cold-inductor-cache --cache "${DICE_LIST_CACHE:-/tmp/dice-compile-list-cache}" --time-budget-s "${BUDGET_S:-480}" --skip-done \
   --first-call-cap-s "${CAP_S:-0}" \
   --out "$rows" > "$OUT/compile_list_$list.log" 2>&1
 echo "rc $? (tree $git_rev); rows now: $(wc -l < "$rows")"
