@@ -217,7 +217,7 @@ TEST(ConvTemplates, BiasAndPerChannelExtraAreSummedOnTheHost) {
   };
   const auto cands = Generate(ConvTask(DType::kFloat32, cs, true, sub_then_relu, {Spec(DType::kFloat32, {1, cs.k, 1, 1})}));
   ASSERT_FALSE(cands.empty());
-  EXPECT_TRUE(Contains(cands[0].source, "csrc = (in2 - in3.reshape({K})).contiguous();"));
+  EXPECT_TRUE(Contains(cands[0].source, "csrc = in2.sub(in3.reshape({K})).contiguous();"));
   EXPECT_TRUE(Contains(cands[0].source, "(acc + c)"));
 }
 
@@ -298,8 +298,15 @@ void BuildFirstCandidateForSm90(const Task& task, const std::string& origin) {
 
 // One real build (issue 18: "CUTLASS candidates compile for sm_90 on CPU"):
 // nvcc with LibTorch's and CUTLASS's headers, a minute or more on 2 cores.
+// mish(mish(conv + bias - e)) with a per-channel e, so the host code that
+// sums bias and e into C (kBiasMinusExtra) is compiled too.
 TEST(ConvTemplates, Tf32CandidateCompilesForSm90WithNvcc) {
-  BuildFirstCandidateForSm90(ConvTask(DType::kFloat32, ConvShape{}, true, MishMish), "template:conv/tf32/128x128x16/s3");
+  ConvShape cs;
+  auto sub_mish_mish = [](GraphBuilder& b, int v, const std::vector<int>& e) {
+    return MishMish(b, b.Op(OpKind::kSub, {v, e.at(0)}), e);
+  };
+  BuildFirstCandidateForSm90(ConvTask(DType::kFloat32, cs, true, sub_mish_mish, {Spec(DType::kFloat32, {1, cs.k, 1, 1})}),
+                             "template:conv/tf32/128x128x16/s3");
 }
 
 // DICE_CONV_SM90=1 for the scope of one test (conv_sm90.cc's switch).

@@ -356,10 +356,12 @@ std::string ConvSourceTensor(const ConvPlan& p) {
       break;
     case Source::kBiasPlusExtra:
     case Source::kBiasMinusExtra: {
-      const std::string op = p.source == Source::kBiasPlusExtra ? " + " : " - ";
-      s += "  // conv2d's bias and the extra tensor, summed once: C = bias" + op + "extra.\n";
-      s += p.extra_full ? "  csrc = (" + b + ".view({1, K, 1, 1})" + op + e + ").contiguous(" + cl + ");\n"
-                        : "  csrc = (" + b + op + e + ".reshape({K})).contiguous();\n";
+      // Tensor methods, not operator+/- (ATen/TensorOperators.h is not included).
+      const bool plus = p.source == Source::kBiasPlusExtra;
+      const std::string method = plus ? ".add(" : ".sub(";
+      s += "  // conv2d's bias and the extra tensor, summed once: C = bias " + std::string(plus ? "+" : "-") + " extra.\n";
+      s += p.extra_full ? "  csrc = " + b + ".view({1, K, 1, 1})" + method + e + ").contiguous(" + cl + ");\n"
+                        : "  csrc = " + b + method + e + ".reshape({K})).contiguous();\n";
       break;
     }
   }

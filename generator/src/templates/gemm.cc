@@ -272,9 +272,11 @@ std::string HostFunction(const Task& task, const GemmPlan& p) {
       break;
     case Source::kBiasPlusExtra:
     case Source::kBiasMinusExtra: {
-      const char* op = p.source == Source::kBiasPlusExtra ? "+" : "-";
-      prep = "  // linear's bias and the extra tensor, summed once: C = bias " + std::string(op) + " extra.\n";
-      prep += "  torch::Tensor csum = (in" + std::to_string(p.bias) + ".view({1LL, N}) " + op + " in" +
+      // Tensor methods, not operator+/-: those live in ATen/TensorOperators.h,
+      // which the ATen subset these sources include (cutlass_epilogue.h) lacks.
+      const bool plus = p.source == Source::kBiasPlusExtra;
+      prep = "  // linear's bias and the extra tensor, summed once: C = bias " + std::string(plus ? "+" : "-") + " extra.\n";
+      prep += "  torch::Tensor csum = in" + std::to_string(p.bias) + ".view({1LL, N})." + (plus ? "add" : "sub") + "(in" +
               std::to_string(p.extra) + ".view({-1LL, N})).contiguous();\n";
       c_ptr = "csum.data_ptr()";
       ldc = p.extra_full ? "N" : "0LL";
