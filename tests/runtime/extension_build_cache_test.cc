@@ -348,6 +348,39 @@ TEST_F(BuildCacheTest, NvccBuildsSassForTheTasksArchOnly) {
   EXPECT_EQ(log.find("-arch"), std::string::npos) << log;
 }
 
+// A source that asks for cuBLASLt ("// dice-nvcc-link: cublasLt", the
+// gemm_lt family) is linked against it, and gets its own cache key; a
+// library outside the allowed list is refused before nvcc runs.
+TEST_F(BuildCacheTest, LinkDirectiveAddsTheToolkitLibraryAndOnlyAllowedOnes) {
+  const std::string dir = root_ + "/cache";
+  Candidate lt = Source();
+  lt.source = "// origin\n// dice-nvcc-link: cublasLt\n" + lt.source;
+  auto libs = ExtensionLinkLibraries(lt);
+  ASSERT_TRUE(libs.ok()) << libs.status().ToString();
+  EXPECT_EQ(*libs, std::vector<std::string>{"cublasLt"});
+  ASSERT_NE(Build(lt, Options(dir)), nullptr);
+  const std::string log = ReadAll(root_ + "/args.log");
+  EXPECT_NE(log.find(" -lcublasLt"), std::string::npos) << log;
+  ASSERT_NE(Build(Source(), Options(dir)), nullptr);
+  EXPECT_EQ(Calls(), 2) << "with and without the library are two builds";
+  EXPECT_EQ(Entries(dir, ".so").size(), 2u);
+
+  Candidate bad = Source();
+  bad.origin = "test:bad-lib";
+  bad.source = "// dice-nvcc-link: ssl\n" + bad.source;
+  auto b = CompileExtensionCached(bad, "sm_90", 1, Options(dir));
+  EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(b.status().message().find("asks to link 'ssl'"), std::string::npos) << b.status().ToString();
+  EXPECT_EQ(Calls(), 2) << "refused before nvcc";
+  // Not at a line start, or past the first 4,096 bytes: no directive.
+  Candidate quoted = Source();
+  quoted.source = "int x; // dice-nvcc-link: cublasLt\n" + quoted.source;
+  EXPECT_TRUE(ExtensionLinkLibraries(quoted)->empty());
+  Candidate late = Source();
+  late.source = std::string(5000, '\n') + "// dice-nvcc-link: cublasLt\n" + late.source;
+  EXPECT_TRUE(ExtensionLinkLibraries(late)->empty());
+}
+
 TEST_F(BuildCacheTest, CompileErrorsAreNotCached) {
   const std::string dir = root_ + "/cache";
   Candidate bad = Source();

@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -192,6 +194,21 @@ TEST(WinnerVersionsTest, AnExtensionWinnerBuiltAgainstOtherLibrariesIsStale) {
   TuneOptions other = o;
   other.torch_version = "2.11.0";
   EXPECT_FALSE(o == other) << "the torch extension rebuilds its tuners when the options differ";
+}
+
+// A gemm_lt winner links cuBLASLt: it records "cublas" and is re-tuned when
+// the toolkit's cuBLAS differs.
+TEST(WinnerVersionsTest, ACublasLtWinnerBuiltAgainstAnotherCublasIsStale) {
+  cache::WinnerRecord w;
+  w.origin = "template:gemm_lt/bias_gelu/a0";
+  w.versions_json = R"({"torch": "2.11.0", "cutlass": "", "cublas": "13.0.2", "form": "extension"})";
+  EXPECT_EQ(StaleBuildReason(w, "2.11.0", "4.2.0", "13.1.0"),
+            "winner template:gemm_lt/bias_gelu/a0 was built against cublas 13.0.2; this process runs 13.1.0");
+  EXPECT_EQ(StaleBuildReason(w, "2.11.0", "4.2.0", "13.0.2"), "");
+  EXPECT_EQ(StaleBuildReason(w, "2.11.0", "4.2.0"), "") << "a process that does not know its cuBLAS does not compare";
+  const std::string now = CublasVersion();
+  if (now.empty()) GTEST_SKIP() << "no cublas_api.h beside nvcc";
+  EXPECT_EQ(std::count(now.begin(), now.end(), '.'), 2) << now;
 }
 
 TEST(WinnerVersionsTest, CutlassVersionIsReadFromTheHeadersNvccUses) {
