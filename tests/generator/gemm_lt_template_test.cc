@@ -21,31 +21,9 @@ namespace {
 using ir::DType;
 using ir::OpKind;
 using tmpl_test::GraphBuilder;
+using tmpl_test::LinearTask;
 using tmpl_test::MakeTask;
 using tmpl_test::Spec;
-
-// linear(x [M, K], w [N, K][, b [N]]) then `chain` (builder, linear value,
-// extra inputs) -> output value.
-template <typename Chain>
-Task LinearTask(DType dt, int64_t M, int64_t K, int64_t N, bool bias, Chain chain,
-                std::vector<ir::TensorSpec> extra_specs = {}) {
-  GraphBuilder b;
-  const int x = b.Input(dt, 2), w = b.Input(dt, 2);
-  std::vector<int32_t> args = {x, w};
-  std::vector<ir::TensorSpec> specs = {Spec(dt, {M, K}), Spec(dt, {N, K})};
-  if (bias) {
-    args.push_back(b.Input(dt, 1));
-    specs.push_back(Spec(dt, {N}));
-  }
-  std::vector<int> extras;
-  for (const auto& s : extra_specs) {
-    extras.push_back(b.Input(s.dtype, static_cast<int>(s.shape.size())));
-    specs.push_back(s);
-  }
-  const int lin = b.Op(OpKind::kLinear, args);
-  b.Output(chain(b, lin, extras));
-  return MakeTask(b.g, specs);
-}
 
 int GeluTanh(GraphBuilder& b, int v, const std::vector<int>&) {
   return b.Op(OpKind::kGelu, {v}, {}, false, /*ivalue=*/1);

@@ -106,13 +106,17 @@ TEST(GemvTemplate, ManyRowsOrAReductionGetNoGemvCandidate) {
   auto rows = TemplateGenerator().Generate(Linear(DType::kFloat32, 17, 1024, 1024, true), 8);
   if (rows.ok()) EXPECT_TRUE(Gemv(*rows).empty());
   auto rows_relu = TemplateGenerator().Generate(Linear(DType::kFloat32, 17, 1024, 1024, true, /*relu=*/true), 8);
-  if (rows_relu.ok()) EXPECT_TRUE(Gemv(*rows_relu).empty());
+  if (rows_relu.ok()) {
+    EXPECT_TRUE(Gemv(*rows_relu).empty());
+  }
   GraphBuilder b;
   const int lin = b.Op(OpKind::kLinear, {b.Input(DType::kFloat32, 2), b.Input(DType::kFloat32, 2)});
   b.Output(b.Op(OpKind::kSum, {lin}, {1}, false));
   auto sum = TemplateGenerator().Generate(
       MakeTask(b.g, {Spec(DType::kFloat32, {4, 1024}), Spec(DType::kFloat32, {1024, 1024})}), 8);
-  if (sum.ok()) EXPECT_TRUE(Gemv(*sum).empty());
+  if (sum.ok()) {
+    EXPECT_TRUE(Gemv(*sum).empty());
+  }
 }
 
 int Count(const std::string& s, const std::string& what) {
