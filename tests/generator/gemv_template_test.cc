@@ -104,7 +104,9 @@ TEST(GemvTemplate, WideLoadsOnlyWhenRowsStayAligned) {
 
 TEST(GemvTemplate, ManyRowsOrAReductionGetNoGemvCandidate) {
   auto rows = TemplateGenerator().Generate(Linear(DType::kFloat32, 17, 1024, 1024, true), 8);
-  if (rows.ok()) EXPECT_TRUE(Gemv(*rows).empty());
+  if (rows.ok()) {
+    EXPECT_TRUE(Gemv(*rows).empty());
+  }
   auto rows_relu = TemplateGenerator().Generate(Linear(DType::kFloat32, 17, 1024, 1024, true, /*relu=*/true), 8);
   if (rows_relu.ok()) {
     EXPECT_TRUE(Gemv(*rows_relu).empty());
