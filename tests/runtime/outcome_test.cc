@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "dice/runtime/error_headline.h"
 #include "dice/runtime/outcome.h"
 #include "dice/runtime/tuner.h"
 
@@ -56,6 +57,19 @@ TEST(OutcomeTest, CandidateOutcomeStartsSkippedAndPrintsItsStableName) {
   EXPECT_EQ(o.outcome, Outcome::kSkipped);
   o.outcome = Outcome::kVerifyFailed;
   EXPECT_EQ(OutcomeName(o.outcome), "verify_failed");
+}
+
+// Session 28: an nvcc failure reached the reports as "nvcc exited with
+// status 2:" and nothing else; the headline now carries the cause.
+TEST(OutcomeTest, ErrorHeadlineJoinsAHeaderLineWithItsCause) {
+  EXPECT_EQ(ErrorHeadline("nvcc exited with status 2:\n\n  dice_ext.cu(291): error: no operator \"+\"\nmore"),
+            "nvcc exited with status 2: dice_ext.cu(291): error: no operator \"+\"");
+  EXPECT_EQ(ErrorHeadline("error: expected ';'\nline 2"), "error: expected ';'") << "no header: the first line";
+  EXPECT_EQ(ErrorHeadline("ends with a colon:"), "ends with a colon:") << "nothing follows";
+  EXPECT_EQ(ErrorHeadline("header:\n\n  \n"), "header:") << "only blank lines follow";
+  EXPECT_EQ(ErrorHeadline(""), "");
+  EXPECT_EQ(ErrorHeadline(std::string(10, 'x'), 4), "xxxx...");
+  EXPECT_EQ(ErrorHeadline("a:\nbcdef", 5), "a: bc...");
 }
 
 }  // namespace

@@ -40,17 +40,22 @@ Task LinearReluTask() {
                    ir::TensorSpec::Contiguous(ir::DType::kFloat32, {256, 128})});
 }
 
-TEST(PendingExtensionCandidates, LinearGroupGivesTheGemmFamilysNvccCandidates) {
+TEST(PendingExtensionCandidates, LinearGroupGivesBothGemmFamiliesNvccCandidates) {
   auto store = OpenStore();
   ASSERT_TRUE(store);
   Tuner tuner(store.get(), {std::make_shared<generator::TemplateGenerator>()}, TuneOptions{});
   auto pending = tuner.PendingExtensionCandidates(LinearReluTask());
   ASSERT_TRUE(pending.ok()) << pending.status().ToString();
   ASSERT_FALSE(pending->empty());
+  bool cutlass = false, cublaslt = false;  // linear + relu: both nvcc-built families offer candidates
   for (const Candidate& c : *pending) {
     EXPECT_EQ(c.form, CandidateForm::kExtension) << c.origin;
-    EXPECT_EQ(c.origin.rfind("template:gemm/", 0), 0u) << c.origin;
+    EXPECT_EQ(c.origin.rfind("template:gemm", 0), 0u) << c.origin;
+    cutlass = cutlass || c.origin.rfind("template:gemm/", 0) == 0;
+    cublaslt = cublaslt || c.origin.rfind("template:gemm_lt/", 0) == 0;
   }
+  EXPECT_TRUE(cutlass);
+  EXPECT_TRUE(cublaslt);
 }
 
 TEST(PendingExtensionCandidates, VerifiedWinnerLeavesNothingToBuild) {

@@ -49,6 +49,19 @@ TEST(NoWinnerTextTest, NamesTheFirstFailureWithTheFirstLineOfItsError) {
   EXPECT_EQ(text.find("sample2"), std::string::npos) << text;
 }
 
+// nvcc's failure header ends in ':' and its cause is on the next lines: the
+// reason carries both (session 28 saw "(nvcc exited with status 2:)" alone).
+TEST(NoWinnerTextTest, AnNvccFailureNamesItsFirstErrorLine) {
+  runtime::TuneReport rep;
+  rep.tried = 1;
+  rep.outcomes = {MakeOutcome("template:gemm/tc/64x64x32/s10", runtime::Outcome::kCompileError, 0,
+                              "nvcc exited with status 2:\ndice_ext.cu(291): error: no operator \"+\" matches\n1 error")};
+  const std::string text = NoWinnerText(rep, 0.05);
+  EXPECT_NE(text.find("compile_error (nvcc exited with status 2: dice_ext.cu(291): error: no operator \"+\" matches)"),
+            std::string::npos)
+      << text;
+}
+
 TEST(NoWinnerTextTest, CutsALongErrorAt200Characters) {
   runtime::TuneReport rep;
   rep.outcomes = {MakeOutcome("dice:long", runtime::Outcome::kCrashed, 0, std::string(500, 'x'))};

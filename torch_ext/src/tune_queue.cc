@@ -12,6 +12,7 @@
 
 #include "dice/core/log.h"
 #include "dice/generator/templates.h"
+#include "dice/runtime/error_headline.h"
 #include "dice/runtime/outcome.h"
 #include "dice/runtime/prebuild.h"
 #include "runtime_state.h"
@@ -249,10 +250,7 @@ std::string NoWinnerText(const runtime::TuneReport& rep, double margin) {
     out += "; first failure " + failed->origin + ": " + std::string(runtime::OutcomeName(failed->outcome));
     if (!failed->error.empty()) {
       // The cause (a compile log or verifier message can run to kilobytes).
-      constexpr size_t kMaxError = 200;
-      std::string e = failed->error.substr(0, failed->error.find('\n'));
-      if (e.size() > kMaxError) e = e.substr(0, kMaxError) + "...";
-      out += " (" + e + ")";
+      out += " (" + runtime::ErrorHeadline(failed->error, /*max_chars=*/200) + ")";
     }
   }
   return out + ")";

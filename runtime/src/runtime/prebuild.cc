@@ -14,6 +14,7 @@
 
 #include "build_cache.h"
 #include "dice/core/env.h"
+#include "dice/runtime/error_headline.h"
 
 namespace dice::runtime {
 
@@ -45,8 +46,7 @@ PrebuildReport PrebuildExtensions(const std::vector<PrebuildItem>& items, int pa
         if (!build.ok()) {
           ++report.failed;
           if (report.first_error.empty()) {
-            const std::string m = build.status().message();  // status() returns a copy: keep the text
-            report.first_error = it.candidate.origin + ": " + m.substr(0, m.find('\n'));
+            report.first_error = it.candidate.origin + ": " + ErrorHeadline(build.status().message());
           }
         } else if ((*build)->from_cache()) {
           ++report.cached;

@@ -39,13 +39,6 @@
 namespace dice::runtime {
 namespace {
 
-// Whether the extension source links a CUDA toolkit library (cuBLASLt for
-// the gemm_lt family): its winner then records cuBLAS's version.
-bool LinksToolkitLibrary(const Candidate& c) {
-  auto libs = ExtensionLinkLibraries(c);
-  return libs.ok() && !libs->empty();
-}
-
 // Stores one candidate's outcome in the cache's attempt log (best effort:
 // a failed write is logged, never fatal).
 void RecordOutcome(cache::Store* store, const std::string& task_key, const CandidateOutcome& o) {
@@ -256,7 +249,7 @@ cache::WinnerRecord MakeWinnerRecord(const Task& task, const Candidate& c, std::
                                    {"dice", DICE_VERSION_STRING},
                                    // extension form: `cubin` holds the nvcc-built shared object (winner_versions.h)
                                    {"cutlass", c.source.find("cutlass/") != std::string::npos ? CutlassVersion() : ""},
-                                   {"cublas", LinksToolkitLibrary(c) ? CublasVersion() : ""},
+                                   {"cublas", CublasVersionFor(c)},
                                    {"form", CandidateFormName(c.form)}}
                         .dump();
   return w;
@@ -354,8 +347,7 @@ struct Tuner::Impl {
     return std::move(*cached);
   }
 
-  // The worker's GPU must be the task's target. Comes before generation so
-  // a GPU-less machine fails fast.
+  // The worker's GPU must be the task's target; checked before generation (a GPU-less machine fails fast).
   Expected<worker::HelloReply> CheckDevice(const Task& task, const std::string& description) {
     auto h = EnsureWorker();
     if (!h.ok()) return h.status();

@@ -67,6 +67,11 @@ std::string CublasVersion() {
   return version;
 }
 
+std::string CublasVersionFor(const Candidate& candidate) {
+  auto libs = ExtensionLinkLibraries(candidate);
+  return libs.ok() && !libs->empty() ? CublasVersion() : "";
+}
+
 std::string CutlassVersion() {
   static const std::string version = ReadCutlassVersion();
   return version;

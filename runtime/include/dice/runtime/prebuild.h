@@ -40,7 +40,7 @@ struct PrebuildReport {
   int cached = 0;     ///< already in the build cache (no nvcc run)
   int failed = 0;     ///< nvcc failed or timed out (the Tune records it again as the candidate's compile error)
   double seconds = 0;
-  std::string first_error;  ///< the first failure's first line, "" when none
+  std::string first_error;  ///< "<origin>: " + ErrorHeadline of the first failure (outcome.h), "" when none
 };
 
 /// The number of nvcc processes to run at once: $DICE_PREBUILD_JOBS when it

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "dice/cache/store.h"
+#include "dice/core/candidate.h"
 
 namespace dice::runtime {
 
@@ -30,6 +31,12 @@ std::string CutlassVersion();
 /// header. Read once per process. The gemm_lt family's winners link cuBLASLt
 /// (extension_compiler.h ExtensionLinkLibraries) and record it as "cublas".
 std::string CublasVersion();
+
+/// The cuBLAS version `candidate`'s binary depends on: CublasVersion() when
+/// its source links cuBLAS or cuBLASLt ("// dice-nvcc-link: ...",
+/// ExtensionLinkLibraries), "" otherwise (what the Tuner records as the
+/// winner's "cublas"). Pure apart from CublasVersion's one read.
+std::string CublasVersionFor(const Candidate& candidate);
 
 /// Why `winner` must not be served by a process running PyTorch
 /// `torch_version` ("2.11.0", TORCH_VERSION) with CUTLASS `cutlass_version`
