@@ -229,9 +229,7 @@ std::string CutlassCandidateSource(const std::string& origin, const std::string&
   // CUTLASS build (cudafe++, cicc and the host compiler all parse them): a
   // sm90 conv candidate 100 -> 70.5 s on 2 cores. The torch:: names the
   // templates use stay valid through the alias below (as torch/types.h does).
-  s += "#include <ATen/core/Tensor.h>\n#include <ATen/ops/empty.h>\n#include <c10/cuda/CUDAGuard.h>\n"
-       "#include <c10/cuda/CUDAStream.h>\n"
-       "namespace torch {\nusing namespace at;\nconstexpr auto kUInt8 = at::kByte;\n}  // namespace torch\n";
+  s += AtenHostHeaders();
   s += "#include <cutlass/cutlass.h>\n#include <cutlass/array.h>\n#include <cutlass/numeric_conversion.h>\n";
   s += device_headers;
   s += Prelude();
@@ -239,6 +237,19 @@ std::string CutlassCandidateSource(const std::string& origin, const std::string&
   s += kernel_type;
   s += host;
   return s;
+}
+
+std::string AtenHostHeaders() {
+  return "#include <ATen/core/Tensor.h>\n#include <ATen/ops/empty.h>\n#include <c10/cuda/CUDAGuard.h>\n"
+         "#include <c10/cuda/CUDAStream.h>\n"
+         "namespace torch {\nusing namespace at;\nconstexpr auto kUInt8 = at::kByte;\n}  // namespace torch\n";
+}
+
+bool IsPerColumn(const std::vector<int64_t>& shape, int64_t n, size_t out_rank) {
+  if (shape.empty() || shape.size() > out_rank || shape.back() != n) return false;
+  for (size_t d = 0; d + 1 < shape.size(); ++d)
+    if (shape[d] != 1) return false;
+  return true;
 }
 
 std::string CutlassRunSource(const std::string& op_type, const std::string& family, const std::string& x) {

@@ -98,6 +98,18 @@ std::string CutlassCandidateSource(const std::string& origin, const std::string&
                                    const std::string& device_headers, const std::string& functor,
                                    const std::string& kernel_type, const std::string& host);
 
+/// The host headers of every extension-form template candidate (CUTLASS's
+/// and gemm_lt's): ATen's tensor and at::empty, c10's CUDA guard and stream,
+/// then `torch::` aliased to `at::` (with kUInt8), as #include/C++ text.
+/// Not <torch/extension.h>: LibTorch's full headers cost nvcc 30% of a
+/// build. No Tensor operators (ATen/TensorOperators.h): use the methods.
+std::string AtenHostHeaders();
+
+/// Whether `shape` is a per-column vector of an [..., n] output of rank
+/// `out_rank`: [n], [1, n], [1, 1, n] ... (at most out_rank dims, all but the
+/// last 1). Pure.
+bool IsPerColumn(const std::vector<int64_t>& shape, int64_t n, size_t out_rank);
+
 /// Largest of {max_elems, ..., 2, 1} dividing `extent` whose byte size
 /// divides the pointer alignment `align_bytes` (elements of `elem_bytes`).
 int AccessElems(int64_t extent, int64_t align_bytes, int64_t elem_bytes, int max_elems);

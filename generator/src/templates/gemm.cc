@@ -87,13 +87,6 @@ struct GemmPlan {
 
 Status Unsupported(const std::string& why) { return Status(StatusCode::kUnsupported, "gemm: " + why); }
 
-bool IsPerColumn(const std::vector<int64_t>& shape, int64_t N, size_t out_rank) {
-  if (shape.empty() || shape.size() > out_rank || shape.back() != N) return false;
-  for (size_t d = 0; d + 1 < shape.size(); ++d)
-    if (shape[d] != 1) return false;
-  return true;
-}
-
 // Checks linear's operands and fills dtype, M, N, K, x/w/bias.
 Status AnalyzeLinear(const Task& task, const ir::Op& lin, GemmPlan* p) {
   const int n_in = static_cast<int>(task.graph.inputs.size());

@@ -32,17 +32,22 @@ std::string DefinedNumber(const std::string& text, const std::string& name) {
   return "";
 }
 
+// "<MAJOR>.<MINOR>.<PATCH>" from the #defines <prefix>MAJOR, ... of a
+// header's text, "" when any is missing.
+std::string DefinedVersion(const std::string& text, const std::string& prefix) {
+  std::string version;
+  for (const char* part : {"MAJOR", "MINOR", "PATCH"}) {
+    const std::string n = DefinedNumber(text, prefix + part);
+    if (n.empty()) return "";
+    version += (version.empty() ? "" : ".") + n;
+  }
+  return version;
+}
+
 std::string ReadCutlassVersion() {
   const std::string dir = CutlassIncludeDir();
   if (dir.empty()) return "";
-  const std::string s = text_files::ReadText(dir + "/cutlass/version.h");
-  std::string parts[3];
-  const char* names[3] = {"CUTLASS_MAJOR", "CUTLASS_MINOR", "CUTLASS_PATCH"};
-  for (int i = 0; i < 3; ++i) {
-    parts[i] = DefinedNumber(s, names[i]);
-    if (parts[i].empty()) return "";
-  }
-  return parts[0] + "." + parts[1] + "." + parts[2];
+  return DefinedVersion(text_files::ReadText(dir + "/cutlass/version.h"), "CUTLASS_");
 }
 
 // "13.1.0" from the toolkit's cublas_api.h beside nvcc ($DICE_NVCC or the
@@ -50,14 +55,7 @@ std::string ReadCutlassVersion() {
 std::string ReadCublasVersion() {
   const char* env = std::getenv("DICE_NVCC");
   const std::string nvcc = env != nullptr && env[0] != '\0' ? env : DICE_NVCC_PATH;
-  const std::string s = text_files::ReadText(ToolkitIncludeDir(nvcc) + "/cublas_api.h");
-  std::string parts[3];
-  const char* names[3] = {"CUBLAS_VER_MAJOR", "CUBLAS_VER_MINOR", "CUBLAS_VER_PATCH"};
-  for (int i = 0; i < 3; ++i) {
-    parts[i] = DefinedNumber(s, names[i]);
-    if (parts[i].empty()) return "";
-  }
-  return parts[0] + "." + parts[1] + "." + parts[2];
+  return DefinedVersion(text_files::ReadText(ToolkitIncludeDir(nvcc) + "/cublas_api.h"), "CUBLAS_VER_");
 }
 
 }  // namespace
