@@ -6,7 +6,9 @@
 // gets verified candidates; a float32 linear + bias + residual + relu
 // verifies and its winner is served from the cache on the second run with no
 // search; the same candidate with its epilogue switched to bias only is
-// rejected. Skipped without a GPU.
+// rejected; one asking for an algorithm cuBLASLt does not offer fails at run
+// time with cuBLASLt's count in its error, and the good candidate after it in
+// the same worker still verifies. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
@@ -143,6 +145,43 @@ TEST(GemmLtGpu, BiasOnlyEpilogueInPlaceOfReluIsRejectedByTheVerifier) {
   ASSERT_EQ(report->outcomes.size(), 1u);
   EXPECT_EQ(report->outcomes[0].outcome, runtime::Outcome::kVerifyFailed)
       << report->outcomes[0].outcome << " " << report->outcomes[0].error;
+}
+
+// A cuBLASLt failure at run time (here: heuristic rank 500, past what the
+// library offers for the shape) is the candidate's failure, named with the
+// cause; the tune goes on and the next candidate in the same worker verifies.
+TEST(GemmLtGpu, AnAlgorithmCublasLtDoesNotOfferFailsThatCandidateOnly) {
+  const std::string skip = SkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  auto task = ResidualReluTask();
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  ::unsetenv("DICE_GEMM_LT");
+  TemplateGenerator templates;
+  auto cands = templates.Generate(*task, 1);
+  ASSERT_TRUE(cands.ok()) << cands.status().ToString();
+  ASSERT_EQ(cands->size(), 1u);
+  Candidate bad = (*cands)[0];
+  const std::string rank0 = "constexpr int kAlgoRank = 0;";
+  const size_t at = bad.source.find(rank0);
+  ASSERT_NE(at, std::string::npos) << bad.origin;
+  bad.source.replace(at, rank0.size(), "constexpr int kAlgoRank = 500;");
+  bad.origin = "test:gemm_lt/rank500";
+  runtime::Tuner tuner(nullptr, {std::make_shared<FixedGenerator>(std::vector<Candidate>{bad, (*cands)[0]})},
+                       Options(2));
+  auto report = tuner.Tune(*task);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_EQ(report->outcomes.size(), 2u);
+  for (const auto& o : report->outcomes) {
+    std::printf("[gemm_lt-gpu] %s: %s %s\n", o.origin.c_str(), std::string(runtime::OutcomeName(o.outcome)).c_str(),
+                o.error.c_str());
+    if (o.origin == bad.origin) {
+      EXPECT_FALSE(runtime::IsVerified(o.outcome)) << o.outcome;
+      EXPECT_NE(o.error.find("cuBLASLt offers"), std::string::npos) << o.error;
+    } else {
+      EXPECT_EQ(o.origin, (*cands)[0].origin);
+      EXPECT_TRUE(runtime::IsVerified(o.outcome)) << o.outcome << " " << o.error;
+    }
+  }
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 // greedy tokens equal with CUDA graphs on and off, and a shape the kernels
 // do not take falling back to the unfused path with a message; the KV cache
 // written by QkNormRope itself bit-identical to copy_ / index_copy_ of its
-// outputs; the vectorized and the scalar add + RMSNorm agreeing; the skinny
+// outputs; the warp and block forms of q/k norm + RoPE agreeing; the
+// vectorized and the scalar add + RMSNorm agreeing; the skinny
 // GEMMs (SdarGemv) against at::linear at the SDAR-4B decode shapes, timed
 // beside cuBLAS; the split-KV decode attention against SDPA, and greedy
 // tokens with it on.
@@ -188,6 +189,59 @@ TEST(SdarFusedGpuTest, CacheWrittenByTheKernelEqualsTheCopiedKeysAndValues) {
       EXPECT_TRUE(torch::equal(kc, kc_ref)) << "graph form " << graph_form;
       EXPECT_TRUE(torch::equal(vc, vc_ref)) << "graph form " << graph_form;
     }
+  }
+}
+
+// dice_sdar_qk_norm_rope_w (one warp a head, sdar_fused_qk.h) against the
+// block form: q and k within a rounding of each other (only the order of the
+// float32 sum of squares differs); q in the heads-major layout is the same
+// bits as the row-major one, permuted; a qkv one element off its lanes'
+// alignment takes the block form (bit-equal to it).
+TEST(SdarFusedGpuTest, WarpAndBlockQkNormRopeAgree) {
+  DICE_REQUIRE_CUDA();
+  const SdarConfig c = MidSdarConfig();
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    SdarFusedShape shape;
+    shape.hidden = c.hidden_size, shape.heads = c.num_attention_heads, shape.kv_heads = c.num_key_value_heads;
+    shape.head_dim = c.head_dim, shape.intermediate = c.intermediate_size, shape.eps = c.rms_norm_eps;
+    shape.dtype = dtype == torch::kFloat32 ? FusedDtype::kF32 : FusedDtype::kBF16;
+    auto warp = SdarFusedKernels::Build(shape, "", 0);
+    shape.warp_qk = false;
+    auto block = SdarFusedKernels::Build(shape, "", 0);
+    ASSERT_TRUE(warp.ok() && block.ok()) << warp.status().ToString() << block.status().ToString();
+    const int64_t batch = 5, len = 4, rows = batch * len, hd = c.head_dim, heads = c.num_attention_heads;
+    const int64_t kvh = c.num_key_value_heads, width = (heads + 2 * kvh) * hd;
+    auto opts = torch::TensorOptions().device(torch::kCUDA, 0).dtype(dtype);
+    torch::manual_seed(11);
+    auto qkv = torch::randn({rows, width}, opts);
+    auto qw = torch::randn({hd}, opts) * 0.1 + 1, kw = torch::randn({hd}, opts) * 0.1 + 1;
+    auto cos = torch::randn({len, hd}, opts), sin = torch::randn({len, hd}, opts);
+    void* stream = c10::cuda::getCurrentCUDAStream(0).stream();
+    auto run = [&](const SdarFusedKernels& k, const torch::Tensor& in, bool heads_major, torch::Tensor* q,
+                   torch::Tensor* kk) {
+      *q = heads_major ? torch::empty({batch, heads, len, hd}, opts) : torch::empty({batch, len, heads, hd}, opts);
+      *kk = torch::empty({batch, len, kvh, hd}, opts);
+      ASSERT_TRUE(k.QkNormRope(in.data_ptr(), qw.data_ptr(), kw.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+                               q->data_ptr(), kk->data_ptr(), rows, len, stream, nullptr, heads_major)
+                      .ok());
+    };
+    torch::Tensor qw_rows, kw_rows, qb_rows, kb_rows, qw_major, kw_major;
+    run(**warp, qkv, false, &qw_rows, &kw_rows);
+    run(**block, qkv, false, &qb_rows, &kb_rows);
+    run(**warp, qkv, true, &qw_major, &kw_major);
+    const double tol = dtype == torch::kFloat32 ? 1e-5 : 1.6e-2;  // bf16: one rounding step at |x| ~ 2
+    EXPECT_TRUE(torch::allclose(qw_rows, qb_rows, tol, tol)) << (qw_rows - qb_rows).abs().max().item<float>();
+    EXPECT_TRUE(torch::allclose(kw_rows, kb_rows, tol, tol)) << (kw_rows - kb_rows).abs().max().item<float>();
+    EXPECT_GT(qw_rows.abs().max().item<float>(), 0.5f) << "outputs written";
+    EXPECT_TRUE(torch::equal(qw_major, qw_rows.transpose(1, 2))) << "heads-major q is the same bits";
+    EXPECT_TRUE(torch::equal(kw_major, kw_rows));
+    auto shifted = torch::empty({rows * width + 1}, opts);
+    shifted.narrow(0, 1, rows * width).copy_(qkv.reshape(-1));
+    torch::Tensor qs_warp, ks_warp, qs_block, ks_block;
+    run(**warp, shifted.narrow(0, 1, rows * width), false, &qs_warp, &ks_warp);
+    run(**block, shifted.narrow(0, 1, rows * width), false, &qs_block, &ks_block);
+    EXPECT_TRUE(torch::equal(qs_warp, qs_block)) << "misaligned qkv: the block form";
+    EXPECT_TRUE(torch::equal(ks_warp, ks_block));
   }
 }
 

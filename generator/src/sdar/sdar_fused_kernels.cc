@@ -13,6 +13,7 @@
 #include "dice/runtime/compiler.h"
 #include "dice/runtime/cuda_driver.h"
 #include "../templates/gemv.h"
+#include "sdar_fused_qk.h"
 
 namespace dice::generator {
 namespace {
@@ -28,6 +29,7 @@ enum Kernel {
   kAddRmsNormScalar = 5,
   kAttnPartial = 6,
   kAttnCombine = 7,
+  kQkNormRopeWarp = 8,
 };
 
 constexpr unsigned kAttnWarps = 16;
@@ -189,7 +191,7 @@ __device__ __forceinline__ long long CacheAt(long row, int kh, int t, int seq_le
 extern "C" __global__ void __launch_bounds__(HEAD_THREADS)
 dice_sdar_qk_norm_rope(const T* qkv, const T* qw, const T* kw, const T* cos_t, const T* sin_t, T* q_out, T* k_out,
                        int seq_len, T* k_cache, T* v_cache, const long long* slots, long long start,
-                       long long capacity) {
+                       long long capacity, int q_heads_major) {
   __shared__ float scratch[32];
   __shared__ float normed[HEAD_DIM];
   const long row = blockIdx.x;
@@ -215,7 +217,10 @@ dice_sdar_qk_norm_rope(const T* qkv, const T* qw, const T* kw, const T* cos_t, c
   const long tab = (row % seq_len) * HEAD_DIM + t;
   const float out = R(R(n * L(cos_t, tab)) + R(rot * L(sin_t, tab)));
   if (is_q) {
-    q_out[(row * HEADS + head) * HEAD_DIM + t] = dice_from_float(out);
+    const long q_at = q_heads_major
+                          ? (((row / seq_len) * HEADS + head) * (long)seq_len + row % seq_len) * HEAD_DIM
+                          : (row * HEADS + head) * (long)HEAD_DIM;
+    q_out[q_at + t] = dice_from_float(out);
   } else {
     if (k_out != nullptr) k_out[(row * KV_HEADS + (head - HEADS)) * HEAD_DIM + t] = dice_from_float(out);
     if (k_cache != nullptr) {
@@ -390,7 +395,7 @@ Status CheckFusedShape(const SdarFusedShape& s) {
 std::vector<std::string> SdarFusedKernelNames() {
   return {"dice_sdar_rmsnorm",   "dice_sdar_add_rmsnorm",  "dice_sdar_qk_norm_rope",
           "dice_sdar_silu_mul",  "dice_sdar_rmsnorm_s",    "dice_sdar_add_rmsnorm_s",
-          "dice_sdar_attn_partial", "dice_sdar_attn_combine"};
+          "dice_sdar_attn_partial", "dice_sdar_attn_combine", "dice_sdar_qk_norm_rope_w"};
 }
 
 std::string SdarFusedSource(const SdarFusedShape& s) {
@@ -418,8 +423,9 @@ std::string SdarFusedSource(const SdarFusedShape& s) {
     << "\n#define HEAD_DIM " << s.head_dim << "\n#define INTER " << s.intermediate << "\n#define EPS "
     << static_cast<float>(s.eps) << "f\n#define NORM_THREADS " << nt << "\n#define NORM_VEC "
     << NormVec(s) << "\n#define HEAD_THREADS " << HeadThreads(s.head_dim) << "\n#define SILU_THREADS "
-    << kSiluThreads << "\n#define ATTN_WARPS " << kAttnWarps << "\n"
-    << kBody;
+    << kSiluThreads << "\n#define ATTN_WARPS " << kAttnWarps << "\n#define QK_WARPS " << sdar_qk::kWarpsPerBlock
+    << "\n#define QK_EPL " << std::max<int64_t>(1, s.head_dim / 32) << "\n"
+    << kBody << sdar_qk::kWarpBody;
   return o.str();
 }
 
@@ -577,7 +583,7 @@ Status SdarFusedKernels::AddRmsNorm(const void* x, const void* delta, const void
 
 Status SdarFusedKernels::QkNormRope(const void* qkv, const void* q_w, const void* k_w, const void* cos,
                                     const void* sin, void* q_out, void* k_out, int64_t rows, int64_t seq_len,
-                                    void* stream, const KvCacheWrite* kv) const {
+                                    void* stream, const KvCacheWrite* kv, bool q_heads_major) const {
   if (rows < 1 || rows > 0x7fffffff || seq_len < 1 || rows % seq_len != 0) {
     return Status(StatusCode::kInvalidArgument, "SDAR fused QkNormRope: rows " + std::to_string(rows) +
                                                     " is not a positive multiple of seq_len " +
@@ -595,8 +601,23 @@ Status SdarFusedKernels::QkNormRope(const void* qkv, const void* q_w, const void
   void* v_cache = kv ? kv->v_cache : nullptr;
   const void* slots = kv ? static_cast<const void*>(kv->slots) : nullptr;
   long long start = kv ? kv->start : 0, capacity = kv ? kv->capacity : 0;
-  void* args[] = {&qkv, &q_w, &k_w, &cos, &sin, &q_out, &k_out, &len, &k_cache, &v_cache, &slots, &start, &capacity};
+  int heads_major = q_heads_major ? 1 : 0;
+  void* args[] = {&qkv,     &q_w,     &k_w,   &cos,  &sin,     &q_out,    &k_out,
+                  &len,     &k_cache, &v_cache, &slots, &start, &capacity, &heads_major};
   const int64_t heads = shape_.heads + shape_.kv_heads + (kv ? shape_.kv_heads : 0);
+  // The warp form (sdar_fused_qk.h) when the head_dim fits it and every
+  // pointer has its lanes' alignment; else the block form.
+  const unsigned align = sdar_qk::PackAlignment(shape_.head_dim, shape_.dtype == FusedDtype::kF32 ? 4 : 2);
+  bool warp = shape_.warp_qk && sdar_qk::WarpFits(shape_.head_dim);
+  for (const void* p : {qkv, q_w, k_w, cos, sin, static_cast<const void*>(q_out), static_cast<const void*>(k_out),
+                        static_cast<const void*>(k_cache), static_cast<const void*>(v_cache)}) {
+    warp = warp && reinterpret_cast<uintptr_t>(p) % align == 0;
+  }
+  if (warp) {
+    const unsigned per = sdar_qk::kWarpsPerBlock;
+    return Launch(kQkNormRopeWarp, static_cast<unsigned>(rows), static_cast<unsigned>((heads + per - 1) / per),
+                  per * 32, args, stream);
+  }
   return Launch(kQkNormRope, static_cast<unsigned>(rows), static_cast<unsigned>(heads), head_threads_, args, stream);
 }
 

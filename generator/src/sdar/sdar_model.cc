@@ -70,6 +70,8 @@ std::shared_ptr<const SdarFusedKernels> BuildFused(const SdarConfig& c, const Sd
   shape.skinny_gemv = EnvInt("DICE_SDAR_GEMV", 0, 0, 1) != 0;
   // DICE_SDAR_SPLIT_KV=1: the graph step form's attention runs the split-KV kernels.
   shape.split_kv_attention = EnvInt("DICE_SDAR_SPLIT_KV", 0, 0, 1) != 0;
+  // DICE_SDAR_QK_WARP=0: q/k norm + RoPE in the block-per-head form (A/B runs).
+  shape.warp_qk = EnvInt("DICE_SDAR_QK_WARP", 1, 0, 1) != 0;
   const int ordinal = o.device.has_index() ? o.device.index() : c10::cuda::current_device();
   c10::cuda::CUDAGuard guard(ordinal);
   auto built = SdarFusedKernels::Build(shape, /*arch=*/"", ordinal);
@@ -512,7 +514,13 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
       if (!qkv.defined()) qkv = torch::linear(a, l.qkv_proj).contiguous();
       torch::Tensor qs, ks;
       qk_served = cos_rows.defined() && served_->QkNormRope(qkv, l.q_norm, l.k_norm, cos_rows, sin_rows, &qs, &ks);
-      auto qo = qk_served ? qs : torch::empty({batch, len, heads, hd}, x.options());
+      // SDPA takes q as [batch, heads, len, head_dim]: the kernel writes that
+      // layout, so the GQA fold below is a view, not a strided copy. The
+      // split-KV kernels (and the served group) take [batch, len, heads, hd].
+      const bool q_heads_major = !qk_served && !split_mask.defined();
+      auto qo = qk_served        ? qs
+                : q_heads_major ? torch::empty({batch, heads, len, hd}, x.options())
+                                : torch::empty({batch, len, heads, hd}, x.options());
       KvCacheWrite kvw;
       const bool direct = cache != nullptr && sdar_layers::FusedCacheWritable(cache->k_[i], cache->v_[i], kv_heads,
                                                                               cache->capacity_, hd, x, slots, len);
@@ -526,17 +534,17 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
         kvw.start = start;
         kvw.capacity = cache->capacity_;
         CheckLaunch(fused_->QkNormRope(Ptr(qkv), Ptr(l.q_norm), Ptr(l.k_norm), Ptr(cos_c), Ptr(sin_c), qo.data_ptr(),
-                                       nullptr, rows, len, stream, &kvw));
+                                       nullptr, rows, len, stream, &kvw, q_heads_major));
         kv_written = true;
       } else {
         auto ko = torch::empty({batch, len, kv_heads, hd}, x.options());
         CheckLaunch(fused_->QkNormRope(Ptr(qkv), Ptr(l.q_norm), Ptr(l.k_norm), Ptr(cos_c), Ptr(sin_c), qo.data_ptr(),
-                                       ko.data_ptr(), rows, len, stream));
+                                       ko.data_ptr(), rows, len, stream, /*kv=*/nullptr, q_heads_major));
         k = ko.transpose(1, 2);
         v = qkv.narrow(-1, (heads + kv_heads) * hd, kv_heads * hd).view({batch, len, kv_heads, hd}).transpose(1, 2);
       }
-      q = qo.transpose(1, 2);
-      q_rows = qo;
+      q = q_heads_major ? qo : qo.transpose(1, 2);
+      q_rows = qo;  // read only by the split-KV path, where it is [batch, len, heads, hd]
     } else {
       torch::Tensor qp, kp, vp;  // [B, L, n * head_dim] each
       sdar_layers::ProjectQkv(a, l.qkv_proj, l.q_proj, l.k_proj, l.v_proj, fused, heads, kv_heads, hd, &qp, &kp, &vp);

@@ -63,6 +63,11 @@ struct SdarFusedShape {
   /// SdarModel: the CUDA-graph step form runs DecodeAttention instead of
   /// SDPA (DICE_SDAR_SPLIT_KV=1; off by default until measured on the GPU).
   bool split_kv_attention = false;
+  /// QkNormRope runs the warp-per-head kernel (one warp a head, several
+  /// heads a block) where head_dim is a multiple of 32 up to 256 and the
+  /// pointers are aligned for it; false: always the block form
+  /// (DICE_SDAR_QK_WARP=0 in SdarModel, for A/B runs).
+  bool warp_qk = true;
 };
 
 /// The projections of one layer the skinny GEMMs serve (x [rows, K], the
@@ -82,7 +87,8 @@ Status CheckFusedShape(const SdarFusedShape& shape);
 
 /// The CUDA C++ source (NVRTC, -std=c++17) of the kernels for `shape`:
 /// dice_sdar_rmsnorm, dice_sdar_add_rmsnorm (16-byte loads when hidden is a
-/// multiple of 16 bytes of elements), dice_sdar_qk_norm_rope,
+/// multiple of 16 bytes of elements), dice_sdar_qk_norm_rope (and its
+/// warp-per-head form dice_sdar_qk_norm_rope_w),
 /// dice_sdar_silu_mul, dice_sdar_rmsnorm_s / dice_sdar_add_rmsnorm_s
 /// (the norms with scalar loads, for pointers not 16-byte aligned), and
 /// dice_sdar_attn_partial / dice_sdar_attn_combine (DecodeAttention), all
@@ -157,10 +163,14 @@ class SdarFusedKernels {
   /// index_copy_ launches), and k_out may be null. Errors: as AddRmsNorm;
   /// kInvalidArgument when rows is not a multiple of seq_len, when k_out is
   /// null without `kv`, or for a `kv` without both caches or with capacity
-  /// < 1 or start < 0.
+  /// < 1 or start < 0. `q_heads_major`: q_out is [batch, heads, seq_len,
+  /// head_dim] instead (the layout SDPA reads without a copy). One warp a
+  /// head when shape().warp_qk and head_dim allow it (sdar_fused_qk.h), else
+  /// one block a head: same values up to the order of the float32 sum of
+  /// squares.
   Status QkNormRope(const void* qkv, const void* q_w, const void* k_w, const void* cos, const void* sin, void* q_out,
-                    void* k_out, int64_t rows, int64_t seq_len, void* stream,
-                    const KvCacheWrite* kv = nullptr) const;
+                    void* k_out, int64_t rows, int64_t seq_len, void* stream, const KvCacheWrite* kv = nullptr,
+                    bool q_heads_major = false) const;
 
   /// out [rows, intermediate] = silu(gate) * up with gate_up [rows, 2 *
   /// intermediate] (gate columns first). Errors: as AddRmsNorm.
