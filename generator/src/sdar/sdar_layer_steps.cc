@@ -64,7 +64,7 @@ void StoreKv(torch::Tensor& kc, torch::Tensor& vc, const torch::Tensor& k, const
 
 torch::Tensor SdpaAttention(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values,
                             const std::optional<torch::Tensor>& mask, bool graph_form, int64_t batch, int64_t len,
-                            int64_t heads, int64_t kv_heads, int64_t hd) {
+                            int64_t heads, int64_t kv_heads, int64_t hd, const torch::Tensor& folded_mask) {
   torch::Tensor o;
   if (graph_form && heads != kv_heads && mask.has_value()) {
     // The fixed-shape (graph) form always has a mask, and SDPA's masked
@@ -75,7 +75,8 @@ torch::Tensor SdpaAttention(const torch::Tensor& q, const torch::Tensor& keys, c
     // depends on the query position only). Exact: rows are independent.
     const int64_t g = heads / kv_heads;
     auto folded = q.reshape({batch, kv_heads, g * len, hd});
-    o = at::scaled_dot_product_attention(folded, keys, values, mask->repeat({g, 1}), 0.0, /*is_causal=*/false,
+    const torch::Tensor m = folded_mask.defined() ? folded_mask : mask->repeat({g, 1});
+    o = at::scaled_dot_product_attention(folded, keys, values, m, 0.0, /*is_causal=*/false,
                                          /*scale=*/1.0 / std::sqrt(static_cast<double>(hd)));
     o = o.reshape({batch, heads, len, hd});
   } else {
@@ -84,6 +85,11 @@ torch::Tensor SdpaAttention(const torch::Tensor& q, const torch::Tensor& keys, c
                                          /*enable_gqa=*/heads != kv_heads);
   }
   return o;
+}
+
+torch::Tensor FoldedMask(const std::optional<torch::Tensor>& mask, bool graph_form, int64_t heads, int64_t kv_heads) {
+  if (!graph_form || heads == kv_heads || !mask.has_value()) return torch::Tensor();
+  return mask->repeat({heads / kv_heads, 1});
 }
 
 torch::Tensor EagerMlpActivation(const torch::Tensor& m, const torch::Tensor& gate_up_proj,

@@ -45,10 +45,17 @@ void StoreKv(torch::Tensor& kc, torch::Tensor& vc, const torch::Tensor& k, const
 // Attention by LibTorch's SDPA: o [B, heads, L, head_dim] of q against keys
 // and values [B, kv_heads, key_len, head_dim]. The graph form (graph_form:
 // slots defined) with GQA and a mask folds the query heads of one KV head
-// into the query length.
+// into the query length; it then reads `folded_mask` (FoldedMask, made
+// once per forward) when defined, else repeats the mask itself.
 torch::Tensor SdpaAttention(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values,
                             const std::optional<torch::Tensor>& mask, bool graph_form, int64_t batch, int64_t len,
-                            int64_t heads, int64_t kv_heads, int64_t hd);
+                            int64_t heads, int64_t kv_heads, int64_t hd,
+                            const torch::Tensor& folded_mask = torch::Tensor());
+
+// The mask [L, key_len] repeated once per query head of a KV head ([g L,
+// key_len]), as SdpaAttention's folded graph form reads it; undefined when
+// that form does not apply (no mask, no GQA, not the graph form).
+torch::Tensor FoldedMask(const std::optional<torch::Tensor>& mask, bool graph_form, int64_t heads, int64_t kv_heads);
 
 // The eager path's MLP activation silu(gate) * up of the normed m: one
 // gate/up GEMM (fused) sliced at `inter`, else gate_proj and up_proj.

@@ -491,6 +491,8 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
     cos_rows = cos_c.unsqueeze(0).expand({batch, len, hd}).reshape({rows, 1, hd}).contiguous();
     sin_rows = sin_c.unsqueeze(0).expand({batch, len, hd}).reshape({rows, 1, hd}).contiguous();
   }
+  // The graph form's GQA-folded SDPA mask, made once for every layer.
+  const torch::Tensor folded_mask = sdar_layers::FoldedMask(mask, slots.defined(), heads, kv_heads);
   // fk: the last MLP output not yet added to x (added by the next layer's
   // fused add + RMSNorm, or after the loop).
   torch::Tensor pending;
@@ -570,7 +572,8 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
                                           split_mask.data_ptr(), o.data_ptr(), ws.data_ptr(), batch, len, key_len,
                                           cache->capacity_, stream));
     } else {
-      o = sdar_layers::SdpaAttention(q, keys, values, mask, slots.defined(), batch, len, heads, kv_heads, hd);
+      o = sdar_layers::SdpaAttention(q, keys, values, mask, slots.defined(), batch, len, heads, kv_heads, hd,
+                                     folded_mask);
     }
     if (o.dim() == 4) o = o.transpose(1, 2).reshape({batch, len, heads * hd});
     if (fk) {
