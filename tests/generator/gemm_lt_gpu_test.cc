@@ -69,6 +69,23 @@ runtime::TuneOptions Options(int max_candidates) {
   return o;
 }
 
+// The family's rank-0 candidate for `task` (*good) and a copy with the first
+// `find` in its source replaced by `replace` and named `origin` (*edited).
+::testing::AssertionResult EditedRankZero(const Task& task, const std::string& find, const std::string& replace,
+                                          const std::string& origin, Candidate* good, Candidate* edited) {
+  ::unsetenv("DICE_GEMM_LT");
+  TemplateGenerator templates;
+  auto cands = templates.Generate(task, 1);
+  if (!cands.ok()) return ::testing::AssertionFailure() << cands.status().ToString();
+  if (cands->size() != 1u) return ::testing::AssertionFailure() << cands->size() << " candidates, expected 1";
+  *good = *edited = (*cands)[0];
+  const size_t at = edited->source.find(find);
+  if (at == std::string::npos) return ::testing::AssertionFailure() << "'" << find << "' not in " << good->origin;
+  edited->source.replace(at, find.size(), replace);
+  edited->origin = origin;
+  return ::testing::AssertionSuccess();
+}
+
 TEST(GemmLtGpu, BiasTanhGeluBf16GetsVerifiedCublasLtCandidates) {
   const std::string skip = SkipReason();
   if (!skip.empty()) GTEST_SKIP() << skip;
@@ -128,17 +145,9 @@ TEST(GemmLtGpu, BiasOnlyEpilogueInPlaceOfReluIsRejectedByTheVerifier) {
   if (!skip.empty()) GTEST_SKIP() << skip;
   auto task = ResidualReluTask();
   ASSERT_TRUE(task.ok()) << task.status().ToString();
-  ::unsetenv("DICE_GEMM_LT");
-  TemplateGenerator templates;
-  auto cands = templates.Generate(*task, 1);
-  ASSERT_TRUE(cands.ok()) << cands.status().ToString();
-  ASSERT_EQ(cands->size(), 1u);
-  Candidate wrong = (*cands)[0];
-  const std::string relu = "CUBLASLT_EPILOGUE_RELU_BIAS;";
-  const size_t at = wrong.source.find(relu);
-  ASSERT_NE(at, std::string::npos) << wrong.origin;
-  wrong.source.replace(at, relu.size(), "CUBLASLT_EPILOGUE_BIAS;");  // relu dropped
-  wrong.origin = "test:gemm_lt/no-relu";
+  Candidate good, wrong;
+  ASSERT_TRUE(EditedRankZero(*task, "CUBLASLT_EPILOGUE_RELU_BIAS;", "CUBLASLT_EPILOGUE_BIAS;",  // relu dropped
+                             "test:gemm_lt/no-relu", &good, &wrong));
   runtime::Tuner tuner(nullptr, {std::make_shared<FixedGenerator>(std::vector<Candidate>{wrong})}, Options(1));
   auto report = tuner.Tune(*task);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
@@ -155,19 +164,10 @@ TEST(GemmLtGpu, AnAlgorithmCublasLtDoesNotOfferFailsThatCandidateOnly) {
   if (!skip.empty()) GTEST_SKIP() << skip;
   auto task = ResidualReluTask();
   ASSERT_TRUE(task.ok()) << task.status().ToString();
-  ::unsetenv("DICE_GEMM_LT");
-  TemplateGenerator templates;
-  auto cands = templates.Generate(*task, 1);
-  ASSERT_TRUE(cands.ok()) << cands.status().ToString();
-  ASSERT_EQ(cands->size(), 1u);
-  Candidate bad = (*cands)[0];
-  const std::string rank0 = "constexpr int kAlgoRank = 0;";
-  const size_t at = bad.source.find(rank0);
-  ASSERT_NE(at, std::string::npos) << bad.origin;
-  bad.source.replace(at, rank0.size(), "constexpr int kAlgoRank = 500;");
-  bad.origin = "test:gemm_lt/rank500";
-  runtime::Tuner tuner(nullptr, {std::make_shared<FixedGenerator>(std::vector<Candidate>{bad, (*cands)[0]})},
-                       Options(2));
+  Candidate good, bad;
+  ASSERT_TRUE(EditedRankZero(*task, "constexpr int kAlgoRank = 0;", "constexpr int kAlgoRank = 500;",
+                             "test:gemm_lt/rank500", &good, &bad));
+  runtime::Tuner tuner(nullptr, {std::make_shared<FixedGenerator>(std::vector<Candidate>{bad, good})}, Options(2));
   auto report = tuner.Tune(*task);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   ASSERT_EQ(report->outcomes.size(), 2u);
@@ -178,7 +178,7 @@ TEST(GemmLtGpu, AnAlgorithmCublasLtDoesNotOfferFailsThatCandidateOnly) {
       EXPECT_FALSE(runtime::IsVerified(o.outcome)) << o.outcome;
       EXPECT_NE(o.error.find("cuBLASLt offers"), std::string::npos) << o.error;
     } else {
-      EXPECT_EQ(o.origin, (*cands)[0].origin);
+      EXPECT_EQ(o.origin, good.origin);
       EXPECT_TRUE(runtime::IsVerified(o.outcome)) << o.outcome << " " << o.error;
     }
   }

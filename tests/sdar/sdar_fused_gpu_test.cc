@@ -38,6 +38,15 @@ constexpr double kF32Tolerance = 1e-4;
 // to the largest logit.
 constexpr double kBf16RelativeTolerance = 0.05;
 
+// The fused kernels' shape of config `c` in `dtype` (float32 or bf16).
+SdarFusedShape FusedShapeOf(const SdarConfig& c, torch::ScalarType dtype) {
+  SdarFusedShape shape;
+  shape.hidden = c.hidden_size, shape.heads = c.num_attention_heads, shape.kv_heads = c.num_key_value_heads;
+  shape.head_dim = c.head_dim, shape.intermediate = c.intermediate_size, shape.eps = c.rms_norm_eps;
+  shape.dtype = dtype == torch::kFloat32 ? FusedDtype::kF32 : FusedDtype::kBF16;
+  return shape;
+}
+
 // Head_dim 128 as the released models, GQA 4:1, 3 layers.
 using dice::testing::MidSdarConfig;
 
@@ -148,10 +157,7 @@ TEST(SdarFusedGpuTest, CacheWrittenByTheKernelEqualsTheCopiedKeysAndValues) {
   DICE_REQUIRE_CUDA();
   const SdarConfig c = MidSdarConfig();
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-    SdarFusedShape shape;
-    shape.hidden = c.hidden_size, shape.heads = c.num_attention_heads, shape.kv_heads = c.num_key_value_heads;
-    shape.head_dim = c.head_dim, shape.intermediate = c.intermediate_size, shape.eps = c.rms_norm_eps;
-    shape.dtype = dtype == torch::kFloat32 ? FusedDtype::kF32 : FusedDtype::kBF16;
+    SdarFusedShape shape = FusedShapeOf(c, dtype);
     auto k = SdarFusedKernels::Build(shape, "", 0);
     ASSERT_TRUE(k.ok()) << k.status().ToString();
     const int64_t batch = 3, len = 4, cap = 40, hd = c.head_dim, kvh = c.num_key_value_heads;
@@ -201,10 +207,7 @@ TEST(SdarFusedGpuTest, WarpAndBlockQkNormRopeAgree) {
   DICE_REQUIRE_CUDA();
   const SdarConfig c = MidSdarConfig();
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-    SdarFusedShape shape;
-    shape.hidden = c.hidden_size, shape.heads = c.num_attention_heads, shape.kv_heads = c.num_key_value_heads;
-    shape.head_dim = c.head_dim, shape.intermediate = c.intermediate_size, shape.eps = c.rms_norm_eps;
-    shape.dtype = dtype == torch::kFloat32 ? FusedDtype::kF32 : FusedDtype::kBF16;
+    SdarFusedShape shape = FusedShapeOf(c, dtype);
     auto warp = SdarFusedKernels::Build(shape, "", 0);
     shape.warp_qk = false;
     auto block = SdarFusedKernels::Build(shape, "", 0);
@@ -252,10 +255,7 @@ TEST(SdarFusedGpuTest, WarpAndBlockQkNormRopeAgree) {
 TEST(SdarFusedGpuTest, VectorAndScalarAddRmsNormAgree) {
   DICE_REQUIRE_CUDA();
   const SdarConfig c = MidSdarConfig();
-  SdarFusedShape shape;
-  shape.hidden = c.hidden_size, shape.heads = c.num_attention_heads, shape.kv_heads = c.num_key_value_heads;
-  shape.head_dim = c.head_dim, shape.intermediate = c.intermediate_size, shape.eps = c.rms_norm_eps;
-  shape.dtype = FusedDtype::kBF16;
+  const SdarFusedShape shape = FusedShapeOf(c, torch::kBFloat16);
   auto k = SdarFusedKernels::Build(shape, "", 0);
   ASSERT_TRUE(k.ok()) << k.status().ToString();
   auto opts = torch::TensorOptions().device(torch::kCUDA, 0).dtype(torch::kBFloat16);
@@ -365,10 +365,7 @@ TEST(SdarFusedGpuTest, SplitKvAttentionMatchesSdpa) {
   const SdarConfig c = MidSdarConfig();
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
     SCOPED_TRACE(c10::toString(dtype));
-    SdarFusedShape shape;
-    shape.hidden = c.hidden_size, shape.heads = c.num_attention_heads, shape.kv_heads = c.num_key_value_heads;
-    shape.head_dim = c.head_dim, shape.intermediate = c.intermediate_size, shape.eps = c.rms_norm_eps;
-    shape.dtype = dtype == torch::kFloat32 ? FusedDtype::kF32 : FusedDtype::kBF16;
+    SdarFusedShape shape = FusedShapeOf(c, dtype);
     auto k = SdarFusedKernels::Build(shape, "", 0);
     ASSERT_TRUE(k.ok()) << k.status().ToString();
     const int64_t heads = c.num_attention_heads, kvh = c.num_key_value_heads, hd = c.head_dim;
