@@ -487,6 +487,14 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, float32 (checks the script works)")
 
 
+def stamp_row(rec: dict, t0: float, args: argparse.Namespace) -> None:
+    """Adds a finished row's wall time (s since ``t0``) and, when ``args.tree``
+    names one, the code tree it was measured on."""
+    rec["wall_s"] = time.time() - t0
+    if getattr(args, "tree", ""):
+        rec["tree"] = args.tree
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -511,6 +519,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="comma list of variants --first-call-cap-s applies to (default max-autotune)")
     p.add_argument("--kernel-sum", action="store_true",
                    help="also record each variant's GPU kernel time per call (kernel_us, torch.profiler)")
+    p.add_argument("--tree", default=os.environ.get("DICE_BENCH_TREE", ""),
+                   help="the code tree (commit) the rows come from, written into each row as \"tree\" "
+                        "(default $DICE_BENCH_TREE; none when empty): a list resumed across trees says per row")
     p.add_argument("--out", default="compile-bench.jsonl")
     args = p.parse_args(argv)
     if not args.tasks and not args.gpt2 and not args.gpt2_fp32 and not args.list:
@@ -607,7 +618,7 @@ def main(argv=None) -> int:
             del model, inputs
         except Exception as e:  # a broken task file must not end the run
             rec = {"task": label, "error": f"{type(e).__name__}: {e}"[:500], "variants": {}, "correct": False}
-        rec["wall_s"] = time.time() - t0
+        stamp_row(rec, t0, args)
         walls.append(rec["wall_s"])
         records.append(rec)
         print(json.dumps(rec), flush=True)

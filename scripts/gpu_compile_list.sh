@@ -45,7 +45,7 @@ limit=${LIMIT_S:-$(( ${BUDGET_S:-480} + 60 ))}
 DICE_LOG_LEVEL=info PYTHONPATH=torch_ext/python timeout "$limit" python3 -u bench/torch_compile_bench.py \
   --kb .deps/kernelbench "${sel[@]}" --variants "${VARIANTS:-eager,inductor,reduce-overhead,dice}" \
   --cold-inductor-cache --cache "${DICE_LIST_CACHE:-/tmp/dice-compile-list-cache}" --time-budget-s "${BUDGET_S:-480}" --skip-done \
-  --first-call-cap-s "${CAP_S:-0}" \
+  --first-call-cap-s "${CAP_S:-0}" --tree "$git_rev" \
   --out "$rows" > "$OUT/compile_list_$list.log" 2>&1
 echo "rc $? (tree $git_rev); rows now: $(wc -l < "$rows")"
 tail -12 "$OUT/compile_list_$list.log"

@@ -186,3 +186,13 @@ def test_a_cap_swallowed_once_and_reraised_wrapped_is_still_recorded_as_capped(m
     # Any other error stays the variant's own error.
     assert not bench.stopped_by_cap(_InductorLikeError(ValueError("x")))
     assert bench.stopped_by_cap(_InductorLikeError(bench.FirstCallCapped()))
+
+
+def test_a_row_names_its_tree_when_given_and_only_then():
+    args = bench.parse_args(["--gpt2", "--tree", "07ae950"])
+    rec = {"task": "t"}
+    bench.stamp_row(rec, time.time() - 2.0, args)
+    assert rec["tree"] == "07ae950" and 1.5 < rec["wall_s"] < 60.0
+    rec = {"task": "t"}
+    bench.stamp_row(rec, time.time(), bench.parse_args(["--gpt2", "--tree", ""]))
+    assert "tree" not in rec and rec["wall_s"] >= 0.0
