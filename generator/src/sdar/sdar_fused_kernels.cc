@@ -184,6 +184,13 @@ __device__ __forceinline__ long long CacheAt(long row, int kh, int t, int seq_le
   return (((long long)b * KV_HEADS + kh) * capacity + slot) * HEAD_DIM + t;
 }
 
+// Where element 0 of query head `head` of row `row` goes in q_out: [rows,
+// HEADS, HEAD_DIM], or [batch, HEADS, seq_len, HEAD_DIM] when q_heads_major.
+__device__ __forceinline__ long QOutAt(long row, int head, int seq_len, int q_heads_major) {
+  return q_heads_major ? (((row / seq_len) * HEADS + head) * (long)seq_len + row % seq_len) * HEAD_DIM
+                       : (row * HEADS + head) * (long)HEAD_DIM;
+}
+
 // grid (rows, HEADS + KV_HEADS [+ KV_HEADS when v_cache]), HEAD_THREADS
 // threads: one head of one row. Blocks y >= HEADS + KV_HEADS copy a value
 // head into v_cache unchanged; k_cache (non-null) receives the normed and
@@ -217,10 +224,7 @@ dice_sdar_qk_norm_rope(const T* qkv, const T* qw, const T* kw, const T* cos_t, c
   const long tab = (row % seq_len) * HEAD_DIM + t;
   const float out = R(R(n * L(cos_t, tab)) + R(rot * L(sin_t, tab)));
   if (is_q) {
-    const long q_at = q_heads_major
-                          ? (((row / seq_len) * HEADS + head) * (long)seq_len + row % seq_len) * HEAD_DIM
-                          : (row * HEADS + head) * (long)HEAD_DIM;
-    q_out[q_at + t] = dice_from_float(out);
+    q_out[QOutAt(row, head, seq_len, q_heads_major) + t] = dice_from_float(out);
   } else {
     if (k_out != nullptr) k_out[(row * KV_HEADS + (head - HEADS)) * HEAD_DIM + t] = dice_from_float(out);
     if (k_cache != nullptr) {

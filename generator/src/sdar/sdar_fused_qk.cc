@@ -55,10 +55,7 @@ dice_sdar_qk_norm_rope_w(const T* qkv, const T* qw, const T* kw, const T* cos_t,
     out.h[e] = dice_from_float(R(R(n * dice_to_float(cp.h[e])) + R(rot * dice_to_float(sp.h[e]))));
   }
   if (is_q) {
-    const long q_at = q_heads_major
-                          ? (((row / seq_len) * HEADS + head) * (long)seq_len + row % seq_len) * HEAD_DIM
-                          : (row * HEADS + head) * (long)HEAD_DIM;
-    *reinterpret_cast<P*>(q_out + q_at + t) = out;
+    *reinterpret_cast<P*>(q_out + QOutAt(row, head, seq_len, q_heads_major) + t) = out;
     return;
   }
   if (k_out != nullptr) *reinterpret_cast<P*>(k_out + (row * KV_HEADS + (head - HEADS)) * (long)HEAD_DIM + t) = out;

@@ -21,7 +21,7 @@ namespace dice::generator::sdar_qk {
 constexpr unsigned kWarpsPerBlock = 4;
 
 /// The kernel's CUDA source. It follows SdarFusedSource's fixed body, whose
-/// helpers (L, R, CacheAt) and #defines (T, HEADS, KV_HEADS, HEAD_DIM, EPS)
+/// helpers (L, R, CacheAt, QOutAt) and #defines (T, HEADS, KV_HEADS, HEAD_DIM, EPS)
 /// it uses, and needs QK_WARPS and QK_EPL (= max(1, HEAD_DIM / 32)) defined.
 extern const char* const kWarpBody;
 
