@@ -45,10 +45,10 @@ std::vector<Candidate> LtOnly(const Task& task, int max = 16) {
 
 bool Contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
-TEST(GemmLtTemplates, BiasTanhGeluBf16GivesOneCandidatePerHeuristicRankBeforeCutlass) {
+TEST(GemmLtTemplates, BiasTanhGeluBf16GivesOneCandidatePerHeuristicRankAndNoCutlass) {
   const Task task = LinearTask(DType::kBFloat16, 512, 768, 3072, true, GeluTanh);
   const auto all = All(task);
-  ASSERT_GE(all.size(), 4u);
+  ASSERT_EQ(all.size(), 3u);
   for (int r = 0; r < 3; ++r) {
     const Candidate& c = all[static_cast<size_t>(r)];
     SCOPED_TRACE(c.origin);
@@ -68,8 +68,25 @@ TEST(GemmLtTemplates, BiasTanhGeluBf16GivesOneCandidatePerHeuristicRankBeforeCut
     ASSERT_TRUE(libs.ok()) << libs.status().ToString();
     EXPECT_EQ(*libs, std::vector<std::string>{"cublasLt"});
   }
-  // The CUTLASS candidates follow.
-  EXPECT_EQ(all[3].origin.rfind("template:gemm/tc/", 0), 0u) << all[3].origin;
+  // No CUTLASS candidate follows a bf16 group cuBLASLt takes (CutlassAfterLt).
+}
+
+// DICE_GEMM_CUTLASS_16BIT=1 brings the CUTLASS tensor-op candidates back
+// after cuBLASLt's for a 16-bit group; a float32 group always gets them (3xTF32).
+TEST(GemmLtTemplates, CutlassFollowsCublasLtForFloat32AndOnRequestFor16Bit) {
+  const Task bf16 = LinearTask(DType::kBFloat16, 512, 768, 3072, true, GeluTanh);
+  ::setenv("DICE_GEMM_CUTLASS_16BIT", "1", 1);
+  const auto with = All(bf16);
+  ::unsetenv("DICE_GEMM_CUTLASS_16BIT");
+  ASSERT_GE(with.size(), 4u);
+  EXPECT_EQ(with[2].origin, "template:gemm_lt/bias_gelu/a2");
+  EXPECT_EQ(with[3].origin.rfind("template:gemm/tc/", 0), 0u) << with[3].origin;
+  const Task f32 = LinearTask(DType::kFloat32, 256, 256, 256, true,
+                              [](GraphBuilder& b, int v, const std::vector<int>&) { return b.Op(OpKind::kRelu, {v}); });
+  const auto all = All(f32);
+  ASSERT_GE(all.size(), 4u);
+  EXPECT_EQ(all[2].origin, "template:gemm_lt/bias_relu/a2");
+  EXPECT_EQ(all[3].origin.rfind("template:gemm/3xtf32/", 0), 0u) << all[3].origin;
 }
 
 TEST(GemmLtTemplates, ResidualAddBeforeReluIsCublasLtsSourceMatrixWithBetaOne) {

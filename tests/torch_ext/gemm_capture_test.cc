@@ -234,6 +234,35 @@ TEST_F(GemmCaptureTest, Bf16LinearIsGroupedOnlyWithGemmGroupsAll) {
   EXPECT_EQ(all.groups[0].group.graph.inputs[0].dtype, ir::DType::kBFloat16);
 }
 
+// DICE_GEMM_GROUPS=epilogue (the FX backend's default; opt-in here): a bf16
+// linear with an epilogue op forms its group, a lone one is left to PyTorch
+// with the reason, and a float32 one still forms a group alone.
+TEST_F(GemmCaptureTest, EpilogueSettingGroupsABf16LinearOnlyWithItsEpilogue) {
+  setenv("DICE_GEMM_GROUPS", "epilogue", 1);
+  torch::jit::Module m;
+  std::vector<c10::IValue> in = {torch::randn({8, 32}).to(at::kBFloat16)};
+  auto with = Optimize(LinearModule(kLinearRelu, at::kBFloat16), &m, in);
+  EXPECT_EQ(GroupOps(with), (std::vector<std::vector<K>>{{K::kLinear, K::kRelu}})) << with.graph;
+  EXPECT_EQ(LeftOutReason(with, "aten::linear"), "<not left out>");
+
+  constexpr const char* kLone = R"(
+def forward(self, x):
+    return torch.sum(torch.linear(x, self.w, self.b), 1)
+)";
+  auto lone_module = LinearModule(kLone, at::kBFloat16);
+  auto lone = Optimize(lone_module, &m, in);
+  EXPECT_EQ(GroupOps(lone), (std::vector<std::vector<K>>{{K::kSum}})) << lone.graph;
+  EXPECT_NE(LeftOutReason(lone, "aten::linear").find("only with an epilogue op"), std::string::npos)
+      << LeftOutReason(lone, "aten::linear");
+  auto out = m.forward({in[0]}).toTensor();  // the linear runs as PyTorch's own node
+  auto want =
+      torch::sum(torch::linear(in[0].toTensor(), lone_module.attr("w").toTensor(), lone_module.attr("b").toTensor()), 1);
+  EXPECT_TRUE(torch::allclose(out.to(at::kFloat), want.to(at::kFloat), 1e-2, 1e-2));
+
+  auto f32 = Optimize(LinearModule(kLone), &m, {torch::randn({8, 32})});
+  EXPECT_EQ(GroupOps(f32), (std::vector<std::vector<K>>{{K::kLinear}, {K::kSum}})) << f32.graph;
+}
+
 TEST_F(GemmCaptureTest, BiasVectorAndResidualAreTheOneExtraTensor) {
   // linear (no bias) + bias row vector -> relu; then + residual: a second extra tensor.
   auto original = LinearModule(R"(

@@ -290,6 +290,46 @@ TEST(GemmGroupPolicyTest, GemmGroupsSettingFromItsEnvValue) {
   EXPECT_FALSE(GemmGroupAllowed(GemmGroups::kFloat32, ir::DType::kFloat16));
   EXPECT_TRUE(GemmGroupAllowed(GemmGroups::kAll, ir::DType::kBFloat16));
   EXPECT_FALSE(GemmGroupAllowed(GemmGroups::kOff, ir::DType::kFloat32));
+  // "epilogue": every dtype is let in, the 16-bit ones only with an epilogue.
+  EXPECT_EQ(ParseGemmGroups("epilogue"), GemmGroups::kEpilogue);
+  EXPECT_EQ(ParseGemmGroups("f32"), GemmGroups::kFloat32);
+  EXPECT_EQ(ParseGemmGroups("float32", GemmGroups::kEpilogue), GemmGroups::kFloat32);
+  EXPECT_EQ(ParseGemmGroups(nullptr, GemmGroups::kEpilogue), GemmGroups::kEpilogue);
+  EXPECT_EQ(ParseGemmGroups("bogus", GemmGroups::kEpilogue), GemmGroups::kEpilogue);
+  EXPECT_EQ(ParseGemmGroups("all", GemmGroups::kEpilogue), GemmGroups::kAll);
+  EXPECT_TRUE(GemmGroupAllowed(GemmGroups::kEpilogue, ir::DType::kBFloat16));
+  EXPECT_TRUE(GemmGroupNeedsEpilogue(GemmGroups::kEpilogue, ir::DType::kBFloat16));
+  EXPECT_TRUE(GemmGroupNeedsEpilogue(GemmGroups::kEpilogue, ir::DType::kFloat16));
+  EXPECT_FALSE(GemmGroupNeedsEpilogue(GemmGroups::kEpilogue, ir::DType::kFloat32));
+  EXPECT_FALSE(GemmGroupNeedsEpilogue(GemmGroups::kAll, ir::DType::kBFloat16));
+  EXPECT_EQ(kFxGemmGroupsDefault, GemmGroups::kEpilogue);
+}
+
+TEST(GemmGroupPolicyTest, AGemmThatNeedsAnEpilogueIsLeftOutAlone) {
+  // l1 alone, l2 -> relu: with needs_epilogue only l2's group is formed, and
+  // the nodes after l1 (a tanh reading it, also a graph output's reader) are
+  // unaffected.
+  PolicyNode l1 = Linear(0), l2 = Linear(0);
+  l1.needs_epilogue = l2.needs_epilogue = true;
+  l1.escapes = true;  // read outside too: the tanh cannot join it
+  std::vector<PolicyNode> g = {Input(), l1, l2, Epilogue("aten::relu", {{2, Extent::kFull}}),
+                               Epilogue("aten::tanh", {{1, Extent::kFull}})};
+  EXPECT_EQ(Propose(g), (Groups{{2, 3}, {4}}));
+  g[1].needs_epilogue = g[2].needs_epilogue = false;  // the same graph without the mark: l1 alone is a group
+  EXPECT_EQ(Propose(g), (Groups{{1}, {2, 3}, {4}}));
+}
+
+TEST(GemmGroupPolicyTest, NeedsEpilogueIsReadFromJson) {
+  auto nodes = ParsePolicyNodes(R"([{"kind": "input"}, {"kind": "aten::linear", "fusible": true, "inputs": [0],
+                                     "needs_epilogue": true}])");
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  EXPECT_TRUE((*nodes)[1].needs_epilogue);
+  EXPECT_FALSE((*nodes)[0].needs_epilogue);
+  EXPECT_EQ(Propose(*nodes), Groups{});
+  auto bad = ParsePolicyNodes(R"([{"kind": "aten::linear", "needs_epilogue": 1}])");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("\"needs_epilogue\" must be a boolean"), std::string::npos)
+      << bad.status().ToString();
 }
 
 TEST(GemmGroupPolicyTest, ConvStartsAGroupAndAbsorbsItsEpilogueLikeLinear) {

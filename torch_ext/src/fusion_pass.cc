@@ -165,6 +165,22 @@ std::string GemmGateReason(const Node* n, GemmGroups setting) {
                            conv);
 }
 
+// Whether the linear `n` forms a group under `setting` only with an epilogue
+// op (fusion_policy.h GemmGroupNeedsEpilogue); false for a conv or an unknown dtype.
+bool GemmNeedsEpilogue(const Node* n, GemmGroups setting) {
+  if (n->kind() != c10::aten::linear) return false;
+  auto tt = n->output(0)->type()->cast<c10::TensorType>();
+  auto st = tt ? tt->scalarType() : std::nullopt;
+  if (!st) return false;
+  auto dt = reference::FromScalarType(*st);
+  return dt.ok() && GemmGroupNeedsEpilogue(setting, *dt);
+}
+
+// Why a linear with needs_epilogue was left out of every group (rule 4).
+constexpr const char* kLoneGemmReason =
+    "linear: a bf16/f16 GEMM forms a group only with an epilogue op after it (DICE_GEMM_GROUPS=epilogue; "
+    "=all also takes it alone)";
+
 // The policy's view of a top-level node; `index` maps the nodes before it.
 PolicyNode DescribeNode(const Node* n, bool fusible, const std::unordered_map<const Node*, int>& index) {
   PolicyNode out;
@@ -323,6 +339,7 @@ class Fuser {
       }
       any_fusible |= fusible;
       described.push_back(DescribeNode(n, fusible, index));
+      described.back().needs_epilogue = fusible && GemmNeedsEpilogue(n, gemm);
       index.emplace(n, static_cast<int>(nodes.size()));
       nodes.push_back(n);
     }
@@ -332,6 +349,11 @@ class Fuser {
       result.left_out.push_back({FusionGroupSymbol().toQualString(), groups.status().message()});
       return result;
     }
+    std::vector<bool> grouped(nodes.size(), false);
+    for (const auto& members : *groups)
+      for (int m : members) grouped[m] = true;
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (described[i].needs_epilogue && !grouped[i]) result.left_out.push_back({"aten::linear", kLoneGemmReason});
     alias_db_ = std::make_unique<torch::jit::AliasDb>(graph_);
     for (const auto& members : *groups) FormGroup(nodes, members);
     Finalize(&result);
@@ -430,16 +452,29 @@ std::vector<int64_t> FusionGroupsOp(c10::string_view nodes, int64_t min_nontrivi
 
 // dice::gemm_group_gate: why DICE_GEMM_GROUPS keeps a linear whose output
 // has ir::DType `dtype` (0 f32, 1 f16, 2 bf16) out of groups, or "" when it
-// lets it in: the TorchScript pass's gate (GemmGateReason), for the FX
-// partitioner. Read at each call. Throws c10::Error on an unknown dtype id.
+// lets it in: the TorchScript pass's gate (GemmGateReason) under the FX
+// backend's default (kFxGemmGroupsDefault), for the FX partitioner. Read at
+// each call. Throws c10::Error on an unknown dtype id.
 std::string GemmGroupGateOp(int64_t dtype) {
   TORCH_CHECK(dtype >= 0 && dtype <= 2, "gemm_group_gate: unknown dtype id ", dtype);
-  return GemmGateReasonFor(GemmGroupsFromEnv(), static_cast<ir::DType>(dtype));
+  return GemmGateReasonFor(GemmGroupsFromEnv(kFxGemmGroupsDefault), static_cast<ir::DType>(dtype));
+}
+
+// dice::gemm_group_lone_reason: for the FX partitioner, "" when a linear
+// whose output has ir::DType `dtype` may form a group alone, else why it
+// needs an epilogue op (PolicyNode::needs_epilogue; the left-out reason).
+// Same gate and errors as gemm_group_gate.
+std::string GemmGroupLoneReasonOp(int64_t dtype) {
+  TORCH_CHECK(dtype >= 0 && dtype <= 2, "gemm_group_lone_reason: unknown dtype id ", dtype);
+  return GemmGroupNeedsEpilogue(GemmGroupsFromEnv(kFxGemmGroupsDefault), static_cast<ir::DType>(dtype))
+             ? kLoneGemmReason
+             : "";
 }
 
 TORCH_LIBRARY_FRAGMENT(dice, m) {
   m.def("fusion_groups(str nodes, int min_nontrivial_ops=1) -> int[]", TORCH_FN(FusionGroupsOp));
   m.def("gemm_group_gate(int dtype) -> str", TORCH_FN(GemmGroupGateOp));
+  m.def("gemm_group_lone_reason(int dtype) -> str", TORCH_FN(GemmGroupLoneReasonOp));
 }
 
 }  // namespace

@@ -274,11 +274,13 @@ bool ParseDim(const nlohmann::json& v, PolicyNode* out) {
 // defaults (a node no GEMM group takes).
 template <typename Bad>
 Status ParseGemmFacts(const nlohmann::json& j, const Bad& bad, PolicyNode* out) {
-  for (const char* key : {"escapes", "epilogue_op"}) {
-    auto it = j.find(key);
+  const std::pair<const char*, bool*> flags[] = {
+      {"escapes", &out->escapes}, {"epilogue_op", &out->epilogue_op}, {"needs_epilogue", &out->needs_epilogue}};
+  for (const auto& flag : flags) {
+    auto it = j.find(flag.first);
     if (it == j.end()) continue;
-    if (!it->is_boolean()) return bad(std::string("\"") + key + "\" must be a boolean");
-    (std::string_view(key) == "escapes" ? out->escapes : out->epilogue_op) = it->get<bool>();
+    if (!it->is_boolean()) return bad(std::string("\"") + flag.first + "\" must be a boolean");
+    *flag.second = it->template get<bool>();
   }
   auto it = j.find("epilogue_operands");
   if (it == j.end()) return Status::Ok();
@@ -353,15 +355,21 @@ bool IsConvKind(std::string_view kind) { return kind == "aten::conv2d" || kind =
 
 bool IsGemmKind(std::string_view kind) { return kind == "aten::linear" || IsConvKind(kind); }
 
-GemmGroups ParseGemmGroups(const char* value) {
-  if (value == nullptr) return GemmGroups::kFloat32;
+GemmGroups ParseGemmGroups(const char* value, GemmGroups unset) {
+  if (value == nullptr) return unset;
   const std::string_view v(value);
   if (v == "all") return GemmGroups::kAll;
+  if (v == "epilogue") return GemmGroups::kEpilogue;
+  if (v == "f32" || v == "float32") return GemmGroups::kFloat32;
   if (v == "0" || v == "off") return GemmGroups::kOff;
-  return GemmGroups::kFloat32;
+  return unset;
 }
 
-GemmGroups GemmGroupsFromEnv() { return ParseGemmGroups(std::getenv("DICE_GEMM_GROUPS")); }
+GemmGroups GemmGroupsFromEnv(GemmGroups unset) { return ParseGemmGroups(std::getenv("DICE_GEMM_GROUPS"), unset); }
+
+bool GemmGroupNeedsEpilogue(GemmGroups setting, ir::DType dtype) {
+  return setting == GemmGroups::kEpilogue && dtype != ir::DType::kFloat32;
+}
 
 GemmGroups ParseConvGroups(const char* value) {
   if (value == nullptr) return GemmGroups::kOff;
@@ -377,6 +385,7 @@ bool GemmGroupAllowed(GemmGroups setting, ir::DType dtype) {
   switch (setting) {
     case GemmGroups::kOff: return false;
     case GemmGroups::kFloat32: return dtype == ir::DType::kFloat32;
+    case GemmGroups::kEpilogue:  // 16-bit ones with an epilogue only: needs_epilogue
     case GemmGroups::kAll: return true;
   }
   return false;
@@ -493,6 +502,7 @@ Expected<std::vector<std::vector<int>>> ProposeFusionGroups(const std::vector<Po
     int nontrivial = 0;
     for (int m : g.members) nontrivial += NontrivialCount(nodes[m]);
     if (nontrivial < min_nontrivial_ops) continue;
+    if (g.members.size() == 1 && nodes[g.members[0]].needs_epilogue) continue;  // rule 4: no epilogue taken
     std::sort(g.members.begin(), g.members.end());
     groups.push_back(std::move(g.members));
   }

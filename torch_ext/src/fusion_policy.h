@@ -40,7 +40,10 @@
 //     stays in it: a GEMM's plan skips nodes chained to another GEMM.
 //     No other node merges with a GEMM group (a reduction after it starts its
 //     own), and a GEMM group formed by an earlier run stays as it is. A GEMM
-//     alone is a group (a faster GEMM is a win). Which GEMM nodes are fusible
+//     alone is a group (a faster GEMM is a win), except one marked
+//     PolicyNode::needs_epilogue: with no epilogue op taken it is left out of
+//     every group (a lone bf16 GEMM has no candidate that beats cuBLAS; its
+//     epilogue does, DICE_GEMM_GROUPS=epilogue). Which GEMM nodes are fusible
 //     is the frontend's call (GemmGroupsFromEnv: DICE_GEMM_GROUPS; ConvGroupsFromEnv:
 //     DICE_CONV_GROUPS).
 //  5. A layout copy (IsLayoutCopy: aten::contiguous, which the frontend
@@ -121,6 +124,9 @@ struct PolicyNode {
   bool epilogue_op = false;
   /// Its tensor operands other than weak scalars (0-d constants), in operand order.
   std::vector<TensorOperand> epilogue_operands;
+  /// A GEMM node (IsGemmKind) that may form a group only with at least one
+  /// epilogue op taken (rule 4; GemmGroupNeedsEpilogue): alone it is left out.
+  bool needs_epilogue = false;
 };
 
 /// True for the GEMM kinds that start a GEMM group (rule 4): "aten::linear",
@@ -136,17 +142,33 @@ bool IsConvKind(std::string_view kind);
 
 /// Which GEMM nodes a frontend lets form groups (DICE_GEMM_GROUPS).
 enum class GemmGroups : uint8_t {
-  kOff,      ///< none: grouping exactly as before GEMM groups existed
-  kFloat32,  ///< float32 only (the default: where a 3xTF32 candidate beats cuBLAS)
-  kAll,      ///< float32, bfloat16 and float16
+  kOff,       ///< none: grouping exactly as before GEMM groups existed
+  kFloat32,   ///< float32 only (where a 3xTF32 candidate beats cuBLAS)
+  kEpilogue,  ///< float32, and bfloat16 / float16 only with an epilogue op (needs_epilogue)
+  kAll,       ///< float32, bfloat16 and float16, with or without an epilogue
 };
 
-/// Reads a DICE_GEMM_GROUPS value: null or "" -> kFloat32; "all" -> kAll;
-/// "0" or "off" -> kOff; any other value -> kFloat32 (the default).
-GemmGroups ParseGemmGroups(const char* value);
+/// Reads a DICE_GEMM_GROUPS value: "all" -> kAll; "epilogue" -> kEpilogue;
+/// "f32" or "float32" -> kFloat32; "0" or "off" -> kOff; null, "" or any
+/// other value -> `unset` (the frontend's default).
+GemmGroups ParseGemmGroups(const char* value, GemmGroups unset = GemmGroups::kFloat32);
 
-/// ParseGemmGroups(getenv("DICE_GEMM_GROUPS")), read at each call.
-GemmGroups GemmGroupsFromEnv();
+/// ParseGemmGroups(getenv("DICE_GEMM_GROUPS"), unset), read at each call.
+/// The defaults (docs/DECISIONS.md, "bf16 GEMM groups only with an
+/// epilogue"): kFloat32 for the TorchScript pass (`dice tune` has no
+/// per-region measurement, so a bf16 GEMM group without a winner would take
+/// its epilogue's elementwise winner away), kEpilogue for the FX backend
+/// (kFxGemmGroupsDefault: its region decision gives a region that is not
+/// faster back to the rest compiler).
+GemmGroups GemmGroupsFromEnv(GemmGroups unset = GemmGroups::kFloat32);
+
+/// The FX backend's default GEMM gate (dice::gemm_group_gate).
+inline constexpr GemmGroups kFxGemmGroupsDefault = GemmGroups::kEpilogue;
+
+/// Whether a GEMM whose output has `dtype` forms a group under `setting` only
+/// with an epilogue op (PolicyNode::needs_epilogue): kEpilogue and a dtype
+/// other than float32.
+bool GemmGroupNeedsEpilogue(GemmGroups setting, ir::DType dtype);
 
 /// DICE_CONV_GROUPS's value: "f32" (or "float32", "1") = float32 convs only,
 /// "all" = also bf16/f16; unset or anything else = off. Off by default
@@ -195,7 +217,7 @@ Expected<std::vector<std::vector<int>>> ProposeFusionGroups(const std::vector<Po
 /// "operands": int, "tensor_operands": int, "rank": int, "dim": null | int |
 /// [int] | "?", "normalized_dims": int, "inner": [node...], "escapes": bool,
 /// "epilogue_op": bool, "epilogue_operands": [{"source": int, "extent":
-/// "full" | "row" | "other" | "unknown"}]}. Every key but
+/// "full" | "row" | "other" | "unknown"}], "needs_epilogue": bool}. Every key but
 /// "kind" may be left out (defaults as in PolicyNode; no "dim" key: the op has
 /// no dim argument; "dim": null: every axis; "?": not a constant).
 /// Errors: kInvalidArgument naming the node and the key.

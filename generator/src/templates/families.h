@@ -117,6 +117,15 @@ bool HasContraction(const ir::Graph& graph);
 /// odd K/N for 16-bit types, an empty GEMM, DICE_STRICT_FP32=1 for f32).
 Expected<std::vector<Candidate>> GemmCandidates(const Task& task, int max_candidates);
 
+/// Whether a GEMM group that the cuBLASLt family takes also gets CUTLASS
+/// candidates (TemplateGenerator::Generate): always for a float32 output
+/// (3xTF32 CUTLASS beats cuBLAS there), for bf16/f16 only with
+/// $DICE_GEMM_CUTLASS_16BIT=1. Measured (docs/DECISIONS.md, session 29, H100):
+/// the CUTLASS 2.x bf16 kernels ran GPT-2's QKV projection at 92.5 µs against
+/// cuBLAS's 50.2 µs, and their nvcc builds were most of the first call's
+/// 48 s, while cuBLASLt fuses the epilogue into cuBLAS's own kernels.
+bool CutlassAfterLt(const Task& task);
+
 /// Candidates per cuBLASLt group: ranks 0 .. kGemmLtRanks - 1 of the library's
 /// heuristic list (GemmLtCandidates).
 inline constexpr int kGemmLtRanks = 3;

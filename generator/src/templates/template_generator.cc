@@ -1,6 +1,7 @@
 // template_generator.cc — TemplateGenerator (templates.h): groups with a
 // conv2d go to the conv family, those with a linear to the skinny-GEMM (few rows), cuBLASLt and gemm families;
 // the others are lowered and dispatched to the elementwise or row family.
+#include <cstdlib>
 #include <string>
 
 #include "dice/generator/templates.h"
@@ -20,7 +21,8 @@ Expected<std::vector<Candidate>> TemplateGenerator::Generate(const Task& task, i
   if (tmpl::HasContraction(task.graph)) {
     // Skinny GEMMs first (few rows), then cuBLASLt's fused epilogues, then
     // CUTLASS; the group is unsupported only when every family refuses it
-    // (the gemm family's reason is the one reported).
+    // (the gemm family's reason is the one reported). A bf16/f16 group that
+    // cuBLASLt takes gets no CUTLASS candidates (CutlassAfterLt).
     std::vector<Candidate> all;
     auto skinny = tmpl::SkinnyGemmCandidates(task, max_candidates, task.target);
     if (skinny.ok()) all = std::move(skinny).value();
@@ -28,6 +30,7 @@ Expected<std::vector<Candidate>> TemplateGenerator::Generate(const Task& task, i
     if (lt.ok()) {
       for (auto& c : *lt) all.push_back(std::move(c));
     }
+    if (lt.ok() && !lt->empty() && !tmpl::CutlassAfterLt(task)) return all;
     auto gemm = tmpl::GemmCandidates(task, max_candidates - static_cast<int>(all.size()));
     if (gemm.ok()) {
       for (auto& c : *gemm) all.push_back(std::move(c));
@@ -47,6 +50,12 @@ Expected<std::vector<Candidate>> TemplateGenerator::Generate(const Task& task, i
 }
 
 namespace tmpl {
+
+bool CutlassAfterLt(const Task& task) {
+  if (task.outputs.empty() || task.outputs[0].dtype == ir::DType::kFloat32) return true;
+  const char* keep = std::getenv("DICE_GEMM_CUTLASS_16BIT");
+  return keep != nullptr && std::string(keep) == "1";
+}
 
 int ArchNumber(const std::string& arch) {
   int sm = 0;

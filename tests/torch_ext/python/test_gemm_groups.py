@@ -96,18 +96,49 @@ def test_a_matmul_that_is_no_linear_stays_with_pytorch():
     assert any(l.op == "aten.mm.default" and l.reason == "not a fusible op" for l in rep.left_out), rep.left_out
 
 
-def test_bf16_linear_stays_with_pytorch_unless_gemm_groups_take_all_dtypes(monkeypatch):
+def test_bf16_linear_forms_a_group_with_its_epilogue_by_default(monkeypatch):
     torch.manual_seed(0)
     model, x = LinearMulLeakyRelu().eval().to(torch.bfloat16), torch.randn(8, 32, dtype=torch.bfloat16)
+    rep = compiled_report(model, x)  # DICE_GEMM_GROUPS unset: "epilogue" in the FX backend
+    assert [g.summary for g in rep.groups] == ["linear+mul+leaky_relu"]
+    assert "input %1 bf16 rank=2" in rep.groups[0].ir
+    assert not [l for l in rep.left_out if l.op == "aten.addmm.default"], rep.left_out
+    torch._dynamo.reset()
+    monkeypatch.setenv("DICE_GEMM_GROUPS", "f32")  # float32 only: the epilogue is a group of its own
     rep = compiled_report(model, x)
     assert [g.summary for g in rep.groups] == ["mul+leaky_relu"]
     reasons = [l.reason for l in rep.left_out if l.op == "aten.addmm.default"]
     assert reasons and "GEMM groups take float32 only" in reasons[0], rep.left_out
+
+
+class LinearSum(nn.Module):  # a linear with no elementwise op after it
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.fc(x).sum(-1)
+
+
+@pytest.mark.parametrize("shape", [(8, 32), (2, 4, 32)], ids=["2-d", "N-d"])
+def test_a_lone_bf16_linear_stays_with_pytorch_unless_gemm_groups_take_all(monkeypatch, shape):
+    torch.manual_seed(0)
+    model, x = LinearSum().eval().to(torch.bfloat16), torch.randn(*shape, dtype=torch.bfloat16)
+    rep = compiled_report(model, x)
+    assert [g.summary for g in rep.groups] == ["sum"]
+    lone = [l for l in rep.left_out if "only with an epilogue op" in l.reason]
+    assert [l.op for l in lone] == ["aten.addmm.default"], rep.left_out  # named at the matmul, not its view
     torch._dynamo.reset()
     monkeypatch.setenv("DICE_GEMM_GROUPS", "all")
     rep = compiled_report(model, x)
-    assert [g.summary for g in rep.groups] == ["linear+mul+leaky_relu"]
-    assert "input %1 bf16 rank=2" in rep.groups[0].ir
+    assert [g.summary for g in rep.groups] == ["linear", "sum"]
+    assert not [l for l in rep.left_out if "only with an epilogue op" in l.reason], rep.left_out
+
+
+def test_a_lone_float32_linear_still_forms_a_group():
+    torch.manual_seed(0)
+    rep = compiled_report(LinearSum().eval(), torch.randn(8, 32))
+    assert [g.summary for g in rep.groups] == ["linear", "sum"]
 
 
 def test_gemm_groups_off_leaves_every_matmul_to_pytorch(monkeypatch):
@@ -120,8 +151,12 @@ def test_gemm_groups_off_leaves_every_matmul_to_pytorch(monkeypatch):
 def test_gemm_group_gate_op_rejects_an_unknown_dtype_id():
     dice_torch.load_library()
     assert torch.ops.dice.gemm_group_gate(0) == ""
+    assert torch.ops.dice.gemm_group_lone_reason(0) == ""  # float32 forms a group alone
+    assert "only with an epilogue op" in torch.ops.dice.gemm_group_lone_reason(2)
     with pytest.raises(RuntimeError, match="unknown dtype id 7"):
         torch.ops.dice.gemm_group_gate(7)
+    with pytest.raises(RuntimeError, match="unknown dtype id -1"):
+        torch.ops.dice.gemm_group_lone_reason(-1)
 
 
 class Mlp3d(nn.Module):

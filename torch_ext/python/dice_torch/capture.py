@@ -26,7 +26,8 @@ output view stands for the linear. They translate to the IR's ``linear`` op
 (x, w, [b]) and start a GEMM
 group that takes their elementwise epilogue (fusion_policy.h rule 4). Which
 dtypes may do so is the runtime's gate (``dice::gemm_group_gate``,
-``DICE_GEMM_GROUPS``: float32 unless "all"). Other matrix multiplies (bmm,
+``DICE_GEMM_GROUPS``; the FX default "epilogue": float32, and bf16/f16 only
+with an epilogue op, ``partition.lone_gemm_reason``). Other matrix multiplies (bmm,
 mm of an untransposed operand) stay with PyTorch, and the elementwise ops
 after them form the group.
 """
@@ -47,7 +48,7 @@ aten = torch.ops.aten
 prims = torch.ops.prims
 
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
-_DTYPE_IDS = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # ir::DType values
+DTYPE_IDS = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # ir::DType values
 _MAX_RANK = 8
 _INF = math.inf
 
@@ -409,9 +410,9 @@ def _cast(dtype_arg: str, self_name: str = "self") -> Callable[[_Ctx], _Value]:
         target = c.arg(dtype_arg)
         if target is None:
             raise Unsupported("no dtype")
-        if target not in _DTYPE_IDS:
+        if target not in DTYPE_IDS:
             raise Unsupported(f"cast to unsupported dtype {dtype_name(target)}")
-        return c.b.emit("cast", [c.tensor(self_name)], ivalue=_DTYPE_IDS[target])
+        return c.b.emit("cast", [c.tensor(self_name)], ivalue=DTYPE_IDS[target])
     return f
 
 
@@ -513,7 +514,7 @@ def _linear(c: _Ctx) -> _Value:
     if ops is None:  # a view of anything else, or a matrix multiply that is no F.linear: stays with PyTorch
         raise Unsupported("not a fusible op")
     out = tensor_meta(c.node)
-    reason = str(torch.ops.dice.gemm_group_gate(_DTYPE_IDS[out.dtype])) if out is not None else "no example value"
+    reason = str(torch.ops.dice.gemm_group_gate(DTYPE_IDS[out.dtype])) if out is not None else "no example value"
     if reason:  # said once, at the matmul
         raise Unsupported("not a fusible op" if view else reason)
     if not view and _absorbed_by_view(c.node):
@@ -526,6 +527,8 @@ def _linear(c: _Ctx) -> _Value:
 #: The GEMM targets (``_linear``): translated, but not among ``supported_targets``
 #: (Inductor keeps its own decompositions of mm / addmm).
 GEMM_TARGETS = frozenset({aten.addmm.default, aten.mm.default, *_VIEWS})
+#: The matrix multiplies among them (the others are the N-d linear's output views).
+GEMM_MATMULS = frozenset({aten.addmm.default, aten.mm.default})
 
 #: IR ops of category kUnary / kBinary but cast (core/src/ir.cc): what a GEMM
 #: epilogue node may translate to (fusion_policy.h PolicyNode::epilogue_op).

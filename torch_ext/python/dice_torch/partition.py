@@ -90,6 +90,17 @@ def _gemm_facts(node: torch.fx.Node, d: dict, index: dict[torch.fx.Node, int]) -
     d["epilogue_operands"] = [{"source": index.get(a, -1), "extent": _extent(a, node)} for a in operands]
 
 
+def lone_gemm_reason(node: torch.fx.Node) -> str:
+    """Why the GEMM gate lets the linear ``node`` form a group only with an
+    epilogue op (``dice::gemm_group_lone_reason``: a bf16/f16 output under
+    ``DICE_GEMM_GROUPS=epilogue``, the FX default), or "" when it may form one
+    alone (fusion_policy.h rule 4, PolicyNode::needs_epilogue)."""
+    out = capture.tensor_meta(node)
+    if out is None or out.dtype not in capture.DTYPE_IDS:
+        return ""
+    return str(torch.ops.dice.gemm_group_lone_reason(capture.DTYPE_IDS[out.dtype]))
+
+
 def policy_node(node: torch.fx.Node, fusible: bool, index: dict[torch.fx.Node, int]) -> dict:
     """``node`` as the fusion policy sees it (torch_ext/src/fusion_policy.h,
     ParsePolicyNodes): kind, fusibility, the nodes it reads and, for a fusible
@@ -110,6 +121,8 @@ def policy_node(node: torch.fx.Node, fusible: bool, index: dict[torch.fx.Node, i
     d = {"kind": kind, "fusible": fusible, "inputs": [index[a] for a in node.all_input_nodes if a in index]}
     if any(u.op == "output" for u in node.users):
         d["escapes"] = True
+    if kind == "aten::linear" and lone_gemm_reason(node):
+        d["needs_epilogue"] = True
     if not fusible or not isinstance(tgt, torch._ops.OpOverload):
         return d
     _gemm_facts(node, d, index)
@@ -150,9 +163,12 @@ def propose_groups(graph: torch.fx.Graph) -> tuple[list[list[torch.fx.Node]], li
         nodes.append(node)
     group_of = torch.ops.dice.fusion_groups(json.dumps(described), 1)
     groups: dict[int, list[torch.fx.Node]] = {}
-    for node, g in zip(nodes, group_of):
+    for node, d, g in zip(nodes, described, group_of):
         if g >= 0:
             groups.setdefault(g, []).append(node)
+        elif d.get("needs_epilogue"):  # a lone bf16/f16 linear (rule 4): said at the matmul
+            mm = node.args[0] if node.target not in capture.GEMM_MATMULS else node  # an N-d linear's view
+            left_out.append(LeftOut(capture.op_name(mm), lone_gemm_reason(node)))
     return [groups[g] for g in sorted(groups)], left_out
 
 

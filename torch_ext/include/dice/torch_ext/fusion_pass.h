@@ -12,7 +12,8 @@
 // Groups made only of casts are dissolved. A linear (aten::linear) starts a
 // group of its own and takes the elementwise ops after it as its epilogue
 // (fusion_policy.h rule 4): float32 linears by default, bf16/f16 too with
-// DICE_GEMM_GROUPS=all, none with DICE_GEMM_GROUPS=0 (then a linear is left
+// DICE_GEMM_GROUPS=all (=epilogue: only when an epilogue op follows; the FX
+// backend's default), none with DICE_GEMM_GROUPS=0 (then a linear is left
 // out as "not a fusible op", as before GEMM groups). Before grouping,
 // aten::matmul(x, C) and aten::addmm(b, x, C) (beta = alpha = 1) whose C is a
 // 2-D constant with a contiguous transpose (torch.jit.freeze's fold of a
