@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One device call's chunk of issue 18's level-2 figure: all 80 KernelBench
+# level-2 tasks through `dice tune` (bench/run_chunk.sh: eager, torch.compile
+# default, Inductor's freezing and max-autotune-no-cudagraphs side by side,
+# round-robin, L2 flushed), resumable across calls like gpu_compile_list.sh:
+#   here:   cp <last call's files_at>/level2_all.jsonl .gpu-carry/   (if any)
+#           bash scripts/gpu_snapshot.sh
+#   device: carry [".gpu-carry"], command
+#           bash .gpu-carry/tree/scripts/gpu_from_snapshot.sh bash scripts/gpu_level2_all.sh
+# Each call takes the next CHUNK tasks (default 12) in numeric order that
+# the rows file lacks and appends their rows. Env: CHUNK, ROWS (the rows
+# file's name under $OUT and ../.gpu-carry, default level2_all.jsonl),
+# STRICT_FP32=1 (the strict column: give it its own ROWS), WARM_S / TIMED_S
+# (run_chunk.sh's phase limits; defaults 150 / 380, which with a cold build
+# fit one 10-minute call), REPS (default 25), MAX_AUTOTUNE / FREEZING
+# (default 1 each; set empty to leave the column out). All rows of a figure
+# must come from one tree: each row carries it ("tree").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/dice-out}
+KB=${KB:-.deps/kernelbench}
+mkdir -p "$OUT"
+rows_name=${ROWS:-level2_all.jsonl}
+rows="$OUT/$rows_name"
+[ -f "../.gpu-carry/$rows_name" ] && cp "../.gpu-carry/$rows_name" "$rows"
+touch "$rows"
+git_rev=$(cat SNAPSHOT_COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
+mapfile -t todo < <(python3 - "$KB" "$rows" "${CHUNK:-12}" <<'PY'
+import glob, json, os, sys
+kb, rows, chunk = sys.argv[1], sys.argv[2], int(sys.argv[3])
+done = set()
+for line in open(rows):
+    try:
+        done.add(os.path.basename(json.loads(line)["task"]))
+    except (ValueError, KeyError):
+        pass
+tasks = sorted(glob.glob(os.path.join(kb, "level2", "*.py")), key=lambda p: int(os.path.basename(p).split("_")[0]))
+for t in [t for t in tasks if os.path.basename(t) not in done][:chunk]:
+    print(os.path.relpath(t, kb))
+PY
+)
+echo "level2-all: $(wc -l < "$rows") rows so far; this call: ${#todo[@]} tasks (${todo[0]:-none} ...)"
+[ "${#todo[@]}" -eq 0 ] && exit 0
+chunk_out="$OUT/chunk"
+rm -rf "$chunk_out"
+OUT="$chunk_out" KB="$KB" FREEZING=${FREEZING-1} MAX_AUTOTUNE=${MAX_AUTOTUNE-1} WARM_S=${WARM_S:-150} \
+  TIMED_S=${TIMED_S:-380} REPS=${REPS:-25} bash bench/run_chunk.sh "${todo[@]}"
+python3 - "$chunk_out/results.jsonl" "$rows" "$git_rev" <<'PY'
+import json, sys
+src, dst, tree = sys.argv[1:4]
+try:
+    lines = open(src).read().splitlines()
+except FileNotFoundError:
+    lines = []
+with open(dst, "a") as f:
+    for line in lines:
+        rec = json.loads(line)
+        rec["tree"] = tree
+        f.write(json.dumps(rec) + "\n")
+print(f"level2-all: {len(lines)} rows added (tree {tree})")
+PY
+echo "rows now: $(wc -l < "$rows")"
