@@ -234,5 +234,41 @@ TEST(GemvTemplate, StreamSpecChecksAndSiluMulInstance) {
   EXPECT_TRUE(r.ok()) << r.status().ToString();
 }
 
+// The direct form (x through L1, grid-stride): geometry overrides, their
+// checks, the capped grid, and one source holding a direct and a staged
+// instance (the shared finish) that NVRTC builds for sm_90.
+TEST(GemvTemplate, DirectFormWithGeometryOverridesCompilesBesideTheStagedForm) {
+  tmpl::StreamGemvSpec s;
+  s.m = 8, s.n = 2560, s.k = 4096, s.dtype = DType::kBFloat16;
+  s.x_direct = true, s.cols_per_warp = 1, s.warps = 2, s.unroll = 8, s.grid_blocks = 528;
+  ASSERT_TRUE(tmpl::CheckStreamGemv(s).ok());
+  EXPECT_EQ(tmpl::StreamGemvOrigin(s), "template:gemv/direct/r1/w2/u8/g528/v8");
+  EXPECT_EQ(tmpl::StreamGemvLaunch(s, "o").grid[0], 528u);  // 1280 column groups, capped
+  EXPECT_EQ(tmpl::StreamGemvLaunch(s, "o").block[0], 64u);
+  tmpl::StreamGemvSpec uncapped = s;
+  uncapped.grid_blocks = 0;
+  EXPECT_EQ(tmpl::StreamGemvLaunch(uncapped, "o").grid[0], 1280u);
+  tmpl::StreamGemvSpec bad = s;
+  bad.x_direct = false;  // the staged form does not loop over column groups
+  EXPECT_EQ(tmpl::CheckStreamGemv(bad).code(), StatusCode::kUnsupported);
+  bad = s, bad.unroll = 17;
+  EXPECT_FALSE(tmpl::CheckStreamGemv(bad).ok());
+  bad = s, bad.cols_per_warp = 5;
+  EXPECT_FALSE(tmpl::CheckStreamGemv(bad).ok());
+  bad = s, bad.warps = 9;
+  EXPECT_FALSE(tmpl::CheckStreamGemv(bad).ok());
+  tmpl::StreamGemvSpec gu;
+  gu.m = 4, gu.n = 9728, gu.k = 2560, gu.dtype = DType::kBFloat16, gu.silu_mul = true, gu.x_direct = true;
+  EXPECT_EQ(tmpl::StreamGemvOrigin(gu), "template:gemv/direct/r1/w4/u8/g0/v8/silu_mul");
+  Candidate c;
+  c.source = tmpl::StreamGemvPrelude(DType::kBFloat16, true) + tmpl::StreamGemvInstance(s, "o", true) +
+             tmpl::StreamGemvInstance(gu, "gu", true) + tmpl::StreamGemvInstance(uncapped, "o_staged_geometry", false);
+  EXPECT_TRUE(Contains(c.source, "  dice_gemv_direct<8, 2560LL, 4096LL, 1, 2, 8, false, false>(x, w, nullptr, out, rows);"))
+      << c.source;
+  c.plan.launches = {KernelLaunch{"o"}, KernelLaunch{"gu"}, KernelLaunch{"o_staged_geometry"}};
+  auto r = runtime::CompileCandidate(c, "sm_90");
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+}
+
 }  // namespace
 }  // namespace dice::generator

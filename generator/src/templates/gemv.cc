@@ -233,6 +233,36 @@ __device__ __forceinline__ void dice_unpack(const uint4& u, float* out) {
   for (int i = 0; i < (int)(16 / sizeof(T)); ++i) out[i] = dice_f(b.h[i]);
 }
 __device__ __forceinline__ float dice_round(float v) { T t; dice_to(&t, v); return dice_f(t); }
+// The end of both forms: the shuffle reduction of each (row, column) partial
+// sum, then lane (m * GR + r) % 32 applies the bias / epilogue or the SILU
+// product and stores (m, r) of the warp's columns n0...
+template <int GM, long long GN, int GR, bool SILU, bool BIAS>
+__device__ __forceinline__ void dice_gemv_finish(float (&acc)[GM][SILU ? 2 * GR : GR], const T* __restrict__ b,
+                                                 T* __restrict__ out, long long n0, int lane, int rows) {
+  constexpr int NR = SILU ? 2 * GR : GR;
+#pragma unroll
+  for (int m = 0; m < GM; ++m)
+#pragma unroll
+    for (int r = 0; r < NR; ++r)
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], off);
+#pragma unroll
+  for (int m = 0; m < GM; ++m)
+#pragma unroll
+    for (int r = 0; r < GR; ++r) {
+      if (lane != ((m * GR + r) & 31) || m >= rows || n0 + r >= GN) continue;
+      float v = acc[m][r];
+      if (SILU) {
+        // As the unfused path: gate and up stored in T, silu(gate) rounded to T, then the product.
+        const float g = dice_round(v), up = dice_round(acc[m][r + (SILU ? GR : 0)]);
+        v = dice_round(g / (1.f + expf(-g))) * up;
+      } else {
+        if (BIAS) v += dice_f(b[n0 + r]);
+        v = dice_epilogue(v);
+      }
+      dice_to(out + (long long)m * GN + n0 + r, v);
+    }
+}
 template <int GM, long long GN, long long GK, int GR, int GW, int GU, int GKT, bool SILU, bool BIAS>
 __device__ __forceinline__ void dice_gemv_stream(const T* __restrict__ x, const T* __restrict__ w,
                                                  const T* __restrict__ b, T* __restrict__ out, int rows) {
@@ -289,28 +319,61 @@ __device__ __forceinline__ void dice_gemv_stream(const T* __restrict__ x, const 
     }
   }
   if (!active) return;
+  dice_gemv_finish<GM, GN, GR, SILU, BIAS>(acc, b, out, n0, lane, rows);
+}
+// The direct form (StreamGemvSpec::x_direct): no shared memory and no
+// barrier. Each warp walks its GR columns' rows of w in 16-byte loads, GU of
+// them per column in flight, and reads the matching 16 bytes of each x row
+// through L1 (every warp of an SM reads the same x, so it stays cached);
+// blocks loop over column groups (grid-stride), so a grid smaller than the
+// column groups keeps every SM busy to the end.
+template <int GM, long long GN, long long GK, int GR, int GW, int GU, bool SILU, bool BIAS>
+__device__ __forceinline__ void dice_gemv_direct(const T* __restrict__ x, const T* __restrict__ w,
+                                                 const T* __restrict__ b, T* __restrict__ out, int rows) {
+  constexpr int V = 16 / sizeof(T);
+  constexpr int NR = SILU ? 2 * GR : GR;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (long long g = blockIdx.x; g * GW * GR < GN; g += gridDim.x) {
+    const long long n0 = (g * GW + warp) * GR;
+    if (n0 >= GN) return;  // the last group's idle warps: no later group starts lower
+    float acc[GM][NR];
 #pragma unroll
-  for (int m = 0; m < GM; ++m)
+    for (int m = 0; m < GM; ++m)
 #pragma unroll
-    for (int r = 0; r < NR; ++r)
+      for (int r = 0; r < NR; ++r) acc[m][r] = 0.f;
+    for (long long k0 = (long long)lane * V; k0 < GK; k0 += 32LL * V * GU) {
+      uint4 wr[GU][NR];
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], off);
+      for (int u = 0; u < GU; ++u)
 #pragma unroll
-  for (int m = 0; m < GM; ++m)
+        for (int r = 0; r < NR; ++r) {
+          const long long kk = k0 + (long long)u * 32 * V;
+          const int c = r % GR;
+          const long long row = (r < GR ? 0 : GN) + n0 + c;
+          wr[u][r] = (kk < GK && n0 + c < GN) ? __ldg(reinterpret_cast<const uint4*>(w + row * GK + kk))
+                                              : make_uint4(0u, 0u, 0u, 0u);
+        }
 #pragma unroll
-    for (int r = 0; r < GR; ++r) {
-      if (lane != ((m * GR + r) & 31) || m >= rows || n0 + r >= GN) continue;
-      float v = acc[m][r];
-      if (SILU) {
-        // As the unfused path: gate and up stored in T, silu(gate) rounded to T, then the product.
-        const float g = dice_round(v), up = dice_round(acc[m][r + (SILU ? GR : 0)]);
-        v = dice_round(g / (1.f + expf(-g))) * up;
-      } else {
-        if (BIAS) v += dice_f(b[n0 + r]);
-        v = dice_epilogue(v);
+      for (int u = 0; u < GU; ++u) {
+        const long long kk = k0 + (long long)u * 32 * V;
+        if (kk >= GK) break;
+        float wf[NR][V];
+#pragma unroll
+        for (int r = 0; r < NR; ++r) dice_unpack(wr[u][r], wf[r]);
+#pragma unroll
+        for (int m = 0; m < GM; ++m) {
+          if (m >= rows) break;
+          float xf[V];
+          dice_unpack(__ldg(reinterpret_cast<const uint4*>(x + (long long)m * GK + kk)), xf);
+#pragma unroll
+          for (int r = 0; r < NR; ++r)
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc[m][r] = fmaf(xf[e], wf[r][e], acc[m][r]);
+        }
       }
-      dice_to(out + (long long)m * GN + n0 + r, v);
     }
+    dice_gemv_finish<GM, GN, GR, SILU, BIAS>(acc, b, out, n0, lane, rows);
+  }
 }
 )";
 
@@ -343,6 +406,9 @@ StreamGeometry Geometry(const StreamGemvSpec& s) {
     g.unroll = 4;
   }
   if (s.silu_mul) g.cols_per_warp /= 2;
+  if (s.cols_per_warp > 0) g.cols_per_warp = s.cols_per_warp;
+  if (s.warps > 0) g.warps = s.warps;
+  if (s.unroll > 0) g.unroll = s.unroll;
   const int ebytes = s.dtype == ir::DType::kFloat32 ? 4 : 2;
   const int64_t sweep = 32 * (16 / ebytes);
   int64_t tile = (32768 / (s.m * ebytes)) / sweep * sweep;
@@ -431,6 +497,12 @@ Status CheckStreamGemv(const StreamGemvSpec& s) {
   if (s.silu_mul && s.bias) return Unsupported("stream: silu_mul takes no bias");
   const int ebytes = ElementBytes(s.dtype);
   if ((s.k * ebytes) % 16 != 0) return Unsupported("stream: K * element size must be a multiple of 16 bytes");
+  if (s.cols_per_warp < 0 || s.cols_per_warp > 4) return Unsupported("stream: cols_per_warp outside 1..4");
+  if (s.warps < 0 || s.warps > 8) return Unsupported("stream: warps outside 1..8");
+  if (s.unroll < 0 || s.unroll > 16) return Unsupported("stream: unroll outside 1..16");
+  if (s.grid_blocks < 0 || (s.grid_blocks > 0 && !s.x_direct)) {
+    return Unsupported("stream: grid_blocks needs the direct form (x_direct) and must be positive");
+  }
   return Status::Ok();
 }
 
@@ -446,9 +518,10 @@ std::string StreamGemvInstance(const StreamGemvSpec& s, const std::string& name,
                     "(const T* __restrict__ x, const T* __restrict__ w" +
                     (s.bias ? ", const T* __restrict__ b" : "") + ", T* __restrict__ out" +
                     (rows_argument ? ", int rows" : "") + ") {\n";
-  src += "  dice_gemv_stream<" + std::to_string(s.m) + ", " + std::to_string(s.n) + "LL, " + std::to_string(s.k) +
-         "LL, " + std::to_string(g.cols_per_warp) + ", " + std::to_string(g.warps) + ", " + std::to_string(g.unroll) +
-         ", " + std::to_string(g.k_tile) + ", " + (s.silu_mul ? "true" : "false") + ", " +
+  src += std::string(s.x_direct ? "  dice_gemv_direct<" : "  dice_gemv_stream<") + std::to_string(s.m) + ", " +
+         std::to_string(s.n) + "LL, " + std::to_string(s.k) + "LL, " + std::to_string(g.cols_per_warp) + ", " +
+         std::to_string(g.warps) + ", " + std::to_string(g.unroll) + ", " +
+         (s.x_direct ? "" : std::to_string(g.k_tile) + ", ") + (s.silu_mul ? "true" : "false") + ", " +
          (s.bias ? "true" : "false") + ">(x, w, " + (s.bias ? "b" : "nullptr") + ", out, " +
          (rows_argument ? "rows" : std::to_string(s.m)) + ");\n}\n";
   return src;
@@ -459,7 +532,9 @@ KernelLaunch StreamGemvLaunch(const StreamGemvSpec& s, const std::string& name) 
   const int64_t cols = static_cast<int64_t>(g.cols_per_warp) * g.warps;
   KernelLaunch l;
   l.kernel = name;
-  l.grid = {static_cast<uint32_t>((s.n + cols - 1) / cols), 1, 1};
+  int64_t blocks = (s.n + cols - 1) / cols;
+  if (s.x_direct && s.grid_blocks > 0) blocks = std::min<int64_t>(blocks, s.grid_blocks);
+  l.grid = {static_cast<uint32_t>(blocks), 1, 1};
   l.block = {static_cast<uint32_t>(32 * g.warps), 1, 1};
   return l;
 }
@@ -467,6 +542,11 @@ KernelLaunch StreamGemvLaunch(const StreamGemvSpec& s, const std::string& name) 
 std::string StreamGemvOrigin(const StreamGemvSpec& s) {
   const StreamGeometry g = Geometry(s);
   const int vec = 16 / ElementBytes(s.dtype);
+  if (s.x_direct) {
+    return "template:gemv/direct/r" + std::to_string(g.cols_per_warp) + "/w" + std::to_string(g.warps) + "/u" +
+           std::to_string(g.unroll) + "/g" + std::to_string(s.grid_blocks) + "/v" + std::to_string(vec) +
+           (s.silu_mul ? "/silu_mul" : "");
+  }
   return "template:gemv/stream/r" + std::to_string(g.cols_per_warp) + "/w" + std::to_string(g.warps) + "/s1/u" +
          std::to_string(g.unroll) + "/t" + std::to_string(g.k_tile) + "/v" + std::to_string(vec) +
          (s.silu_mul ? "/silu_mul" : "");

@@ -46,11 +46,20 @@ struct StreamGemvSpec {
   ir::DType dtype = ir::DType::kBFloat16;
   bool bias = false;      ///< b [n] added before the epilogue
   bool silu_mul = false;  ///< the gate/up epilogue (no bias)
+  // Launch geometry; 0 / false: the family's choice (for probes and tuning).
+  int cols_per_warp = 0;  ///< output columns a warp owns, 1..4 (silu_mul: gate + up rows each)
+  int warps = 0;          ///< warps a block, 1..8
+  int unroll = 0;         ///< 16-byte weight loads per column in flight, 1..16
+  /// The direct form: x read through L1 where it is used, no shared-memory
+  /// staging and no barrier; blocks loop over column groups (grid_blocks).
+  bool x_direct = false;
+  int grid_blocks = 0;  ///< direct form: at most this many blocks (0: one per column group)
 };
 
 /// Why `spec` does not fit the stream form, or Ok. Errors: kUnsupported
 /// (rows outside 1..kGemvMaxRows, an empty GEMM, k * element size not a
-/// multiple of 16 bytes, silu_mul with a bias).
+/// multiple of 16 bytes, silu_mul with a bias, a geometry field out of its
+/// range, grid_blocks without x_direct).
 Status CheckStreamGemv(const StreamGemvSpec& spec);
 
 /// The part of a stream-form source shared by all its instances (NVRTC,
@@ -62,7 +71,8 @@ std::string StreamGemvPrelude(ir::DType dtype, bool identity_epilogue, const std
 
 /// An extern "C" kernel `name` for `spec`: parameters (x, w[, b], out[,
 /// int rows]); rows_argument false: the spec's m rows exactly. The block
-/// stages x in tiles of at most 32 KB of shared memory, each warp owns 1-4
+/// stages x in tiles of at most 32 KB of shared memory (x_direct: reads it
+/// through L1, no barrier, grid-stride over column groups), each warp owns 1-4
 /// output columns and keeps 2-8 16-byte weight loads per column in flight;
 /// the SILU store rounds gate and up to the dtype, silu(gate) to the dtype,
 /// then the product, as the unfused LibTorch path stores them.
@@ -70,10 +80,12 @@ std::string StreamGemvPrelude(ir::DType dtype, bool identity_epilogue, const std
 std::string StreamGemvInstance(const StreamGemvSpec& spec, const std::string& name, bool rows_argument);
 
 /// Grid and block of StreamGemvInstance(spec, name, ...) (no dynamic shared
-/// memory, no workspace).
+/// memory, no workspace): one block per column group, at most grid_blocks
+/// of them in the direct form.
 KernelLaunch StreamGemvLaunch(const StreamGemvSpec& spec, const std::string& name);
 
-/// "template:gemv/stream/r<cols>/w<warps>/s1/u<loads in flight>/t<x tile>/v<elements per load>[/silu_mul]".
+/// "template:gemv/stream/r<cols>/w<warps>/s1/u<loads in flight>/t<x tile>/v<elements per load>[/silu_mul]";
+/// the direct form "template:gemv/direct/r<cols>/w<warps>/u<loads>/g<grid cap, 0 = none>/v<elements>[/silu_mul]".
 std::string StreamGemvOrigin(const StreamGemvSpec& spec);
 
 }  // namespace dice::generator::tmpl
