@@ -272,28 +272,10 @@ TEST(ConvTemplates, StridedInputIsRefused) {
 // the time; skips without the CUTLASS headers or a compiler toolchain.
 // `origin` is the candidate expected first.
 void BuildFirstCandidateForSm90(const Task& task, const std::string& origin) {
-  if (runtime::CutlassIncludeDir().empty()) {
-    GTEST_SKIP() << "CUTLASS headers absent (scripts/setup.sh unpacks them; or set DICE_CUTLASS_INCLUDE)";
-  }
   const auto cands = Generate(task, 1);
   ASSERT_EQ(cands.size(), 1u);
   ASSERT_EQ(cands[0].origin, origin);
-  char tmpl[] = "/tmp/dice-conv-build-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  runtime::ExtensionCompileOptions opt;
-  opt.timeout_s = 1800;
-  opt.build_cache_dir = dir;
-  auto build = runtime::CompileExtensionCached(cands[0], "sm_90", static_cast<int>(task.inputs.size()), opt);
-  if (!build.ok() && build.status().code() == StatusCode::kNotFound) {
-    EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
-    GTEST_SKIP() << "no compiler toolchain: " << build.status().ToString();
-  }
-  ASSERT_TRUE(build.ok()) << build.status().ToString();
-  EXPECT_FALSE((*build)->library_path().empty());
-  std::printf("[conv] %s built for %s in %.1f s\n", cands[0].origin.c_str(),
-              runtime::NvccArch(cands[0], "sm_90").c_str(), (*build)->compile_ms() / 1000.0);
-  EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
+  tmpl_test::BuildForSm90(cands[0], static_cast<int>(task.inputs.size()), "conv");
 }
 
 // One real build (issue 18: "CUTLASS candidates compile for sm_90 on CPU"):

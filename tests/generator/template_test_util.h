@@ -4,12 +4,18 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "dice/core/candidate.h"
 #include "dice/core/ir_builder.h"
 #include "dice/core/task.h"
+#include "dice/runtime/extension_compiler.h"
 
 namespace dice::tmpl_test {
 
@@ -50,6 +56,32 @@ Task LinearTask(ir::DType dt, int64_t M, int64_t K, int64_t N, bool bias, Chain 
   const int lin = b.Op(ir::OpKind::kLinear, args);
   b.Output(chain(b, lin, extras));
   return MakeTask(b.g, specs);
+}
+
+/// One real nvcc build of the extension-form candidate `c` (a group of
+/// `num_inputs` inputs) for sm_90 (sm_90a when its source asks), into a
+/// fresh build-cache directory removed afterwards; prints "[<tag>] origin
+/// built for <arch> in <s>". GTEST_SKIPs without the CUTLASS headers or the
+/// compiler toolchain; a failed build is a test failure. Call it last in a
+/// test (a skip returns from here only).
+inline void BuildForSm90(const Candidate& c, int num_inputs, const char* tag) {
+  if (runtime::CutlassIncludeDir().empty()) {
+    GTEST_SKIP() << "CUTLASS headers absent (scripts/setup.sh unpacks them; or set DICE_CUTLASS_INCLUDE)";
+  }
+  char tmpl[] = "/tmp/dice-template-build-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  runtime::ExtensionCompileOptions opt;
+  opt.timeout_s = 1800;
+  opt.build_cache_dir = dir;
+  auto build = runtime::CompileExtensionCached(c, "sm_90", num_inputs, opt);
+  const bool no_toolchain = !build.ok() && build.status().code() == StatusCode::kNotFound;
+  EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
+  if (no_toolchain) GTEST_SKIP() << "no compiler toolchain: " << build.status().ToString();
+  ASSERT_TRUE(build.ok()) << build.status().ToString();
+  EXPECT_FALSE((*build)->library_path().empty());
+  std::printf("[%s] %s built for %s in %.1f s\n", tag, c.origin.c_str(), runtime::NvccArch(c, "sm_90").c_str(),
+              (*build)->compile_ms() / 1000.0);
 }
 
 }  // namespace dice::tmpl_test

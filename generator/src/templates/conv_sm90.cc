@@ -37,54 +37,16 @@ struct Sm90Tile {
 constexpr Sm90Tile kTf32Tiles[] = {{128, 128, 32, 1}, {128, 64, 32, 1}, {128, 128, 32, 2}};
 constexpr Sm90Tile kHalfTiles[] = {{128, 128, 64, 1}, {128, 64, 64, 1}, {128, 128, 64, 2}};
 
-// The EVT compute node's function: DiceEpilogue::Apply per element, with the
-// source's element (per-channel vector or C) or 0 without one.
-std::string ComputeFunctor() {
-  return "// The EVT compute node: the group's epilogue (DiceEpilogue::Apply) per element, in float.\n"
-         "template <class T>\n"
-         "struct DiceEvtCompute {\n"
-         "  CUTLASS_DEVICE T operator()(T const& acc) const { return T(DiceEpilogue::Apply(float(acc), 0.0f)); }\n"
-         "  CUTLASS_DEVICE T operator()(T const& acc, T const& c) const {\n"
-         "    return T(DiceEpilogue::Apply(float(acc), float(c)));\n  }\n};\n"
-         "template <class T, int N>\n"
-         "struct DiceEvtCompute<cutlass::Array<T, N>> {\n"
-         "  CUTLASS_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& acc) const {\n"
-         "    cutlass::Array<T, N> r;\n    CUTLASS_PRAGMA_UNROLL\n"
-         "    for (int i = 0; i < N; ++i) r[i] = T(DiceEpilogue::Apply(float(acc[i]), 0.0f));\n    return r;\n  }\n"
-         "  CUTLASS_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& acc,\n"
-         "                                                     cutlass::Array<T, N> const& c) const {\n"
-         "    cutlass::Array<T, N> r;\n    CUTLASS_PRAGMA_UNROLL\n"
-         "    for (int i = 0; i < N; ++i) r[i] = T(DiceEpilogue::Apply(float(acc[i]), float(c[i])));\n    return r;\n  }\n"
-         "};\n";
-}
-
 bool PerChannelSource(const ConvPlan& p) { return p.source != Source::kNone && !p.extra_full; }
 bool FullSource(const ConvPlan& p) { return p.source != Source::kNone && p.extra_full; }
 
 // The kernel types: tile, EVT, collective epilogue and mainloop, kernel, adapter.
 std::string KernelType(const ConvPlan& p, const Sm90Tile& t) {
   const std::string e = CutlassElement(p.dtype);
-  const std::string ac = std::to_string(p.align_c), aab = std::to_string(p.align_ab);
-  const std::string f = "cutlass::epilogue::fusion::";
-  std::string s;
-  s += "using DiceTileShape = cute::Shape<cute::Int<" + std::to_string(t.tm) + ">, cute::Int<" + std::to_string(t.tn) +
-       ">, cute::Shape<cute::Int<" + std::to_string(t.tk) + ">>>;\n";
-  s += "using DiceClusterShape = cute::Shape<cute::Int<" + std::to_string(t.cm) + ">, cute::_1, cute::_1>;\n";
-  s += "using DiceFusion = " + f + "Sm90EVT<" + f + "Sm90Compute<DiceEvtCompute, " + e +
-       ", float, cutlass::FloatRoundStyle::round_to_nearest>,\n    " + f + "Sm90AccFetch";
-  if (PerChannelSource(p)) {
-    s += ", " + f + "Sm90RowBroadcast<0, DiceTileShape, " + e + ", float, cute::Stride<cute::_0, cute::_1, cute::_0>, " +
-         ac + ">";
-  } else if (FullSource(p)) {
-    s += ", " + f + "Sm90SrcFetch<" + e + ">";
-  }
-  s += ">;\n";
-  s += "using DiceCollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<\n"
-       "    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, DiceTileShape, DiceClusterShape,\n"
-       "    cutlass::epilogue::collective::EpilogueTileAuto, float, float,\n";
-  s += "    " + (FullSource(p) ? e : std::string("void")) + ", cutlass::layout::TensorNHWC, " + ac + ",  // C\n";
-  s += "    " + e + ", cutlass::layout::TensorNHWC, " + ac + ",  // D = NPQK\n";
-  s += "    cutlass::epilogue::TmaWarpSpecialized, DiceFusion>::CollectiveOp;\n";
+  const std::string aab = std::to_string(p.align_ab);
+  const EvtSource src = PerChannelSource(p) ? EvtSource::kRow : FullSource(p) ? EvtSource::kFull : EvtSource::kNone;
+  std::string s = Sm90EpilogueTypes(p.dtype, t.tm, t.tn, "cute::Shape<cute::Int<" + std::to_string(t.tk) + ">>", t.cm,
+                                    p.align_c, src, "cutlass::layout::TensorNHWC", "cutlass::epilogue::TmaWarpSpecialized");
   s += "using DiceCollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<\n"
        "    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,\n";
   s += "    " + e + ", cutlass::layout::TensorNHWC, " + aab + ",  // A = x as NHWC\n";
@@ -175,7 +137,7 @@ std::vector<Candidate> ConvSm90Candidates(const Task& task, const ConvPlan& p, c
         "#include <cutlass/conv/convnd_problem_shape.hpp>\n#include <cutlass/conv/collective/collective_builder.hpp>\n"
         "#include <cutlass/epilogue/collective/collective_builder.hpp>\n#include <cutlass/conv/kernel/conv_universal.hpp>\n"
         "#include <cutlass/conv/device/conv_universal_adapter.hpp>\n",
-        functor + ComputeFunctor(), KernelType(p, t), host);
+        functor + EvtComputeFunctorSource(), KernelType(p, t), host);
     out.push_back(std::move(c));
   }
   return out;

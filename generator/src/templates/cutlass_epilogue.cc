@@ -273,4 +273,49 @@ std::string CutlassRunSource(const std::string& op_type, const std::string& fami
   return s;
 }
 
+std::string EvtComputeFunctorSource() {
+  return "// The EVT compute node: the group's epilogue (DiceEpilogue::Apply) per element, in float.\n"
+         "template <class T>\n"
+         "struct DiceEvtCompute {\n"
+         "  CUTLASS_DEVICE T operator()(T const& acc) const { return T(DiceEpilogue::Apply(float(acc), 0.0f)); }\n"
+         "  CUTLASS_DEVICE T operator()(T const& acc, T const& c) const {\n"
+         "    return T(DiceEpilogue::Apply(float(acc), float(c)));\n  }\n};\n"
+         "template <class T, int N>\n"
+         "struct DiceEvtCompute<cutlass::Array<T, N>> {\n"
+         "  CUTLASS_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& acc) const {\n"
+         "    cutlass::Array<T, N> r;\n    CUTLASS_PRAGMA_UNROLL\n"
+         "    for (int i = 0; i < N; ++i) r[i] = T(DiceEpilogue::Apply(float(acc[i]), 0.0f));\n    return r;\n  }\n"
+         "  CUTLASS_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& acc,\n"
+         "                                                     cutlass::Array<T, N> const& c) const {\n"
+         "    cutlass::Array<T, N> r;\n    CUTLASS_PRAGMA_UNROLL\n"
+         "    for (int i = 0; i < N; ++i) r[i] = T(DiceEpilogue::Apply(float(acc[i]), float(c[i])));\n    return r;\n  }\n"
+         "};\n";
+}
+
+std::string Sm90EpilogueTypes(ir::DType dtype, int tm, int tn, const std::string& tile_k, int cm, int align,
+                              EvtSource source, const std::string& layout, const std::string& schedule) {
+  const std::string e = CutlassElement(dtype), a = std::to_string(align);
+  const std::string f = "cutlass::epilogue::fusion::";
+  std::string s;
+  s += "using DiceTileShape = cute::Shape<cute::Int<" + std::to_string(tm) + ">, cute::Int<" + std::to_string(tn) +
+       ">, " + tile_k + ">;\n";
+  s += "using DiceClusterShape = cute::Shape<cute::Int<" + std::to_string(cm) + ">, cute::_1, cute::_1>;\n";
+  s += "using DiceFusion = " + f + "Sm90EVT<" + f + "Sm90Compute<DiceEvtCompute, " + e +
+       ", float, cutlass::FloatRoundStyle::round_to_nearest>,\n    " + f + "Sm90AccFetch";
+  if (source == EvtSource::kRow) {
+    s += ", " + f + "Sm90RowBroadcast<0, DiceTileShape, " + e + ", float, cute::Stride<cute::_0, cute::_1, cute::_0>, " +
+         a + ">";
+  } else if (source == EvtSource::kFull) {
+    s += ", " + f + "Sm90SrcFetch<" + e + ">";
+  }
+  s += ">;\n";
+  s += "using DiceCollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<\n"
+       "    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, DiceTileShape, DiceClusterShape,\n"
+       "    cutlass::epilogue::collective::EpilogueTileAuto, float, float,\n";
+  s += "    " + (source == EvtSource::kFull ? e : std::string("void")) + ", " + layout + ", " + a + ",  // C\n";
+  s += "    " + e + ", " + layout + ", " + a + ",  // D\n";
+  s += "    " + schedule + ", DiceFusion>::CollectiveOp;\n";
+  return s;
+}
+
 }  // namespace dice::generator::tmpl

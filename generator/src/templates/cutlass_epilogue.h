@@ -80,6 +80,29 @@ Status ChooseEpilogueSource(const ir::Graph& g, size_t contraction, int bias, in
 std::string EpilogueFunctorSource(ir::DType dtype, int count, bool has_c, bool c_is_bias, const EpilogueDag& dag,
                                   const std::string& what);
 
+/// The CUTLASS 3.x epilogue visitor tree's compute node over DiceEpilogue
+/// (EpilogueFunctorSource, which must come first): `template <class T>
+/// struct DiceEvtCompute`, applying DiceEpilogue::Apply(acc, c) in float per
+/// element (c = 0 without a source), with the cutlass::Array<T, N> form the
+/// visitor calls. Shared by the sm90 conv and gemm kernels (cutlass/epilogue/
+/// fusion/sm90_visitor_compute_tma_warpspecialized.hpp's Sm90Compute).
+std::string EvtComputeFunctorSource();
+
+/// What an sm90 kernel's epilogue visitor tree reads besides the
+/// accumulator: nothing, one row broadcast down M (a bias or per-column /
+/// per-channel tensor), or the output-shaped source C.
+enum class EvtSource { kNone, kRow, kFull };
+
+/// The sm90 kernels' shared type aliases, as C++ text: DiceTileShape
+/// (tm x tn x `tile_k`, the K mode spelled by the family: "cute::Int<64>" or
+/// "cute::Shape<cute::Int<32>>"), DiceClusterShape (cm x 1 x 1), DiceFusion
+/// (Sm90EVT of the DiceEvtCompute node over Sm90AccFetch and the `source`
+/// fetch; elements of `dtype`, float compute, `align` elements per access)
+/// and DiceCollectiveEpilogue (CUTLASS 3.x's epilogue CollectiveBuilder,
+/// C and D in `layout`, `schedule` e.g. "cutlass::epilogue::TmaWarpSpecialized").
+std::string Sm90EpilogueTypes(ir::DType dtype, int tm, int tn, const std::string& tile_k, int cm, int align,
+                              EvtSource source, const std::string& layout, const std::string& schedule);
+
 /// dice_forward's CUTLASS run, as C++ statements: a `op_type family;` object,
 /// can_implement, a workspace tensor (uint8, on `x`'s device) when
 /// get_workspace_size asks for one, initialize and run on `stream`, each

@@ -110,7 +110,10 @@ bool HasContraction(const ir::Graph& graph);
 /// runtime's build cache (extension_compiler.h, CompileExtensionCached)
 /// compiles each configuration once.
 /// Ordered by the share of the target's tile slots (waves x sm_count) that
-/// compute output elements, then by tile size.
+/// compute output elements, then by tile size. With $DICE_GEMM_SM90=1 the
+/// Hopper kernels (gemm_plan.h GemmSm90Candidates: CUTLASS 3.x, TMA +
+/// wgmma, "template:gemm/sm90-tc/...") come first for bf16 / f16 groups on
+/// sm_90 whose rows are 16-byte multiples.
 /// Errors: kUnsupported with the reason (op after linear not elementwise,
 /// two extra tensors, an extra tensor neither per-column nor output-shaped,
 /// bias and extra tensor not combinable, mixed dtypes, non-contiguous input,

@@ -37,6 +37,7 @@
 #include "cutlass_epilogue.h"
 #include "emit.h"
 #include "families.h"
+#include "gemm_plan.h"
 
 namespace dice::generator::tmpl {
 namespace {
@@ -71,19 +72,6 @@ constexpr Tile kHalfTiles[] = {
 constexpr Tile kFastF32SmallGridTile = {64, 64, 16, 32, 32, 16, 3};  // 4 warps ([2, 2, 1])
 constexpr Tile kHalfSmallGridTile = {64, 64, 32, 32, 32, 32, 10};    // 4 warps ([2, 2, 1])
 constexpr double kSmallGridWork = 0.5;
-
-// What the epilogue's source tensor C holds.
-
-// The analysed group.
-struct GemmPlan {
-  ir::DType dtype = ir::DType::kFloat32;
-  int x = 0, w = 1, bias = -1, extra = -1;  // group input indices (-1: absent)
-  bool extra_full = false;                   // extra is output-shaped (else per-column)
-  Source source = Source::kNone;
-  int64_t M = 0, N = 0, K = 0;
-  int align_ab = 1, align_c = 1;  // elements per access: A/B (along K), C/D (along N)
-  EpilogueDag epi;                // the epilogue (cutlass_epilogue.h); node 0 = the linear value or the folded add
-};
 
 Status Unsupported(const std::string& why) { return Status(StatusCode::kUnsupported, "gemm: " + why); }
 
@@ -232,9 +220,9 @@ std::string ShapeChecks(const Task& task, const GemmPlan& p) {
   return s;
 }
 
-// dice_forward: checks, the source tensor C, the CUTLASS run. No shape is
-// baked in: one build serves every shape of the configuration's class.
-std::string HostFunction(const Task& task, const GemmPlan& p) {
+// dice_forward's opening (gemm_plan.h GemmPrologue). No shape is baked in:
+// one build serves every shape of the configuration's class.
+GemmHostPrologue HostPrologue(const Task& task, const GemmPlan& p) {
   const size_t n_in = task.inputs.size();
   const int64_t esize = ir::DTypeSize(p.dtype);
   std::string sig, checks;
@@ -300,6 +288,16 @@ std::string HostFunction(const Task& task, const GemmPlan& p) {
   s += "  torch::Tensor out = torch::empty({M, N}, " + x + ".options());\n";
   s += prep;
   s += "  using E = DiceEpilogue::Element;\n";
+  return {s, c_ptr, ldc};
+}
+
+// dice_forward of the 2.x kernel: the prologue, then cutlass::gemm::device::Gemm's arguments and run.
+std::string HostFunction(const Task& task, const GemmPlan& p) {
+  const std::string x = "in" + std::to_string(p.x), w = "in" + std::to_string(p.w);
+  const GemmHostPrologue pro = HostPrologue(task, p);
+  const std::string& c_ptr = pro.c_ptr;
+  const std::string& ldc = pro.ldc;
+  std::string s = pro.text;
   s += "  DiceGemm::Arguments args({static_cast<int>(M), static_cast<int>(N), static_cast<int>(K)},\n";
   s += "                           {static_cast<E const*>(" + x + ".data_ptr()), K},\n";
   s += "                           {static_cast<E const*>(" + w + ".data_ptr()), K},\n";
@@ -341,6 +339,10 @@ void OrderTiles(const GemmPlan& p, int sm_count, std::vector<Tile>* tiles) {
 
 }  // namespace
 
+Expected<GemmPlan> AnalyzeGemm(const Task& task) { return Analyze(task); }
+
+GemmHostPrologue GemmPrologue(const Task& task, const GemmPlan& p) { return HostPrologue(task, p); }
+
 Expected<std::vector<Candidate>> GemmCandidates(const Task& task, int max_candidates) {
   auto plan = Analyze(task);
   if (!plan.ok()) return plan.status();
@@ -362,7 +364,8 @@ Expected<std::vector<Candidate>> GemmCandidates(const Task& task, int max_candid
   const std::string functor =
       EpilogueFunctorSource(p.dtype, p.align_c, p.source != Source::kNone, c_is_bias, p.epi, "linear");
   const std::string host = HostFunction(task, p);
-  std::vector<Candidate> out;
+  // Hopper's own kernels first where they apply (DICE_GEMM_SM90=1; gemm_sm90.cc), then the 2.x ones.
+  std::vector<Candidate> out = GemmSm90Candidates(task, p, functor, max_candidates);
   for (const Tile& t : tiles) {
     if (static_cast<int>(out.size()) >= max_candidates) break;
     Candidate c;
