@@ -88,6 +88,23 @@ TEST(SdarFusedKernelsTest, SkinnyGemmSourceCompilesForSm90AtTheReleasedShapes) {
   EXPECT_TRUE(SdarGemvSource(Shape(36, 4, 2, 8, 64, FusedDtype::kBF16)).empty());  // 72-byte rows
 }
 
+// gemv_direct (DICE_SDAR_GEMV_DIRECT=1): every kernel in the direct form
+// (x through L1, grid-stride), with the same names, compiling for sm_90.
+TEST(SdarFusedKernelsTest, SkinnyGemmDirectFormCompilesForSm90) {
+  auto s = Shape(2560, 32, 8, 128, 9728, FusedDtype::kBF16);
+  s.gemv_direct = true;
+  Candidate c;
+  c.source = SdarGemvSource(s);
+  ASSERT_FALSE(c.source.empty());
+  EXPECT_EQ(c.source.find("  dice_gemv_stream<"), std::string::npos) << "no staged instance";
+  EXPECT_NE(c.source.find("  dice_gemv_direct<4, 9728LL, 2560LL, 1, 4, 8, true, false>(x, w, nullptr, out, rows);"),
+            std::string::npos);
+  for (const auto& name : SdarGemvKernelNames()) c.plan.launches.push_back(KernelLaunch{name});
+  auto r = runtime::CompileCandidate(c, "sm_90");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->cubin.empty());
+}
+
 TEST(SdarFusedKernelsTest, ShapesThatDoNotFitAreRefusedNamingTheField) {
   auto odd = CheckFusedShape(Shape(32, 4, 2, 7, 64, FusedDtype::kF32));
   ASSERT_FALSE(odd.ok());

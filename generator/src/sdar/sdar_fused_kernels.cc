@@ -364,7 +364,7 @@ std::vector<tmpl::StreamGemvSpec> GemvSpecs(const SdarFusedShape& s) {
   for (int p = 0; p < 4; ++p) {
     for (int rows : kGemvRows) {
       tmpl::StreamGemvSpec g;
-      g.m = rows, g.n = nk[p][0], g.k = nk[p][1], g.dtype = dt, g.silu_mul = p == 2;
+      g.m = rows, g.n = nk[p][0], g.k = nk[p][1], g.dtype = dt, g.silu_mul = p == 2, g.x_direct = s.gemv_direct;
       out.push_back(g);
     }
   }

@@ -68,6 +68,8 @@ std::shared_ptr<const SdarFusedKernels> BuildFused(const SdarConfig& c, const Sd
   // form. Off by default: on the H200 (session 14) SDAR-4B batch 1 decoded
   // 160.7 tokens/s with it against 216.3 with cuBLAS, same run.
   shape.skinny_gemv = EnvInt("DICE_SDAR_GEMV", 0, 0, 1) != 0;
+  // DICE_SDAR_GEMV_DIRECT=1: those GEMMs in the direct form (x through L1, no barrier).
+  shape.gemv_direct = EnvInt("DICE_SDAR_GEMV_DIRECT", 0, 0, 1) != 0;
   // DICE_SDAR_SPLIT_KV=1: the graph step form's attention runs the split-KV kernels.
   shape.split_kv_attention = EnvInt("DICE_SDAR_SPLIT_KV", 0, 0, 1) != 0;
   // DICE_SDAR_QK_WARP=0: q/k norm + RoPE in the block-per-head form (A/B runs).

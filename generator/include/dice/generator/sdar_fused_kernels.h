@@ -60,6 +60,10 @@ struct SdarFusedShape {
   /// f16 only, ignored for f32): the stream form of the gemv template
   /// family (templates/gemv.h) for the four projections at 4, 8 and 16 rows.
   bool skinny_gemv = true;
+  /// The skinny GEMMs in the family's direct form (x read through L1, no
+  /// shared-memory staging or barrier; templates/gemv.h x_direct) instead
+  /// of the staged one (DICE_SDAR_GEMV_DIRECT=1 in SdarModel, for A/B runs).
+  bool gemv_direct = false;
   /// SdarModel: the CUDA-graph step form runs DecodeAttention instead of
   /// SDPA (DICE_SDAR_SPLIT_KV=1; off by default until measured on the GPU).
   bool split_kv_attention = false;
