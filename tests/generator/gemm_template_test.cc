@@ -497,8 +497,8 @@ TEST(GemmTemplates, Float32CandidateCompilesForSm90WithNvccOnceThenComesFromTheB
 
 // The bf16 tensor-op family's host code (its dtype checks name
 // torch::kBFloat16) builds under the ATen/c10 headers the CUTLASS sources
-// include instead of <torch/extension.h> (cutlass_epilogue.h), with the
-// build cache off so nvcc really runs. The group is relu(linear + bias +
+// include instead of <torch/extension.h> (cutlass_epilogue.h), into a fresh
+// build-cache directory so nvcc really runs. The group is relu(linear + bias +
 // residual), so the host also sums bias and residual into C (kBiasPlusExtra):
 // session 28's GPU run found that path no longer compiled under these
 // headers (it used Tensor operator+, which they lack).
@@ -512,15 +512,7 @@ TEST(GemmTemplates, BFloat16CandidateCompilesForSm90WithNvccUnderTheAtenHeaders)
   ASSERT_EQ(cands.size(), 1u);
   EXPECT_FALSE(Contains(cands[0].source, "torch/extension.h"));
   EXPECT_TRUE(Contains(cands[0].source, "torch::Tensor csum = ")) << "not the bias + residual path";
-  runtime::ExtensionCompileOptions opt;
-  opt.timeout_s = 1200;
-  opt.build_cache_dir = "off";
-  auto build = runtime::CompileExtensionCached(cands[0], "sm_90", static_cast<int>(task.inputs.size()), opt);
-  if (!build.ok() && build.status().code() == StatusCode::kNotFound) {
-    GTEST_SKIP() << "no compiler toolchain: " << build.status().ToString();
-  }
-  ASSERT_TRUE(build.ok()) << build.status().ToString();
-  std::printf("[gemm] %s built in %.1f s\n", cands[0].origin.c_str(), (*build)->compile_ms() / 1000.0);
+  tmpl_test::BuildForSm90(cands[0], static_cast<int>(task.inputs.size()), "gemm");
 }
 
 }  // namespace

@@ -155,24 +155,25 @@ std::string GemmGateReasonFor(GemmGroups setting, const Expected<ir::DType>& dt,
                : " linear: GEMM groups take float32 only (DICE_GEMM_GROUPS=all also takes bf16/f16)");
 }
 
+// The IR dtype of `n`'s first output; an error when its type names none or
+// one the IR lacks.
+Expected<ir::DType> OutputDType(const Node* n) {
+  auto tt = n->output(0)->type()->cast<c10::TensorType>();
+  auto st = tt ? tt->scalarType() : std::nullopt;
+  return st ? reference::FromScalarType(*st) : Expected<ir::DType>(Status(StatusCode::kUnsupported, "?"));
+}
+
 std::string GemmGateReason(const Node* n, GemmGroups setting) {
   if (!IsGemmKind(n->kind().toQualString())) return "";
   const bool conv = IsConvKind(n->kind().toQualString());
-  auto tt = n->output(0)->type()->cast<c10::TensorType>();
-  auto st = tt ? tt->scalarType() : std::nullopt;
-  return GemmGateReasonFor(conv ? ConvGroupsFromEnv() : setting,
-                           st ? reference::FromScalarType(*st) : Expected<ir::DType>(Status(StatusCode::kUnsupported, "?")),
-                           conv);
+  return GemmGateReasonFor(conv ? ConvGroupsFromEnv() : setting, OutputDType(n), conv);
 }
 
 // Whether the linear `n` forms a group under `setting` only with an epilogue
 // op (fusion_policy.h GemmGroupNeedsEpilogue); false for a conv or an unknown dtype.
 bool GemmNeedsEpilogue(const Node* n, GemmGroups setting) {
   if (n->kind() != c10::aten::linear) return false;
-  auto tt = n->output(0)->type()->cast<c10::TensorType>();
-  auto st = tt ? tt->scalarType() : std::nullopt;
-  if (!st) return false;
-  auto dt = reference::FromScalarType(*st);
+  const auto dt = OutputDType(n);
   return dt.ok() && GemmGroupNeedsEpilogue(setting, *dt);
 }
 

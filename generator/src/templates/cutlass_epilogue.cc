@@ -292,14 +292,25 @@ std::string EvtComputeFunctorSource() {
          "};\n";
 }
 
-std::string Sm90EpilogueTypes(ir::DType dtype, int tm, int tn, const std::string& tile_k, int cm, int align,
+std::string Sm90TileName(const Sm90Tile& t) {
+  return std::to_string(t.tm) + "x" + std::to_string(t.tn) + "x" + std::to_string(t.tk) +
+         (t.cm > 1 ? "/c" + std::to_string(t.cm) : "");
+}
+
+bool Sm90Fits(const std::string& arch, ir::DType dtype, int align_ab, int align_c) {
+  if (arch != "sm_90" && arch != "sm_90a") return false;
+  const int64_t esize = ir::DTypeSize(dtype);
+  return align_ab * esize == 16 && align_c * esize == 16;
+}
+
+std::string Sm90EpilogueTypes(ir::DType dtype, const Sm90Tile& t, const std::string& tile_k, int align,
                               EvtSource source, const std::string& layout, const std::string& schedule) {
   const std::string e = CutlassElement(dtype), a = std::to_string(align);
   const std::string f = "cutlass::epilogue::fusion::";
   std::string s;
-  s += "using DiceTileShape = cute::Shape<cute::Int<" + std::to_string(tm) + ">, cute::Int<" + std::to_string(tn) +
+  s += "using DiceTileShape = cute::Shape<cute::Int<" + std::to_string(t.tm) + ">, cute::Int<" + std::to_string(t.tn) +
        ">, " + tile_k + ">;\n";
-  s += "using DiceClusterShape = cute::Shape<cute::Int<" + std::to_string(cm) + ">, cute::_1, cute::_1>;\n";
+  s += "using DiceClusterShape = cute::Shape<cute::Int<" + std::to_string(t.cm) + ">, cute::_1, cute::_1>;\n";
   s += "using DiceFusion = " + f + "Sm90EVT<" + f + "Sm90Compute<DiceEvtCompute, " + e +
        ", float, cutlass::FloatRoundStyle::round_to_nearest>,\n    " + f + "Sm90AccFetch";
   if (source == EvtSource::kRow) {

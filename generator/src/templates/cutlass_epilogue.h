@@ -93,14 +93,29 @@ std::string EvtComputeFunctorSource();
 /// per-channel tensor), or the output-shaped source C.
 enum class EvtSource { kNone, kRow, kFull };
 
+/// An sm90 kernel's threadblock tile (M x N x K elements, K a 128-byte
+/// slice) and its cluster size along M.
+struct Sm90Tile {
+  int tm, tn, tk, cm;
+};
+
+/// "<tm>x<tn>x<tk>", with "/c<cm>" for a cluster larger than 1: the tile part
+/// of an sm90 candidate's origin.
+std::string Sm90TileName(const Sm90Tile& t);
+
+/// Whether the sm90 kernels (TMA + wgmma) serve a group for `arch`: sm_90
+/// or sm_90a, with x / weight (`align_ab`) and source / output (`align_c`)
+/// accessed 16 bytes at a time (TMA moves 16-byte-aligned rows) in `dtype`.
+bool Sm90Fits(const std::string& arch, ir::DType dtype, int align_ab, int align_c);
+
 /// The sm90 kernels' shared type aliases, as C++ text: DiceTileShape
-/// (tm x tn x `tile_k`, the K mode spelled by the family: "cute::Int<64>" or
-/// "cute::Shape<cute::Int<32>>"), DiceClusterShape (cm x 1 x 1), DiceFusion
+/// (t.tm x t.tn x `tile_k`, the K mode spelled by the family: "cute::Int<64>" or
+/// "cute::Shape<cute::Int<32>>"), DiceClusterShape (t.cm x 1 x 1), DiceFusion
 /// (Sm90EVT of the DiceEvtCompute node over Sm90AccFetch and the `source`
 /// fetch; elements of `dtype`, float compute, `align` elements per access)
 /// and DiceCollectiveEpilogue (CUTLASS 3.x's epilogue CollectiveBuilder,
 /// C and D in `layout`, `schedule` e.g. "cutlass::epilogue::TmaWarpSpecialized").
-std::string Sm90EpilogueTypes(ir::DType dtype, int tm, int tn, const std::string& tile_k, int cm, int align,
+std::string Sm90EpilogueTypes(ir::DType dtype, const Sm90Tile& t, const std::string& tile_k, int align,
                               EvtSource source, const std::string& layout, const std::string& schedule);
 
 /// dice_forward's CUTLASS run, as C++ statements: a `op_type family;` object,
