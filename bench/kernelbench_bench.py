@@ -299,7 +299,10 @@ def run_task(path, args):
     name = os.path.basename(path)[:-3]
     level = os.path.basename(os.path.dirname(path))
     rec = {"task": f"{level}/{name}", "gpu": torch.cuda.get_device_name(0),
-           "precision": "strict" if args.strict_fp32 else "default"}
+           "precision": "strict" if args.strict_fp32 else "default",
+           # the host's load when the task starts: other work on the CPUs slows
+           # launch-bound variants (torch_compile_bench.stamp_row)
+           "host_load1": round(os.getloadavg()[0], 2)}
     torch.manual_seed(0)
     mod = load_task(path)
     model = mod.Model(*mod.get_init_inputs()).cuda().eval()

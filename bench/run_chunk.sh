@@ -27,7 +27,19 @@ t0=$(date +%s)
 printf '%s\n' "${tasks[@]}" | timeout "${WARM_S:-150}" xargs -P "${WARM_JOBS:-6}" -I{} python3 bench/kernelbench_bench.py --warm-compile-only \
   "${flags[@]}" {} > "$OUT/warm.log" 2>&1
 echo "[bench] torch.compile warm-up: $(( $(date +%s) - t0 )) s"
-PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 timeout "${TIMED_S:-480}" python3 bench/kernelbench_bench.py "${tasks[@]}" --out "$OUT/results.jsonl" --reps "${REPS:-30}" \
+# timeout stops xargs, not the compiles it started: a warm-up still running
+# would load the CPUs under the timed pass.
+pkill -9 -f -- '--warm-compile-only' 2>/dev/null && echo "[bench] warm-up compiles past WARM_S killed"
+timed=${TIMED_S:-480}
+# Inside a device call (scripts/gpu_from_snapshot.sh sets DICE_CALL_T0), the
+# timed pass ends before the call's limit (CALL_S, default 590 s), so rows
+# written so far come back and nothing runs on into the next call.
+if [ -n "${DICE_CALL_T0:-}" ]; then
+  left=$(( ${CALL_S:-590} - ($(date +%s) - DICE_CALL_T0) - 15 ))
+  [ "$timed" -gt "$left" ] && echo "[bench] timed pass limit ${timed} s -> ${left} s (the device call's time left)" && timed=$left
+  [ "$timed" -lt 1 ] && timed=1
+fi
+PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 timeout "$timed" python3 bench/kernelbench_bench.py "${tasks[@]}" --out "$OUT/results.jsonl" --reps "${REPS:-30}" \
   --budget-s "${BUDGET_S:-20}" "${flags[@]}" > "$OUT/bench.log" 2>&1
 echo "[bench] timed pass done: $(( $(date +%s) - t0 )) s"
 python3 bench/report.py "$OUT/results.jsonl" | tee "$OUT/table.md"

@@ -488,9 +488,13 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
 
 
 def stamp_row(rec: dict, t0: float, args: argparse.Namespace) -> None:
-    """Adds a finished row's wall time (s since ``t0``) and, when ``args.tree``
-    names one, the code tree it was measured on."""
+    """Adds a finished row's wall time (s since ``t0``), the host's 1-minute
+    load average at its end (``host_load1``: a row timed while something
+    else loaded the CPUs shows it; launch-bound variants slow down with it
+    and CUDA-graph replay does not, which skews the ratios) and, when
+    ``args.tree`` names one, the code tree it was measured on."""
     rec["wall_s"] = time.time() - t0
+    rec["host_load1"] = round(os.getloadavg()[0], 2)
     if getattr(args, "tree", ""):
         rec["tree"] = args.tree
 

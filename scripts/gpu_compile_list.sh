@@ -19,6 +19,8 @@
 # kill that row; keep it under the device call's own limit), DICE_LIST_CACHE
 # (dice's kernel cache directory, default /tmp/dice-compile-list-cache: give
 # an A/B pass, e.g. DICE_GEMM_LT=0, its own, or it serves the other's winners).
+# CALL_S (default 590): the device call's own limit; the bench's limit and
+# budget are cut to what is left of it after the build.
 # BUDGET_S only stops new rows from starting: a row starts while elapsed +
 # the median row so far fits it, so with ~250 s rows (max-autotune capped at
 # 240 s) BUDGET_S=470 runs one row and 530 (LIMIT_S 585) runs two.
@@ -42,9 +44,26 @@ sel=(--list "$list")
 [ "$list" = gpt2 ] && sel=(--gpt2 --gpt2-fp32)
 limit=${LIMIT_S:-$(( ${BUDGET_S:-480} + 60 ))}
 [ -z "${LIMIT_S:-}" ] && [ "${CAP_S:-0}" -gt 0 ] && [ "$limit" -lt $(( CAP_S + 120 )) ] && limit=$(( CAP_S + 120 ))
+budget=${BUDGET_S:-480}
+# The bench must end inside the device call (CALL_S, default 590 s, counted
+# from gpu_from_snapshot's DICE_CALL_T0): a cold build can take 3 minutes,
+# and a call killed mid-row loses the row and can leave Inductor's workers
+# running into the next call.
+if [ -n "${DICE_CALL_T0:-}" ]; then
+  left=$(( ${CALL_S:-590} - ($(date +%s) - DICE_CALL_T0) - 10 ))
+  if [ "$limit" -gt "$left" ]; then
+    echo "gpu_compile_list: bench limit ${limit} s -> ${left} s (the call has that much left after the build)"
+    limit=$left
+  fi
+  [ "$budget" -gt $(( limit - 10 )) ] && budget=$(( limit - 10 ))
+  if [ "$limit" -lt 60 ]; then
+    echo "gpu_compile_list: only ${limit} s left in the call; no row started (rows kept: $(cat "$rows" 2>/dev/null | wc -l))"
+    exit 0
+  fi
+fi
 DICE_LOG_LEVEL=info PYTHONPATH=torch_ext/python timeout "$limit" python3 -u bench/torch_compile_bench.py \
   --kb .deps/kernelbench "${sel[@]}" --variants "${VARIANTS:-eager,inductor,reduce-overhead,dice}" \
-  --cold-inductor-cache --cache "${DICE_LIST_CACHE:-/tmp/dice-compile-list-cache}" --time-budget-s "${BUDGET_S:-480}" --skip-done \
+  --cold-inductor-cache --cache "${DICE_LIST_CACHE:-/tmp/dice-compile-list-cache}" --time-budget-s "$budget" --skip-done \
   --first-call-cap-s "${CAP_S:-0}" --tree "$git_rev" \
   --out "$rows" > "$OUT/compile_list_$list.log" 2>&1
 echo "rc $? (tree $git_rev); rows now: $(wc -l < "$rows")"

@@ -11,8 +11,9 @@
 # the rows file lacks and appends their rows. Env: CHUNK, ROWS (the rows
 # file's name under $OUT and ../.gpu-carry, default level2_all.jsonl),
 # STRICT_FP32=1 (the strict column: give it its own ROWS), WARM_S / TIMED_S
-# (run_chunk.sh's phase limits; defaults 150 / 380, which with a cold build
-# fit one 10-minute call), REPS (default 25), MAX_AUTOTUNE / FREEZING
+# (run_chunk.sh's phase limits; defaults 150 / 380; inside a device call
+# the timed pass is cut to what the call has left, CALL_S default 590 s,
+# since a cold build can take 3 minutes), REPS (default 25), MAX_AUTOTUNE / FREEZING
 # (default 1 each; set empty to leave the column out). All rows of a figure
 # must come from one tree: each row carries it ("tree").
 set -uo pipefail

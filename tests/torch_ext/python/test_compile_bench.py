@@ -2,6 +2,7 @@
 which workloads get the float64 second opinion, the workload lists, and
 kernelbench_bench's attribution of a speedup."""
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -193,6 +194,8 @@ def test_a_row_names_its_tree_when_given_and_only_then():
     rec = {"task": "t"}
     bench.stamp_row(rec, time.time() - 2.0, args)
     assert rec["tree"] == "07ae950" and 1.5 < rec["wall_s"] < 60.0
+    # the host's load average rides along (a contention hint), as os reports it
+    assert rec["host_load1"] == pytest.approx(os.getloadavg()[0], abs=4.0) and rec["host_load1"] >= 0.0
     rec = {"task": "t"}
     bench.stamp_row(rec, time.time(), bench.parse_args(["--gpt2", "--tree", ""]))
     assert "tree" not in rec and rec["wall_s"] >= 0.0
