@@ -5,7 +5,8 @@
 // remasking revealing one token a step (--steps = block size), EOS off so
 // every sample runs to --new tokens (random weights then cost what real ones
 // do). Reports tokens/s = batch x new tokens / decode wall time (prefill
-// included), after one short warm-up decode per batch size.
+// included; "decode tok/s" leaves the prefill out), after one short warm-up
+// decode per batch size.
 //
 //   sdar_decode_bench --config bench/configs/sdar-1.7b-like.json --config .deps/sdar/config-4b.json
 //       --batch 1,16,128 [--prompt 512] [--new 256] [--steps 4] [--device cuda] [--dtype bf16] [--json out.jsonl]
@@ -44,7 +45,11 @@
 // --gemv on (since session 14; before, the default was on and "-nogemv"
 // marked off), "gemv":.., "config":.., "batch":.., "tokens_per_s":..,
 // "path":"new"|"old", "fused":.., "fused_elementwise":.., "merge_commit":.., "masked_logits_only":..,
-// "forwards_per_block":.., "peak_gib":.., "profile":{..},...}).
+// "forwards_per_block":.., "peak_gib":.., "prefill_seconds":..,
+// "decode_tokens_per_s":.., "profile":{..},...}). decode_tokens_per_s (the
+// table's "decode tok/s") leaves the prompt's prefill out: generated tokens
+// / (seconds - prefill_seconds), the rate issue 19's goals are derived from;
+// tokens_per_s counts the whole decode.
 // forwards_per_block = (denoising-step forwards + separate commit forwards)
 // / blocks decoded, prefill excluded: 4 for the new path at 4 steps a block,
 // 5 - 1/blocks for the old one (the last block is never committed).
@@ -207,12 +212,16 @@ bool RunRow(const dice::generator::SdarModel& model, const std::string& name,
   int64_t generated = 0;
   for (const auto& t : r->tokens) generated += static_cast<int64_t>(t.size());
   const double tps = r->seconds > 0 ? generated / r->seconds : 0.0;
+  // The decoding proper (prefill left out): what issue 19's goals count.
+  const double decode_s = r->seconds - r->prefill_seconds;
+  const double decode_tps = decode_s > 0 ? generated / decode_s : 0.0;
   const int64_t blocks = static_cast<int64_t>(r->steps_per_block.size());
   const double forwards_per_block =
       blocks > 0 ? static_cast<double>(r->denoising_steps + r->commit_forwards) / blocks : 0.0;
-  std::printf("%-40s %6lld %8lld %6lld %10.3f %12.1f %9lld %7.3f %6s %5s %5s %9.2f\n", name.c_str(),
+  std::printf("%-40s %6lld %8lld %6lld %10.3f %12.1f %12.1f %9lld %7.3f %6s %5s %5s %9.2f\n", name.c_str(),
               static_cast<long long>(batch), static_cast<long long>(s.prompt_len),
-              static_cast<long long>(s.new_tokens), r->seconds, tps, static_cast<long long>(r->forward_passes),
+              static_cast<long long>(s.new_tokens), r->seconds, tps, decode_tps,
+              static_cast<long long>(r->forward_passes),
               forwards_per_block, graphs ? "on" : "off", old_path ? "old" : "new",
               fuse ? (gemv ? "gemv" : "on") : "off", peak_gib);
   std::fflush(stdout);
@@ -230,6 +239,8 @@ bool RunRow(const dice::generator::SdarModel& model, const std::string& name,
                      {"seconds", r->seconds},
                      {"generated_tokens", generated},
                      {"tokens_per_s", tps},
+                     {"prefill_seconds", r->prefill_seconds},
+                     {"decode_tokens_per_s", decode_tps},
                      {"forward_passes", r->forward_passes},
                      {"path", old_path ? "old" : "new"},
                      {"fused", fuse},
@@ -372,8 +383,8 @@ int main(int argc, char** argv) {
   }
   mo.dtype = dtype == "bf16" ? torch::kBFloat16 : dtype == "f16" ? torch::kFloat16 : torch::kFloat32;
 
-  std::printf("%-40s %6s %8s %6s %10s %12s %9s %7s %6s %5s %5s %9s\n", "config", "batch", "prompt", "new",
-              "seconds", "tokens/s", "forwards", "fwd/blk", "graphs", "path", "fused", "peak GiB");
+  std::printf("%-40s %6s %8s %6s %10s %12s %12s %9s %7s %6s %5s %5s %9s\n", "config", "batch", "prompt", "new",
+              "seconds", "tokens/s", "decode tok/s", "forwards", "fwd/blk", "graphs", "path", "fused", "peak GiB");
   std::ofstream json_out;
   if (!json_path.empty()) json_out.open(json_path, std::ios::app);
   for (const auto& [name, config] : shapes) {

@@ -86,6 +86,10 @@ TEST_F(DiffusionDecoderTest, StaticOneTokenPerStepRevealsEachBlockInBlockSizeSte
   // Prefill and 4 steps per block; each block is committed inside the next
   // block's first step (merge_commit; decode_paths_test.cc counts the old path).
   EXPECT_EQ(r.forward_passes, 1 + 24);
+  // The prefill's end is timed inside the decode: 1 forward of the 25 (the
+  // bench's decode-only tokens/s divides by seconds - prefill_seconds).
+  EXPECT_GT(r.prefill_seconds, 0.0);
+  EXPECT_LT(r.prefill_seconds, r.seconds);
   // A prompt of 5 leaves 1 fixed prompt token in the first block: 3 masked, 3 steps.
   DecodeResult partial = Run({3, 17, 42, 99, 7}, Greedy(7, Remasking::kStatic, 4));
   ASSERT_EQ(partial.steps_per_block.size(), 2u);

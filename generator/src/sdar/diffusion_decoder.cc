@@ -248,6 +248,10 @@ class BlockDecoder {
       ++result_.forward_passes;
     }
     Mark(prof_.prefill_s);
+    // One synchronisation, so the prefill's end is a device time too (the
+    // step loop reads results back every block anyway).
+    if (!o_.profile && device_.is_cuda()) torch::cuda::synchronize();
+    result_.prefill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
     return Status::Ok();
   }
 

@@ -193,6 +193,11 @@ struct DecodeResult {
   /// (merge_commit; those forwards count as denoising steps).
   int64_t merged_commits = 0;
   double seconds = 0;           ///< wall time of Decode
+  /// Wall time from Decode's start to the end of the prompt's prefill
+  /// (setup + the prefill forward; on CUDA the device is synchronised once
+  /// there), seconds. seconds - prefill_seconds is the decoding proper,
+  /// the time issue 19's tokens/s goals are derived from.
+  double prefill_seconds = 0;
   /// Per-phase times; all zero unless DecodeOptions::profile was set.
   DecodeProfile profile;
 };
