@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -280,6 +281,59 @@ TEST(SdarGpuTest, CudaGraphsDecodeBfloat16AndPrintTheirSpeed) {
   while (same < on->tokens[0].size() && on->tokens[0][same] == off->tokens[0][same]) ++same;
   std::printf("bf16 batch 16: graphs equal eager for the first %zu of %zu tokens; eager %.3f s, graphs %.3f s "
               "(incl. capture)\n", same, on->tokens[0].size(), off->seconds, on->seconds);
+}
+
+// DICE_SDAR_SPLIT_KV=2: a batch-1 graph measures SDPA and the split-KV
+// kernels, keeps the faster (PreferSplitKv on the two step times), and the
+// decode reports which; greedy tokens equal the eager decode's either way.
+TEST(SdarGpuTest, SmallBatchGraphsMeasureBothAttentionFormsAndKeepTheFaster) {
+  DICE_REQUIRE_CUDA();
+  const char* before = std::getenv("DICE_SDAR_SPLIT_KV");
+  const std::string saved = before != nullptr ? before : "";
+  ::setenv("DICE_SDAR_SPLIT_KV", "2", 1);  // read when the model builds its fused kernels
+  SdarConfig c;
+  c.hidden_size = 1024;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 16;
+  c.num_key_value_heads = 4;
+  c.head_dim = 64;
+  c.intermediate_size = 2048;
+  c.vocab_size = 4096;
+  c.mask_token_id = 4095;
+  c.max_position_embeddings = 1024;
+  SdarModelOptions mo;
+  mo.device = torch::Device(torch::kCUDA, 0);
+  mo.dtype = torch::kBFloat16;
+  auto m = SdarModel::Random(c, mo, 5);
+  if (before != nullptr) ::setenv("DICE_SDAR_SPLIT_KV", saved.c_str(), 1); else ::unsetenv("DICE_SDAR_SPLIT_KV");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  if (!m->fused_elementwise()) GTEST_SKIP() << "fused kernels off: " << m->fused_elementwise_note();
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 256; ++i) prompt.push_back((i * 7919 + 17) % 4000);
+  DecodeOptions o;
+  o.max_new_tokens = 32;
+  o.remasking = Remasking::kStatic;
+  o.eos_ids = {};
+  auto eager = Decode(*m, prompt, o);
+  o.cuda_graphs = true;
+  auto graphs = Decode(*m, prompt, o);
+  ASSERT_TRUE(eager.ok() && graphs.ok()) << graphs.status().ToString();
+  EXPECT_GT(graphs->sdpa_step_us, 0.0);
+  EXPECT_GT(graphs->split_kv_step_us, 0.0);
+  EXPECT_EQ(graphs->step_attention,
+            PreferSplitKv(graphs->sdpa_step_us, graphs->split_kv_step_us) ? "split-kv" : "sdpa");
+  std::printf("batch 1 step forward: SDPA %.1f us, split-KV %.1f us -> %s\n", graphs->sdpa_step_us,
+              graphs->split_kv_step_us, graphs->step_attention.c_str());
+  size_t same = 0;
+  while (same < graphs->tokens[0].size() && graphs->tokens[0][same] == eager->tokens[0][same]) ++same;
+  // bf16 rounding may flip a near-tie late; the first block must agree.
+  EXPECT_GE(same, 4u) << "graphs and eager differ from token " << same;
+  // Batch 16 is over kSplitKvMeasureMaxBatch: SDPA, nothing measured.
+  o.num_samples = 16;
+  auto big = Decode(*m, prompt, o);
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  EXPECT_EQ(big->step_attention, "sdpa");
+  EXPECT_EQ(big->sdpa_step_us, 0.0);
 }
 
 }  // namespace

@@ -75,6 +75,28 @@ TEST_F(SdarStepGraphTest, FixedShapeStepAndCommitMatchTheEagerForward) {
   EXPECT_LT(MaxDiff(*got, *want), 1e-4);
 }
 
+// The measured attention choice keeps split-KV only when it is at least 2%
+// faster; a missing time keeps SDPA. On a CPU nothing is captured or
+// measured, and the decode reports no step attention.
+TEST_F(SdarStepGraphTest, SplitKvIsKeptOnlyWhenMeasuredFasterAndNeverOnACpu) {
+  EXPECT_TRUE(PreferSplitKv(100.0, 97.0));
+  EXPECT_FALSE(PreferSplitKv(100.0, 98.5));  // within noise
+  EXPECT_FALSE(PreferSplitKv(100.0, 140.0));
+  EXPECT_FALSE(PreferSplitKv(0.0, 50.0));
+  EXPECT_FALSE(PreferSplitKv(100.0, 0.0));
+  KvCache cache = Prefilled(1, 16, {3, 17, 42, 99});
+  auto graph = SdarStepGraph::Create(*model_, &cache);
+  ASSERT_TRUE(graph.ok()) << graph.status().ToString();
+  EXPECT_FALSE((*graph)->split_kv_attention());
+  EXPECT_EQ((*graph)->sdpa_step_us(), 0.0);
+  DecodeOptions o;
+  o.max_new_tokens = 4;
+  o.cuda_graphs = true;
+  auto r = Decode(*model_, {3, 17, 42, 99}, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->step_attention, "");
+}
+
 TEST_F(SdarStepGraphTest, RefusesACacheThatWasReallocatedOrIsFull) {
   KvCache cache = Prefilled(2, 12, {3, 17, 42, 99, 7, 150, 23, 61});
   auto graph = SdarStepGraph::Create(*model_, &cache);

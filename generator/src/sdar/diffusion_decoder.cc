@@ -271,6 +271,7 @@ class BlockDecoder {
       graph_ = *g;
       ++(session_->counters().graphs_made > made ? prof_.captures : prof_.graph_reuses);
       Mark(prof_.graph_capture_s);
+      NoteAttention();
       return Status::Ok();
     }
     auto g = SdarStepGraph::Create(model_, &cache_, forms);
@@ -279,7 +280,16 @@ class BlockDecoder {
     graph_ = own_graph_.get();
     ++prof_.captures;
     Mark(prof_.graph_capture_s);
+    NoteAttention();
     return Status::Ok();
+  }
+
+  // Which attention the captured step forward runs (DecodeResult::step_attention).
+  void NoteAttention() {
+    if (graph_ == nullptr || !graph_->captured()) return;
+    result_.step_attention = graph_->split_kv_attention() ? "split-kv" : "sdpa";
+    result_.sdpa_step_us = graph_->sdpa_step_us();
+    result_.split_kv_step_us = graph_->split_kv_step_us();
   }
 
   // A fresh block for the rows in the batch: mask tokens, after the

@@ -70,8 +70,12 @@ std::shared_ptr<const SdarFusedKernels> BuildFused(const SdarConfig& c, const Sd
   shape.skinny_gemv = EnvInt("DICE_SDAR_GEMV", 0, 0, 1) != 0;
   // DICE_SDAR_GEMV_DIRECT=1: those GEMMs in the direct form (x through L1, no barrier).
   shape.gemv_direct = EnvInt("DICE_SDAR_GEMV_DIRECT", 0, 0, 1) != 0;
-  // DICE_SDAR_SPLIT_KV=1: the graph step form's attention runs the split-KV kernels.
-  shape.split_kv_attention = EnvInt("DICE_SDAR_SPLIT_KV", 0, 0, 1) != 0;
+  // DICE_SDAR_SPLIT_KV=1: the graph step form's attention always runs the
+  // split-KV kernels; 2: SdarStepGraph measures both at small batches
+  // (sdar_step_graph.h; the default once it has run on a GPU); unset or 0: SDPA.
+  const int64_t split_kv = EnvInt("DICE_SDAR_SPLIT_KV", 0, 0, 2);
+  shape.split_kv_attention = split_kv == 1;
+  shape.split_kv_auto = split_kv == 2;
   // DICE_SDAR_QK_WARP=0: q/k norm + RoPE in the block-per-head form (A/B runs).
   shape.warp_qk = EnvInt("DICE_SDAR_QK_WARP", 1, 0, 1) != 0;
   const int ordinal = o.device.has_index() ? o.device.index() : c10::cuda::current_device();
@@ -450,7 +454,7 @@ torch::Tensor SdarModel::ForwardImpl(const torch::Tensor& ids_in, KvCache* cache
 
 torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
                                    const std::optional<torch::Tensor>& mask, KvCache* cache, int64_t start,
-                                   const torch::Tensor& slots, int64_t key_len) const {
+                                   const torch::Tensor& slots, int64_t key_len, bool split_kv) const {
   const SdarConfig& c = config_;
   const int64_t batch = x.size(0), len = x.size(1);
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, hd = c.head_dim;
@@ -480,7 +484,7 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
   // (SdarFusedKernels::DecodeAttention) when they are on and take the shape:
   // the mask [len, key_len] bool, contiguous, once for every layer.
   torch::Tensor split_mask;
-  if (fk && fused_->shape().split_kv_attention && slots.defined() && cache != nullptr && mask.has_value() &&
+  if (fk && (split_kv || fused_->shape().split_kv_attention) && slots.defined() && cache != nullptr && mask.has_value() &&
       mask->dim() == 2 && mask->size(0) == len && mask->size(1) == key_len && len * (heads / kv_heads) <= 64 &&
       hd <= 256) {
     split_mask = mask->to(torch::kBool).contiguous();

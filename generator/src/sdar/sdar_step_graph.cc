@@ -3,6 +3,7 @@
 // No spdlog/fmt here: LibTorch bundles its own fmt.
 #include "dice/generator/sdar_step_graph.h"
 
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -14,6 +15,7 @@
 #include <string>
 #include <utility>
 
+#include "dice/generator/sdar_fused_kernels.h"
 #include "dice/generator/sdar_served_groups.h"
 
 namespace dice::generator {
@@ -30,6 +32,10 @@ Status Internal(const std::string& what, const c10::Error& e) {
 }
 
 }  // namespace
+
+bool PreferSplitKv(double sdpa_us, double split_kv_us) {
+  return sdpa_us > 0 && split_kv_us > 0 && split_kv_us < 0.98 * sdpa_us;
+}
 
 SdarStepGraph::SdarStepGraph(const SdarModel& model, KvCache* cache) : model_(model), cache_(cache) {}
 
@@ -99,10 +105,36 @@ Expected<std::unique_ptr<SdarStepGraph>> SdarStepGraph::Create(const SdarModel& 
         auto h = g->Run(Form::kStep);
         return g->logits_in_graph_ ? model.LmHead(h) : h;
       };
+      g->split_kv_ = model.fused_ != nullptr && model.fused_->shape().split_kv_attention;
       step();
       if (options.commit) g->Run(Form::kCommit);
       if (merged) g->Run(Form::kMerged);
       stream.synchronize();
+      if (model.fused_ != nullptr && model.fused_->shape().split_kv_auto && g->batch_ <= kSplitKvMeasureMaxBatch) {
+        // One step forward captured with each attention form, replayed
+        // 10 times after one warm replay (the replays write scratch K/V
+        // into the next block's slots only, as the warm-up did).
+        auto time_step = [&](bool split_kv) {
+          g->split_kv_ = split_kv;
+          step();  // eager first: anything made lazily is made outside the capture
+          stream.synchronize();
+          at::cuda::CUDAGraph probe;
+          probe.capture_begin();
+          step();
+          probe.capture_end();
+          probe.replay();
+          at::cuda::CUDAEvent begin(cudaEventDefault), end(cudaEventDefault);
+          constexpr int kReps = 10;
+          begin.record(stream);
+          for (int i = 0; i < kReps; ++i) probe.replay();
+          end.record(stream);
+          end.synchronize();
+          return 1000.0 * begin.elapsed_time(end) / kReps;
+        };
+        g->sdpa_us_ = time_step(false);
+        g->split_kv_us_ = time_step(true);
+        g->split_kv_ = PreferSplitKv(g->sdpa_us_, g->split_kv_us_);
+      }
       g->graphs_ = std::make_unique<Graphs>();
       g->graphs_->step = std::make_unique<at::cuda::CUDAGraph>();
       g->graphs_->step->capture_begin();
@@ -166,7 +198,7 @@ torch::Tensor SdarStepGraph::Run(Form form) {
   auto x = model_.embed_.index_select(0, ids.reshape({-1})).view({batch_, len, c.hidden_size});
   auto cos = cos_table_.index_select(0, positions), sin = sin_table_.index_select(0, positions);
   std::optional<torch::Tensor> mask = BlockCausalMask(positions, key_positions_, c.block_size);
-  x = model_.RunLayers(x, cos, sin, mask, cache_, /*start=*/0, /*slots=*/positions, cache_->capacity_);
+  x = model_.RunLayers(x, cos, sin, mask, cache_, /*start=*/0, /*slots=*/positions, cache_->capacity_, split_kv_);
   if (form == Form::kCommit) return torch::Tensor();
   return merged ? x.narrow(1, block_, block_) : x;
 }

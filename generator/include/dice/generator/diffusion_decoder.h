@@ -198,6 +198,11 @@ struct DecodeResult {
   /// there), seconds. seconds - prefill_seconds is the decoding proper,
   /// the time issue 19's tokens/s goals are derived from.
   double prefill_seconds = 0;
+  /// The CUDA-graph step forward's attention: "sdpa" or "split-kv"
+  /// (SdarStepGraph::split_kv_attention), "" without a captured graph.
+  /// With both measured (sdar_step_graph.h), their step times in µs.
+  std::string step_attention;
+  double sdpa_step_us = 0, split_kv_step_us = 0;
   /// Per-phase times; all zero unless DecodeOptions::profile was set.
   DecodeProfile profile;
 };

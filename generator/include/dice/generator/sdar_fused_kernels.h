@@ -64,9 +64,13 @@ struct SdarFusedShape {
   /// shared-memory staging or barrier; templates/gemv.h x_direct) instead
   /// of the staged one (DICE_SDAR_GEMV_DIRECT=1 in SdarModel, for A/B runs).
   bool gemv_direct = false;
-  /// SdarModel: the CUDA-graph step form runs DecodeAttention instead of
-  /// SDPA (DICE_SDAR_SPLIT_KV=1; off by default until measured on the GPU).
+  /// SdarModel: the CUDA-graph step form always runs DecodeAttention
+  /// instead of SDPA (DICE_SDAR_SPLIT_KV=1).
   bool split_kv_attention = false;
+  /// SdarStepGraph measures both attention forms when it captures a graph
+  /// of at most kSplitKvMeasureMaxBatch rows and keeps the faster
+  /// (DICE_SDAR_SPLIT_KV=2; unset or 0: SDPA always).
+  bool split_kv_auto = false;
   /// QkNormRope runs the warp-per-head kernel (one warp a head, several
   /// heads a block) where head_dim is a multiple of 32 up to 256 and the
   /// pointers are aligned for it; false: always the block form

@@ -274,9 +274,12 @@ class SdarModel {
   // (or, when `slots` is defined, the int64 device index [L] `slots`, which
   // needs no host value: the CUDA-graph form) and attention reads cache
   // positions [0, key_len). Returns the hidden states [B, L, hidden].
+  // `split_kv`: the graph (slots) form's attention on the split-KV kernels
+  // where they take the shape (SdarStepGraph's measured choice); false:
+  // SDPA unless DICE_SDAR_SPLIT_KV=1 forces them.
   torch::Tensor RunLayers(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
                           const std::optional<torch::Tensor>& mask, KvCache* cache, int64_t start,
-                          const torch::Tensor& slots, int64_t key_len) const;
+                          const torch::Tensor& slots, int64_t key_len, bool split_kv = false) const;
   // Final RMSNorm + LM head over hidden states x [B, L, hidden]: float32
   // logits [B, L, vocab_size]; with `rows` (int64 [B, m], values in [0, L))
   // only at those rows, [B, m, vocab_size] (the LM head is the largest GEMM

@@ -86,8 +86,28 @@ struct SdarStepGraphOptions {
   bool merged_step = false;
 };
 
+/// Graphs of at most this many rows measure their attention forms (SDPA vs
+/// the split-KV kernels) when DICE_SDAR_SPLIT_KV=2: on the H200
+/// (session 14) split-KV decoded +12% faster at batch 1 and 0.38x as fast at
+/// batch 16, so larger batches keep SDPA without the measurement's cost.
+constexpr int64_t kSplitKvMeasureMaxBatch = 8;
+
+/// Whether the step graph keeps the split-KV attention, given one step
+/// forward's replay time with SDPA and with split-KV (µs, > 0): only when
+/// it is at least 2% faster, so timing noise keeps the default (SDPA).
+bool PreferSplitKv(double sdpa_us, double split_kv_us);
+
 /// The fixed-shape step/commit forward of one (batch, block) shape over one
 /// KvCache, replayed as CUDA graphs on a GPU (see the header comment).
+///
+/// Attention form: with the fused kernels on and DICE_SDAR_SPLIT_KV=2,
+/// Create captures the step forward twice (SDPA and the split-KV kernels,
+/// sdar_fused_kernels.h DecodeAttention) for batches up to
+/// kSplitKvMeasureMaxBatch, times 10 replays of each (CUDA events) and
+/// captures every form with the faster (PreferSplitKv); both give the same
+/// logits to rounding (SdarGpuTest). DICE_SDAR_SPLIT_KV=1 forces split-KV;
+/// unset or 0: SDPA, nothing measured (the measurement becomes the default
+/// once its GPU test has run).
 /// Non-copyable, non-movable; owned through std::unique_ptr.
 class SdarStepGraph {
  public:
@@ -158,6 +178,13 @@ class SdarStepGraph {
   /// True when the forwards are captured CUDA graphs (false on a CPU: the
   /// same fixed-shape forward then runs eagerly).
   bool captured() const { return captured_; }
+  /// True when the captured forms attend with the split-KV kernels (the
+  /// measured choice, or DICE_SDAR_SPLIT_KV=1); false: SDPA.
+  bool split_kv_attention() const { return split_kv_; }
+  /// One step forward's replay time with each form when Create measured
+  /// them (µs); 0 when it did not.
+  double sdpa_step_us() const { return sdpa_us_; }
+  double split_kv_step_us() const { return split_kv_us_; }
 
  private:
   struct Graphs;  // the captured at::cuda::CUDAGraphs (sdar_step_graph.cc)
@@ -185,6 +212,8 @@ class SdarStepGraph {
   torch::Tensor hidden_;           // [batch, block, hidden]: the step graph's output (otherwise)
   torch::Tensor merged_hidden_;    // [batch, block, hidden]: the merged graph's output
   bool captured_ = false;
+  bool split_kv_ = false;          // Run's attention form (see split_kv_attention())
+  double sdpa_us_ = 0, split_kv_us_ = 0;
   bool logits_in_graph_ = true;    // SdarStepGraphOptions::logits_in_graph
   std::unique_ptr<Graphs> graphs_;
 };
