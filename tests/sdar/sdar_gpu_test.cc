@@ -16,6 +16,7 @@
 #include "dice/generator/diffusion_decoder.h"
 #include "dice/generator/sdar_model.h"
 #include "dice/generator/sdar_step_graph.h"
+#include "mid_sdar_config.h"
 #include "sdar_reference_fixture.h"
 
 namespace dice::generator {
@@ -291,16 +292,8 @@ TEST(SdarGpuTest, SmallBatchGraphsMeasureBothAttentionFormsAndKeepTheFaster) {
   const char* before = std::getenv("DICE_SDAR_SPLIT_KV");
   const std::string saved = before != nullptr ? before : "";
   ::setenv("DICE_SDAR_SPLIT_KV", "2", 1);  // read when the model builds its fused kernels
-  SdarConfig c;
-  c.hidden_size = 1024;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 16;
-  c.num_key_value_heads = 4;
-  c.head_dim = 64;
-  c.intermediate_size = 2048;
-  c.vocab_size = 4096;
-  c.mask_token_id = 4095;
-  c.max_position_embeddings = 1024;
+  SdarConfig c = dice::testing::MidSdarConfig();
+  c.max_position_embeddings = 1024;  // a 256-token prompt and 32 new tokens
   SdarModelOptions mo;
   mo.device = torch::Device(torch::kCUDA, 0);
   mo.dtype = torch::kBFloat16;
@@ -309,7 +302,7 @@ TEST(SdarGpuTest, SmallBatchGraphsMeasureBothAttentionFormsAndKeepTheFaster) {
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   if (!m->fused_elementwise()) GTEST_SKIP() << "fused kernels off: " << m->fused_elementwise_note();
   std::vector<int32_t> prompt;
-  for (int i = 0; i < 256; ++i) prompt.push_back((i * 7919 + 17) % 4000);
+  for (int i = 0; i < 256; ++i) prompt.push_back((i * 7919 + 17) % 500);  // below the mask id
   DecodeOptions o;
   o.max_new_tokens = 32;
   o.remasking = Remasking::kStatic;
