@@ -134,6 +134,11 @@ Expected<std::unique_ptr<SdarStepGraph>> SdarStepGraph::Create(const SdarModel& 
         g->sdpa_us_ = time_step(false);
         g->split_kv_us_ = time_step(true);
         g->split_kv_ = PreferSplitKv(g->sdpa_us_, g->split_kv_us_);
+        if (g->split_kv_) {  // the other forms once eagerly in the kept form, as above
+          if (options.commit) g->Run(Form::kCommit);
+          if (merged) g->Run(Form::kMerged);
+        }
+        stream.synchronize();
       }
       g->graphs_ = std::make_unique<Graphs>();
       g->graphs_->step = std::make_unique<at::cuda::CUDAGraph>();
