@@ -481,10 +481,10 @@ torch::Tensor SdarModel::RunLayers(torch::Tensor x, const torch::Tensor& cos, co
   const bool skinny = fk && fused_->has_gemv() && rows <= 16;
   const sdar_layers::FusedLayerCalls calls{fused_.get(), served_.get(), x, stream, batch, len, rows, skinny};
   // The graph (slots) form's attention on the split-KV kernels
-  // (SdarFusedKernels::DecodeAttention) when they are on and take the shape:
+  // (SdarFusedKernels::DecodeAttention) when the caller asks (`split_kv`) and they take the shape:
   // the mask [len, key_len] bool, contiguous, once for every layer.
   torch::Tensor split_mask;
-  if (fk && (split_kv || fused_->shape().split_kv_attention) && slots.defined() && cache != nullptr && mask.has_value() &&
+  if (fk && split_kv && slots.defined() && cache != nullptr && mask.has_value() &&
       mask->dim() == 2 && mask->size(0) == len && mask->size(1) == key_len && len * (heads / kv_heads) <= 64 &&
       hd <= 256) {
     split_mask = mask->to(torch::kBool).contiguous();

@@ -275,8 +275,8 @@ class SdarModel {
   // needs no host value: the CUDA-graph form) and attention reads cache
   // positions [0, key_len). Returns the hidden states [B, L, hidden].
   // `split_kv`: the graph (slots) form's attention on the split-KV kernels
-  // where they take the shape (SdarStepGraph's measured choice); false:
-  // SDPA unless DICE_SDAR_SPLIT_KV=1 forces them.
+  // where they take the shape; SdarStepGraph, the only caller with slots,
+  // passes DICE_SDAR_SPLIT_KV=1 or its measured choice; false: SDPA.
   torch::Tensor RunLayers(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
                           const std::optional<torch::Tensor>& mask, KvCache* cache, int64_t start,
                           const torch::Tensor& slots, int64_t key_len, bool split_kv = false) const;
