@@ -403,7 +403,8 @@ json TuneDocument(const std::string& model, const std::vector<runtime::TuneRepor
           {"capture",
            {{"batch_norms_folded", e2e.batch_norms_folded},
             {"functional", e2e.functional},
-            {"global_pools_as_mean", e2e.global_pools_as_mean}}},
+            {"global_pools_as_mean", e2e.global_pools_as_mean},
+            {"identity_copies_removed", e2e.identity_copies_removed}}},
           {"groups", std::move(gs)}};
 }
 

@@ -78,6 +78,7 @@ struct EndToEnd {
   int batch_norms_folded = 0;
   bool functional = false;
   int global_pools_as_mean = 0;
+  int identity_copies_removed = 0;  ///< clone / detach copies removed
 };
 
 /// Per candidate source, what a group's candidates came to (issue 21 item

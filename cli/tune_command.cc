@@ -483,10 +483,12 @@ void NoticeCaptureDecisions(const dice::torch_ext::OptimizeReport& layout) {
   if (layout.attention == "sdpa" || layout.attention_reason.rfind("no attention chain", 0) != 0) {
     Notice(dice::LogLevel::kInfo, "dice: attention: %s (%s)", layout.attention.c_str(), layout.attention_reason.c_str());
   }
-  if (layout.batch_norms_folded > 0 || layout.functional || layout.global_pools_as_mean > 0) {
+  if (layout.batch_norms_folded > 0 || layout.functional || layout.global_pools_as_mean > 0 ||
+      layout.identity_copies_removed > 0) {
     Notice(dice::LogLevel::kInfo,
-           "dice: capture: %d batch_norm(s) made a per-channel multiply-add, %d global pool(s) a mean%s",
-           layout.batch_norms_folded, layout.global_pools_as_mean,
+           "dice: capture: %d batch_norm(s) made a per-channel multiply-add, %d global pool(s) a mean, "
+           "%d clone/detach copy(ies) removed%s",
+           layout.batch_norms_folded, layout.global_pools_as_mean, layout.identity_copies_removed,
            layout.functional ? ", in-place ops made functional" : "");
   }
 }
@@ -528,6 +530,7 @@ EndToEnd EndToEndOf(bool gpu, const SideBySide& t, bool match, const std::string
   e2e.batch_norms_folded = layout.batch_norms_folded;
   e2e.functional = layout.functional;
   e2e.global_pools_as_mean = layout.global_pools_as_mean;
+  e2e.identity_copies_removed = layout.identity_copies_removed;
   return e2e;
 }
 

@@ -32,11 +32,11 @@ kb, rows, chunk = sys.argv[1], sys.argv[2], int(sys.argv[3])
 done = set()
 for line in open(rows):
     try:
-        done.add(os.path.basename(json.loads(line)["task"]))
+        done.add(os.path.basename(json.loads(line)["task"]).removesuffix(".py"))
     except (ValueError, KeyError):
         pass
 tasks = sorted(glob.glob(os.path.join(kb, "level2", "*.py")), key=lambda p: int(os.path.basename(p).split("_")[0]))
-for t in [t for t in tasks if os.path.basename(t) not in done][:chunk]:
+for t in [t for t in tasks if os.path.basename(t).removesuffix(".py") not in done][:chunk]:
     print(os.path.relpath(t, kb))
 PY
 )

@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "dice/core/ir.h"
+#include "dice/reference/reference_executor.h"
 #include "dice/torch_ext/capture.h"
 #include "dice/torch_ext/fusion_pass.h"
 #include "dice/torch_ext/optimize.h"
@@ -164,7 +165,7 @@ TEST_F(CaptureTest, FreezeFailureCapturesUnfrozenWithAWarningNamingThePass) {
 TEST_F(CaptureTest, CapturePassFailureLeavesTheModelUnchangedWithAWarningNamingThePass) {
   auto original = Compile(kMlpLike);
   std::vector<c10::IValue> in = {torch::randn({16, 32}), torch::randn({16, 32}), torch::randn({32, 24})};
-  for (const char* pass : {"inline", "functional", "observe", "batch_norm", "global_pool", "fusion"}) {
+  for (const char* pass : {"inline", "functional", "identity_copies", "observe", "batch_norm", "global_pool", "fusion"}) {
     auto m = original.clone();
     Options opt;
     opt.mode = Mode::kObserve;
@@ -422,6 +423,52 @@ def forward(self, x, b):
   auto out = m.forward({x, b}).toTuple();
   auto want = torch::amin(torch::group_norm(x, 4), 1, true) + b;
   EXPECT_TRUE(torch::allclose(out->elements()[0].toTensor(), want, 1e-5, 1e-6));
+}
+
+TEST_F(CaptureTest, InstanceNormIsGroupNormWithOneGroupPerChannel) {
+  // KernelBench level2/17: conv -> InstanceNorm2d (affine=False, no running
+  // statistics) -> divide. The norm is IR group_norm with groups = C, and
+  // the group computes what torch.instance_norm does. With running
+  // statistics (use_input_stats=False) it stays with PyTorch, with its reason.
+  auto m = Compile(R"(
+def forward(self, x):
+    y = torch.instance_norm(x, None, None, None, None, True, 0.1, 1e-5, False)
+    z = torch.instance_norm(x, None, None, torch.zeros([6]), torch.ones([6]), False, 0.1, 1e-5, False)
+    return y / 2.0, z * 3.0
+)");
+  const at::Tensor x = torch::randn({2, 6, 5, 7}) * 3.0 + 1.0;
+  Options opt;
+  opt.example_inputs = {x};
+  auto rep = optimize(m, opt);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  const CapturedGroup* norm = nullptr;
+  for (const auto& g : rep->groups)
+    for (const auto& op : g.group.graph.ops)
+      if (op.kind == ir::OpKind::kGroupNorm) {
+        EXPECT_EQ(op.ivalue, 6) << g.group.canonical;
+        ASSERT_EQ(op.scalars.size(), 1u);
+        EXPECT_DOUBLE_EQ(op.scalars[0], 1e-5);
+        norm = &g.group;
+      }
+  ASSERT_NE(norm, nullptr) << rep->graph;
+  ASSERT_EQ(norm->graph.inputs.size(), 1u) << norm->canonical;
+  auto out = reference::Run(norm->graph, {x});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  const at::Tensor want = torch::instance_norm(x, {}, {}, {}, {}, true, 0.1, 1e-5, false);
+  ASSERT_FALSE(out->empty());
+  const at::Tensor got = out->front();
+  // The divide joins the norm's group when the policy lets an epilogue follow it.
+  const at::Tensor expect = norm->summary == "group_norm+div" ? want / 2.0 : want;
+  EXPECT_TRUE(torch::allclose(got, expect, 1e-5, 1e-5)) << norm->summary << ": " << (got - expect).abs().max();
+  bool running_left_out = false;
+  for (const auto& n : rep->left_out)
+    running_left_out = running_left_out || (n.kind == "aten::instance_norm" &&
+                                            n.reason.find("running statistics") != std::string::npos);
+  EXPECT_TRUE(running_left_out) << rep->graph;
+  // The model (groups fall back to PyTorch on the CPU) still computes eager's values.
+  torch::NoGradGuard no_grad;
+  auto res = m.forward({x}).toTuple();
+  EXPECT_TRUE(torch::allclose(res->elements()[0].toTensor(), want / 2.0, 1e-5, 1e-5));
 }
 
 TEST_F(CaptureTest, WindowedPoolsJoinTheEpilogueBeforeThemAndOthersStayWithPyTorch) {

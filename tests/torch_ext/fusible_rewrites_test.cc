@@ -220,6 +220,52 @@ def forward(self, x):
   }
 }
 
+TEST_F(FusibleRewritesTest, ACloneNobodyWritesIsItsInputSoTheConvBiasJoinsTheEpilogue) {
+  // KernelBench level2/20: conv -> orig = x.clone().detach() -> + bias, + orig,
+  // * orig, + orig. Both copies go; every reader of the conv then fuses, so
+  // the conv's own bias moves into the one epilogue group (conv_bias_pass.h).
+  auto original = Make(R"(
+def forward(self, x):
+    y = torch.conv2d(x, self.w, self.b, [1, 1], [1, 1])
+    orig = y.clone().detach()
+    y = y + self.bias
+    y = y + orig
+    y = y * orig
+    return y + orig
+)", {{"w", torch::randn({4, 3, 3, 3})}, {"b", torch::randn({4})}, {"bias", torch::randn({4, 1, 1})}});
+  auto m = original.clone();
+  auto rep = Observe(m, {torch::randn({2, 3, 8, 8})});
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_GE(rep->identity_copies_removed, 1);  // the clone (freezing may have dropped the detach already)
+  EXPECT_EQ(Count(m, "aten::clone") + Count(m, "aten::detach"), 0) << rep->graph;
+  ASSERT_EQ(rep->groups.size(), 1u) << rep->graph;
+  EXPECT_EQ(rep->groups[0].group.summary, "add+add+add+mul+add");
+  ASSERT_EQ(rep->groups[0].group.graph.inputs.size(), 3u) << rep->groups[0].group.canonical;  // conv out, two biases
+  ExpectSameOutputs(m, original, torch::randn({2, 3, 8, 8}));
+}
+
+TEST_F(FusibleRewritesTest, ACopyThatCanBeToldFromItsInputStays) {
+  // The clone holds x's value from before the in-place write to the graph's
+  // input (which stays in place); a returned clone is the caller's own tensor.
+  auto m = Make(R"(
+def forward(self, x):
+    c = x.clone()
+    x.relu_()
+    d = x * 2.0
+    return c + x, d.clone(), d
+)", {});
+  at::Tensor x = torch::randn({3, 5});
+  const at::Tensor x0 = x.clone();
+  auto rep = Observe(m, {x.clone()});
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->identity_copies_removed, 0);
+  EXPECT_EQ(Count(m, "aten::clone"), 2) << rep->graph;
+  torch::NoGradGuard no_grad;
+  auto out = m.forward({x}).toTuple();
+  EXPECT_TRUE(torch::equal(out->elements()[0].toTensor(), x0 + torch::relu(x0)));
+  EXPECT_FALSE(out->elements()[1].toTensor().is_same(out->elements()[2].toTensor()));
+}
+
 TEST_F(FusibleRewritesTest, AWriteToTheGraphsInputStaysInPlace) {
   // The caller sees x written: RemoveTensorMutation's alias analysis keeps it.
   auto m = Make(R"(

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/passes/remove_mutation.h>
 
 #include "dice/torch_ext/capture.h"
@@ -119,6 +120,38 @@ int GlobalPoolAsMean(const std::shared_ptr<torch::jit::Graph>& graph) {
     mean->setType(pool->output()->type());
     pool->output()->replaceAllUsesWith(mean);
     pool->destroy();
+  }
+  return static_cast<int>(found.size());
+}
+
+
+int RemoveIdentityCopies(const std::shared_ptr<torch::jit::Graph>& graph) {
+  static const c10::Symbol kClone = c10::Symbol::aten("clone");
+  static const c10::Symbol kDetach = c10::Symbol::aten("detach");
+  torch::jit::AliasDb alias_db(graph);
+  std::vector<Node*> found;
+  for (Node* n : graph->nodes()) {
+    const bool clone = n->kind() == kClone, detach = n->kind() == kDetach;
+    if ((!clone && !detach) || n->inputs().empty() || n->outputs().size() != 1) continue;
+    Value* in = n->input(0);
+    Value* out = n->output();
+    if (!in->type()->cast<c10::TensorType>()) continue;
+    if (clone) {  // memory_format None or torch.preserve_format only: contiguous_format may reorder
+      if (n->inputs().size() != 2) continue;
+      auto format = ConstIValue(n->input(1));
+      if (!format) continue;
+      if (!format->isNone() &&
+          !(format->isInt() && format->toInt() == static_cast<int64_t>(c10::MemoryFormat::Preserve)))
+        continue;
+    }
+    // Returned (directly or inside a tuple / list): the caller owns it.
+    if (alias_db.mayContainAlias(out, graph->outputs())) continue;
+    if (alias_db.hasWriters(in) || alias_db.hasWriters(out)) continue;
+    found.push_back(n);
+  }
+  for (Node* n : found) {
+    n->output()->replaceAllUsesWith(n->input(0));
+    n->destroy();
   }
   return static_cast<int>(found.size());
 }

@@ -65,4 +65,17 @@ bool MakeElementwiseFunctional(const std::shared_ptr<torch::jit::Graph>& graph);
 /// PyTorch error.
 int GlobalPoolAsMean(const std::shared_ptr<torch::jit::Graph>& graph);
 
+/// Removes each aten::clone (memory_format None or torch.preserve_format)
+/// and aten::detach of `graph`'s top-level block whose copy nobody can tell
+/// from its input: PyTorch's alias analysis finds no writer of either value
+/// (in-place ops were made functional before), and the copy is not a graph
+/// output (the caller may own and mutate what it gets back). Its readers
+/// then read the input. KernelBench level2/20 writes `orig = x.clone().detach()`
+/// after a conv: the copy is a full pass over the activation, and it
+/// splits the conv's readers, so the conv keeps cuDNN's bias add
+/// (conv_bias_pass.h); Inductor removes the same copy. Inference only: on a
+/// frozen graph detach has no effect either. Returns how many it removed.
+/// Throws c10::Error on a PyTorch error.
+int RemoveIdentityCopies(const std::shared_ptr<torch::jit::Graph>& graph);
+
 }  // namespace dice::torch_ext

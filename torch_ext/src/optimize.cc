@@ -191,6 +191,10 @@ Status RunCapturePasses(torch::jit::Module& module, const Options& options, Opti
   *pass = "functional";
   InjectCaptureFailure(*pass);
   report->functional = MakeElementwiseFunctional(graph);
+  // After the in-place ops are gone: alias analysis then sees no writer of a copy.
+  *pass = "identity_copies";
+  InjectCaptureFailure(*pass);
+  report->identity_copies_removed = RemoveIdentityCopies(graph);
   std::vector<c10::IValue> inputs;  // self first, as the graph takes them; empty without example inputs
   if (!options.example_inputs.empty()) {
     *pass = "observe";

@@ -151,6 +151,9 @@ struct OptimizeReport {
   /// True when in-place elementwise ops (relu_, add_, ...) were made
   /// functional so that fusion groups can take them (fusible_rewrites.h).
   bool functional = false;
+  /// clone / detach copies removed because nothing can tell them from
+  /// their input (fusible_rewrites.h: RemoveIdentityCopies).
+  int identity_copies_removed = 0;
   /// Global average pools (adaptive_avg_pool to size 1) written as a mean
   /// over the spatial dims, so they fuse with the ops before them.
   int global_pools_as_mean = 0;
@@ -184,12 +187,14 @@ struct OptimizeReport {
 /// AttentionMode and report.attention*); its failure leaves them unfused with
 /// the warning "capture pass 'attention' failed: <cause>".
 /// Before type observation, in-place elementwise ops are made functional
-/// where alias analysis proves it safe; after it, inference batch_norms with
+/// where alias analysis proves it safe, and clone / detach copies that
+/// nothing can tell from their input are removed
+/// (report.identity_copies_removed); after it, inference batch_norms with
 /// a fusible neighbour become a per-channel multiply-add (report.functional,
 /// report.batch_norms_folded); after the memory-format pass a global average
 /// pool becomes a mean (report.global_pools_as_mean). A failure of any leaves the module as it
 /// was with the warning "capture pass '<name>' failed: <cause>".
-/// DICE_INJECT_CAPTURE_FAILURE=freeze|frozen_folding|inline|functional|observe|batch_norm|memory_format|attention|global_pool|conv_bias|fusion
+/// DICE_INJECT_CAPTURE_FAILURE=freeze|frozen_folding|inline|functional|identity_copies|observe|batch_norm|memory_format|attention|global_pool|conv_bias|fusion
 /// makes that step fail (tests of these fallbacks).
 /// REQUIRES: when options.freeze is false, forward has not been run yet (its
 /// graph executor would keep the old graph).
