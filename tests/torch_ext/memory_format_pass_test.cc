@@ -358,6 +358,53 @@ def forward(self, x):
   }
 }
 
+TEST_F(MemoryFormatPassTest, AKeepdimReductionOverTheChannelsStaysInsideTheRegion) {
+  // level2/25: conv, min over the channels (keepdim), tanh; level2/43 and /58
+  // take a logsumexp over dim 1 the same way. Their [N, 1, H, W] output is
+  // the same memory in either layout: the exit copy reads it, not the
+  // conv's full-size activation. Without keepdim, or over H alone, the
+  // region ends before the reduction.
+  setenv("DICE_MEMORY_FORMAT", "channels_last", 1);
+  // The reduction of each model: whether it reads the activation through a copy.
+  auto reduction_reads_a_copy = [](const torch::jit::Module& m) {
+    for (const char* kind : {"aten::min", "aten::logsumexp", "aten::amax"}) {
+      auto nodes = NodesOf(m, kind);
+      if (!nodes.empty()) return std::string(nodes[0]->input(0)->node()->kind().toQualString()) == "aten::contiguous";
+    }
+    ADD_FAILURE() << "no reduction in the graph";
+    return false;
+  };
+  for (const char* reduce : {"torch.tanh(torch.min(y, 1, True)[0])", "torch.tanh(torch.logsumexp(y, [1], True))",
+                             "torch.tanh(torch.amax(y, [-3], True))"}) {
+    auto original = Make(std::string("\ndef forward(self, x):\n    y = torch.conv2d(x, self.w1, self.b1, [1, 1], [1, 1])\n"
+                                     "    return ") + reduce + "\n",
+                         {{"w1", torch::randn({8, 3, 3, 3})}, {"b1", torch::randn({8})}});
+    auto m = original.clone();
+    auto rep = Capture(m, torch::randn({2, 3, 10, 10}));
+    ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+    EXPECT_EQ(rep->memory_format, "channels_last") << reduce;
+    const auto copies = NodesOf(m, "aten::contiguous");
+    ASSERT_EQ(copies.size(), 2u) << reduce << rep->graph;  // the entry copy, then the exit
+    EXPECT_EQ(FormatOf(copies[0]), static_cast<int64_t>(at::MemoryFormat::ChannelsLast)) << reduce;
+    // The region goes on through the tanh on [N, 1, H, W]; the exit copy reads it.
+    EXPECT_EQ(std::string(copies[1]->input(0)->node()->kind().toQualString()), "aten::tanh") << reduce;
+    EXPECT_FALSE(reduction_reads_a_copy(m)) << reduce << rep->graph;
+    torch::NoGradGuard no_grad;
+    const at::Tensor run = torch::randn({2, 3, 10, 10});
+    const at::Tensor want = original.forward({run}).toTensor(), got = m.forward({run}).toTensor();
+    EXPECT_EQ(got.sizes(), want.sizes()) << reduce;
+    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5)) << reduce << ": " << (got - want).abs().max().item<double>();
+  }
+  for (const char* reduce : {"torch.min(y, 1)[0]", "torch.amax(y, [2], True)"}) {
+    auto partial = Make(std::string("\ndef forward(self, x):\n    y = torch.conv2d(x, self.w1, self.b1, [1, 1], [1, 1])\n"
+                                    "    return ") + reduce + "\n",
+                        {{"w1", torch::randn({8, 3, 3, 3})}, {"b1", torch::randn({8})}});
+    auto partial_rep = Capture(partial, torch::randn({2, 3, 10, 10}));
+    ASSERT_TRUE(partial_rep.ok()) << reduce;
+    EXPECT_TRUE(reduction_reads_a_copy(partial)) << reduce << partial_rep->graph;
+  }
+}
+
 TEST_F(MemoryFormatPassTest, ACopyPyTorchMakesForFreeOrOfAViewStaysWithPyTorch) {
   // x.contiguous() of a contiguous value is free in eager, of a transpose a
   // strided gather the kernels do not serve: neither becomes a group op.

@@ -61,34 +61,52 @@ int ConvSeedRank(const Node* n) {
   return TensorRank(n->input(0)) == r && TensorRank(n->output()) == r ? r : 0;
 }
 
-// A global pool written as a reduction: aten::mean/sum/amax/amin over every
-// spatial dim (2 .. rank-1, any order, negative or not) with keepdim=True.
-// Its output [N, C, 1, ...] is the same memory in either layout, so the
+// A keepdim reduction whose output is the same memory in either layout:
+// over every spatial dim (a global pool written as aten::mean/sum/amax/amin:
+// [N, C, 1, ...]) or over the channels (aten::amin/amax/sum/mean/logsumexp
+// over a dim list holding 1, aten::min/max over dim 1: [N, 1, ...]). The
 // region (and its exit copy) can end after it instead of before it, where a
 // full-size activation would be copied back to contiguous only to be
-// reduced (level2/44: mean over [2, 3] twice after a ConvTranspose2d).
-bool IsSpatialReduceKeepdim(const Node* n, int rank) {
-  static const std::unordered_set<c10::Symbol> kinds = {c10::Symbol::aten("mean"), c10::Symbol::aten("sum"),
-                                                        c10::Symbol::aten("amax"), c10::Symbol::aten("amin")};
-  if (kinds.count(n->kind()) == 0 || n->inputs().size() < 3 || n->outputs().size() != 1) return false;
-  if (TensorRank(n->input(0)) != rank || TensorRank(n->output()) != rank) return false;
+// reduced (level2/44: mean over [2, 3] twice after a ConvTranspose2d;
+// level2/25: min over the channels after a Conv2d, whose exit copy moved
+// 2.1 GB). Inductor keeps such reductions in channels_last the same way.
+bool IsLayoutFreeReduce(const Node* n, int rank) {
+  static const std::unordered_set<c10::Symbol> list_kinds = {
+      c10::Symbol::aten("mean"), c10::Symbol::aten("sum"), c10::Symbol::aten("amax"), c10::Symbol::aten("amin"),
+      c10::Symbol::aten("logsumexp")};
+  static const std::unordered_set<c10::Symbol> int_kinds = {c10::Symbol::aten("max"), c10::Symbol::aten("min")};
+  const bool by_list = list_kinds.count(n->kind()) != 0, by_int = int_kinds.count(n->kind()) != 0;
+  if ((!by_list && !by_int) || n->inputs().size() < 3) return false;
+  // min/max(x, int dim, keepdim) -> (values, indices); the others one output.
+  if (n->outputs().size() != (by_int ? 2u : 1u)) return false;
+  if (TensorRank(n->input(0)) != rank) return false;
+  for (const Value* out : n->outputs())
+    if (TensorRank(out) != rank) return false;
   auto keepdim = torch::jit::toIValue(n->input(2));
   auto dims = ConstIValue(n->input(1));
-  if (!keepdim || !keepdim->isBool() || !keepdim->toBool() || !dims || !dims->isIntList()) return false;
-  std::vector<int64_t> want(static_cast<size_t>(rank - 2));
-  for (int d = 2; d < rank; ++d) want[static_cast<size_t>(d - 2)] = d;
+  if (!keepdim || !keepdim->isBool() || !keepdim->toBool() || !dims) return false;
   std::vector<int64_t> got;
-  for (int64_t d : dims->toIntVector()) got.push_back(d < 0 ? d + rank : d);
+  if (by_int && dims->isInt()) {
+    got.push_back(dims->toInt());
+  } else if (by_list && dims->isIntList()) {
+    got = dims->toIntVector();
+  } else {
+    return false;
+  }
+  for (int64_t& d : got) d = d < 0 ? d + rank : d;
   std::sort(got.begin(), got.end());
   // A dtype argument (mean/sum's 4th) other than None changes the values' type: not taken.
-  if (n->inputs().size() > 3 && !IsNoneConst(n->input(3))) return false;
-  return got == want;
+  if (by_list && n->inputs().size() > 3 && !IsNoneConst(n->input(3))) return false;
+  if (std::binary_search(got.begin(), got.end(), int64_t{1})) return true;  // [N, 1, ...]
+  for (int64_t d = 2; d < rank; ++d)
+    if (!std::binary_search(got.begin(), got.end(), d)) return false;
+  return true;  // [N, C, 1, ...]
 }
 
 // Whether `n` preserves a rank-`rank` layout: a preserving kind with one
 // output of that rank and every tensor operand of known rank.
 bool IsPreserving(const Node* n, int rank) {
-  if (IsSpatialReduceKeepdim(n, rank)) return true;
+  if (IsLayoutFreeReduce(n, rank)) return true;
   if (PreservingKinds().count(n->kind()) == 0 || n->outputs().size() != 1 || TensorRank(n->output()) != rank) {
     return false;
   }
