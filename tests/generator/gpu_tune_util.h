@@ -21,10 +21,11 @@
 
 namespace dice::tmpl_test {
 
-/// A Tuner over the template generator alone: 8 candidates, 120 s a group.
-inline std::unique_ptr<runtime::Tuner> TemplateTuner() {
+/// A Tuner over the template generator alone: `max_candidates` (default 8)
+/// candidates, 120 s a group.
+inline std::unique_ptr<runtime::Tuner> TemplateTuner(int max_candidates = 8) {
   runtime::TuneOptions options;
-  options.max_candidates = 8;
+  options.max_candidates = max_candidates;
   options.budget_s = 120;
   return std::make_unique<runtime::Tuner>(nullptr,
                                           std::vector<std::shared_ptr<KernelGenerator>>{

@@ -63,6 +63,9 @@ const std::vector<Case>& Cases() {
       {"add_cl_and_nchw_to_nchw_f32", kAddF32, {"8x64x56x56:f32", "8x64x56x56:f32"}, 0, 5},
       // level-2 task 1's epilogue at a quarter of its batch (260 MB in, 260 MB out): float4 loads, float2 stores
       {"bias_relu_cl_to_nchw_f32_large", kExitF32, {"32x128x126x126:f32", "128x1x1:f32"}, 0, 5},
+      // level-2 task 5's W = 513 at an eighth of its batch and a quarter of
+      // its H (68 MB each way): a 64-wide tile leaves one of width 1 per row
+      {"bias_relu_cl_to_nchw_f32_w513", kExitF32, {"4x64x129x513:f32", "64x1x1:f32"}, 0, 5},
       {"copy_nchw_to_cl_bf16", "dice-ir v1\ninput %0 bf16 rank=4\n%1 = contiguous(%0) i=1\noutput %1\n",
        {"8x64x56x58:bf16"}, -1, 5},
       // level-2 task 1's entry copy at a quarter of its batch (134 MB each way)
@@ -76,7 +79,7 @@ TEST(TransposeGpu, TransposeCandidatesPassTheVerifier) {
   auto dev = runtime::QueryDevice(0);
   if (!dev.ok()) GTEST_SKIP() << "no GPU: " << dev.status().ToString();
   const TargetInfo target = runtime::TargetForDevice(0);
-  auto tuner = tmpl_test::TemplateTuner();
+  auto tuner = tmpl_test::TemplateTuner(16);  // the tiles over merged axes ("_flat") too
   for (const Case& c : Cases()) {
     SCOPED_TRACE(c.name);
     auto task = tmpl_test::ServedTask(c.ir, c.inputs, target, c.channels_last_input);
@@ -85,15 +88,18 @@ TEST(TransposeGpu, TransposeCandidatesPassTheVerifier) {
     ASSERT_TRUE(report.ok()) << report.status().ToString();
     const double bytes = tmpl_test::MovedBytes(*task);
     auto tbps = [&](double us) { return us > 0 ? bytes / (us * 1e6) : 0.0; };
-    int transposes = 0;
+    int transposes = 0, flat = 0;
     for (const auto& o : report->outcomes) {
       if (o.origin.find("/transpose_t") == std::string::npos) continue;
-      ++transposes;
+      const bool merged = o.origin.size() > 5 && o.origin.compare(o.origin.size() - 5, 5, "_flat") == 0;
+      ++(merged ? flat : transposes);
       EXPECT_TRUE(runtime::IsVerified(o.outcome)) << o.origin << ": " << o.outcome << " " << o.error;
       std::printf("[transpose-gpu] %-36s %-44s %9.2f us %6.2f TB/s\n", c.name, o.origin.c_str(), o.time_us,
                   tbps(o.time_us));
     }
     EXPECT_EQ(transposes, c.transposes) << "every tile variant is tried";
+    // (H, W) is one walk in both layouts of every case: the merged tiles are tried as well.
+    EXPECT_GE(flat, 2) << "the tiles over merged axes are tried";
     std::printf("[transpose-gpu] %-36s baseline %9.2f us (%.2f TB/s)  best %9.2f us  speedup %5.2fx  %s  "
                 "(best %.2f TB/s)\n",
                 c.name, report->baseline_us, tbps(report->baseline_us), report->best_us, report->speedup,

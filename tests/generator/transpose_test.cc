@@ -89,12 +89,19 @@ std::vector<Candidate> Generate(const Task& task, int max_candidates = 8) {
   return cands.ok() ? std::move(cands).value() : std::vector<Candidate>{};
 }
 
-// The transpose candidates of `task` (asserted to come first), compiled for sm_90.
+// The tiles over merged axes (MergeAdjacentAxes), which follow the others;
+// tested on their own (TransposeCandidates.MergedAxesCandidatesFollowAndCompile).
+bool IsFlat(const std::string& origin) {
+  return origin.size() > 5 && origin.compare(origin.size() - 5, 5, "_flat") == 0;
+}
+
+// The transpose candidates of `task` over its unmerged axes (asserted to
+// come first), compiled for sm_90.
 std::vector<Candidate> TransposeCandidatesCompiled(const Task& task, size_t expect) {
   std::vector<Candidate> all = Generate(task);
   std::vector<Candidate> tr;
   for (size_t i = 0; i < all.size(); ++i) {
-    if (all[i].origin.find("/transpose_t") == std::string::npos) continue;
+    if (all[i].origin.find("/transpose_t") == std::string::npos || IsFlat(all[i].origin)) continue;
     EXPECT_EQ(i, tr.size()) << "transpose candidates come first: " << all[i].origin;
     tr.push_back(all[i]);
   }
@@ -341,13 +348,70 @@ TEST(TransposeCandidates, MaxCandidatesCapsTheTotal) {
   EXPECT_EQ(all.size(), 8u);
   EXPECT_EQ(all[1].origin, "template:elementwise/transpose_t64");
   EXPECT_EQ(all[4].origin, "template:elementwise/transpose_t64v4x4_b128");
-  EXPECT_EQ(all[5].origin.find("template:elementwise/b"), 0u) << all[5].origin;  // the strided walk follows
+  EXPECT_EQ(all[5].origin, "template:elementwise/transpose_t32_flat");  // the tiles over H * W follow
+  auto more = Generate(t, 16);
+  ASSERT_EQ(more.size(), 16u);
+  EXPECT_EQ(more[9].origin, "template:elementwise/transpose_t64v4x4_b128_flat");
+  EXPECT_EQ(more[10].origin.find("template:elementwise/b"), 0u) << more[10].origin;  // then the strided walk
 }
 
 std::vector<std::string> Origins(const std::vector<Candidate>& cands) {
   std::vector<std::string> out;
   for (const auto& c : cands) out.push_back(c.origin.substr(c.origin.rfind('/') + 1));
   return out;
+}
+
+TEST(MergeAdjacentAxes, ChannelsLastEpilogueMergesHAndWOnly) {
+  // x channels_last [2, 64, 5, 65] (strides 20800, 1, 4160, 64) + b [64, 1, 1]
+  // into NCHW: (H, W) is one walk in both layouts and in the bias's
+  // broadcast; (N, C) and (C, H) are not (x's C is its innermost axis).
+  tmpl::Lowered lo = LowerOk(ConvEpilogueTask(DType::kFloat32, {2, 64, 5, 65}));
+  ASSERT_TRUE(tmpl::MergeAdjacentAxes(&lo));
+  EXPECT_EQ(lo.F, (std::vector<int64_t>{2, 64, 325}));
+  const int x = LoadNode(lo, 0), b = LoadNode(lo, 1);
+  ASSERT_GE(x, 0);
+  ASSERT_GE(b, 0);
+  EXPECT_EQ(lo.nodes[x].strides, (std::vector<int64_t>{20800, 1, 64}));
+  EXPECT_EQ(lo.nodes[b].shape, (std::vector<int64_t>{1, 64, 1}));
+  ASSERT_EQ(lo.outputs.size(), 1u);
+  EXPECT_EQ(lo.outputs[0].strides, (std::vector<int64_t>{20800, 325, 1}));
+  EXPECT_FALSE(tmpl::MergeAdjacentAxes(&lo));  // nothing left to merge
+  // A reduction is left as it is.
+  GraphBuilder g;
+  int in = g.Input(DType::kFloat32, 4);
+  g.Output(g.Op(OpKind::kSum, {in}, {1}, true));
+  tmpl::Lowered red = LowerOk(MakeTask(g.g, {ChannelsLast(DType::kFloat32, {2, 64, 5, 65})}));
+  const auto f = red.F;
+  EXPECT_FALSE(tmpl::MergeAdjacentAxes(&red));
+  EXPECT_EQ(red.F, f);
+}
+
+TEST(TransposeCandidates, MergedAxesCandidatesFollowAndCompile) {
+  // W = 65: a 64-wide tile leaves a tile of width 1 on each of the N * H rows;
+  // over H * W = 325 the partial tile comes once per (n, channel tile).
+  Task t = ConvEpilogueTask(DType::kFloat32, {2, 64, 5, 65});
+  std::vector<Candidate> all = Generate(t, 16);
+  std::vector<Candidate> flat;
+  size_t first_flat = all.size(), last_plain = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const std::string& o = all[i].origin;
+    if (IsFlat(o)) {
+      flat.push_back(all[i]);
+      first_flat = std::min(first_flat, i);
+    } else if (o.find("/transpose_t") != std::string::npos) {
+      last_plain = i;
+    }
+  }
+  EXPECT_EQ(Origins(flat), (std::vector<std::string>{"transpose_t32_flat", "transpose_t64_flat",
+                                                     "transpose_t32v4x1_flat", "transpose_t64v4x1_flat",
+                                                     "transpose_t64v4x1_b128_flat"}));
+  EXPECT_GT(first_flat, last_plain);  // after the unmerged transposes, before the strided walk
+  ASSERT_EQ(flat.size(), 5u);
+  // Tiles: N * ceil(C / TW) * ceil(H * W / TW) = 2 * 1 * 6, against N * H * 1 * 2 = 20 unmerged.
+  EXPECT_EQ(flat[1].plan.launches[0].grid[0], 12u);
+  auto built = runtime::CompileAll(flat, "sm_90", 2);
+  for (size_t i = 0; i < built.size(); ++i)
+    EXPECT_TRUE(built[i].ok()) << flat[i].origin << ": " << built[i].status().ToString() << "\n" << flat[i].source;
 }
 
 tmpl::TransposeVecWidths Widths(const Task& t) {

@@ -11,6 +11,7 @@
 // two different axis orders get the tiled transposes of transpose.cc first.
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "emit.h"
 #include "families.h"
@@ -148,6 +149,18 @@ Expected<std::vector<Candidate>> ElementwiseCandidates(const Lowered& lo, int ma
   // (Not with rotate_half: the tiles do not rotate their loads.)
   if (auto tp = HasRotation(lo) ? std::nullopt : TransposePlan(lo)) {
     out = TransposeCandidates(lo, *tp, max_candidates, target);
+    // The same tiles over merged axes (layout.h MergeAdjacentAxes: H * W of a
+    // channels_last epilogue), origin suffix "_flat"; measured beside the others.
+    Lowered flat = lo;
+    const int left = max_candidates - static_cast<int>(out.size());
+    if (left > 0 && MergeAdjacentAxes(&flat)) {
+      if (auto tpf = TransposePlan(flat)) {
+        for (Candidate& c : TransposeCandidates(flat, *tpf, left, target)) {
+          c.origin += "_flat";
+          out.push_back(std::move(c));
+        }
+      }
+    }
   }
   for (auto [b, vec] : order) {
     if (static_cast<int>(out.size()) >= max_candidates) break;

@@ -2,7 +2,9 @@
 #include "layout.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <numeric>
+#include <vector>
 
 namespace dice::generator::tmpl {
 namespace {
@@ -138,6 +140,65 @@ bool ToMemoryOrder(Lowered* lo) {
   if (!order) return false;
   PermuteAxes(*order, lo);
   return true;
+}
+
+namespace {
+
+// Whether every tensor of `lo` walks axes (a, a + 1) as one (MergeAdjacentAxes).
+bool Mergeable(const Lowered& lo, size_t a) {
+  const size_t b = a + 1;
+  const int64_t fa = lo.F[a], fb = lo.F[b];
+  auto same_walk = [&](const std::vector<int64_t>& shape, const std::vector<int64_t>* strides) {
+    const bool both_one = shape[a] == 1 && shape[b] == 1, both_full = shape[a] == fa && shape[b] == fb;
+    if (!both_one && !both_full) return false;
+    if (both_one || strides == nullptr) return true;
+    if (strides->size() != lo.F.size()) return false;
+    return (*strides)[a] == (*strides)[b] * fb;
+  };
+  for (const Node& n : lo.nodes) {
+    if (n.shape.size() != lo.F.size()) return false;
+    if (!same_walk(n.shape, n.kind == NodeKind::kLoad ? &n.strides : nullptr)) return false;
+  }
+  for (const OutputRef& o : lo.outputs)
+    if (!same_walk(lo.nodes[o.node].shape, &o.strides)) return false;
+  return true;
+}
+
+void MergeAt(size_t a, Lowered* lo) {
+  const size_t b = a + 1;
+  auto merge_shape = [&](std::vector<int64_t>* shape) {
+    (*shape)[a] *= (*shape)[b];
+    shape->erase(shape->begin() + static_cast<std::ptrdiff_t>(b));
+  };
+  auto merge_strides = [&](std::vector<int64_t>* strides) {
+    if (strides->size() != lo->F.size()) return;
+    (*strides)[a] = (*strides)[b];
+    strides->erase(strides->begin() + static_cast<std::ptrdiff_t>(b));
+  };
+  for (Node& n : lo->nodes) {
+    merge_shape(&n.shape);
+    merge_strides(&n.strides);
+  }
+  for (OutputRef& o : lo->outputs) merge_strides(&o.strides);
+  merge_shape(&lo->F);
+}
+
+}  // namespace
+
+bool MergeAdjacentAxes(Lowered* lo) {
+  if (lo->num_reduces > 0 || lo->pool_gaps || !lo->reduce_axes.empty()) return false;
+  for (const Node& n : lo->nodes)
+    if (n.kind == NodeKind::kReduce || n.kind == NodeKind::kRotSign || n.rot_axis >= 0) return false;
+  bool merged = false;
+  for (size_t a = 0; a + 1 < lo->F.size();) {
+    if (Mergeable(*lo, a)) {
+      MergeAt(a, lo);  // F shrinks; (a, a + 1) is the next pair to try
+      merged = true;
+    } else {
+      ++a;
+    }
+  }
+  return merged;
 }
 
 }  // namespace dice::generator::tmpl

@@ -80,4 +80,19 @@ struct TransposeOrders {
 /// tiled loads (the family does). Pure; thread-safe.
 std::optional<TransposeOrders> TransposePlan(const Lowered& lo);
 
+/// Merges each pair of adjacent F axes (a, a + 1) that every tensor of `lo`
+/// walks as one: every node's shape is 1 on both or F on both, and every
+/// Load and output with both full has stride[a] == stride[a + 1] * F[a + 1]
+/// (row-major across the pair; stride 0 on both is a broadcast). The merged
+/// axis has extent F[a] * F[a + 1] and the inner axis's strides; nothing
+/// else changes (the kernel reads and writes the same elements). For the
+/// tiled transpose: a channels_last conv output written NCHW has (H, W)
+/// adjacent in both layouts, so the tiles run along H * W instead of W, and
+/// a W that the tile edge does not divide (513: 8 full tiles and one of
+/// width 1 per row) no longer leaves a mostly empty tile on every row.
+/// Only elementwise DAGs: a Reduce, a rotate_half (rot_axis), or a floor-mode
+/// pool's gaps leave `lo` unchanged. Returns whether an axis was merged.
+/// Pure apart from `lo`; thread-compatible.
+bool MergeAdjacentAxes(Lowered* lo);
+
 }  // namespace dice::generator::tmpl
