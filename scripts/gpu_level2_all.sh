@@ -8,7 +8,9 @@
 #   device: carry [".gpu-carry"], command
 #           bash .gpu-carry/tree/scripts/gpu_from_snapshot.sh bash scripts/gpu_level2_all.sh
 # Each call takes the next CHUNK tasks (default 12) in numeric order that
-# the rows file lacks and appends their rows. Env: CHUNK, ROWS (the rows
+# the rows file lacks and appends their rows. TASKS="5 17 20" takes only
+# those task numbers (a check of a change on the tasks it targets: give it
+# its own ROWS). Env: CHUNK, ROWS (the rows
 # file's name under $OUT and ../.gpu-carry, default level2_all.jsonl),
 # STRICT_FP32=1 (the strict column: give it its own ROWS), WARM_S / TIMED_S
 # (run_chunk.sh's phase limits; defaults 150 / 380; inside a device call
@@ -26,9 +28,10 @@ rows="$OUT/$rows_name"
 [ -f "../.gpu-carry/$rows_name" ] && cp "../.gpu-carry/$rows_name" "$rows"
 touch "$rows"
 git_rev=$(cat SNAPSHOT_COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
-mapfile -t todo < <(python3 - "$KB" "$rows" "${CHUNK:-12}" <<'PY'
+mapfile -t todo < <(python3 - "$KB" "$rows" "${CHUNK:-12}" "${TASKS:-}" <<'PY'
 import glob, json, os, sys
 kb, rows, chunk = sys.argv[1], sys.argv[2], int(sys.argv[3])
+only = {int(n) for n in sys.argv[4].replace(",", " ").split()}  # TASKS: these task numbers only
 done = set()
 for line in open(rows):
     try:
@@ -36,6 +39,8 @@ for line in open(rows):
     except (ValueError, KeyError):
         pass
 tasks = sorted(glob.glob(os.path.join(kb, "level2", "*.py")), key=lambda p: int(os.path.basename(p).split("_")[0]))
+if only:
+    tasks = [t for t in tasks if int(os.path.basename(t).split("_")[0]) in only]
 for t in [t for t in tasks if os.path.basename(t).removesuffix(".py") not in done][:chunk]:
     print(os.path.relpath(t, kb))
 PY
