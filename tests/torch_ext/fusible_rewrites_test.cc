@@ -266,6 +266,27 @@ def forward(self, x):
   EXPECT_FALSE(out->elements()[1].toTensor().is_same(out->elements()[2].toTensor()));
 }
 
+TEST_F(FusibleRewritesTest, AnUnfrozenModuleKeepsItsDetach) {
+  // Not frozen, the module may be trained: detach stops gradients there, so
+  // it stays; the clone (a copy nobody writes) still goes.
+  auto m = Make(R"(
+def forward(self, x):
+    y = x.detach() * 2.0
+    c = x.clone()
+    return y + c
+)", {});
+  Options opt;
+  opt.mode = Mode::kObserve;
+  opt.freeze = false;
+  opt.example_inputs = {torch::randn({3, 5})};
+  auto rep = optimize(m, opt);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_FALSE(rep->frozen);
+  EXPECT_EQ(rep->identity_copies_removed, 1);
+  EXPECT_EQ(Count(m, "aten::detach"), 1) << rep->graph;
+  EXPECT_EQ(Count(m, "aten::clone"), 0) << rep->graph;
+}
+
 TEST_F(FusibleRewritesTest, AWriteToTheGraphsInputStaysInPlace) {
   // The caller sees x written: RemoveTensorMutation's alias analysis keeps it.
   auto m = Make(R"(

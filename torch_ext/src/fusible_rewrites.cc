@@ -125,13 +125,13 @@ int GlobalPoolAsMean(const std::shared_ptr<torch::jit::Graph>& graph) {
 }
 
 
-int RemoveIdentityCopies(const std::shared_ptr<torch::jit::Graph>& graph) {
+int RemoveIdentityCopies(const std::shared_ptr<torch::jit::Graph>& graph, bool remove_detach) {
   static const c10::Symbol kClone = c10::Symbol::aten("clone");
   static const c10::Symbol kDetach = c10::Symbol::aten("detach");
   torch::jit::AliasDb alias_db(graph);
   std::vector<Node*> found;
   for (Node* n : graph->nodes()) {
-    const bool clone = n->kind() == kClone, detach = n->kind() == kDetach;
+    const bool clone = n->kind() == kClone, detach = remove_detach && n->kind() == kDetach;
     if ((!clone && !detach) || n->inputs().empty() || n->outputs().size() != 1) continue;
     Value* in = n->input(0);
     Value* out = n->output();

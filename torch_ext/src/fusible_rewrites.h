@@ -73,9 +73,11 @@ int GlobalPoolAsMean(const std::shared_ptr<torch::jit::Graph>& graph);
 /// then read the input. KernelBench level2/20 writes `orig = x.clone().detach()`
 /// after a conv: the copy is a full pass over the activation, and it
 /// splits the conv's readers, so the conv keeps cuDNN's bias add
-/// (conv_bias_pass.h); Inductor removes the same copy. Inference only: on a
-/// frozen graph detach has no effect either. Returns how many it removed.
-/// Throws c10::Error on a PyTorch error.
-int RemoveIdentityCopies(const std::shared_ptr<torch::jit::Graph>& graph);
+/// (conv_bias_pass.h); Inductor removes the same copy. detach only with
+/// `remove_detach` (the caller passes whether the module is frozen: a
+/// frozen module is an inference one, where detach changes nothing; an
+/// unfrozen one may be trained, and there detach stops gradients).
+/// Returns how many it removed. Throws c10::Error on a PyTorch error.
+int RemoveIdentityCopies(const std::shared_ptr<torch::jit::Graph>& graph, bool remove_detach);
 
 }  // namespace dice::torch_ext

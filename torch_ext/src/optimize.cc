@@ -194,7 +194,7 @@ Status RunCapturePasses(torch::jit::Module& module, const Options& options, Opti
   // After the in-place ops are gone: alias analysis then sees no writer of a copy.
   *pass = "identity_copies";
   InjectCaptureFailure(*pass);
-  report->identity_copies_removed = RemoveIdentityCopies(graph);
+  report->identity_copies_removed = RemoveIdentityCopies(graph, /*remove_detach=*/report->frozen);
   std::vector<c10::IValue> inputs;  // self first, as the graph takes them; empty without example inputs
   if (!options.example_inputs.empty()) {
     *pass = "observe";
