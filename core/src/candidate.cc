@@ -12,10 +12,12 @@ std::string LaunchPlan::ToJson() const {
   nlohmann::json j;
   j["launches"] = nlohmann::json::array();
   for (const auto& l : launches) {
-    j["launches"].push_back({{"kernel", l.kernel},
-                             {"grid", {l.grid[0], l.grid[1], l.grid[2]}},
-                             {"block", {l.block[0], l.block[1], l.block[2]}},
-                             {"smem", l.shared_mem_bytes}});
+    nlohmann::json k = {{"kernel", l.kernel},
+                        {"grid", {l.grid[0], l.grid[1], l.grid[2]}},
+                        {"block", {l.block[0], l.block[1], l.block[2]}},
+                        {"smem", l.shared_mem_bytes}};
+    if (l.cluster_ctas != 0) k["cluster"] = l.cluster_ctas;
+    j["launches"].push_back(std::move(k));
   }
   j["workspace"] = workspace_bytes;
   return j.dump();
@@ -48,6 +50,11 @@ Expected<LaunchPlan> LaunchPlan::FromJson(const std::string& json) {
         return Status(StatusCode::kCorrupt, "launch plan: more than 1024 threads per block in '" + k.kernel + "'");
       }
       k.shared_mem_bytes = l.value("smem", 0u);
+      k.cluster_ctas = l.value("cluster", 0u);
+      if (k.cluster_ctas > 16) {
+        return Status(StatusCode::kCorrupt, "launch plan: cluster of " + std::to_string(k.cluster_ctas) +
+                                                " CTAs in '" + k.kernel + "' (at most 16)");
+      }
       if (k.kernel.empty()) return Status(StatusCode::kCorrupt, "launch plan: empty kernel name");
       plan.launches.push_back(std::move(k));
     }
@@ -62,7 +69,8 @@ bool LaunchPlan::operator==(const LaunchPlan& o) const {
   if (workspace_bytes != o.workspace_bytes || launches.size() != o.launches.size()) return false;
   for (size_t i = 0; i < launches.size(); ++i) {
     const auto &a = launches[i], &b = o.launches[i];
-    if (a.kernel != b.kernel || a.grid != b.grid || a.block != b.block || a.shared_mem_bytes != b.shared_mem_bytes) {
+    if (a.kernel != b.kernel || a.grid != b.grid || a.block != b.block || a.shared_mem_bytes != b.shared_mem_bytes ||
+        a.cluster_ctas != b.cluster_ctas) {
       return false;
     }
   }

@@ -34,6 +34,13 @@ inline ir::TensorSpec Spec(ir::DType dt, std::vector<int64_t> shape) {
   return ir::TensorSpec::Contiguous(dt, std::move(shape));
 }
 
+/// Whether a candidate's origin names a tile over merged axes (the
+/// elementwise family's "_flat" variants, dice/generator layout.h
+/// MergeAdjacentAxes), which follow the unmerged ones.
+inline bool IsFlatOrigin(const std::string& origin) {
+  return origin.size() > 5 && origin.compare(origin.size() - 5, 5, "_flat") == 0;
+}
+
 /// linear(x [M, K], w [N, K][, b [N]]) followed by `chain(builder, linear
 /// value, extra input ids) -> output value`; the extra inputs (after x, w and
 /// b) have `extra_specs`. Used by the gemm, gemm_lt and gemv family tests.

@@ -152,18 +152,32 @@ TEST(TemplateTarget, StarvedAndFewLongRowThresholdsFollowSmCount) {
 
 TEST(TemplateTarget, SharedMemoryRowCacheFitsTheOptInMaximum) {
   // softmax over [4096, 393216]: 192 KB of each 1.5 MB row per CTA of 8 fits
-  // 200/227 of 227 KB, not of 163 KB (an sm_80-sized opt-in maximum).
+  // 200/227 of 227 KB, not of 163 KB (an sm_80-sized opt-in maximum), where
+  // the row takes a cluster of 16 (sm_90's non-portable size): 96 KB a CTA.
   const ir::Graph g = UnaryGraph(OpKind::kSoftmax, 2, {1});
   const auto sxm = Generate(g, {4096, 393216}, TargetInfo{});
-  EXPECT_EQ(PlanOf(sxm, "row/cluster1024/q8/smem").launches.at(0).shared_mem_bytes, 49152u * 4);
+  const LaunchPlan q8 = PlanOf(sxm, "row/cluster1024/q8/smem");
+  EXPECT_EQ(q8.launches.at(0).shared_mem_bytes, 49152u * 4);
+  EXPECT_EQ(q8.launches.at(0).cluster_ctas, 0u);  // a portable size: no attribute
   TargetInfo small_smem;
   small_smem.smem_per_block_optin_bytes = 163 * 1024;
   small_smem.smem_per_sm_bytes = 164 * 1024;
   const auto small = Generate(g, {4096, 393216}, small_smem);
   EXPECT_FALSE(small.empty());
-  EXPECT_FALSE(HasOriginContaining(small, "/smem"));
+  EXPECT_FALSE(HasOriginContaining(small, "/q8/smem"));
+  const LaunchPlan q16 = PlanOf(small, "row/cluster1024/q16/smem");
+  EXPECT_EQ(q16.launches.at(0).shared_mem_bytes, 24576u * 4);
+  EXPECT_EQ(q16.launches.at(0).cluster_ctas, 16u);
+  EXPECT_EQ(q16.launches.at(0).grid[0], 4096u * 16);
   for (const auto& c : small)
     for (const auto& l : c.plan.launches) EXPECT_LE(l.shared_mem_bytes, 163u * 1024) << c.origin;
+  // Clusters of 16 are sm_90's: another arch with clusters stops at 8 CTAs
+  // and, its chunk too large, gets no shared-memory schedule.
+  TargetInfo sm100 = small_smem;
+  sm100.arch = "sm_100";
+  const auto other = Generate(g, {4096, 393216}, sm100);
+  EXPECT_FALSE(other.empty());
+  EXPECT_FALSE(HasOriginContaining(other, "/smem"));
 }
 
 TEST(TemplateTarget, NoClusterVariantsWithoutClusterLaunch) {

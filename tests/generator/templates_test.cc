@@ -351,6 +351,32 @@ TEST(TemplateGenerator, LongRowsCachedInClusterSharedMemoryAreReadOnce) {
   for (const auto& c : huge) EXPECT_EQ(c.origin.find("/smem"), std::string::npos) << c.origin;
 }
 
+TEST(TemplateGenerator, PerChannelLoadsAreReadThroughL1NotCachedBesideTheRow) {
+  // Level-2 task 21's epilogue: sigmoid((x + bias) * scale) then group_norm
+  // (8 groups, weight, bias) over f32[128, 32, 254, 254]. A row is a group:
+  // 4 channels x 64516 = 258064 elements (1 MB). The four per-channel loads
+  // have 4 distinct elements a row; only x is cached, so the row fits a
+  // cluster of 8 CTAs' shared memory (32258 floats each) and the smem
+  // schedule exists. The per-channel loads are read where they are used.
+  GraphBuilder b;
+  const int x = b.Input(DType::kFloat32, 4), bias = b.Input(DType::kFloat32, 3), scale = b.Input(DType::kFloat32, 3);
+  const int w = b.Input(DType::kFloat32, 1), gb = b.Input(DType::kFloat32, 1);
+  const int t = b.Op(OpKind::kSigmoid, {b.Op(OpKind::kMul, {b.Op(OpKind::kAdd, {x, bias}), scale})});
+  b.Output(b.Op(OpKind::kGroupNorm, {t, w, gb}, {}, false, 8, {1e-5}));
+  const auto all = GenerateAll(MakeTask(b.g, {Spec(DType::kFloat32, {128, 32, 254, 254}),
+                                             Spec(DType::kFloat32, {32, 1, 1}), Spec(DType::kFloat32, {32, 1, 1}),
+                                             Spec(DType::kFloat32, {32}), Spec(DType::kFloat32, {32})}));
+  const Candidate* smem = nullptr;
+  for (const auto& c : all)
+    if (c.origin == "template:row/cluster1024/q8/smem/online") smem = &c;
+  ASSERT_NE(smem, nullptr);
+  ASSERT_EQ(smem->plan.launches.size(), 1u);
+  EXPECT_EQ(smem->plan.launches[0].shared_mem_bytes, 32258u * 4u);
+  EXPECT_EQ(Count(smem->source, "dice_ld(in0"), 1);  // x: the fill loop only
+  EXPECT_EQ(Count(smem->source, "float* const c"), 1);  // one cached chunk
+  EXPECT_GE(Count(smem->source, "dice_ld(in1"), 2);  // the bias: statistics and output loops
+}
+
 TEST(TemplateGenerator, InnerAxisReductionsGetTiles) {
   // max over dim 1 of [16, 4096, 4095]: rows are the 16 x 4095 (b, j) pairs,
   // adjacent in memory; a 32 x Y tile reads 32 of them per load and splits

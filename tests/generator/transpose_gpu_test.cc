@@ -91,7 +91,7 @@ TEST(TransposeGpu, TransposeCandidatesPassTheVerifier) {
     int transposes = 0, flat = 0;
     for (const auto& o : report->outcomes) {
       if (o.origin.find("/transpose_t") == std::string::npos) continue;
-      const bool merged = o.origin.size() > 5 && o.origin.compare(o.origin.size() - 5, 5, "_flat") == 0;
+      const bool merged = tmpl_test::IsFlatOrigin(o.origin);
       ++(merged ? flat : transposes);
       EXPECT_TRUE(runtime::IsVerified(o.outcome)) << o.origin << ": " << o.outcome << " " << o.error;
       std::printf("[transpose-gpu] %-36s %-44s %9.2f us %6.2f TB/s\n", c.name, o.origin.c_str(), o.time_us,

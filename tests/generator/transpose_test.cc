@@ -30,6 +30,7 @@ namespace {
 using ir::DType;
 using ir::OpKind;
 using tmpl_test::GraphBuilder;
+using tmpl_test::IsFlatOrigin;
 using tmpl_test::MakeTask;
 using tmpl_test::Spec;
 
@@ -89,19 +90,14 @@ std::vector<Candidate> Generate(const Task& task, int max_candidates = 8) {
   return cands.ok() ? std::move(cands).value() : std::vector<Candidate>{};
 }
 
-// The tiles over merged axes (MergeAdjacentAxes), which follow the others;
-// tested on their own (TransposeCandidates.MergedAxesCandidatesFollowAndCompile).
-bool IsFlat(const std::string& origin) {
-  return origin.size() > 5 && origin.compare(origin.size() - 5, 5, "_flat") == 0;
-}
-
 // The transpose candidates of `task` over its unmerged axes (asserted to
-// come first), compiled for sm_90.
+// come first), compiled for sm_90. The tiles over merged axes (IsFlatOrigin)
+// are tested on their own (TransposeCandidates.MergedAxesCandidatesFollowAndCompile).
 std::vector<Candidate> TransposeCandidatesCompiled(const Task& task, size_t expect) {
   std::vector<Candidate> all = Generate(task);
   std::vector<Candidate> tr;
   for (size_t i = 0; i < all.size(); ++i) {
-    if (all[i].origin.find("/transpose_t") == std::string::npos || IsFlat(all[i].origin)) continue;
+    if (all[i].origin.find("/transpose_t") == std::string::npos || IsFlatOrigin(all[i].origin)) continue;
     EXPECT_EQ(i, tr.size()) << "transpose candidates come first: " << all[i].origin;
     tr.push_back(all[i]);
   }
@@ -395,7 +391,7 @@ TEST(TransposeCandidates, MergedAxesCandidatesFollowAndCompile) {
   size_t first_flat = all.size(), last_plain = 0;
   for (size_t i = 0; i < all.size(); ++i) {
     const std::string& o = all[i].origin;
-    if (IsFlat(o)) {
+    if (IsFlatOrigin(o)) {
       flat.push_back(all[i]);
       first_flat = std::min(first_flat, i);
     } else if (o.find("/transpose_t") != std::string::npos) {

@@ -21,15 +21,33 @@ TEST(LaunchPlanTest, JsonRoundTrips) {
   EXPECT_EQ(*back, TwoKernelPlan());
 }
 
+TEST(LaunchPlanTest, ANonPortableClusterRoundTripsAndAPortablePlanKeepsItsJson) {
+  LaunchPlan p = TwoKernelPlan();
+  const std::string portable = p.ToJson();
+  EXPECT_EQ(portable.find("cluster"), std::string::npos);  // cached plans hash as before
+  p.launches[0].cluster_ctas = 16;
+  auto back = LaunchPlan::FromJson(p.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->launches[0].cluster_ctas, 16u);
+  EXPECT_EQ(*back, p);
+  EXPECT_FALSE(*back == TwoKernelPlan());
+  auto old = LaunchPlan::FromJson(portable);
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->launches[0].cluster_ctas, 0u);
+}
+
 TEST(LaunchPlanTest, RejectsCorruptPlans) {
   for (const char* bad : {"", "[]", "{\"launches\":[]}", "{\"launches\":[{\"kernel\":\"k\"}]}",
                           "{\"launches\":[{\"kernel\":\"k\",\"grid\":[0,1,1],\"block\":[1,1,1]}]}",
                           "{\"launches\":[{\"kernel\":\"k\",\"grid\":[1,1,1],\"block\":[2048,1,1]}]}",
                           "{\"launches\":[{\"kernel\":\"k\",\"grid\":[1,1],\"block\":[1,1,1]}]}",
-                          "{\"launches\":[{\"kernel\":7,\"grid\":[1,1,1],\"block\":[1,1,1]}]}"}) {
+                          "{\"launches\":[{\"kernel\":7,\"grid\":[1,1,1],\"block\":[1,1,1]}]}",
+                          "{\"launches\":[{\"kernel\":\"k\",\"grid\":[1,1,1],\"block\":[1,1,1],\"cluster\":32}]}"}) {
     auto r = LaunchPlan::FromJson(bad);
     EXPECT_FALSE(r.ok()) << bad;
-    if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << bad;
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << bad;
+    }
   }
 }
 

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
-#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/passes/remove_mutation.h>
 
 #include "dice/torch_ext/capture.h"
@@ -123,7 +123,6 @@ int GlobalPoolAsMean(const std::shared_ptr<torch::jit::Graph>& graph) {
   }
   return static_cast<int>(found.size());
 }
-
 
 int RemoveIdentityCopies(const std::shared_ptr<torch::jit::Graph>& graph, bool remove_detach) {
   static const c10::Symbol kClone = c10::Symbol::aten("clone");

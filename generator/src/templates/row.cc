@@ -67,7 +67,19 @@ bool HasRExtent(const Lowered& lo, const RowInfo& ri, int id) {
   return false;
 }
 
+bool RowInfo::IsCached(int id) const {
+  return std::find(cached_loads.begin(), cached_loads.end(), id) != cached_loads.end();
+}
+
 namespace {
+
+// The number of distinct elements of node `id` along a row: the product of
+// its extents over the R axes.
+int64_t RExtent(const Lowered& lo, const RowInfo& ri, int id) {
+  int64_t e = 1;
+  for (int a : ri.R) e *= lo.nodes[id].shape[a];
+  return e;
+}
 
 bool IsReduce(const Lowered& lo, int id, ReduceOp op) {
   return lo.nodes[id].kind == NodeKind::kReduce && lo.nodes[id].rop == op;
@@ -148,7 +160,9 @@ RowInfo Analyse(const Lowered& lo, bool fuse) {
       ri.slot[static_cast<int>(id)] = static_cast<int>(ri.reduces.size());
       ri.reduces.push_back(static_cast<int>(id));
     }
-    if (n.kind == NodeKind::kLoad && HasRExtent(lo, ri, static_cast<int>(id))) ri.cached_loads.push_back(static_cast<int>(id));
+    if (n.kind == NodeKind::kLoad && HasRExtent(lo, ri, static_cast<int>(id)) &&
+        RExtent(lo, ri, static_cast<int>(id)) * kCacheMinShare > ri.L)
+      ri.cached_loads.push_back(static_cast<int>(id));
   }
   for (size_t o = 0; o < lo.outputs.size(); ++o) {
     if (HasRExtent(lo, ri, lo.outputs[o].node)) ri.full_outputs.push_back(static_cast<int>(o));
@@ -225,13 +239,17 @@ Expected<std::vector<Candidate>> RowCandidates(const Lowered& lo, int max_candid
   // A row cached in the shared memory of a cluster's CTAs (Q = 1..8, at most
   // 200/227 of the opt-in maximum a CTA, 200 KB on sm_90, leaving room for the
   // static shared memory): read once from HBM whatever the L2 holds. Cluster
-  // of the fewest CTAs whose chunk fits.
+  // of the fewest CTAs whose chunk fits. sm_90 also runs clusters of 16 CTAs
+  // (the non-portable size, KernelLaunch::cluster_ctas): rows up to 3.2 MB of
+  // cached floats, such as a group norm's 8 channels of 258 x 258 (level-2
+  // task 19, 2.1 MB a row).
   const int64_t smem_budget = int64_t{target.smem_per_block_optin_bytes} * 200 / 227;
+  const int max_q = ArchNumber(target.arch) == 90 ? 16 : 8;
   auto cluster_smem = [&](int T) {
     if (!clusters || ri.L < 16384 || ri.cached_loads.empty()) return;
     const int64_t per_elem = static_cast<int64_t>(ri.cached_loads.size()) * 4;
     int Q = 1;
-    while (Q < 8 && ((ri.L + Q - 1) / Q) * per_elem > smem_budget) Q *= 2;
+    while (Q < max_q && ((ri.L + Q - 1) / Q) * per_elem > smem_budget) Q *= 2;
     if (((ri.L + Q - 1) / Q) * per_elem > smem_budget || ri.L / Q < T) return;
     RowCfg cfg{Mode::kCluster, T, 0, Q};
     cfg.smem = true;

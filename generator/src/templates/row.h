@@ -37,7 +37,15 @@ struct RowInfo {
   std::vector<int> level;           // per node: level of a Reduce node (1..), 0 otherwise
   int max_level = 0;
   std::vector<int> reduces;         // reduce node ids
-  std::vector<int> cached_loads;    // load nodes with R extent > 1
+  // Load nodes cached per element (registers or the smem schedule's chunk):
+  // those with more than L / kCacheMinShare distinct elements along the row.
+  // A load with R extent > 1 but few distinct elements (a group norm's
+  // per-channel weight, bias or conv bias: C/G values in a row of C/G*H*W) is
+  // re-read through L1 instead, so it takes no register slots or shared
+  // memory (session 33: task 21's three per-channel loads sized the smem
+  // chunk four times the input's and ruled the smem schedule out).
+  std::vector<int> cached_loads;
+  bool IsCached(int id) const;
   std::vector<int> full_outputs, row_outputs;  // output indices
   std::map<int, int> slot;          // reduce node -> workspace slot
   bool wide = false;
@@ -51,6 +59,9 @@ struct RowInfo {
 
 // Whether node `id` varies along the row (extent > 1 along some R axis).
 bool HasRExtent(const Lowered& lo, const RowInfo& ri, int id);
+
+// A load is cached when its distinct elements along a row exceed L divided by this.
+inline constexpr int64_t kCacheMinShare = 64;
 
 // The rows, row length, reduce levels, cached loads and outputs of `lo`; with
 // `fuse`, also the fused statistics (online softmax, moments).
@@ -89,9 +100,9 @@ class RowEmitter {
   }
   std::string Tag() const;
   // Element k of load `id` inside an element loop: the cached copy when
-  // `use_cache` and the load spans the reduced extent, else LoadAt(id, true).
+  // `use_cache` and the load is one of the cached loads, else LoadAt(id, true).
   std::string ElementLoad(int id, bool use_cache) const {
-    if (use_cache && lo_.nodes[id].kind == NodeKind::kLoad && HasRExtent(lo_, ri_, id)) return CachedAt(id);
+    if (use_cache && lo_.nodes[id].kind == NodeKind::kLoad && ri_.IsCached(id)) return CachedAt(id);
     return LoadAt(id, true);
   }
   // A load (or rotate_half's sign, lowering.h) at this row and, with

@@ -522,6 +522,7 @@ Candidate RowEmitter::Build() {
   } else if (cfg_.mode == Mode::kCluster) {
     s += ClusterKernel(base);
     launch(base, cfg_.grid);
+    if (cfg_.chunks > 8) c.plan.launches.back().cluster_ctas = static_cast<uint32_t>(cfg_.chunks);
     if (cfg_.smem)
       c.plan.launches.back().shared_mem_bytes = static_cast<uint32_t>(
           ri_.cached_loads.size() * static_cast<uint64_t>((ri_.L + cfg_.chunks - 1) / cfg_.chunks) * sizeof(float));

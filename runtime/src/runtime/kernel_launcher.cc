@@ -10,6 +10,7 @@ namespace {
 constexpr CUresult_t kCudaSuccess = 0;
 constexpr CUresult_t kCudaErrorNotFound = 500;          // CUDA_ERROR_NOT_FOUND
 constexpr int kFuncAttrMaxDynamicSharedSizeBytes = 8;   // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+constexpr int kFuncAttrNonPortableClusterSizeAllowed = 14;  // CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 constexpr uint32_t kDefaultSharedMemLimit = 48 * 1024;  // bytes usable without the opt-in
 // Upper bound of kernel arguments (inputs + outputs + workspace): the
 // argument array of Launch lives on the stack.
@@ -79,6 +80,16 @@ Expected<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const std::string& cu
         return Status(StatusCode::kCudaError, d->ErrorText("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", rc) +
                                                   " (kernel '" + launch.kernel + "', " +
                                                   std::to_string(launch.shared_mem_bytes) + " bytes)");
+      }
+    }
+    if (launch.cluster_ctas > 8) {
+      // Clusters above 8 CTAs run only with the non-portable size allowed;
+      // a device that refuses it refuses the kernel (the fallback runs).
+      rc = d->cuFuncSetAttribute(fn, kFuncAttrNonPortableClusterSizeAllowed, 1);
+      if (rc != kCudaSuccess) {
+        return Status(StatusCode::kCudaError, d->ErrorText("cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)", rc) +
+                                                  " (kernel '" + launch.kernel + "', cluster of " +
+                                                  std::to_string(launch.cluster_ctas) + " CTAs)");
       }
     }
     k->functions_.push_back(fn);

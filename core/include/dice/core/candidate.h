@@ -32,6 +32,12 @@ struct KernelLaunch {
   std::array<uint32_t, 3> grid{1, 1, 1};   ///< blocks
   std::array<uint32_t, 3> block{1, 1, 1};  ///< threads per block
   uint32_t shared_mem_bytes = 0;           ///< dynamic shared memory, bytes
+  /// CTAs per thread-block cluster when the kernel's `__cluster_dims__` is
+  /// above the portable 8 (CUDA programming guide, "Thread Block Clusters":
+  /// sm_90 allows 16 with the non-portable attribute, which the launcher
+  /// sets); 0 for a portable size or no cluster. JSON "cluster", written
+  /// only when nonzero (plans without it keep their hashes).
+  uint32_t cluster_ctas = 0;
 };
 
 /// The ordered launches of a candidate and its scratch memory.
