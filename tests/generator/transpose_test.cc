@@ -410,6 +410,33 @@ TEST(TransposeCandidates, MergedAxesCandidatesFollowAndCompile) {
     EXPECT_TRUE(built[i].ok()) << flat[i].origin << ": " << built[i].status().ToString() << "\n" << flat[i].source;
 }
 
+TEST(TransposeCandidates, AMergeOutsideTheTilePlaneAddsNoFlatCandidates) {
+  // relu(x) with x [4, 8, 48, 40] W-major in each (n, c) plane (strides
+  // 8*48*40, 48*40, 1, 48: a transposed view), written contiguous. The tile
+  // plane is (H, W); only N and C merge, so the merged tiles would move
+  // exactly what the unmerged ones do.
+  GraphBuilder b;
+  const int x = b.Input(DType::kFloat32, 4);
+  b.Output(b.Op(OpKind::kRelu, {x}));
+  ir::TensorSpec in = Spec(DType::kFloat32, {4, 8, 48, 40});
+  in.strides = {8 * 48 * 40, 48 * 40, 1, 48};
+  const Task t = MakeTask(b.g, {in});
+  tmpl::Lowered lo = LowerOk(t);
+  auto p = tmpl::TransposePlan(lo);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->a_out, 3);
+  EXPECT_EQ(p->a_in, 2);
+  tmpl::Lowered flat = lo;
+  ASSERT_TRUE(tmpl::MergeAdjacentAxes(&flat));  // N and C do merge
+  EXPECT_EQ(flat.F, (std::vector<int64_t>{32, 48, 40}));
+  int plain = 0;
+  for (const Candidate& c : Generate(t, 16)) {
+    EXPECT_FALSE(IsFlatOrigin(c.origin)) << c.origin;
+    plain += c.origin.find("/transpose_t") != std::string::npos;
+  }
+  EXPECT_GE(plain, 2);
+}
+
 tmpl::TransposeVecWidths Widths(const Task& t) {
   tmpl::Lowered lo = LowerOk(t);
   auto p = tmpl::TransposePlan(lo);

@@ -151,10 +151,13 @@ Expected<std::vector<Candidate>> ElementwiseCandidates(const Lowered& lo, int ma
     out = TransposeCandidates(lo, *tp, max_candidates, target);
     // The same tiles over merged axes (layout.h MergeAdjacentAxes: H * W of a
     // channels_last epilogue), origin suffix "_flat"; measured beside the others.
+    // Only when a merge reached the tile plane (a_in or a_out grew): merging
+    // outer axes alone moves the same tiles as the candidates above.
     Lowered flat = lo;
     const int left = max_candidates - static_cast<int>(out.size());
     if (left > 0 && MergeAdjacentAxes(&flat)) {
-      if (auto tpf = TransposePlan(flat)) {
+      auto tpf = TransposePlan(flat);
+      if (tpf && (flat.F[tpf->a_in] != lo.F[tp->a_in] || flat.F[tpf->a_out] != lo.F[tp->a_out])) {
         for (Candidate& c : TransposeCandidates(flat, *tpf, left, target)) {
           c.origin += "_flat";
           out.push_back(std::move(c));
