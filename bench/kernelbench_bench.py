@@ -67,6 +67,21 @@ def load_task(path):
     return mod
 
 
+#: --dtype's names.
+DTYPE_NAMES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def cast_task(model, inputs, dtype):
+    """The task run in `dtype` (issue 18's level-3 figure asks for float32 and
+    bf16): the model's floating parameters and buffers and the floating
+    tensor inputs converted, integer ones (indices, lengths) left as they are.
+    `dtype` None leaves both unchanged. Returns (model, inputs)."""
+    if dtype is None:
+        return model, inputs
+    model = model.to(dtype)  # nn.Module.to(dtype) converts floating tensors only
+    return model, [x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+
+
 _flush = None
 #: dice_torch's sources (the --replay variant imports it from the checkout).
 TORCH_EXT_PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch_ext", "python")
@@ -300,6 +315,7 @@ def run_task(path, args):
     level = os.path.basename(os.path.dirname(path))
     rec = {"task": f"{level}/{name}", "gpu": torch.cuda.get_device_name(0),
            "precision": "strict" if args.strict_fp32 else "default",
+           "dtype": args.dtype or "task",  # "task": the task's own dtypes
            # the host's load when the task starts: other work on the CPUs slows
            # launch-bound variants (torch_compile_bench.stamp_row)
            "host_load1": round(os.getloadavg()[0], 2)}
@@ -307,6 +323,7 @@ def run_task(path, args):
     mod = load_task(path)
     model = mod.Model(*mod.get_init_inputs()).cuda().eval()
     inputs = make_inputs(mod)
+    model, inputs = cast_task(model, inputs, DTYPE_NAMES.get(args.dtype))
     if not all(isinstance(x, torch.Tensor) and x.dtype in DTYPE_SPEC for x in inputs):
         rec["error"] = "non-tensor or non-float input; skipped"
         return rec
@@ -449,6 +466,9 @@ def main():
     p.add_argument("--replay", action="store_true",
                    help="also time the served model with dice's CUDA-graph replay (dice_torch.replayed) and "
                         "torch.compile(mode=\"reduce-overhead\"): columns dice_replay_us, reduce_overhead_us")
+    p.add_argument("--dtype", choices=sorted(DTYPE_NAMES), default=None,
+                   help="run every variant in this dtype (model and floating inputs converted; rows say dtype); "
+                        "default: the task's own")
     p.add_argument("--warm-compile-only", action="store_true",
                    help="only run torch.compile once per task (fills Inductor's on-disk caches; run these in "
                         "parallel before the timed, sequential pass)")
@@ -465,7 +485,7 @@ def main():
         for path in args.tasks:
             mod = load_task(path)
             model = mod.Model(*mod.get_init_inputs()).cuda().eval()
-            inputs = make_inputs(mod)
+            model, inputs = cast_task(model, make_inputs(mod), DTYPE_NAMES.get(args.dtype))
             with torch.no_grad():
                 torch.compile(model)(*inputs)
                 if args.max_autotune:

@@ -7,7 +7,8 @@
 # $OUT/results.jsonl and the markdown table $OUT/table.md.
 # Env switches: FREEZING=1 (also time torch.compile with freezing),
 # MAX_AUTOTUNE=1 (max-autotune baseline), STRICT_FP32=1 (TF32 off on both
-# sides), REPLAY=1 (dice's CUDA-graph replay and mode="reduce-overhead"), WARM_S / TIMED_S / REPS / BUDGET_S (phase limits, s).
+# sides), REPLAY=1 (dice's CUDA-graph replay and mode="reduce-overhead"), DTYPE=bf16|f16|f32 (every
+# variant in that dtype; default the task's own), WARM_S / TIMED_S / REPS / BUDGET_S (phase limits, s).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/dice-out}
@@ -22,7 +23,7 @@ tasks=()
 # A task is a path under $KB (level2/12_Gemm_Multiply_LeakyReLU.py) or a file
 # of its own in the same format (bench/tasks/gpt2_block.py).
 for t in "$@"; do if [ -f "$t" ]; then tasks+=("$t"); else tasks+=("$KB/$t"); fi; done
-flags=(${MAX_AUTOTUNE:+--max-autotune} ${FREEZING:+--freezing} ${STRICT_FP32:+--strict-fp32} ${REPLAY:+--replay})
+flags=(${MAX_AUTOTUNE:+--max-autotune} ${FREEZING:+--freezing} ${STRICT_FP32:+--strict-fp32} ${REPLAY:+--replay} ${DTYPE:+--dtype $DTYPE})
 t0=$(date +%s)
 printf '%s\n' "${tasks[@]}" | timeout "${WARM_S:-150}" xargs -P "${WARM_JOBS:-6}" -I{} python3 bench/kernelbench_bench.py --warm-compile-only \
   "${flags[@]}" {} > "$OUT/warm.log" 2>&1

@@ -199,3 +199,25 @@ def test_a_row_names_its_tree_when_given_and_only_then():
     rec = {"task": "t"}
     bench.stamp_row(rec, time.time(), bench.parse_args(["--gpt2", "--tree", ""]))
     assert "tree" not in rec and rec["wall_s"] >= 0.0
+
+
+def test_a_task_cast_to_bf16_converts_floating_tensors_only():
+    import kernelbench_bench as kb
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 3)
+            self.register_buffer("steps", torch.arange(3))
+
+        def forward(self, x, idx):
+            return self.lin(x)[:, idx]
+
+    model, inputs = kb.cast_task(M(), [torch.randn(2, 4), torch.tensor([0, 2])], torch.bfloat16)
+    assert model.lin.weight.dtype == torch.bfloat16 and model.lin.bias.dtype == torch.bfloat16
+    assert model.steps.dtype == torch.int64
+    assert inputs[0].dtype == torch.bfloat16 and inputs[1].dtype == torch.int64
+    assert model(*inputs).dtype == torch.bfloat16
+    same, xs = kb.cast_task(model, inputs, None)
+    assert same is model and xs is inputs
+    assert set(kb.DTYPE_NAMES) == {"f32", "bf16", "f16"}
