@@ -119,7 +119,10 @@ def sweep_one(path, args, env):
     name = task_name(path)
     rec = {"task": name, "converter": args.converter_sha}
     models = os.path.abspath(args.models)
-    conv = [sys.executable, args.converter, path, "--out", models] + (["--small"] if args.small else [])
+    conv = [sys.executable, args.converter, path, "--out", models] + (["--small"] if args.small else []) + \
+        (["--dtype", args.dtype] if args.dtype else [])
+    if args.dtype:
+        rec["dtype"] = args.dtype
     rc, out, err, secs = run(conv, args.timeout, env)
     rec["convert_s"] = round(secs, 2)
     if rc != 0:
@@ -129,7 +132,7 @@ def sweep_one(path, args, env):
         rec["seconds"] = rec["convert_s"]
         return rec
     level, stem = name.split("/")
-    model_dir = os.path.join(models, f"{level}_{stem}")
+    model_dir = os.path.join(models, f"{level}_{stem}" + (f"_{args.dtype}" if args.dtype else ""))
     with open(os.path.join(model_dir, "meta.json"), encoding="utf-8") as f:
         meta = json.load(f)
     rec["inputs"] = meta["inputs"]
@@ -226,6 +229,8 @@ def main(argv):
     p.add_argument("--models", default="/tmp/capture_sweep/models", help="where converted models go")
     p.add_argument("--cache", default="/tmp/capture_sweep/cache", help="dice tune --cache")
     p.add_argument("--small", action="store_true", help="converter --small (CPU machines)")
+    p.add_argument("--dtype", choices=["f32", "bf16", "f16"], default=None,
+                   help="converter --dtype: every task cast to this dtype (rows say dtype); default the task's own")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per step; past it the task is a hang")
     p.add_argument("--reps", type=int, default=3, help="dice tune --reps (end-to-end timing repetitions)")
     p.add_argument("--explain", default="", help="a JSONL this script wrote: add the ops left with PyTorch "

@@ -295,8 +295,16 @@ class ConstantArgs(torch.nn.Module):
         return self.model(*args)
 
 
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
 def convert(path, out_root, device, small, budget_bytes, seed, max_param_bytes=768 * 2**20,
-            max_output_bytes=256 * 2**20):
+            max_output_bytes=256 * 2**20, dtype=None):
+    """One task converted (the module docstring says what is written); with
+    `dtype` (a torch floating dtype) the model's floating parameters and
+    buffers and the floating inputs are cast to it before tracing, and the
+    output folder is named <level>_<stem>_<dtype name>. Raises on a task
+    that cannot be built, run or traced."""
     level = os.path.basename(os.path.dirname(os.path.abspath(path)))
     stem = os.path.splitext(os.path.basename(path))[0]
     with open(path, encoding="utf-8") as f:
@@ -309,6 +317,9 @@ def convert(path, out_root, device, small, budget_bytes, seed, max_param_bytes=7
     torch.manual_seed(seed)
     model = ns["Model"](*ns["get_init_inputs"]()).eval().to(device)
     args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in ns["get_inputs"]()]
+    if dtype is not None:  # floating tensors only: indices and masks keep theirs
+        model = model.to(dtype)
+        args = [a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
     bad = [type(a).__name__ for a in args if not isinstance(a, (torch.Tensor, bool, int, float))]
     if bad:
         raise TypeError(f"get_inputs() returned a {bad[0]} input; only tensors and Python numbers can be traced")
@@ -321,7 +332,8 @@ def convert(path, out_root, device, small, budget_bytes, seed, max_param_bytes=7
         traced = torch.jit.trace(traced_model, tuple(inputs), check_trace=False)
     outputs = flatten_outputs(expected)
 
-    out_dir = os.path.join(out_root, f"{level}_{stem}")
+    suffix = "" if dtype is None else "_" + next(k for k, v in DTYPES.items() if v == dtype)
+    out_dir = os.path.join(out_root, f"{level}_{stem}{suffix}")
     os.makedirs(out_dir, exist_ok=True)
     traced.save(os.path.join(out_dir, "model.pt"))
     torch.save([t.detach().cpu() for t in inputs], os.path.join(out_dir, "inputs.pt"))
@@ -359,6 +371,9 @@ def main(argv):
     p.add_argument("--max-output-mb", type=float, default=256.0,
                    help="--small: the outputs' size limit (a 64-wide matmul is small in, large out), MiB")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", choices=sorted(DTYPES), default=None,
+                   help="cast the model's floating parameters and inputs to this dtype (folder <level>_<stem>_<dtype>); "
+                        "default: the task's own")
     args = p.parse_args(argv)
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -373,7 +388,8 @@ def main(argv):
     for path in args.tasks:
         try:
             out_dir, meta = convert(path, args.out, device, args.small, int(args.budget_mb * 2**20), args.seed,
-                                    int(args.max_param_mb * 2**20), int(args.max_output_mb * 2**20))
+                                    int(args.max_param_mb * 2**20), int(args.max_output_mb * 2**20),
+                                    DTYPES.get(args.dtype))
             scaled = ", ".join(f"{k} {a}->{b}" for k, (a, b) in meta["scaled"].items())
             print(f"OK   {path} -> {out_dir}  inputs {' '.join(meta['inputs'])}" + (f"  (scaled: {scaled})" if scaled else ""))
         except Exception as e:  # one bad task must not stop the batch

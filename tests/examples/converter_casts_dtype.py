@@ -1,0 +1,73 @@
+"""ctest KernelBenchConverterCastsDtype: examples/make_kernelbench_models.py
+--dtype bf16 (issue 18's level-3 figure is float32 and bf16) casts the
+model's floating parameters and the floating inputs, leaves an integer
+input (class indices) as it is, and writes <level>_<stem>_bf16/. Exits
+non-zero with the reason otherwise."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+from converter_check import ROOT
+
+TASK = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, 8)
+
+    def forward(self, x, idx):
+        return torch.relu(self.lin(x))[:, idx]
+
+batch_size = 4
+n = 16
+
+def get_inputs():
+    return [torch.rand(batch_size, n), torch.tensor([0, 3, 5])]
+
+def get_init_inputs():
+    return [n]
+'''
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        os.makedirs(os.path.join(tmp, "level3"))
+        task = os.path.join(tmp, "level3", "9_Lin.py")
+        with open(task, "w") as f:
+            f.write(TASK)
+        out = os.path.join(tmp, "models")
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "make_kernelbench_models.py"), task,
+                            "--out", out, "--small", "--dtype", "bf16"], capture_output=True, text=True)
+        if r.returncode != 0:
+            print("FAIL: the converter exited %d:\n%s" % (r.returncode, r.stdout + r.stderr))
+            return 1
+        folder = os.path.join(out, "level3_9_Lin_bf16")
+        if not os.path.isdir(folder):
+            print(f"FAIL: no folder {folder}: {os.listdir(out)}")
+            return 1
+        with open(os.path.join(folder, "meta.json")) as f:
+            meta = json.load(f)
+        if meta["inputs"] != ["4x16:bf16"] or meta["outputs"] != ["4x3:bf16"] or meta["fixed_inputs"] != {"1": "3:i64"}:
+            print(f"FAIL: specs {meta['inputs']} -> {meta['outputs']}, fixed {meta['fixed_inputs']}")
+            return 1
+        model = torch.jit.load(os.path.join(folder, "model.pt"))
+        dtypes = {p.dtype for p in model.parameters()}
+        if dtypes != {torch.bfloat16}:
+            print(f"FAIL: parameter dtypes {dtypes}")
+            return 1
+        x = torch.load(os.path.join(folder, "inputs.pt"))[0]
+        if model(x).dtype != torch.bfloat16:
+            print("FAIL: the traced model does not run in bf16")
+            return 1
+    print("ok: --dtype bf16 casts floating parameters and inputs, indices stay i64")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
