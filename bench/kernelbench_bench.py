@@ -75,10 +75,17 @@ def cast_task(model, inputs, dtype):
     """The task run in `dtype` (issue 18's level-3 figure asks for float32 and
     bf16): the model's floating parameters and buffers and the floating
     tensor inputs converted, integer ones (indices, lengths) left as they are.
-    `dtype` None leaves both unchanged. Returns (model, inputs)."""
+    `dtype` None leaves both unchanged. A floating tensor kept as a plain
+    module attribute (level3/33_VanillaRNN's hidden state), which
+    nn.Module.to leaves alone, is cast too: it would promote the model's
+    activations back to float32. Returns (model, inputs)."""
     if dtype is None:
         return model, inputs
-    model = model.to(dtype)  # nn.Module.to(dtype) converts floating tensors only
+    model = model.to(dtype)  # nn.Module.to(dtype) converts floating parameters and buffers only
+    for m in model.modules():
+        for k, v in list(vars(m).items()):
+            if isinstance(v, torch.Tensor) and v.is_floating_point():
+                setattr(m, k, v.to(dtype))
     return model, [x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
 
 

@@ -319,6 +319,10 @@ def convert(path, out_root, device, small, budget_bytes, seed, max_param_bytes=7
     args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in ns["get_inputs"]()]
     if dtype is not None:  # floating tensors only: indices and masks keep theirs
         model = model.to(dtype)
+        for m in model.modules():  # plain tensor attributes too (level3/33_VanillaRNN's hidden state)
+            for k, v in list(vars(m).items()):
+                if isinstance(v, torch.Tensor) and v.is_floating_point():
+                    setattr(m, k, v.to(dtype))
         args = [a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
     bad = [type(a).__name__ for a in args if not isinstance(a, (torch.Tensor, bool, int, float))]
     if bad:

@@ -1,7 +1,8 @@
 """ctest KernelBenchConverterCastsDtype: examples/make_kernelbench_models.py
 --dtype bf16 (issue 18's level-3 figure is float32 and bf16) casts the
 model's floating parameters and the floating inputs, leaves an integer
-input (class indices) as it is, and writes <level>_<stem>_bf16/. Exits
+input (class indices) as it is, casts a floating tensor kept as a plain
+module attribute (which nn.Module.to leaves alone), and writes <level>_<stem>_bf16/. Exits
 non-zero with the reason otherwise."""
 import json
 import os
@@ -20,9 +21,10 @@ class Model(nn.Module):
     def __init__(self, n):
         super().__init__()
         self.lin = nn.Linear(n, 8)
+        self.scale = torch.ones(8)  # a plain attribute (level3/33_VanillaRNN keeps its state so)
 
     def forward(self, x, idx):
-        return torch.relu(self.lin(x))[:, idx]
+        return (torch.relu(self.lin(x)) * self.scale)[:, idx]
 
 batch_size = 4
 n = 16

@@ -209,6 +209,7 @@ def test_a_task_cast_to_bf16_converts_floating_tensors_only():
             super().__init__()
             self.lin = nn.Linear(4, 3)
             self.register_buffer("steps", torch.arange(3))
+            self.state = torch.zeros(4)  # a plain attribute, as level3/33_VanillaRNN's hidden state
 
         def forward(self, x, idx):
             return self.lin(x)[:, idx]
@@ -216,6 +217,7 @@ def test_a_task_cast_to_bf16_converts_floating_tensors_only():
     model, inputs = kb.cast_task(M(), [torch.randn(2, 4), torch.tensor([0, 2])], torch.bfloat16)
     assert model.lin.weight.dtype == torch.bfloat16 and model.lin.bias.dtype == torch.bfloat16
     assert model.steps.dtype == torch.int64
+    assert model.state.dtype == torch.bfloat16
     assert inputs[0].dtype == torch.bfloat16 and inputs[1].dtype == torch.int64
     assert model(*inputs).dtype == torch.bfloat16
     same, xs = kb.cast_task(model, inputs, None)
