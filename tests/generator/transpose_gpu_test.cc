@@ -19,6 +19,7 @@
 
 #include "dice/runtime/cuda_driver.h"
 #include "gpu_tune_util.h"
+#include "template_test_util.h"
 
 namespace dice::generator {
 namespace {
