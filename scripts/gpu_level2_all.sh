@@ -21,7 +21,7 @@
 # <kb>/level3, the same way), DTYPE=bf16 (every variant in bf16, the
 # level-3 figure's second column: give it its own ROWS). All rows of a figure
 # must come from one tree: each row carries it ("tree").
-#   level 3, bf16: env LEVEL=level3 DTYPE=bf16 MAX_AUTOTUNE= CHUNK=4 ROWS=level3_bf16.jsonl bash scripts/gpu_level2_all.sh
+#   level 3, bf16: env LEVEL=level3 DTYPE=bf16 MAX_AUTOTUNE= CHUNK=3 ROWS=level3_bf16.jsonl bash scripts/gpu_level2_all.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/dice-out}
