@@ -67,26 +67,17 @@ def load_task(path):
     return mod
 
 
-#: --dtype's names.
-DTYPE_NAMES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+# The converter's cast (examples/make_kernelbench_models.py), so that the
+# benchmark and the converted models cast a task the same way.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+from make_kernelbench_models import DTYPES as DTYPE_NAMES, cast_floating  # noqa: E402  (--dtype's names)
 
 
 def cast_task(model, inputs, dtype):
     """The task run in `dtype` (issue 18's level-3 figure asks for float32 and
-    bf16): the model's floating parameters and buffers and the floating
-    tensor inputs converted, integer ones (indices, lengths) left as they are.
-    `dtype` None leaves both unchanged. A floating tensor kept as a plain
-    module attribute (level3/33_VanillaRNN's hidden state), which
-    nn.Module.to leaves alone, is cast too: it would promote the model's
-    activations back to float32. Returns (model, inputs)."""
-    if dtype is None:
-        return model, inputs
-    model = model.to(dtype)  # nn.Module.to(dtype) converts floating parameters and buffers only
-    for m in model.modules():
-        for k, v in list(vars(m).items()):
-            if isinstance(v, torch.Tensor) and v.is_floating_point():
-                setattr(m, k, v.to(dtype))
-    return model, [x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+    bf16), as make_kernelbench_models.cast_floating casts it; `dtype` None
+    leaves both unchanged. Returns (model, inputs)."""
+    return (model, inputs) if dtype is None else cast_floating(model, inputs, dtype)
 
 
 _flush = None

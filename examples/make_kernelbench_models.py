@@ -298,6 +298,22 @@ class ConstantArgs(torch.nn.Module):
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 
+def cast_floating(model, args, dtype):
+    """`model` and its arguments in `dtype` (a torch floating dtype): the
+    floating parameters and buffers, the floating tensors kept as plain
+    module attributes (which nn.Module.to skips: level3/33_VanillaRNN's
+    hidden state would promote the activations back to float32), and the
+    floating tensor arguments. Integer tensors (indices, masks) and Python
+    numbers keep theirs. Returns (model, args). Also used by
+    bench/kernelbench_bench.py --dtype."""
+    model = model.to(dtype)
+    for m in model.modules():
+        for k, v in list(vars(m).items()):
+            if isinstance(v, torch.Tensor) and v.is_floating_point():
+                setattr(m, k, v.to(dtype))
+    return model, [a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+
+
 def convert(path, out_root, device, small, budget_bytes, seed, max_param_bytes=768 * 2**20,
             max_output_bytes=256 * 2**20, dtype=None):
     """One task converted (the module docstring says what is written); with
@@ -317,13 +333,8 @@ def convert(path, out_root, device, small, budget_bytes, seed, max_param_bytes=7
     torch.manual_seed(seed)
     model = ns["Model"](*ns["get_init_inputs"]()).eval().to(device)
     args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in ns["get_inputs"]()]
-    if dtype is not None:  # floating tensors only: indices and masks keep theirs
-        model = model.to(dtype)
-        for m in model.modules():  # plain tensor attributes too (level3/33_VanillaRNN's hidden state)
-            for k, v in list(vars(m).items()):
-                if isinstance(v, torch.Tensor) and v.is_floating_point():
-                    setattr(m, k, v.to(dtype))
-        args = [a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+    if dtype is not None:
+        model, args = cast_floating(model, args, dtype)
     bad = [type(a).__name__ for a in args if not isinstance(a, (torch.Tensor, bool, int, float))]
     if bad:
         raise TypeError(f"get_inputs() returned a {bad[0]} input; only tensors and Python numbers can be traced")
