@@ -4,15 +4,13 @@ model's floating parameters and the floating inputs, leaves an integer
 input (class indices) as it is, casts a floating tensor kept as a plain
 module attribute (which nn.Module.to leaves alone), and writes <level>_<stem>_bf16/. Exits
 non-zero with the reason otherwise."""
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
 import torch
 
-from converter_check import ROOT
+from converter_check import convert
 
 TASK = '''import torch
 import torch.nn as nn
@@ -39,22 +37,11 @@ def get_init_inputs():
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        os.makedirs(os.path.join(tmp, "level3"))
-        task = os.path.join(tmp, "level3", "9_Lin.py")
-        with open(task, "w") as f:
-            f.write(TASK)
-        out = os.path.join(tmp, "models")
-        r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "make_kernelbench_models.py"), task,
-                            "--out", out, "--small", "--dtype", "bf16"], capture_output=True, text=True)
-        if r.returncode != 0:
-            print("FAIL: the converter exited %d:\n%s" % (r.returncode, r.stdout + r.stderr))
+        meta = convert(tmp, "level3", "9_Lin", TASK, "--dtype", "bf16", suffix="_bf16")
+        if meta is None:
+            print("FAIL: the converter did not convert the task")
             return 1
-        folder = os.path.join(out, "level3_9_Lin_bf16")
-        if not os.path.isdir(folder):
-            print(f"FAIL: no folder {folder}: {os.listdir(out)}")
-            return 1
-        with open(os.path.join(folder, "meta.json")) as f:
-            meta = json.load(f)
+        folder = os.path.join(tmp, "models", "level3_9_Lin_bf16")
         if meta["inputs"] != ["4x16:bf16"] or meta["outputs"] != ["4x3:bf16"] or meta["fixed_inputs"] != {"1": "3:i64"}:
             print(f"FAIL: specs {meta['inputs']} -> {meta['outputs']}, fixed {meta['fixed_inputs']}")
             return 1

@@ -9,11 +9,12 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def convert(tmp: str, level: str, name: str, source: str, *flags: str) -> dict | None:
+def convert(tmp: str, level: str, name: str, source: str, *flags: str, suffix: str = "") -> dict | None:
     """Writes ``source`` as <tmp>/<level>/<name>.py and converts it with
     ``--small`` plus ``flags`` into <tmp>/models. Returns the task's
-    meta.json (dict), or None after printing the converter's output when it
-    exits non-zero."""
+    meta.json (dict) from <tmp>/models/<level>_<name><suffix> (``--dtype
+    bf16`` writes suffix "_bf16"), or None after printing the converter's
+    output when it exits non-zero."""
     folder = os.path.join(tmp, level)
     os.makedirs(folder, exist_ok=True)
     task = os.path.join(folder, name + ".py")
@@ -25,5 +26,5 @@ def convert(tmp: str, level: str, name: str, source: str, *flags: str) -> dict |
     if r.returncode != 0:
         print(r.stdout + r.stderr)
         return None
-    with open(os.path.join(out, f"{level}_{name}", "meta.json")) as f:
+    with open(os.path.join(out, f"{level}_{name}{suffix}", "meta.json")) as f:
         return json.load(f)
