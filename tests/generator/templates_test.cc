@@ -325,6 +325,13 @@ TEST(TemplateGenerator, LongRowsGetAClusterPerRowOnSm90Only) {
   for (const auto& c : *c80) EXPECT_EQ(c.origin.find("cluster"), std::string::npos) << c.origin;
 }
 
+// The candidate of `all` whose origin is `origin`, or nullptr.
+const Candidate* WithOrigin(const std::vector<Candidate>& all, const std::string& origin) {
+  for (const auto& c : all)
+    if (c.origin == origin) return &c;
+  return nullptr;
+}
+
 TEST(TemplateGenerator, LongRowsCachedInClusterSharedMemoryAreReadOnce) {
   // softmax over [4096, 393216] f32: each 1.5 MB row split over a cluster of
   // 8 CTAs, 192 KB of it in each CTA's dynamic shared memory.
@@ -332,9 +339,7 @@ TEST(TemplateGenerator, LongRowsCachedInClusterSharedMemoryAreReadOnce) {
   int x = b.Input(DType::kFloat32, 2);
   b.Output(b.Op(OpKind::kSoftmax, {x}, {1}));
   auto all = GenerateAll(MakeTask(b.g, {Spec(DType::kFloat32, {4096, 393216})}));
-  const Candidate* smem = nullptr;
-  for (const auto& c : all)
-    if (c.origin == "template:row/cluster1024/q8/smem/online") smem = &c;
+  const Candidate* smem = WithOrigin(all, "template:row/cluster1024/q8/smem/online");
   ASSERT_NE(smem, nullptr);
   ASSERT_EQ(smem->plan.launches.size(), 1u);
   EXPECT_EQ(smem->plan.launches[0].shared_mem_bytes, 49152u * 4u);
@@ -366,9 +371,7 @@ TEST(TemplateGenerator, PerChannelLoadsAreReadThroughL1NotCachedBesideTheRow) {
   const auto all = GenerateAll(MakeTask(b.g, {Spec(DType::kFloat32, {128, 32, 254, 254}),
                                              Spec(DType::kFloat32, {32, 1, 1}), Spec(DType::kFloat32, {32, 1, 1}),
                                              Spec(DType::kFloat32, {32}), Spec(DType::kFloat32, {32})}));
-  const Candidate* smem = nullptr;
-  for (const auto& c : all)
-    if (c.origin == "template:row/cluster1024/q8/smem/online") smem = &c;
+  const Candidate* smem = WithOrigin(all, "template:row/cluster1024/q8/smem/online");
   ASSERT_NE(smem, nullptr);
   ASSERT_EQ(smem->plan.launches.size(), 1u);
   EXPECT_EQ(smem->plan.launches[0].shared_mem_bytes, 32258u * 4u);
