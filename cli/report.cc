@@ -30,6 +30,14 @@ constexpr const char* kDash = "\u2014";  // how a time that was not measured sho
 // A measured value, or null: 0 (and negatives) mean "not measured".
 json Measured(double v, bool timed) { return timed && v > 0 ? json(v) : json(nullptr); }
 
+// The attention pass's SDPA backends, one object each: {"backend", "us" (null
+// when not timed), "error"}.
+json SdpaBackendsJson(const std::vector<EndToEnd::SdpaBackendRow>& rows) {
+  json out = json::array();
+  for (const auto& r : rows) out.push_back({{"backend", r.backend}, {"us", Measured(r.us, true)}, {"error", r.error}});
+  return out;
+}
+
 // ---------------------------------------------------------------- reading
 
 // The number at doc[key], or nullopt when missing, null or not a number.
@@ -399,7 +407,10 @@ json TuneDocument(const std::string& model, const std::vector<runtime::TuneRepor
            {{"choice", e2e.attention},
             {"reason", e2e.attention_reason},
             {"unfused_us", Measured(e2e.attention_us.first, e2e.attention_us.first > 0)},
-            {"sdpa_us", Measured(e2e.attention_us.second, e2e.attention_us.second > 0)}}},
+            {"sdpa_us", Measured(e2e.attention_us.second, e2e.attention_us.second > 0)},
+            {"backend", e2e.attention_backend},
+            {"backend_reason", e2e.attention_backend_reason},
+            {"backends", SdpaBackendsJson(e2e.attention_backends)}}},
           {"capture",
            {{"batch_norms_folded", e2e.batch_norms_folded},
             {"functional", e2e.functional},

@@ -72,6 +72,16 @@ struct EndToEnd {
   std::string attention = "unfused";
   std::string attention_reason;
   std::pair<double, double> attention_us{0, 0};
+  /// The SDPA kernel the calls are pinned to (OptimizeReport::attention_backend:
+  /// "dispatch" or a backend), why, and each backend's µs or error.
+  std::string attention_backend = "dispatch";
+  std::string attention_backend_reason;
+  struct SdpaBackendRow {
+    std::string backend;  ///< "dispatch", "flash", "efficient", "cudnn", "math"
+    double us = 0;        ///< median µs of the whole forward; 0 = not timed (written as null)
+    std::string error;    ///< why it was not timed; empty when timed
+  };
+  std::vector<SdpaBackendRow> attention_backends;
   /// Capture rewrites that fusion groups then take (OptimizeReport):
   /// inference batch_norms made a multiply-add, in-place ops made functional,
   /// global average pools made a mean.

@@ -483,6 +483,10 @@ void NoticeCaptureDecisions(const dice::torch_ext::OptimizeReport& layout) {
   if (layout.attention == "sdpa" || layout.attention_reason.rfind("no attention chain", 0) != 0) {
     Notice(dice::LogLevel::kInfo, "dice: attention: %s (%s)", layout.attention.c_str(), layout.attention_reason.c_str());
   }
+  if (!layout.attention_backends.empty()) {
+    Notice(dice::LogLevel::kInfo, "dice: attention backend: %s (%s)", layout.attention_backend.c_str(),
+           layout.attention_backend_reason.c_str());
+  }
   if (layout.batch_norms_folded > 0 || layout.functional || layout.global_pools_as_mean > 0 ||
       layout.identity_copies_removed > 0) {
     Notice(dice::LogLevel::kInfo,
@@ -527,6 +531,9 @@ EndToEnd EndToEndOf(bool gpu, const SideBySide& t, bool match, const std::string
   e2e.attention = layout.attention;
   e2e.attention_reason = layout.attention_reason;
   e2e.attention_us = layout.attention_us;
+  e2e.attention_backend = layout.attention_backend;
+  e2e.attention_backend_reason = layout.attention_backend_reason;
+  for (const auto& c : layout.attention_backends) e2e.attention_backends.push_back({c.backend, c.us, c.error});
   e2e.batch_norms_folded = layout.batch_norms_folded;
   e2e.functional = layout.functional;
   e2e.global_pools_as_mean = layout.global_pools_as_mean;

@@ -396,6 +396,29 @@ TEST(ReportJsonTest, CarriesTheAttentionDecisionWithBothTimesOrNull) {
   EXPECT_EQ(d2["attention"]["choice"], "unfused");
   EXPECT_TRUE(d2["attention"]["unfused_us"].is_null());
   EXPECT_TRUE(d2["attention"]["sdpa_us"].is_null());
+  EXPECT_EQ(d2["attention"]["backend"], "dispatch");
+  EXPECT_TRUE(d2["attention"]["backends"].empty());
+}
+
+TEST(ReportJsonTest, CarriesEachSdpaBackendWithItsTimeOrItsError) {
+  runtime::TuneReport r;
+  EndToEnd measured = Measured();
+  measured.attention = "sdpa";
+  measured.attention_backend = "cudnn";
+  measured.attention_backend_reason = "dispatch 50.0 µs, cudnn 40.0 µs (1 call(s) pinned to cudnn)";
+  measured.attention_backends = {{"dispatch", 50.0, ""},
+                                 {"flash", 0, "flash cannot take scaled_dot_product_attention %y: it has a mask"},
+                                 {"cudnn", 40.0, ""}};
+  const json doc = TuneDocument("m.pt", {r}, measured);
+  EXPECT_EQ(doc["attention"]["backend"], "cudnn");
+  EXPECT_EQ(doc["attention"]["backend_reason"], measured.attention_backend_reason);
+  const json& rows = doc["attention"]["backends"];
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0]["backend"], "dispatch");
+  EXPECT_DOUBLE_EQ(rows[0]["us"].get<double>(), 50.0);
+  EXPECT_TRUE(rows[1]["us"].is_null());
+  EXPECT_EQ(rows[1]["error"], measured.attention_backends[1].error);
+  EXPECT_DOUBLE_EQ(rows[2]["us"].get<double>(), 40.0);
 }
 
 TEST(ReportJsonTest, CreditsEachWinnerWithWhatItSavedPerForwardOrPerCall) {

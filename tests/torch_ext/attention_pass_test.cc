@@ -2,6 +2,7 @@
 // optimize() replaces by aten::scaled_dot_product_attention, which it leaves
 // and why, and that the model's outputs keep eager's values.
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -93,15 +94,68 @@ OptimizeReport OptimizeAndCompare(torch::jit::Module m, const std::vector<c10::I
 
 bool Contains(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 
-TEST(AttentionPass, CausalMaskedChainBecomesOneSdpaCallWithTheSameValues) {
+TEST(AttentionPass, CausalMaskedChainBecomesOneIsCausalSdpaCallWithTheSameValues) {
   auto report = OptimizeAndCompare(Make(kCausal, {{"mask", CausalMask(16)}}), Qkv({2, 3, 12, 8}), AttentionMode::kSdpa);
   EXPECT_EQ(report.attention, "sdpa") << report.attention_reason;
-  EXPECT_TRUE(Contains(report.attention_reason, "1 chain(s), 1 masked")) << report.attention_reason;
+  EXPECT_TRUE(Contains(report.attention_reason, "1 chain(s), 1 masked, 1 of them causal")) << report.attention_reason;
   EXPECT_TRUE(Contains(report.graph, "aten::scaled_dot_product_attention")) << report.graph;
-  EXPECT_TRUE(Contains(report.graph, "aten::logical_not")) << report.graph;
+  // No mask is built any more: is_causal = (L == S) replaces the sliced buffer.
+  EXPECT_FALSE(Contains(report.graph, "aten::logical_not")) << report.graph;
+  EXPECT_FALSE(Contains(report.graph, "aten::slice")) << report.graph;
   EXPECT_FALSE(Contains(report.graph, "aten::softmax")) << report.graph;
   EXPECT_FALSE(Contains(report.graph, "aten::masked_fill")) << report.graph;
   EXPECT_EQ(report.attention_us.first, 0.0);  // forced: not timed
+}
+
+TEST(AttentionPass, AnAddedCausalBiasBecomesIsCausal) {
+  // GPT-2's form (bench/tasks/gpt2_block.py): scores * c + bias[:T, :T],
+  // bias = full((n, n), -inf).triu(1).
+  constexpr const char* kBias = R"(
+def forward(self, q, k, v):
+    T = q.size(2)
+    s = torch.matmul(q, k.transpose(-2, -1)) * 0.25 + self.bias[:T, :T]
+    return torch.matmul(torch.softmax(s, -1), v)
+)";
+  at::Tensor bias = torch::full({16, 16}, -std::numeric_limits<float>::infinity()).triu(1);
+  auto report = OptimizeAndCompare(Make(kBias, {{"bias", bias}}), Qkv({2, 3, 12, 8}), AttentionMode::kSdpa);
+  EXPECT_TRUE(Contains(report.attention_reason, "1 masked, 1 of them causal")) << report.attention_reason;
+  EXPECT_FALSE(Contains(report.graph, "aten::slice")) << report.graph;
+  // A bias that is not causal (one more -inf) stays an added mask.
+  at::Tensor other = bias.clone();
+  other.index_put_({5, 0}, -std::numeric_limits<float>::infinity());
+  report = OptimizeAndCompare(Make(kBias, {{"bias", other}}), Qkv({2, 3, 12, 8}), AttentionMode::kSdpa);
+  EXPECT_TRUE(Contains(report.attention_reason, "1 masked, 0 of them causal")) << report.attention_reason;
+}
+
+TEST(AttentionPass, ABoolMaskThatIsNotCausalStaysAMask) {
+  // The same chain on a buffer that is not a lower triangle of ones (one
+  // more key masked in row 3): SDPA gets logical_not(mask), not is_causal.
+  at::Tensor mask = CausalMask(16).clone();
+  mask.index_put_({0, 0, 3, 0}, 0.0);
+  auto report = OptimizeAndCompare(Make(kCausal, {{"mask", mask}}), Qkv({2, 3, 12, 8}), AttentionMode::kSdpa);
+  EXPECT_EQ(report.attention, "sdpa") << report.attention_reason;
+  EXPECT_TRUE(Contains(report.attention_reason, "1 masked, 0 of them causal")) << report.attention_reason;
+  EXPECT_TRUE(Contains(report.graph, "aten::logical_not")) << report.graph;
+}
+
+TEST(AttentionPass, ACausalMaskOnAOneRowQueryAgainstALongerKeyIsNoMask) {
+  // Observed with L == S, run with one query row against 12 keys: eager's
+  // [1, 1] slice of the mask is False (no key masked), and so is is_causal.
+  torch::jit::Module m = Make(kCausal, {{"mask", CausalMask(16)}});
+  m.eval();
+  auto observed = Qkv({2, 3, 12, 8});
+  auto report = optimize(m, SdpaOptions(observed, AttentionMode::kSdpa));
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_TRUE(Contains(report->attention_reason, "1 of them causal")) << report->attention_reason;
+  torch::manual_seed(3);
+  std::vector<c10::IValue> one_row = {torch::randn({2, 3, 1, 8}), torch::randn({2, 3, 12, 8}),
+                                      torch::randn({2, 3, 12, 8})};
+  const at::Tensor& q = one_row[0].toTensor();
+  const at::Tensor& k = one_row[1].toTensor();
+  const at::Tensor& v = one_row[2].toTensor();
+  at::Tensor want = torch::matmul(torch::softmax(torch::matmul(q, k.transpose(-2, -1)) * 0.25, -1), v);
+  at::Tensor got = m.forward(one_row).toTensor();
+  EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5)) << (got - want).abs().max().item<float>();
 }
 
 TEST(AttentionPass, AdditiveMaskAndDivisionScaleOnRank3) {

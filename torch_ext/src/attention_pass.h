@@ -17,6 +17,15 @@
 // and floating dtype, and every intermediate (the scores, the softmax) must
 // have no other use. One difference: a row masked entirely gives NaN unfused
 // and zeros in SDPA's math backend (PyTorch >= 2.5).
+// A causal mask, `tril[..., :T, :T] == 0` of a constant tril(ones(n, n))
+// buffer, or an added `bias[..., :T, :T]` of a constant
+// full((n, n), -inf).triu(1) (or the constant either slice folds to),
+// observed with L == S == T,
+// becomes no mask and is_causal = (q.size(-2) == k.size(-2)): the same
+// values whenever T follows the query length, and a form every fused SDPA
+// kernel takes (flash and cuDNN take no bool mask). Should the key length
+// differ from the query length at run time, T = 1 was the only shape eager
+// accepted (a [1, 1] mask of False), and is_causal is false there too.
 // What it leaves alone: nodes in sub-blocks, in-place forms, a mask fill
 // other than -inf (e.g. -1e9: SDPA's bool mask means -inf), a scale applied
 // after an additive mask, a non-constant Tensor scale; each such match is reported in
@@ -36,6 +45,7 @@
 
 #include "dice/core/status.h"
 #include "dice/torch_ext/optimize.h"
+#include "sdpa_backend.h"
 
 namespace torch::jit {
 struct Graph;
@@ -47,6 +57,7 @@ namespace dice::torch_ext {
 struct AttentionPassResult {
   int rewritten = 0;                 ///< attention chains replaced by scaled_dot_product_attention
   int masked = 0;                    ///< of those, with a mask (bool or additive)
+  int causal = 0;                    ///< of the masked, causal masks written as is_causal (bool or additive)
   std::vector<std::string> skipped;  ///< one line per chain left unfused, with the reason
 };
 
@@ -71,14 +82,22 @@ struct AttentionOutcome {
   double unfused_us = 0;           ///< median µs of the forward as is; 0 = not timed
   double sdpa_us = 0;              ///< median µs with the chains rewritten; 0 = not timed
   AttentionPassResult pass;        ///< what the pass did (or would do, when not kept)
+  SdpaBackendOutcome backend;      ///< the SDPA backend step (auto mode with CUDA inputs)
 };
 
 /// The attention step of optimize(): kUnfused leaves the graph; kSdpa
-/// rewrites every chain unmeasured; kAuto rewrites them only when `inputs`
-/// (self first) hold a CUDA tensor and the rewritten forward times >= 2%
-/// faster (TimeGraphsRoundRobin: 3 warmup runs, median of 10), and otherwise
-/// leaves the graph, saying why. The graph changes only after the pass has
-/// succeeded on a copy.
+/// rewrites every chain unmeasured (PyTorch's dispatcher picks the kernel);
+/// kAuto, when `inputs` (self first) hold a CUDA tensor, rewrites the chains
+/// on a copy, picks the copy's SDPA backend (ChooseSdpaBackend), checks the
+/// copy against the unfused forward when the outputs are float32
+/// (CheckForwardAgainstReference; in float16/bfloat16 the unfused chain
+/// rounds the scores before the softmax, so it is the less exact one and
+/// is no reference: docs/DECISIONS.md), and keeps it only when it times
+/// >= 2% faster (TimeGraphsRoundRobin: 3 warmup runs, median of 10);
+/// otherwise it leaves the graph, saying why. A graph without a chain but
+/// with the model's own scaled_dot_product_attention calls gets the backend
+/// step alone (kAuto). The graph changes only after the pass has succeeded
+/// on a copy.
 /// Errors: a timing run's error (kInvalidArgument); the graph is unchanged.
 Expected<AttentionOutcome> RunAttentionStep(const std::shared_ptr<torch::jit::Graph>& graph, AttentionMode requested,
                                             const std::vector<c10::IValue>& inputs);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdio>
+#include <exception>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -50,6 +51,39 @@ inline int TensorRank(const torch::jit::Value* v) {
   if (!tt) return -1;
   auto dim = tt->dim();
   return dim ? static_cast<int>(*dim) : -1;
+}
+
+/// The first line of an exception's message (PyTorch's errors carry a
+/// C++ backtrace after it), as the passes' reasons quote it. An error the
+/// TorchScript interpreter wraps ("The following operation failed in the
+/// TorchScript interpreter." and a graph traceback) gives the wrapped
+/// error's line instead ("RuntimeError: <cause>", without the prefix). At
+/// most 300 characters.
+inline std::string FirstLine(const std::exception& e) {
+  const std::string what = e.what();
+  std::string line = what.substr(0, what.find('\n'));
+  if (line.rfind("The following operation failed in the TorchScript interpreter", 0) == 0) {
+    const size_t at = what.find("\nRuntimeError: ");
+    if (at != std::string::npos) {
+      const size_t from = at + std::string("\nRuntimeError: ").size();
+      line = what.substr(from, what.find('\n', from) - from);
+    }
+  }
+  return line.size() > 300 ? line.substr(0, 297) + "..." : line;
+}
+
+/// The dtype of a tensor value from its TensorType, or nullopt (not a
+/// tensor, or the dtype is not known).
+inline std::optional<c10::ScalarType> TensorDtype(const torch::jit::Value* v) {
+  auto tt = v->type()->cast<c10::TensorType>();
+  if (!tt) return std::nullopt;
+  return tt->scalarType();
+}
+
+/// Whether `v` is the constant None.
+inline bool IsConstNone(torch::jit::Value* v) {
+  auto iv = torch::jit::toIValue(v);
+  return iv && iv->isNone();
 }
 
 /// µs with one decimal ("70.0"), as the passes' reasons print them.

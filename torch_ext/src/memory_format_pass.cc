@@ -292,11 +292,6 @@ void ApplyRegion(const std::shared_ptr<Graph>& graph, const Region& r, const Reg
   ++result->regions;
 }
 
-std::string FirstLine(const std::exception& e) {
-  std::string what = e.what();
-  return what.substr(0, what.find('\n'));
-}
-
 
 }  // namespace
 
@@ -350,10 +345,8 @@ MemoryFormatPassResult ConvertConvRegionsToChannelsLast(const std::shared_ptr<Gr
   return result;
 }
 
-Expected<std::pair<double, double>> TimeGraphsRoundRobin(const std::shared_ptr<Graph>& a,
-                                                         const std::shared_ptr<Graph>& b,
-                                                         const std::vector<c10::IValue>& inputs, int warmup,
-                                                         int reps) {
+Expected<std::vector<double>> TimeGraphsRoundRobinN(const std::vector<std::shared_ptr<Graph>>& graphs,
+                                                   const std::vector<c10::IValue>& inputs, int warmup, int reps) {
   const at::Tensor* cuda = nullptr;
   for (const auto& iv : inputs) {
     if (iv.isTensor() && iv.toTensor().defined() && iv.toTensor().is_cuda()) {
@@ -362,10 +355,12 @@ Expected<std::pair<double, double>> TimeGraphsRoundRobin(const std::shared_ptr<G
     }
   }
   if (cuda == nullptr) return Status(StatusCode::kInvalidArgument, "no CUDA tensor among the inputs");
+  const int n = static_cast<int>(graphs.size());
   try {
     c10::AutoGradMode no_grad(false);
-    torch::jit::Code codes[2] = {torch::jit::Code(a->copy(), "dice_memory_format_a"),
-                                 torch::jit::Code(b->copy(), "dice_memory_format_b")};
+    std::vector<torch::jit::Code> codes;
+    codes.reserve(graphs.size());
+    for (int v = 0; v < n; ++v) codes.emplace_back(graphs[v]->copy(), "dice_timed_graph_" + std::to_string(v));
     auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
     const c10::Stream stream = impl->getStream(cuda->device());
     auto time_once = [&](int v) {
@@ -379,21 +374,34 @@ Expected<std::pair<double, double>> TimeGraphsRoundRobin(const std::shared_ptr<G
       return start.elapsedTime(end) * 1000.0;
     };
     for (int w = 0; w < warmup; ++w) {
-      time_once(0);
-      time_once(1);
+      for (int v = 0; v < n; ++v) time_once(v);
     }
-    std::vector<double> us[2];
+    std::vector<std::vector<double>> us(n);
     for (int r = 0; r < reps; ++r) {
-      for (int i = 0; i < 2; ++i) {
-        const int v = (i + r) % 2;
+      for (int i = 0; i < n; ++i) {
+        const int v = (i + r) % n;  // each round starts one graph later
         us[v].push_back(time_once(v));
       }
     }
-    for (auto& t : us) std::sort(t.begin(), t.end());
-    return std::make_pair(us[0][us[0].size() / 2], us[1][us[1].size() / 2]);
+    std::vector<double> medians;
+    for (auto& t : us) {
+      std::sort(t.begin(), t.end());
+      medians.push_back(t[t.size() / 2]);
+    }
+    return medians;
   } catch (const std::exception& e) {
-    return Status(StatusCode::kInvalidArgument, "timing the forward both ways failed: " + FirstLine(e));
+    return Status(StatusCode::kInvalidArgument, "timing the forward " + std::to_string(n) +
+                                                    " ways failed: " + FirstLine(e));
   }
+}
+
+Expected<std::pair<double, double>> TimeGraphsRoundRobin(const std::shared_ptr<Graph>& a,
+                                                         const std::shared_ptr<Graph>& b,
+                                                         const std::vector<c10::IValue>& inputs, int warmup,
+                                                         int reps) {
+  auto medians = TimeGraphsRoundRobinN({a, b}, inputs, warmup, reps);
+  if (!medians.ok()) return medians.status();
+  return std::make_pair((*medians)[0], (*medians)[1]);
 }
 
 Expected<MemoryFormatOutcome> RunMemoryFormatStep(const std::shared_ptr<Graph>& graph, MemoryFormat requested,

@@ -71,6 +71,15 @@ Expected<std::pair<double, double>> TimeGraphsRoundRobin(const std::shared_ptr<t
                                                          const std::vector<c10::IValue>& inputs, int warmup,
                                                          int reps);
 
+/// TimeGraphsRoundRobin for any number of graphs taking the same inputs:
+/// `warmup` untimed runs of each, then `reps` rounds running every graph
+/// once, each round starting one graph later; the median µs of each graph,
+/// in the order given. Runs without autograd. REQUIRES: reps >= 1, graphs
+/// not empty. Errors: kInvalidArgument when no input is a CUDA tensor or a
+/// run throws (the message carries PyTorch's first line).
+Expected<std::vector<double>> TimeGraphsRoundRobinN(const std::vector<std::shared_ptr<torch::jit::Graph>>& graphs,
+                                                   const std::vector<c10::IValue>& inputs, int warmup, int reps);
+
 /// The measured rule of kAuto: channels_last is kept only when its median
 /// is at least 2% below the contiguous one (channels_last_us <= 0.98 ×
 /// contiguous_us). A time that is not positive (not measured) keeps

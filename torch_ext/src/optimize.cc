@@ -175,6 +175,10 @@ void RunAttentionPass(const std::shared_ptr<torch::jit::Graph>& graph, const Opt
   report->attention = outcome->choice;
   report->attention_reason = outcome->reason;
   report->attention_us = {outcome->unfused_us, outcome->sdpa_us};
+  report->attention_backend = SdpaBackendName(outcome->backend.backend);
+  report->attention_backend_reason = outcome->backend.reason;
+  report->attention_backends = outcome->backend.candidates;
+  if (report->attention_backends.size() == 1) report->attention_backends.clear();  // only "dispatch": none measured
 }
 
 // The capture passes after freezing, on `module`'s forward graph: inlining,
@@ -347,6 +351,9 @@ Expected<OptimizeReport> optimize(torch::jit::Module& module, const Options& opt
       report.attention = "unfused";
       report.attention_us = {0, 0};
       report.attention_reason = "the capture passes failed; left unfused";
+      report.attention_backend = "dispatch";
+      report.attention_backend_reason.clear();
+      report.attention_backends.clear();
       report.warnings.push_back(std::string("capture pass '") + pass + "' failed: " + what +
                                 "; the model is left unchanged (PyTorch runs all of it)");
     }

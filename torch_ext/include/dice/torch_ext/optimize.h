@@ -69,6 +69,14 @@ enum class AttentionMode {
 Expected<AttentionMode> ParseAttentionMode(std::string_view text);
 /// The name ParseAttentionMode reads back.
 const char* AttentionModeName(AttentionMode mode);
+/// One of PyTorch's SDPA kernels as the attention pass measured it
+/// (torch_ext/src/sdpa_backend.h, issue 18 item 3).
+struct SdpaCandidate {
+  std::string backend;  ///< "dispatch" (PyTorch's run-time choice), "flash", "efficient", "cudnn" or "math"
+  double us = 0;        ///< median µs of the whole forward with every call on it; 0 = not timed
+  std::string error;    ///< why it was not timed: does not fit a call, failed, or disagrees; empty when timed
+};
+
 /// Runtime and capture options. The process keeps every field but
 /// example_inputs, memory_format and attention past optimize() (as RuntimeSettings in
 /// torch_ext/src/runtime_state.h: a new field goes there too, and into the
@@ -144,6 +152,15 @@ struct OptimizeReport {
   /// Median µs of the forward (unfused, sdpa), timed round-robin with CUDA
   /// events after the memory-format pass; {0, 0} = not timed.
   std::pair<double, double> attention_us{0, 0};
+  /// The kernel the forward's scaled_dot_product_attention calls (the
+  /// pass's and the model's own) are pinned to: "dispatch" (PyTorch chooses
+  /// at run time) or "flash" | "efficient" | "cudnn" | "math", kept when
+  /// measured >= 2% faster than the dispatcher and its outputs agree.
+  std::string attention_backend = "dispatch";
+  /// Why, in one line: each backend's µs, or why nothing was measured.
+  std::string attention_backend_reason;
+  /// Every backend tried, "dispatch" first; empty when none was measured.
+  std::vector<SdpaCandidate> attention_backends;
   /// Inference batch_norms the capture rewrote as x * scale + shift so that
   /// they fuse with their neighbours (fusible_rewrites.h: the ones
   /// torch.jit.freeze could not fold into a conv).
