@@ -72,6 +72,12 @@ struct EndToEnd {
   std::string attention = "unfused";
   std::string attention_reason;
   std::pair<double, double> attention_us{0, 0};
+  /// The convs' cuDNN algorithm choice (OptimizeReport::conv_algorithm:
+  /// "heuristic" or "benchmark"), why, and the two measured µs
+  /// (heuristic, benchmark; 0 = not timed, written as null).
+  std::string conv_algorithm = "heuristic";
+  std::string conv_algorithm_reason;
+  std::pair<double, double> conv_algorithm_us{0, 0};
   /// The SDPA kernel the calls are pinned to (OptimizeReport::attention_backend:
   /// "dispatch" or a backend), why, and each backend's µs or error.
   std::string attention_backend = "dispatch";

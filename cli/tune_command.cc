@@ -34,6 +34,7 @@
 #include "dice/runtime/cuda_driver.h"
 #include "dice/torch_ext/optimize.h"
 #include "attribution.h"
+#include "capture_decisions.h"
 #include "model_common.h"
 #include "model_inputs.h"
 #include "progress.h"
@@ -472,31 +473,6 @@ bool MakeGenerators(const GeneratorArgs& g, bool gpu, std::vector<std::shared_pt
   return true;
 }
 
-/// The capture's decisions as `dice:` notices: the memory format, the
-/// attention form (when there was an attention chain to decide on), and the
-/// batch_norm folds, global pools and in-place ops it rewrote. The memory
-/// format of a model without a conv region (an MLP) is a debug line only.
-void NoticeCaptureDecisions(const dice::torch_ext::OptimizeReport& layout) {
-  const bool no_conv = layout.memory_format_reason.rfind("no conv region", 0) == 0;  // memory_format_pass.cc
-  Notice(no_conv ? dice::LogLevel::kDebug : dice::LogLevel::kInfo, "dice: memory format: %s (%s)",
-         layout.memory_format.c_str(), layout.memory_format_reason.c_str());
-  if (layout.attention == "sdpa" || layout.attention_reason.rfind("no attention chain", 0) != 0) {
-    Notice(dice::LogLevel::kInfo, "dice: attention: %s (%s)", layout.attention.c_str(), layout.attention_reason.c_str());
-  }
-  if (!layout.attention_backends.empty()) {
-    Notice(dice::LogLevel::kInfo, "dice: attention backend: %s (%s)", layout.attention_backend.c_str(),
-           layout.attention_backend_reason.c_str());
-  }
-  if (layout.batch_norms_folded > 0 || layout.functional || layout.global_pools_as_mean > 0 ||
-      layout.identity_copies_removed > 0) {
-    Notice(dice::LogLevel::kInfo,
-           "dice: capture: %d batch_norm(s) made a per-channel multiply-add, %d global pool(s) a mean, "
-           "%d clone/detach copy(ies) removed%s",
-           layout.batch_norms_folded, layout.global_pools_as_mean, layout.identity_copies_removed,
-           layout.functional ? ", in-place ops made functional" : "");
-  }
-}
-
 /// At debug: every candidate's outcome, one line each (the table keeps counts only).
 void NoticeCandidateOutcomes(const std::vector<dice::runtime::TuneReport>& tuned_reports) {
   for (size_t g = 0; g < tuned_reports.size(); ++g) {
@@ -525,19 +501,7 @@ EndToEnd EndToEndOf(bool gpu, const SideBySide& t, bool match, const std::string
   e2e.match_detail = detail;
   e2e.frozen = frozen;
   e2e.calls_per_forward = calls;
-  e2e.memory_format = layout.memory_format;
-  e2e.memory_format_reason = layout.memory_format_reason;
-  e2e.memory_format_us = layout.memory_format_us;
-  e2e.attention = layout.attention;
-  e2e.attention_reason = layout.attention_reason;
-  e2e.attention_us = layout.attention_us;
-  e2e.attention_backend = layout.attention_backend;
-  e2e.attention_backend_reason = layout.attention_backend_reason;
-  for (const auto& c : layout.attention_backends) e2e.attention_backends.push_back({c.backend, c.us, c.error});
-  e2e.batch_norms_folded = layout.batch_norms_folded;
-  e2e.functional = layout.functional;
-  e2e.global_pools_as_mean = layout.global_pools_as_mean;
-  e2e.identity_copies_removed = layout.identity_copies_removed;
+  CopyCaptureDecisions(layout, &e2e);
   return e2e;
 }
 

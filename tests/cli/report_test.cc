@@ -398,6 +398,14 @@ TEST(ReportJsonTest, CarriesTheAttentionDecisionWithBothTimesOrNull) {
   EXPECT_TRUE(d2["attention"]["sdpa_us"].is_null());
   EXPECT_EQ(d2["attention"]["backend"], "dispatch");
   EXPECT_TRUE(d2["attention"]["backends"].empty());
+  EXPECT_EQ(d2["conv_algorithm"]["choice"], "heuristic");
+  EXPECT_TRUE(d2["conv_algorithm"]["heuristic_us"].is_null());
+  measured.conv_algorithm = "benchmark";
+  measured.conv_algorithm_us = {120.0, 100.0};
+  const json d3 = TuneDocument("m.pt", {r}, measured);
+  EXPECT_EQ(d3["conv_algorithm"]["choice"], "benchmark");
+  EXPECT_DOUBLE_EQ(d3["conv_algorithm"]["heuristic_us"].get<double>(), 120.0);
+  EXPECT_DOUBLE_EQ(d3["conv_algorithm"]["benchmark_us"].get<double>(), 100.0);
 }
 
 TEST(ReportJsonTest, CarriesEachSdpaBackendWithItsTimeOrItsError) {

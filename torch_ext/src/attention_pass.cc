@@ -26,8 +26,6 @@ using torch::jit::Value;
 
 
 
-bool Is(const Node* n, const char* aten_name) { return n->kind() == c10::Symbol::aten(aten_name); }
-
 bool SingleUse(const Value* v) { return v->uses().size() == 1; }
 
 // The dimension d normalised against `rank` (-1 -> rank - 1), or nullopt when
@@ -106,7 +104,7 @@ bool IsCausalBiasConstant(const at::Tensor& t) {
 // buffer looks after freezing.
 std::optional<at::Tensor> SquareSliceOfConstant(Value* x) {
   Value* ends[2] = {nullptr, nullptr};  // the slice ends of the rows and the columns
-  while (Is(x->node(), "slice")) {
+  while (IsAten(x->node(), "slice")) {
     Node* s = x->node();
     const int rank = TensorRank(s->input(0));
     auto dim = ConstDim(s->input(1), rank);
@@ -145,7 +143,7 @@ bool IsCausalMask(Value* m) {
     auto iv = torch::jit::toIValue(m);
     return iv && iv->isTensor() && IsLowerTriangleOfOnes(iv->toTensor().logical_not());
   }
-  if (!Is(n, "eq") || n->inputs().size() != 2) return false;
+  if (!IsAten(n, "eq") || n->inputs().size() != 2) return false;
   auto zero = torch::jit::toIValue(n->input(1));
   if (!zero || !(zero->isInt() || zero->isDouble()) || zero->toScalar().toDouble() != 0.0) return false;
   auto base = SquareSliceOfConstant(n->input(0));
@@ -176,14 +174,14 @@ std::string Match(Node* out, Chain* c) {
   c->v = out->input(1);
   c->nodes.push_back(out);
   Node* n = p->node();
-  if (Is(n, "dropout")) {
+  if (IsAten(n, "dropout")) {
     auto train = ConstBool(n->input(2));
     if (!train || *train) return "";  // training-mode dropout: not an inference chain
     if (!SingleUse(n->output())) return "";
     c->nodes.push_back(n);
     n = n->input(0)->node();
   }
-  if (!Is(n, "softmax")) return "";
+  if (!IsAten(n, "softmax")) return "";
   Node* softmax = n;
   Value* scores = softmax->input(0);
   const int rank = TensorRank(scores);
@@ -196,7 +194,7 @@ std::string Match(Node* out, Chain* c) {
   c->nodes.push_back(softmax);
   n = scores->node();
   // Optional mask (outermost), then optional scale.
-  if (Is(n, "masked_fill")) {
+  if (IsAten(n, "masked_fill")) {
     auto fill = torch::jit::toIValue(n->input(2));
     if (!fill || !(fill->isDouble() || fill->isInt()) || !std::isinf(fill->toScalar().toDouble()) ||
         fill->toScalar().toDouble() > 0) {
@@ -207,7 +205,7 @@ std::string Match(Node* out, Chain* c) {
     c->bool_mask = n->input(1);
     c->nodes.push_back(n);
     n = n->input(0)->node();
-  } else if (Is(n, "add") && n->inputs().size() == 3) {
+  } else if (IsAten(n, "add") && n->inputs().size() == 3) {
     auto alpha = torch::jit::toIValue(n->input(2));
     if (!alpha || alpha->toScalar().toDouble() != 1.0) return "an added mask with alpha != 1";
     Value* mask = n->input(1);
@@ -219,7 +217,7 @@ std::string Match(Node* out, Chain* c) {
     c->nodes.push_back(n);
     n = n->input(0)->node();
   }
-  if (Is(n, "mul") || Is(n, "div")) {
+  if (IsAten(n, "mul") || IsAten(n, "div")) {
     Value* s = n->input(1);
     if (n->inputs().size() != 2) return "a scale op with a rounding mode";
     if (s->type()->cast<c10::FloatType>()) {
@@ -231,18 +229,18 @@ std::string Match(Node* out, Chain* c) {
       return "a scale that is neither a float scalar nor a constant one-element tensor";
     }
     if (!SingleUse(n->output())) return "the scaled scores have another use";
-    c->scale_is_divisor = Is(n, "div");
+    c->scale_is_divisor = IsAten(n, "div");
     c->nodes.push_back(n);
     n = n->input(0)->node();
   }
-  if (Is(n, "masked_fill") || Is(n, "add") || Is(n, "mul") || Is(n, "div")) {
+  if (IsAten(n, "masked_fill") || IsAten(n, "add") || IsAten(n, "mul") || IsAten(n, "div")) {
     return "the scale comes after the mask (SDPA scales before it adds the mask)";
   }
-  if (!Is(n, "matmul")) return "the scores are not a matmul";
+  if (!IsAten(n, "matmul")) return "the scores are not a matmul";
   if (!SingleUse(n->output())) return "the scores have another use";
   c->q = n->input(0);
   Node* t = n->input(1)->node();
-  if (!Is(t, "transpose")) return "the key is not transposed by transpose(-2, -1)";
+  if (!IsAten(t, "transpose")) return "the key is not transposed by transpose(-2, -1)";
   c->k = t->input(0);
   const int r = TensorRank(c->k);
   auto d0 = ConstDim(t->input(1), r), d1 = ConstDim(t->input(2), r);
@@ -335,7 +333,7 @@ AttentionPassResult RewriteAttentionToSdpa(const std::shared_ptr<Graph>& graph) 
   AttentionPassResult result;
   std::vector<Chain> chains;
   for (Node* n : graph->block()->nodes()) {
-    if (!Is(n, "matmul")) continue;
+    if (!IsAten(n, "matmul")) continue;
     Chain c;
     const std::string why = Match(n, &c);
     if (why == "ok") {

@@ -44,6 +44,11 @@ inline const std::vector<const char*>& ElementwiseOpNames() {
   return names;
 }
 
+/// Whether `n` is the aten op `aten_name` ("matmul", "conv2d").
+inline bool IsAten(const torch::jit::Node* n, const char* aten_name) {
+  return n->kind() == c10::Symbol::aten(aten_name);
+}
+
 /// The rank of a tensor value from its TensorType, or -1 (not a tensor, or
 /// the rank is not known).
 inline int TensorRank(const torch::jit::Value* v) {

@@ -26,6 +26,8 @@
 #include "dice/runtime/cuda_driver.h"
 #include "dice/torch_ext/fusion_pass.h"
 #include "attention_pass.h"
+#include "conv_algo_pass.h"
+#include "graph_pass_util.h"
 #include "fusible_rewrites.h"
 #include "conv_bias_pass.h"
 #include "memory_format_pass.h"
@@ -90,7 +92,7 @@ Status FoldFrozenOrExplain(torch::jit::Module& frozen) {
 
 // Throws when DICE_INJECT_CAPTURE_FAILURE names `pass` ("inline",
 // "functional", "observe", "batch_norm", "memory_format", "attention", "global_pool", "conv_bias",
-// "fusion"): tests of
+// "conv_algorithm", "fusion"): tests of
 // the capture fallback.
 void InjectCaptureFailure(const char* pass) {
   const char* inject = std::getenv("DICE_INJECT_CAPTURE_FAILURE");
@@ -138,6 +140,41 @@ void RunMemoryFormatPass(const std::shared_ptr<torch::jit::Graph>& graph, const 
   if (outcome->format != "channels_last" || inputs.empty()) return;
   Status observed = ObserveTypes(graph, inputs);
   if (!observed.ok()) throw std::runtime_error("after channels_last: " + observed.message());
+}
+
+// The conv-algorithm decision (conv_algo_pass.h), made before the fusion
+// pass on DICE_CONV_ALGORITHM's mode (auto when unset; an unknown value is a
+// report warning and reads as auto). A failure leaves cuDNN's heuristics
+// with a warning naming the pass; the capture goes on.
+void RunConvAlgorithmPass(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,
+                          OptimizeReport* report) {
+  ConvAlgorithm requested = ConvAlgorithm::kAuto;
+  const char* env = std::getenv("DICE_CONV_ALGORITHM");
+  if (env != nullptr && *env != '\0') {
+    auto parsed = ParseConvAlgorithm(env);
+    if (parsed.ok()) {
+      requested = *parsed;
+    } else {
+      report->warnings.push_back("DICE_CONV_ALGORITHM: " + parsed.status().message() + "; read as auto");
+    }
+  }
+  Expected<ConvAlgorithmOutcome> outcome = ConvAlgorithmOutcome{};
+  try {
+    InjectCaptureFailure("conv_algorithm");
+    outcome = RunConvAlgorithmStep(graph, requested, inputs);
+  } catch (const std::exception& e) {
+    outcome = Status(StatusCode::kInternal, FirstLine(e));
+  }
+  if (!outcome.ok()) {
+    report->conv_algorithm_reason = "the conv-algorithm pass failed; cuDNN's heuristics";
+    report->warnings.push_back("capture pass 'conv_algorithm' failed: " + outcome.status().message() +
+                               "; the convs are left as they are");
+    return;
+  }
+  report->conv_algorithm = outcome->choice;
+  report->conv_algorithm_reason = outcome->reason;
+  report->conv_algorithm_us = {outcome->heuristic_us, outcome->benchmark_us};
+  if (outcome->choice == "benchmark") AskCudnnToSearch(graph);  // the same convs as on the timed copy
 }
 
 // options.attention, or DICE_ATTENTION when that is kAuto (an unknown value
@@ -224,6 +261,9 @@ Status RunCapturePasses(torch::jit::Module& module, const Options& options, Opti
   *pass = "conv_bias";
   InjectCaptureFailure(*pass);
   if (!inputs.empty()) MoveConvBiasIntoEpilogue(graph);
+  // On the graph without groups (a conv group's capture reads _convolution as conv2d).
+  *pass = "conv_algorithm";
+  RunConvAlgorithmPass(graph, inputs, report);
   // Mode off: report what would fuse, leave the module's graph without groups.
   *pass = "fusion";
   InjectCaptureFailure(*pass);
@@ -351,6 +391,9 @@ Expected<OptimizeReport> optimize(torch::jit::Module& module, const Options& opt
       report.attention = "unfused";
       report.attention_us = {0, 0};
       report.attention_reason = "the capture passes failed; left unfused";
+      report.conv_algorithm = "heuristic";
+      report.conv_algorithm_us = {0, 0};
+      report.conv_algorithm_reason = "the capture passes failed; cuDNN's heuristics";
       report.attention_backend = "dispatch";
       report.attention_backend_reason.clear();
       report.attention_backends.clear();

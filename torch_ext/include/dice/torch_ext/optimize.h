@@ -152,6 +152,19 @@ struct OptimizeReport {
   /// Median µs of the forward (unfused, sdpa), timed round-robin with CUDA
   /// events after the memory-format pass; {0, 0} = not timed.
   std::pair<double, double> attention_us{0, 0};
+  /// How the convs outside fusion groups get their cuDNN algorithm:
+  /// "heuristic" (as ATen asks, cuDNN's heuristics unless the process set
+  /// torch.backends.cudnn.benchmark) or "benchmark" (each conv is an
+  /// aten::_convolution with benchmark = true: cuDNN times its algorithms on
+  /// the first call of a shape; torch_ext/src/conv_algo_pass.h).
+  /// DICE_CONV_ALGORITHM=auto|heuristic|benchmark; auto keeps "benchmark"
+  /// only when measured >= 2% faster on CUDA example inputs.
+  std::string conv_algorithm = "heuristic";
+  /// Why, in one line: the two measured times, forced, not measured, no conv.
+  std::string conv_algorithm_reason;
+  /// Median µs of the forward before the fusion pass (heuristic, benchmark),
+  /// timed round-robin with CUDA events; {0, 0} = not timed.
+  std::pair<double, double> conv_algorithm_us{0, 0};
   /// The kernel the forward's scaled_dot_product_attention calls (the
   /// pass's and the model's own) are pinned to: "dispatch" (PyTorch chooses
   /// at run time) or "flash" | "efficient" | "cudnn" | "math", kept when
