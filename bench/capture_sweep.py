@@ -115,6 +115,16 @@ def classify_tune(rc, stdout, stderr, report):
     return "unchanged", "no candidate beat PyTorch", facts
 
 
+def converted_dir(stdout):
+    """The model folder the converter wrote, from its line
+    `OK   <task> -> <dir>  inputs ...` (examples/make_kernelbench_models.py),
+    or None when it printed none."""
+    for line in stdout.splitlines():
+        if line.startswith("OK ") and " -> " in line:
+            return line.split(" -> ", 1)[1].split("  inputs ", 1)[0].strip()
+    return None
+
+
 def sweep_one(path, args, env):
     name = task_name(path)
     rec = {"task": name, "converter": args.converter_sha}
@@ -131,8 +141,12 @@ def sweep_one(path, args, env):
                            else first_error_line(out, err)))
         rec["seconds"] = rec["convert_s"]
         return rec
-    level, stem = name.split("/")
-    model_dir = os.path.join(models, f"{level}_{stem}" + (f"_{args.dtype}" if args.dtype else ""))
+    model_dir = converted_dir(out)
+    if model_dir is None:
+        rec.update(stage="convert", rc=rc, outcome="error", reason="the converter printed no 'OK ... -> DIR' line")
+        rec["seconds"] = rec["convert_s"]
+        return rec
+    rec["model_dir"] = model_dir
     with open(os.path.join(model_dir, "meta.json"), encoding="utf-8") as f:
         meta = json.load(f)
     rec["inputs"] = meta["inputs"]
@@ -173,8 +187,7 @@ def explain_unchanged(rec, args, env):
     and the reason."""
     if rec.get("outcome") != "unchanged" or rec.get("groups", 0) != 0:
         return rec
-    level, stem = rec["task"].split("/")
-    model = os.path.join(os.path.abspath(args.models), f"{level}_{stem}", "model.pt")
+    model = os.path.join(rec["model_dir"], "model.pt")  # the converted folder (bf16 ones carry a suffix)
     cmd = [args.dice, "profile", model, "--reps", "1"]
     for spec in rec.get("inputs", []):
         cmd += ["--input", spec]

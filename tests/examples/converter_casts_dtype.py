@@ -2,15 +2,20 @@
 --dtype bf16 (issue 18's level-3 figure is float32 and bf16) casts the
 model's floating parameters and the floating inputs, leaves an integer
 input (class indices) as it is, casts a floating tensor kept as a plain
-module attribute (which nn.Module.to leaves alone), and writes <level>_<stem>_bf16/. Exits
-non-zero with the reason otherwise."""
+module attribute (which nn.Module.to leaves alone), and writes <level>_<stem>_bf16/, the
+folder bench/capture_sweep.py reads from the converter's "OK ... -> DIR" line (its
+`dice tune` and `dice profile` runs use that folder). Exits non-zero with the reason
+otherwise."""
 import os
 import sys
 import tempfile
 
 import torch
 
-from converter_check import convert
+from converter_check import ROOT, convert
+
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from capture_sweep import converted_dir  # noqa: E402
 
 TASK = '''import torch
 import torch.nn as nn
@@ -37,11 +42,15 @@ def get_init_inputs():
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        meta = convert(tmp, "level3", "9_Lin", TASK, "--dtype", "bf16", suffix="_bf16")
+        lines = []
+        meta = convert(tmp, "level3", "9_Lin", TASK, "--dtype", "bf16", suffix="_bf16", stdout=lines)
         if meta is None:
             print("FAIL: the converter did not convert the task")
             return 1
         folder = os.path.join(tmp, "models", "level3_9_Lin_bf16")
+        if os.path.abspath(converted_dir("\n".join(lines)) or "") != os.path.abspath(folder):
+            print(f"FAIL: capture_sweep reads {converted_dir(chr(10).join(lines))!r} from {lines}, not {folder}")
+            return 1
         if meta["inputs"] != ["4x16:bf16"] or meta["outputs"] != ["4x3:bf16"] or meta["fixed_inputs"] != {"1": "3:i64"}:
             print(f"FAIL: specs {meta['inputs']} -> {meta['outputs']}, fixed {meta['fixed_inputs']}")
             return 1
