@@ -33,6 +33,7 @@
 #include "dice/reference/reference_executor.h"
 #include "dice/runtime/cuda_driver.h"
 #include "dice/torch_ext/optimize.h"
+#include "dice/torch_ext/outputs.h"
 #include "attribution.h"
 #include "capture_decisions.h"
 #include "model_common.h"
@@ -186,28 +187,10 @@ bool OutputFoldersExist(const ModelArgs& args, std::string* error) {
   return true;
 }
 
-std::vector<at::Tensor> Flatten(const c10::IValue& v) {
-  std::vector<at::Tensor> out;
-  if (v.isTensor()) {
-    out.push_back(v.toTensor());
-  } else if (v.isTuple()) {
-    for (const auto& e : v.toTupleRef().elements()) {
-      auto sub = Flatten(e);
-      out.insert(out.end(), sub.begin(), sub.end());
-    }
-  } else if (v.isList()) {
-    for (const auto& e : v.toListRef()) {
-      auto sub = Flatten(e);
-      out.insert(out.end(), sub.begin(), sub.end());
-    }
-  }
-  return out;
-}
-
 /// Compares outputs with DESIGN.md's per-dtype limits (f32 1e-4, f16/bf16
 /// 1e-2) using the verifier's own comparator (CompareTensors, on the device).
 bool OutputsMatch(const c10::IValue& got, const c10::IValue& want, std::string* detail) {
-  auto g = Flatten(got), w = Flatten(want);
+  auto g = dice::torch_ext::FlattenOutputs(got), w = dice::torch_ext::FlattenOutputs(want);
   if (g.size() != w.size()) {
     *detail = "output count differs";
     return false;
@@ -268,12 +251,12 @@ bool MatchAgainstFloat64(const ModelArgs& args, bool gpu, const std::vector<c10:
     }
     std::vector<c10::IValue> in64;
     for (const auto& v : inputs) in64.push_back(v.isTensor() ? c10::IValue(v.toTensor().to(torch::kDouble)) : v);
-    ref = Flatten(m64.forward(in64));
+    ref = dice::torch_ext::FlattenOutputs(m64.forward(in64));
   } catch (const std::exception& e) {
     *detail = strict + "; no float64 check: " + TorchErrorCause(e);
     return false;
   }
-  auto g = Flatten(got), w = Flatten(want);
+  auto g = dice::torch_ext::FlattenOutputs(got), w = dice::torch_ext::FlattenOutputs(want);
   if (ref.size() != g.size()) return false;
   double worst = 0, eager_worst = 0;
   for (size_t i = 0; i < g.size(); ++i) {

@@ -356,7 +356,7 @@ AttentionPassResult RewriteAttentionToSdpa(const std::shared_ptr<Graph>& graph) 
 }
 
 bool KeepsSdpa(double unfused_us, double sdpa_us) {
-  return unfused_us > 0 && sdpa_us > 0 && sdpa_us <= 0.98 * unfused_us;
+  return KeepsMeasuredGain(unfused_us, sdpa_us);
 }
 
 namespace {

@@ -102,7 +102,7 @@ int AskCudnnToSearch(const std::shared_ptr<Graph>& graph) {
 }
 
 bool KeepsCudnnSearch(double heuristic_us, double benchmark_us) {
-  return heuristic_us > 0 && benchmark_us > 0 && benchmark_us <= 0.98 * heuristic_us;
+  return KeepsMeasuredGain(heuristic_us, benchmark_us);
 }
 
 Expected<ConvAlgorithmOutcome> RunConvAlgorithmStep(const std::shared_ptr<Graph>& graph, ConvAlgorithm requested,

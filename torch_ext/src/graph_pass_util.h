@@ -91,6 +91,14 @@ inline bool IsConstNone(torch::jit::Value* v) {
   return iv && iv->isNone();
 }
 
+/// The measured rule every capture decision keeps a rewrite by (memory
+/// format, attention, SDPA backend, conv algorithm): the candidate's median
+/// is at least 2% below the base's (candidate_us <= 0.98 × base_us). A time
+/// that is not positive (not measured) keeps the base. Pure; µs.
+inline bool KeepsMeasuredGain(double base_us, double candidate_us) {
+  return base_us > 0 && candidate_us > 0 && candidate_us <= 0.98 * base_us;
+}
+
 /// µs with one decimal ("70.0"), as the passes' reasons print them.
 inline std::string FormatMicros(double us) {
   char buf[32];

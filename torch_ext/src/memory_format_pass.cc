@@ -313,7 +313,7 @@ const char* MemoryFormatName(MemoryFormat f) {
 }
 
 bool KeepsChannelsLast(double contiguous_us, double channels_last_us) {
-  return contiguous_us > 0 && channels_last_us > 0 && channels_last_us <= 0.98 * contiguous_us;
+  return KeepsMeasuredGain(contiguous_us, channels_last_us);
 }
 
 MemoryFormatPassResult ConvertConvRegionsToChannelsLast(const std::shared_ptr<Graph>& graph) {

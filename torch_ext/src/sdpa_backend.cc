@@ -7,13 +7,13 @@
 #include <torch/csrc/jit/ir/named_value.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
-#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "dice/reference/device_compare.h"
 #include "dice/reference/reference_executor.h"
 #include "dice/runtime/comparator.h"
+#include "dice/torch_ext/outputs.h"
 #include "graph_pass_util.h"
 #include "memory_format_pass.h"
 
@@ -100,26 +100,16 @@ void Pin(Graph* graph, Node* n, SdpaBackend backend) {
   n->destroy();
 }
 
-// The tensors of one forward's outputs, flattened in order.
-void Flatten(const c10::IValue& iv, std::vector<at::Tensor>* out) {
-  if (iv.isTensor()) {
-    out->push_back(iv.toTensor());
-  } else if (iv.isTuple()) {
-    for (const auto& e : iv.toTupleRef().elements()) Flatten(e, out);
-  } else if (iv.isList()) {
-    for (const c10::IValue& e : iv.toListRef()) Flatten(e, out);
-  } else if (iv.isTensorList()) {
-    for (const at::Tensor& t : iv.toTensorVector()) out->push_back(t);
-  }
-}
-
 std::vector<at::Tensor> RunForward(const std::shared_ptr<Graph>& graph, const std::vector<c10::IValue>& inputs) {
   c10::AutoGradMode no_grad(false);
   torch::jit::Code code(graph->copy(), "dice_sdpa_check");
   torch::jit::Stack stack(inputs.begin(), inputs.end());
   torch::jit::InterpreterState(code).run(stack);
   std::vector<at::Tensor> out;
-  for (const auto& iv : stack) Flatten(iv, &out);
+  for (const auto& iv : stack) {
+    auto tensors = FlattenOutputs(iv);
+    out.insert(out.end(), tensors.begin(), tensors.end());
+  }
   return out;
 }
 
@@ -199,7 +189,7 @@ Expected<int> PinSdpaBackend(const std::shared_ptr<Graph>& graph, SdpaBackend ba
 }
 
 bool KeepsPinnedBackend(double dispatch_us, double pinned_us) {
-  return dispatch_us > 0 && pinned_us > 0 && pinned_us <= 0.98 * dispatch_us;
+  return KeepsMeasuredGain(dispatch_us, pinned_us);
 }
 
 Status CheckForwardAgainstReference(const std::shared_ptr<Graph>& ref_graph, const std::shared_ptr<Graph>& candidate,
